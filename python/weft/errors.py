@@ -1,0 +1,138 @@
+"""Weft's exception tree.
+
+Everything Weft raises on purpose derives from :class:`WeftError`. Expected
+outcomes (a rejected transition in the queue) are values; these classes are
+for broken contracts and for callers that asked to be told by an exception
+(``validate_transition``, ``transition_and_wait``).
+
+The compiled core raises these same classes, so ``except InvalidTransitionError``
+works the same for Rust and Python callers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from weft._core import Issue, Outcome
+
+
+class WeftError(Exception):
+    """Base class of every error Weft raises on purpose."""
+
+
+class TransitionRejectedError(WeftError):
+    """A state transition was refused; the state did not change.
+
+    ``code`` is stable and machine-readable (``invalid_transition``,
+    ``invalid_metadata``, ``malformed``, ``unknown_run``, ...). ``seq`` is the
+    transition's sequence number when it went through the queue.
+    """
+
+    def __init__(self, message: str, *, code: str, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.seq = seq
+
+
+class InvalidTransitionError(TransitionRejectedError):
+    """The codon state machine has no edge ``from_status -> to_status``.
+
+    Message: ``Invalid transition from completed to running``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        from_status: str,
+        to_status: str,
+        code: str = "invalid_transition",
+        seq: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, seq=seq)
+        self.from_status = from_status
+        self.to_status = to_status
+
+
+class MetadataValidationError(TransitionRejectedError):
+    """The transition lacks metadata its target state requires.
+
+    ``missing`` names absent fields; ``invalid`` pairs each present-but-wrong
+    field with what it should be. Message:
+    ``Missing required metadata for transition to running: claudeSessionId``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        to_status: str,
+        missing: tuple[str, ...] = (),
+        invalid: tuple[tuple[str, str], ...] = (),
+        from_status: str | None = None,
+        code: str = "invalid_metadata",
+        seq: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, seq=seq)
+        self.from_status = from_status
+        self.to_status = to_status
+        self.missing = tuple(missing)
+        self.invalid = tuple(invalid)
+
+
+class StateConflictError(TransitionRejectedError):
+    """The transition is well formed but does not fit the current state.
+
+    For example an unknown run, a codon that is not running, or a ``from``
+    status that is not the codon's status.
+    """
+
+
+class MalformedTransitionError(TransitionRejectedError):
+    """The bytes are not a transition (bad JSON, a missing or unknown field)."""
+
+
+class StateValidationError(WeftError):
+    """A state document failed its load-time integrity checks."""
+
+    def __init__(
+        self, message: str, *, errors: list[Issue], warnings: list[Issue] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.errors = errors
+        self.warnings = warnings or []
+
+
+class CoreStateError(WeftError):
+    """The in-memory state can no longer be trusted (an internal failure)."""
+
+
+def rejection_error(outcome: Outcome) -> TransitionRejectedError:
+    """The exception that describes a rejected ``outcome``.
+
+    Raises ``ValueError`` if the outcome was applied.
+    """
+    if outcome.ok or outcome.code is None or outcome.message is None:
+        raise ValueError(f"transition {outcome.seq} was applied, not rejected")
+    code, message, seq = outcome.code, outcome.message, outcome.seq
+    if code == "invalid_transition":
+        return InvalidTransitionError(
+            message,
+            from_status=outcome.from_status or "",
+            to_status=outcome.to_status or "",
+            seq=seq,
+        )
+    if code == "invalid_metadata":
+        return MetadataValidationError(
+            message,
+            from_status=outcome.from_status,
+            to_status=outcome.to_status or "",
+            missing=outcome.missing,
+            invalid=outcome.invalid,
+            seq=seq,
+        )
+    if code == "malformed":
+        return MalformedTransitionError(message, code=code, seq=seq)
+    return StateConflictError(message, code=code, seq=seq)

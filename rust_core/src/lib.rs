@@ -1,0 +1,30 @@
+//! # weft-core
+//!
+//! The compiled core of Weft, a runtime for long-running AI-agent
+//! pipelines. Every state change of a run passes through here, in order:
+//!
+//! 1. a transition arrives as JSON bytes (encoded once by msgspec on the
+//!    Python side; the same bytes go to the journal) and is given a sequence
+//!    number by the [`queue`];
+//! 2. the [`state::reducer`] validates it against the codon state machine
+//!    ([`machine::codon`]) and the current state, then applies it, or refuses
+//!    it without changing anything;
+//! 3. the cost cache moves by the record's cost delta, so total, per-run and
+//!    per-codon costs are O(1) queries.
+//!
+//! The crate is pure: no I/O, no clocks, no randomness. Time and ids are
+//! arguments, so replaying a journal reproduces a state exactly and every
+//! test is deterministic. Python bindings live only in `py/` behind the
+//! `python` feature; plain `cargo test` needs no Python.
+//!
+//! The other engines of the seeds, the agent-session supervisor
+//! ([`machine::session`]) and the workstream, step and circuit-breaker
+//! machines ([`machine::workstream`]), are pure transition functions that
+//! return their side effects as values.
+
+pub mod machine;
+pub mod queue;
+pub mod state;
+
+#[cfg(feature = "python")]
+mod py;

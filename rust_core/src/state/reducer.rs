@@ -1,0 +1,492 @@
+//! The reducer: applies one transition to the state, or refuses it and
+//! changes nothing.
+//!
+//! Every handler first looks up and checks everything it needs, and only
+//! then mutates, so a rejection never leaves half an update behind. Cost
+//! changes go through [`with_record`], which moves the run's and the
+//! execution's cached totals by the record's cost delta: the cache is
+//! never rebuilt by scanning.
+
+use std::fmt;
+
+use crate::machine::codon::{
+    check_metadata, CodonStatus, InvalidTransition, TransitionError, TransitionMetadata,
+};
+use crate::state::model::{
+    CodonExecution, FailureReason, Run, RunStatus, Sentinels, StartingConditions, State,
+    TokenUsage,
+};
+use crate::state::money::Money;
+use crate::state::transition::{CheckpointType, Transition};
+
+/// Why a transition was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// The bytes are not a transition.
+    Malformed(String),
+    /// The codon state machine refused it.
+    Transition(TransitionError),
+    /// It does not fit the current state (unknown run, codon not live, ...).
+    Conflict {
+        /// Stable machine-readable code.
+        code: &'static str,
+        /// What is wrong, naming the run and codon.
+        message: String,
+    },
+}
+
+impl Rejection {
+    /// A stable code: `malformed`, `invalid_transition`, `invalid_metadata`,
+    /// or one of the conflict codes.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Rejection::Malformed(_) => "malformed",
+            Rejection::Transition(TransitionError::Invalid(_)) => "invalid_transition",
+            Rejection::Transition(TransitionError::Metadata(_)) => "invalid_metadata",
+            Rejection::Conflict { code, .. } => code,
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Malformed(m) => write!(f, "Malformed transition: {m}"),
+            Rejection::Transition(e) => e.fmt(f),
+            Rejection::Conflict { message, .. } => f.write_str(message),
+        }
+    }
+}
+
+fn conflict(code: &'static str, message: String) -> Rejection {
+    Rejection::Conflict { code, message }
+}
+
+/// What an applied transition did that a listener may care about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// A codon record reached a terminal state.
+    pub codon_terminal: bool,
+    /// A run ended (completed, failed or crashed).
+    pub run_ended: bool,
+}
+
+/// Applies `t` to `state`.
+pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection> {
+    match t {
+        Transition::RunStarted(d) => {
+            non_empty("runId", &d.run_id)?;
+            if state.run_index.contains_key(d.run_id.as_ref()) {
+                return Err(conflict(
+                    "run_exists",
+                    format!("Run '{}' already exists", d.run_id),
+                ));
+            }
+            if let Some(current) = &state.current_run_id {
+                return Err(conflict(
+                    "run_still_active",
+                    format!(
+                        "Run '{current}' is still running; end it before starting run '{}'",
+                        d.run_id
+                    ),
+                ));
+            }
+            if let StartingConditions::Continuation { source, .. } = &d.starting_conditions {
+                let Some(src) = state.run(&source.run_id) else {
+                    return Err(conflict(
+                        "unknown_source_run",
+                        format!("Continuation source run '{}' not found", source.run_id),
+                    ));
+                };
+                if let Some(after) = &source.after_codon {
+                    if src.latest(after).is_none() {
+                        return Err(conflict(
+                            "unknown_source_codon",
+                            format!(
+                                "Continuation source run '{}' has no codon '{after}'",
+                                source.run_id
+                            ),
+                        ));
+                    }
+                }
+                if d.execution_plan.is_some() {
+                    return Err(conflict(
+                        "plan_on_continuation",
+                        "A continuation run keeps the existing execution plan; \
+                         omit executionPlan"
+                            .to_owned(),
+                    ));
+                }
+            }
+            let run_id = d.run_id.into_owned();
+            if let Some(plan) = d.execution_plan {
+                state.execution_plan = plan;
+            }
+            state.run_index.insert(run_id.clone(), state.runs.len());
+            state.current_run_id = Some(run_id.clone());
+            state.runs.push(Run {
+                run_id,
+                run_folder: d.run_folder,
+                git_branch: d.git_branch,
+                starting_conditions: d.starting_conditions,
+                codons: Vec::new(),
+                status: RunStatus::Running,
+                start_time: d.start_time,
+                end_time: None,
+                server_pid: d.server_pid,
+                latest: rustc_hash::FxHashMap::default(),
+                active: None,
+                cost: Money::ZERO,
+            });
+            Ok(Applied::default())
+        }
+        Transition::RunCompleted(d) => end_run(state, &d.run_id, d.end_time, RunStatus::Completed),
+        Transition::RunFailed(d) => end_run(state, &d.run_id, d.end_time, RunStatus::Failed),
+        Transition::RunCrashed(d) => {
+            let ri = live_run(state, &d.run_id)?;
+            let mut applied = Applied {
+                run_ended: true,
+                ..Applied::default()
+            };
+            if let Some(ci) = state.runs[ri].active {
+                let reason = FailureReason {
+                    kind: "crash".to_owned(),
+                    retriable: false,
+                    message: Some("Server crashed".to_owned()),
+                    retry_after_ms: None,
+                    sentinel_refs: None,
+                };
+                let at = d.detected_at.clone();
+                with_record(state, ri, ci, |rec| {
+                    let during = rec.status;
+                    rec.exit_code = Some(-1);
+                    rec.failure_reason = Some(reason);
+                    rec.failed_during = Some(during);
+                    settle(rec, CodonStatus::Failed, at);
+                });
+                state.runs[ri].active = None;
+                applied.codon_terminal = true;
+            }
+            finish_run(state, ri, d.detected_at, RunStatus::Crashed);
+            Ok(applied)
+        }
+        Transition::CodonStarted(d) => {
+            non_empty("codonId", &d.codon_id)?;
+            let ri = live_run(state, &d.run_id)?;
+            let run = &mut state.runs[ri];
+            if let Some(active) = run.active() {
+                return Err(conflict(
+                    "codon_already_active",
+                    format!(
+                        "Run '{}' already has an active codon '{}' ({})",
+                        run.run_id, active.codon_id, active.status
+                    ),
+                ));
+            }
+            let index = run.codons.len();
+            run.latest.insert(d.codon_id.clone(), index);
+            run.active = Some(index);
+            run.codons
+                .push(CodonExecution::preparing(d.codon_id, d.start_time, d.loop_context));
+            Ok(Applied::default())
+        }
+        Transition::CodonTransitioned(d) => {
+            let (ri, ci) = record(state, &d.run_id, &d.codon_id)?;
+            let rec = &state.runs[ri].codons[ci];
+            if rec.status != d.from {
+                return Err(conflict(
+                    "status_mismatch",
+                    format!(
+                        "Codon '{}' in run '{}' is {}, not {}",
+                        d.codon_id, d.run_id, rec.status, d.from
+                    ),
+                ));
+            }
+            if !d.from.can_transition_to(d.to) {
+                return Err(Rejection::Transition(TransitionError::Invalid(
+                    InvalidTransition {
+                        from: d.from,
+                        to: d.to,
+                    },
+                )));
+            }
+            check_metadata(d.to, d.metadata.as_ref(), &[])
+                .map_err(|e| Rejection::Transition(TransitionError::Metadata(e)))?;
+            let to = d.to;
+            with_record(state, ri, ci, |rec| enter(rec, to, d.metadata, d.timestamp));
+            let terminal = to.is_terminal();
+            if terminal {
+                state.runs[ri].active = None;
+            }
+            Ok(Applied {
+                codon_terminal: terminal,
+                run_ended: false,
+            })
+        }
+        Transition::CostsUpdated(d) => {
+            let (ri, ci) = live_record(state, &d.run_id, &d.codon_id)?;
+            with_record(state, ri, ci, |rec| {
+                rec.current_cost = Some(d.cost);
+                rec.current_tokens = Some(d.tokens);
+            });
+            Ok(Applied::default())
+        }
+        Transition::CostsIncremented(d) => {
+            let (ri, ci) = live_record(state, &d.run_id, &d.codon_id)?;
+            with_record(state, ri, ci, |rec| {
+                rec.current_cost = Some(rec.current_cost.unwrap_or_default() + d.cost_delta);
+                rec.current_tokens = Some(
+                    rec.current_tokens
+                        .unwrap_or_default()
+                        .plus(d.tokens_delta),
+                );
+            });
+            Ok(Applied::default())
+        }
+        Transition::AssistantMessageCountUpdated(d) => {
+            let (ri, ci) = live_record(state, &d.run_id, &d.codon_id)?;
+            state.runs[ri].codons[ci].assistant_message_count = Some(d.new_count);
+            Ok(Applied::default())
+        }
+        Transition::ExtensionCountUpdated(d) => {
+            let (ri, ci) = live_record(state, &d.run_id, &d.codon_id)?;
+            state.runs[ri].codons[ci].extension_count = Some(d.extension_count);
+            Ok(Applied::default())
+        }
+        Transition::CodonFinalCostSet(d) => {
+            let (ri, ci) = live_record(state, &d.run_id, &d.codon_id)?;
+            // The agent's own total supersedes the running estimate; later
+            // increments (an extended session) add to it.
+            with_record(state, ri, ci, |rec| {
+                rec.final_cost = Some(d.final_cost);
+                rec.final_tokens = Some(d.final_tokens);
+                rec.current_cost = Some(d.final_cost);
+                rec.current_tokens = Some(d.final_tokens);
+            });
+            Ok(Applied::default())
+        }
+        Transition::SentinelStatesUpdated(d) => {
+            let (ri, ci) = record(state, &d.run_id, &d.codon_id)?;
+            let rec = &mut state.runs[ri].codons[ci];
+            if rec.status.is_terminal() {
+                return Err(conflict(
+                    "sentinels_final",
+                    format!(
+                        "Codon '{}' in run '{}' is {}; its sentinel states are final",
+                        d.codon_id, d.run_id, rec.status
+                    ),
+                ));
+            }
+            rec.sentinels = Some(Sentinels {
+                loaded: Some(d.sentinel_states),
+                executed: None,
+                total_cost: d.total_cost,
+            });
+            Ok(Applied::default())
+        }
+        Transition::CheckpointCreated(d) => {
+            non_empty("sha", &d.sha)?;
+            let (ri, ci) = record(state, &d.run_id, &d.codon_id)?;
+            let rec = &mut state.runs[ri].codons[ci];
+            let slot = match d.checkpoint_type {
+                CheckpointType::RigSetup => &mut rec.rig_setup_checkpoint,
+                CheckpointType::Completed => &mut rec.completion_checkpoint,
+                CheckpointType::Error => &mut rec.error_checkpoint,
+                CheckpointType::Skipped => &mut rec.skip_checkpoint,
+            };
+            *slot = Some(d.sha);
+            Ok(Applied::default())
+        }
+        Transition::InitialCheckpointSet(d) => {
+            non_empty("sha", &d.sha)?;
+            state.initial_checkpoint = Some(d.sha.into_owned());
+            Ok(Applied::default())
+        }
+    }
+}
+
+fn non_empty(field: &str, value: &str) -> Result<(), Rejection> {
+    if value.is_empty() {
+        Err(conflict("invalid_value", format!("{field} must not be empty")))
+    } else {
+        Ok(())
+    }
+}
+
+/// The index of a run that exists and is running.
+fn live_run(state: &State, run_id: &str) -> Result<usize, Rejection> {
+    non_empty("runId", run_id)?;
+    let Some(&ri) = state.run_index.get(run_id) else {
+        return Err(conflict("unknown_run", format!("Unknown run '{run_id}'")));
+    };
+    let status = state.runs[ri].status;
+    if status != RunStatus::Running {
+        return Err(conflict(
+            "run_not_active",
+            format!("Run '{run_id}' is {}, not running", status.as_str()),
+        ));
+    }
+    Ok(ri)
+}
+
+/// The latest record of a codon in a running run.
+fn record(state: &State, run_id: &str, codon_id: &str) -> Result<(usize, usize), Rejection> {
+    let ri = live_run(state, run_id)?;
+    non_empty("codonId", codon_id)?;
+    match state.runs[ri].latest.get(codon_id) {
+        Some(&ci) => Ok((ri, ci)),
+        None => Err(conflict(
+            "unknown_codon",
+            format!("No codon '{codon_id}' in run '{run_id}'"),
+        )),
+    }
+}
+
+/// The latest record of a codon, which must be running or completing
+/// sentinels: the only states in which an agent spends money.
+fn live_record(
+    state: &State,
+    run_id: &str,
+    codon_id: &str,
+) -> Result<(usize, usize), Rejection> {
+    let (ri, ci) = record(state, run_id, codon_id)?;
+    let status = state.runs[ri].codons[ci].status;
+    if status.is_live() {
+        Ok((ri, ci))
+    } else {
+        Err(conflict(
+            "codon_not_live",
+            format!("Codon '{codon_id}' in run '{run_id}' is {status}, not running"),
+        ))
+    }
+}
+
+/// Mutates one record and moves the cached totals by its cost delta.
+fn with_record(state: &mut State, ri: usize, ci: usize, f: impl FnOnce(&mut CodonExecution)) {
+    let run = &mut state.runs[ri];
+    let rec = &mut run.codons[ci];
+    let before = rec.cost();
+    f(rec);
+    let delta = rec.cost() - before;
+    if delta != 0 {
+        run.cost = run.cost.offset(delta);
+        state.total_cost = state.total_cost.offset(delta);
+    }
+}
+
+fn end_run(
+    state: &mut State,
+    run_id: &str,
+    end_time: String,
+    status: RunStatus,
+) -> Result<Applied, Rejection> {
+    let ri = live_run(state, run_id)?;
+    if let Some(active) = state.runs[ri].active() {
+        return Err(conflict(
+            "run_has_active_codon",
+            format!(
+                "Run '{run_id}' still has an active codon '{}' ({}); finish it first",
+                active.codon_id, active.status
+            ),
+        ));
+    }
+    finish_run(state, ri, end_time, status);
+    Ok(Applied {
+        codon_terminal: false,
+        run_ended: true,
+    })
+}
+
+fn finish_run(state: &mut State, ri: usize, end_time: String, status: RunStatus) {
+    let run = &mut state.runs[ri];
+    run.status = status;
+    run.end_time = Some(end_time);
+    if state.current_run_id.as_deref() == Some(run.run_id.as_str()) {
+        state.current_run_id = None;
+    }
+}
+
+/// Moves a record into `to`, filling in what that state promises.
+fn enter(rec: &mut CodonExecution, to: CodonStatus, meta: Option<TransitionMetadata>, at: String) {
+    let m = meta.unwrap_or_default();
+    if let Some(n) = m.extension_count {
+        rec.extension_count = Some(n);
+    }
+    if m.budget_exceeded.is_some() {
+        rec.budget_exceeded = m.budget_exceeded;
+    }
+    if m.context_exceeded.is_some() {
+        rec.context_exceeded = m.context_exceeded;
+    }
+    let sha = m.checkpoint_sha.filter(|s| !s.is_empty());
+    match to {
+        CodonStatus::Preparing | CodonStatus::CompletingSentinels => {}
+        CodonStatus::Starting => {
+            if sha.is_some() {
+                rec.rig_setup_checkpoint = sha;
+            }
+        }
+        CodonStatus::Initializing => {
+            rec.claude_pid = m.claude_pid;
+            rec.claude_log_path = m.claude_log_path;
+            if m.previous_session_id.is_some() {
+                rec.previous_session_id = m.previous_session_id;
+            }
+        }
+        CodonStatus::Running => {
+            rec.claude_session_id = m.claude_session_id;
+            rec.current_cost.get_or_insert(Money::ZERO);
+            rec.current_tokens.get_or_insert_with(TokenUsage::default);
+            rec.assistant_message_count.get_or_insert(0);
+            rec.extension_count.get_or_insert(0);
+        }
+        CodonStatus::Completed => {
+            rec.exit_code = Some(0);
+            rec.completion_checkpoint = sha;
+            rec.result_message_received = Some(m.result_message_received.unwrap_or(false));
+        }
+        CodonStatus::Failed => {
+            rec.exit_code = m.exit_code;
+            rec.failure_reason = m.failure_reason;
+            rec.failed_during = m.failed_during.as_deref().and_then(CodonStatus::parse);
+            if sha.is_some() {
+                rec.error_checkpoint = sha;
+            }
+        }
+        CodonStatus::Skipped => {
+            rec.skipped_during = m.skipped_during.as_deref().and_then(CodonStatus::parse);
+            if sha.is_some() {
+                rec.skip_checkpoint = sha;
+            }
+        }
+    }
+    if to.is_terminal() {
+        settle(rec, to, at);
+    } else {
+        rec.status = to;
+    }
+}
+
+/// Closes a record in a terminal state: the live cost becomes final (or
+/// partial), and its sentinels are sealed by renaming `loaded` to
+/// `executed`.
+fn settle(rec: &mut CodonExecution, to: CodonStatus, at: String) {
+    let cost = rec.current_cost.take().unwrap_or_default();
+    let tokens = rec.current_tokens.take().unwrap_or_default();
+    if to == CodonStatus::Completed {
+        rec.final_cost = Some(cost);
+        rec.final_tokens = Some(tokens);
+    } else {
+        rec.final_cost = None;
+        rec.final_tokens = None;
+        rec.partial_cost = Some(cost);
+        rec.partial_tokens = Some(tokens);
+    }
+    if let Some(s) = rec.sentinels.as_mut() {
+        if let Some(loaded) = s.loaded.take() {
+            s.executed = Some(loaded);
+        }
+    }
+    rec.end_time = Some(at);
+    rec.status = to;
+}

@@ -1,0 +1,334 @@
+//! The fourteen transition types: the only way the state changes.
+//!
+//! Each arrives as `{"type": "...", "data": {...}}`, the same bytes that go
+//! to the journal. Ids are borrowed from the input where they are only
+//! looked up, so the hot events (cost and message counts) allocate nothing
+//! while decoding. Every time is an argument (ISO-8601 text), never read
+//! from a clock, so replaying a journal reproduces the state exactly.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::machine::codon::{CodonStatus, TransitionMetadata};
+use crate::state::model::{LoopContext, PlanEntry, SentinelState, StartingConditions, TokenUsage};
+use crate::state::money::Money;
+
+/// A borrowed-when-possible string.
+pub type Str<'a> = Cow<'a, str>;
+
+/// One state transition.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", content = "data", deny_unknown_fields)]
+pub enum Transition<'a> {
+    /// Creates a run and makes it current.
+    #[serde(borrow)]
+    RunStarted(RunStarted<'a>),
+    /// Ends the current run successfully.
+    #[serde(borrow)]
+    RunCompleted(RunEnded<'a>),
+    /// Ends the current run as failed.
+    #[serde(borrow)]
+    RunFailed(RunEnded<'a>),
+    /// Marks a run found dead on a later start.
+    #[serde(borrow)]
+    RunCrashed(RunCrashed<'a>),
+    /// Appends a `preparing` record for a codon.
+    #[serde(borrow)]
+    CodonStarted(CodonStarted<'a>),
+    /// Moves a codon along the state machine.
+    #[serde(borrow)]
+    CodonTransitioned(CodonTransitioned<'a>),
+    /// Sets a live codon's cost and tokens to absolute values.
+    #[serde(borrow)]
+    CostsUpdated(CostsUpdated<'a>),
+    /// Adds to a live codon's cost and tokens.
+    #[serde(borrow)]
+    CostsIncremented(CostsIncremented<'a>),
+    /// Sets a live codon's assistant message count.
+    #[serde(borrow)]
+    AssistantMessageCountUpdated(AssistantMessageCountUpdated<'a>),
+    /// Sets a live codon's extension count.
+    #[serde(borrow)]
+    ExtensionCountUpdated(ExtensionCountUpdated<'a>),
+    /// Records the authoritative cost the agent reported.
+    #[serde(borrow)]
+    CodonFinalCostSet(CodonFinalCostSet<'a>),
+    /// Replaces a codon's sentinel states.
+    #[serde(borrow)]
+    SentinelStatesUpdated(SentinelStatesUpdated<'a>),
+    /// Records a checkpoint on a codon's latest record.
+    #[serde(borrow)]
+    CheckpointCreated(CheckpointCreated<'a>),
+    /// Records the project's initial checkpoint.
+    #[serde(borrow)]
+    InitialCheckpointSet(InitialCheckpointSet<'a>),
+}
+
+impl Transition<'_> {
+    /// The type name, as on the wire.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Transition::RunStarted(_) => "RunStarted",
+            Transition::RunCompleted(_) => "RunCompleted",
+            Transition::RunFailed(_) => "RunFailed",
+            Transition::RunCrashed(_) => "RunCrashed",
+            Transition::CodonStarted(_) => "CodonStarted",
+            Transition::CodonTransitioned(_) => "CodonTransitioned",
+            Transition::CostsUpdated(_) => "CostsUpdated",
+            Transition::CostsIncremented(_) => "CostsIncremented",
+            Transition::AssistantMessageCountUpdated(_) => "AssistantMessageCountUpdated",
+            Transition::ExtensionCountUpdated(_) => "ExtensionCountUpdated",
+            Transition::CodonFinalCostSet(_) => "CodonFinalCostSet",
+            Transition::SentinelStatesUpdated(_) => "SentinelStatesUpdated",
+            Transition::CheckpointCreated(_) => "CheckpointCreated",
+            Transition::InitialCheckpointSet(_) => "InitialCheckpointSet",
+        }
+    }
+
+    /// Every type name, in declaration order.
+    pub const KINDS: [&'static str; 14] = [
+        "RunStarted",
+        "RunCompleted",
+        "RunFailed",
+        "RunCrashed",
+        "CodonStarted",
+        "CodonTransitioned",
+        "CostsUpdated",
+        "CostsIncremented",
+        "AssistantMessageCountUpdated",
+        "ExtensionCountUpdated",
+        "CodonFinalCostSet",
+        "SentinelStatesUpdated",
+        "CheckpointCreated",
+        "InitialCheckpointSet",
+    ];
+}
+
+/// Data of `RunStarted`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunStarted<'a> {
+    /// New run id.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// Absolute run folder.
+    pub run_folder: String,
+    /// Checkpoint branch of the run.
+    pub git_branch: String,
+    /// Fresh or continuation.
+    pub starting_conditions: StartingConditions,
+    /// The process that owns the run.
+    pub server_pid: i64,
+    /// ISO-8601.
+    pub start_time: String,
+    /// The plan of a fresh run; a continuation keeps the existing one.
+    #[serde(default)]
+    pub execution_plan: Option<Vec<PlanEntry>>,
+}
+
+/// Data of `RunCompleted` and `RunFailed`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunEnded<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// ISO-8601.
+    pub end_time: String,
+}
+
+/// Data of `RunCrashed`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunCrashed<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// ISO-8601, when the crash was noticed.
+    pub detected_at: String,
+    /// What the lock or the state said the codon was doing (informational).
+    pub last_codon_status: String,
+}
+
+/// Data of `CodonStarted`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodonStarted<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    pub codon_id: String,
+    /// ISO-8601.
+    pub start_time: String,
+    /// For codons inside loops.
+    #[serde(default)]
+    pub loop_context: Option<LoopContext>,
+}
+
+/// Data of `CodonTransitioned`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodonTransitioned<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// The status the caller believes the codon is in.
+    pub from: CodonStatus,
+    /// The status requested.
+    pub to: CodonStatus,
+    /// ISO-8601; becomes `endTime` on a terminal transition.
+    pub timestamp: String,
+    /// What the target's guard requires, and more.
+    #[serde(default)]
+    pub metadata: Option<TransitionMetadata>,
+}
+
+/// Data of `CostsUpdated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CostsUpdated<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// New total cost.
+    pub cost: Money,
+    /// New total tokens.
+    pub tokens: TokenUsage,
+}
+
+/// Data of `CostsIncremented`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CostsIncremented<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// Cost to add.
+    pub cost_delta: Money,
+    /// Tokens to add.
+    pub tokens_delta: TokenUsage,
+}
+
+/// Data of `AssistantMessageCountUpdated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssistantMessageCountUpdated<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// The new count.
+    pub new_count: u64,
+}
+
+/// Data of `ExtensionCountUpdated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtensionCountUpdated<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// The new count.
+    pub extension_count: u64,
+}
+
+/// Data of `CodonFinalCostSet`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodonFinalCostSet<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// Authoritative cost.
+    pub final_cost: Money,
+    /// Authoritative tokens.
+    pub final_tokens: TokenUsage,
+}
+
+/// Data of `SentinelStatesUpdated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SentinelStatesUpdated<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// Every sentinel of the codon.
+    pub sentinel_states: Vec<SentinelState>,
+    /// Their summed cost.
+    pub total_cost: Money,
+}
+
+/// Kind of checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckpointType {
+    /// After rig setup.
+    RigSetup,
+    /// After a successful codon.
+    Completed,
+    /// At a failure.
+    Error,
+    /// At a skip.
+    Skipped,
+}
+
+/// Data of `CheckpointCreated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckpointCreated<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The codon.
+    #[serde(borrow)]
+    pub codon_id: Str<'a>,
+    /// What the checkpoint captured.
+    pub checkpoint_type: CheckpointType,
+    /// Commit sha.
+    pub sha: String,
+    /// Branch it was committed on (informational).
+    pub branch: String,
+}
+
+/// Data of `InitialCheckpointSet`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InitialCheckpointSet<'a> {
+    /// Commit sha.
+    #[serde(borrow)]
+    pub sha: Str<'a>,
+}
+
+/// Decodes one transition from its JSON bytes.
+pub fn decode(bytes: &[u8]) -> Result<Transition<'_>, serde_json::Error> {
+    serde_json::from_slice(bytes)
+}
+
+/// Splits a JSON array of transitions into each element's raw bytes, so one
+/// malformed element rejects only itself.
+pub fn split_batch(bytes: &[u8]) -> Result<Vec<&RawValue>, serde_json::Error> {
+    serde_json::from_slice(bytes)
+}
