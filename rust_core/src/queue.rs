@@ -87,7 +87,10 @@ pub struct Processed {
 }
 
 /// Decodes and applies one transition.
-pub fn apply_bytes(state: &mut State, bytes: &[u8]) -> (Option<&'static str>, Result<Applied, Rejection>) {
+pub fn apply_bytes(
+    state: &mut State,
+    bytes: &[u8],
+) -> (Option<&'static str>, Result<Applied, Rejection>) {
     match transition::decode(bytes) {
         Ok(t) => {
             let kind = t.kind();
@@ -144,7 +147,10 @@ mod tests {
         let batch: Vec<(u64, &[u8])> = vec![
             (1, br#"{"type":"InitialCheckpointSet","data":{"sha":""}}"#),
             (2, b"not json"),
-            (3, br#"{"type":"InitialCheckpointSet","data":{"sha":"abc"}}"#),
+            (
+                3,
+                br#"{"type":"InitialCheckpointSet","data":{"sha":"abc"}}"#,
+            ),
         ];
         let out = process(&mut state, &batch);
         assert_eq!(out.len(), 3);

@@ -98,7 +98,10 @@ impl CodonStatus {
 
     /// Whether a codon in this state has a live agent whose costs accrue.
     pub const fn is_live(self) -> bool {
-        matches!(self, CodonStatus::Running | CodonStatus::CompletingSentinels)
+        matches!(
+            self,
+            CodonStatus::Running | CodonStatus::CompletingSentinels
+        )
     }
 }
 
@@ -270,7 +273,10 @@ pub fn check_metadata(
             "claudePid" => meta.claude_pid.is_some(),
             "claudeLogPath" => meta.claude_log_path.is_some(),
             "claudeSessionId" => meta.claude_session_id.is_some(),
-            "checkpointSha" => meta.checkpoint_sha.as_deref().is_some_and(|s| !s.is_empty()),
+            "checkpointSha" => meta
+                .checkpoint_sha
+                .as_deref()
+                .is_some_and(|s| !s.is_empty()),
             "exitCode" => meta.exit_code.is_some(),
             "failureReason" => meta.failure_reason.is_some(),
             "failedDuring" => match meta.failed_during.as_deref() {
@@ -328,8 +334,7 @@ pub fn validate_transition(
 #[cfg(test)]
 mod tests {
     use super::CodonStatus::{
-        Completed, CompletingSentinels, Failed, Initializing, Preparing, Running, Skipped,
-        Starting,
+        Completed, CompletingSentinels, Failed, Initializing, Preparing, Running, Skipped, Starting,
     };
     use super::*;
 
@@ -408,7 +413,10 @@ mod tests {
     #[test]
     fn the_seed_messages_are_exact() {
         let err = validate_transition(Completed, Running, None).unwrap_err();
-        assert_eq!(err.to_string(), "Invalid transition from completed to running");
+        assert_eq!(
+            err.to_string(),
+            "Invalid transition from completed to running"
+        );
         let err = validate_transition(Initializing, Running, None).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -422,7 +430,11 @@ mod tests {
             (Starting, Initializing, &["claudePid", "claudeLogPath"]),
             (Initializing, Running, &["claudeSessionId"]),
             (Running, Completed, &["checkpointSha"]),
-            (Running, Failed, &["exitCode", "failureReason", "failedDuring"]),
+            (
+                Running,
+                Failed,
+                &["exitCode", "failureReason", "failedDuring"],
+            ),
             (Running, Skipped, &["skippedDuring"]),
         ];
         for (from, to, fields) in cases {
@@ -486,7 +498,9 @@ mod tests {
             ..full()
         };
         let err = validate_transition(Running, Skipped, Some(&meta)).unwrap_err();
-        assert!(err.to_string().contains("skippedDuring must be a codon status"));
+        assert!(err
+            .to_string()
+            .contains("skippedDuring must be a codon status"));
     }
 
     #[test]

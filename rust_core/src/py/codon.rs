@@ -4,8 +4,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 
 use crate::machine::codon::{
-    check_metadata, required_fields, CodonStatus, InvalidField, InvalidTransition,
-    TransitionError, TransitionMetadata,
+    check_metadata, required_fields, CodonStatus, InvalidField, InvalidTransition, TransitionError,
+    TransitionMetadata,
 };
 use crate::py::errors;
 use crate::state::model::FailureReason;
@@ -57,7 +57,7 @@ fn read_metadata(
             continue;
         }
         let is_int = value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>();
-        let as_str = || value.cast::<PyString>().ok().map(|s| s.to_string());
+        let as_str = || value.cast::<PyString>().ok().map(ToString::to_string);
         match field {
             "claudePid" | "exitCode" => match (is_int, value.extract::<i64>()) {
                 (true, Ok(v)) if field == "claudePid" => meta.claude_pid = Some(v),

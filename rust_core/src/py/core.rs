@@ -19,6 +19,7 @@ use crate::machine::codon::TransitionError;
 use crate::py::errors;
 use crate::queue::{self, Processed, Queue};
 use crate::state::model::State;
+use crate::state::money::Money;
 use crate::state::reducer::Rejection;
 use crate::state::transition;
 use crate::state::validate::{self, Environment, Validation};
@@ -205,11 +206,15 @@ pub struct Core {
 
 impl Core {
     fn state<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, State>> {
-        self.state.lock_py_attached(py).map_err(|_| errors::poisoned(py))
+        self.state
+            .lock_py_attached(py)
+            .map_err(|_| errors::poisoned(py))
     }
 
     fn queue<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, Queue<PyBackedBytes>>> {
-        self.queue.lock_py_attached(py).map_err(|_| errors::poisoned(py))
+        self.queue
+            .lock_py_attached(py)
+            .map_err(|_| errors::poisoned(py))
     }
 
     fn outcomes(py: Python<'_>, processed: Vec<Processed>) -> PyResult<Vec<Py<Outcome>>> {
@@ -234,8 +239,7 @@ impl Core {
         let (state, warnings) = match state_json {
             None => (State::default(), Vec::new()),
             Some(bytes) => {
-                let known: Option<FxHashSet<String>> =
-                    checkpoints.map(|c| c.into_iter().collect());
+                let known: Option<FxHashSet<String>> = checkpoints.map(|c| c.into_iter().collect());
                 let env = environment(known.as_ref(), run_folders.as_deref());
                 match validate::load(bytes, &env) {
                     Ok((state, report)) => (state, issues(py, report.warnings)?),
@@ -400,7 +404,7 @@ impl Core {
     /// The seed's getCodonCost of a codon's latest record in a run, or
     /// `None` when the codon has no record there. O(1).
     fn codon_cost(&self, py: Python<'_>, run_id: &str, codon_id: &str) -> PyResult<Option<f64>> {
-        Ok(self.state(py)?.codon_cost(run_id, codon_id).map(|m| m.usd()))
+        Ok(self.state(py)?.codon_cost(run_id, codon_id).map(Money::usd))
     }
 
     /// The status of a codon's latest record in a run, or `None`.

@@ -1,4 +1,4 @@
-//! The only PyO3 code in the crate: the `weft._core` extension module.
+//! The only `PyO3` code in the crate: the `weft._core` extension module.
 //!
 //! Everything here converts and delegates; the logic lives in the pure
 //! modules. Transitions cross as bytes already encoded by msgspec, never as
@@ -22,7 +22,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add(
         "BUILD_PROFILE",
-        if cfg!(debug_assertions) { "debug" } else { "release" },
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
     )?;
     let statuses: Vec<&str> = CodonStatus::ALL.iter().map(|s| s.as_str()).collect();
     m.add("CODON_STATUSES", PyTuple::new(py, statuses)?)?;

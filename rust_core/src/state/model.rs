@@ -23,7 +23,10 @@ use crate::state::money::Money;
 pub struct State {
     /// Every run, stored oldest first; serialised newest first as in
     /// state.json, so starting a run is a push, not a shift.
-    #[serde(serialize_with = "ser_newest_first", deserialize_with = "de_newest_first")]
+    #[serde(
+        serialize_with = "ser_newest_first",
+        deserialize_with = "de_newest_first"
+    )]
     pub runs: Vec<Run>,
     /// The active run, `null` when none is.
     pub current_run_id: Option<String>,
@@ -407,7 +410,11 @@ pub struct CodonExecution {
 
 impl CodonExecution {
     /// A new record in `preparing`.
-    pub fn preparing(codon_id: String, start_time: String, loop_context: Option<LoopContext>) -> Self {
+    pub fn preparing(
+        codon_id: String,
+        start_time: String,
+        loop_context: Option<LoopContext>,
+    ) -> Self {
         CodonExecution {
             codon_id,
             status: CodonStatus::Preparing,

@@ -13,8 +13,7 @@ use crate::machine::codon::{
     check_metadata, CodonStatus, InvalidTransition, TransitionError, TransitionMetadata,
 };
 use crate::state::model::{
-    CodonExecution, FailureReason, Run, RunStatus, Sentinels, StartingConditions, State,
-    TokenUsage,
+    CodonExecution, FailureReason, Run, RunStatus, Sentinels, StartingConditions, State, TokenUsage,
 };
 use crate::state::money::Money;
 use crate::state::transition::{CheckpointType, Transition};
@@ -186,8 +185,11 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
             let index = run.codons.len();
             run.latest.insert(d.codon_id.clone(), index);
             run.active = Some(index);
-            run.codons
-                .push(CodonExecution::preparing(d.codon_id, d.start_time, d.loop_context));
+            run.codons.push(CodonExecution::preparing(
+                d.codon_id,
+                d.start_time,
+                d.loop_context,
+            ));
             Ok(Applied::default())
         }
         Transition::CodonTransitioned(d) => {
@@ -235,11 +237,8 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
             let (ri, ci) = live_record(state, &d.run_id, &d.codon_id)?;
             with_record(state, ri, ci, |rec| {
                 rec.current_cost = Some(rec.current_cost.unwrap_or_default() + d.cost_delta);
-                rec.current_tokens = Some(
-                    rec.current_tokens
-                        .unwrap_or_default()
-                        .plus(d.tokens_delta),
-                );
+                rec.current_tokens =
+                    Some(rec.current_tokens.unwrap_or_default().plus(d.tokens_delta));
             });
             Ok(Applied::default())
         }
@@ -307,7 +306,10 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
 
 fn non_empty(field: &str, value: &str) -> Result<(), Rejection> {
     if value.is_empty() {
-        Err(conflict("invalid_value", format!("{field} must not be empty")))
+        Err(conflict(
+            "invalid_value",
+            format!("{field} must not be empty"),
+        ))
     } else {
         Ok(())
     }
@@ -344,11 +346,7 @@ fn record(state: &State, run_id: &str, codon_id: &str) -> Result<(usize, usize),
 
 /// The latest record of a codon, which must be running or completing
 /// sentinels: the only states in which an agent spends money.
-fn live_record(
-    state: &State,
-    run_id: &str,
-    codon_id: &str,
-) -> Result<(usize, usize), Rejection> {
+fn live_record(state: &State, run_id: &str, codon_id: &str) -> Result<(usize, usize), Rejection> {
     let (ri, ci) = record(state, run_id, codon_id)?;
     let status = state.runs[ri].codons[ci].status;
     if status.is_live() {

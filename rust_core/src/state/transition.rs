@@ -19,6 +19,9 @@ use crate::state::money::Money;
 pub type Str<'a> = Cow<'a, str>;
 
 /// One state transition.
+// A decoded transition lives on the stack only while it is applied, so its
+// size matters less than the allocation boxing the large variants would add.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", content = "data", deny_unknown_fields)]
 pub enum Transition<'a> {

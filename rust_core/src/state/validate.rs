@@ -174,7 +174,9 @@ fn check_codons(v: &mut Validation, at: &str, run_status: RunStatus, codons: &[C
                 need(c.final_cost.is_some(), "finalCost");
                 need(c.final_tokens.is_some(), "finalTokens");
                 need(
-                    c.completion_checkpoint.as_deref().is_some_and(|x| !x.is_empty()),
+                    c.completion_checkpoint
+                        .as_deref()
+                        .is_some_and(|x| !x.is_empty()),
                     "completionCheckpoint",
                 );
             }
@@ -202,7 +204,10 @@ fn check_codons(v: &mut Validation, at: &str, run_status: RunStatus, codons: &[C
                 path: path.clone(),
             });
         }
-        for (field, during) in [("failedDuring", c.failed_during), ("skippedDuring", c.skipped_during)] {
+        for (field, during) in [
+            ("failedDuring", c.failed_during),
+            ("skippedDuring", c.skipped_during),
+        ] {
             if during.is_some_and(CodonStatus::is_terminal) {
                 v.errors.push(Issue {
                     kind: "invalid_codon",
@@ -232,7 +237,11 @@ fn check_codons(v: &mut Validation, at: &str, run_status: RunStatus, codons: &[C
                         "codon '{}' is {} but its sentinels are {}",
                         c.codon_id,
                         c.status,
-                        if s.executed.is_some() { "executed" } else { "loaded" }
+                        if s.executed.is_some() {
+                            "executed"
+                        } else {
+                            "loaded"
+                        }
                     ),
                     path: format!("{path}.sentinels"),
                 });

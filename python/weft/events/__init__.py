@@ -1,0 +1,1 @@
+"""Typed events. The journal format and the wire format are the same bytes."""
