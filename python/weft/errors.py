@@ -11,6 +11,7 @@ works the same for Rust and Python callers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ class MetadataValidationError(TransitionRejectedError):
         message: str,
         *,
         to_status: str,
-        missing: tuple[str, ...] = (),
-        invalid: tuple[tuple[str, str], ...] = (),
+        missing: Sequence[str] = (),
+        invalid: Sequence[tuple[str, str]] = (),
         from_status: str | None = None,
         code: str = "invalid_metadata",
         seq: int | None = None,
@@ -103,6 +104,13 @@ class StateValidationError(WeftError):
         super().__init__(message)
         self.errors = errors
         self.warnings = warnings or []
+
+
+class PersistenceError(WeftError):
+    """Persisting transitions failed; the state manager stopped (fatal).
+
+    Everything committed before the failure is kept; the cause is chained.
+    """
 
 
 class CoreStateError(WeftError):

@@ -31,7 +31,6 @@ class _Data(
     rename="camel",
     omit_defaults=True,
     forbid_unknown_fields=True,
-    frozen=True,
     kw_only=True,
 ):
     """Base of every structure inside a transition."""

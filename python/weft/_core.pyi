@@ -1,0 +1,150 @@
+"""Type stubs of the compiled core ``weft._core`` (hand-written, checked by mypy.stubtest)."""
+
+from typing import final
+
+__all__ = [
+    "BUILD_PROFILE",
+    "CODON_STATUSES",
+    "TRANSITION_TYPES",
+    "BatchResult",
+    "Core",
+    "Issue",
+    "Outcome",
+    "StateValidation",
+    "__version__",
+    "allowed_transitions",
+    "is_terminal",
+    "validate_state",
+    "validate_transition",
+]
+
+__version__: str
+BUILD_PROFILE: str
+CODON_STATUSES: tuple[str, ...]
+TRANSITION_TYPES: tuple[str, ...]
+
+def validate_transition(
+    from_status: str, to_status: str, metadata: dict[str, object] | None = None
+) -> None:
+    """Raise InvalidTransitionError or MetadataValidationError unless the move is allowed."""
+
+def allowed_transitions(status: str) -> list[str]:
+    """The statuses a codon in ``status`` may move to."""
+
+def is_terminal(status: str) -> bool:
+    """Whether ``status`` is completed, failed or skipped."""
+
+def validate_state(
+    state_json: bytes,
+    *,
+    checkpoints: list[str] | None = None,
+    run_folders: list[str] | None = None,
+) -> StateValidation:
+    """Check a state document without loading it."""
+
+@final
+class Outcome:
+    """The outcome of one transition: applied, or rejected with a reason."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str | None: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def from_status(self) -> str | None: ...
+    @property
+    def to_status(self) -> str | None: ...
+    @property
+    def missing(self) -> list[str]: ...
+    @property
+    def invalid(self) -> list[tuple[str, str]]: ...
+    @property
+    def codon_terminal(self) -> bool: ...
+    @property
+    def run_ended(self) -> bool: ...
+
+@final
+class BatchResult:
+    """Counts of an ``apply_batch`` call, with the rejected outcomes only."""
+
+    @property
+    def first_seq(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def applied(self) -> int: ...
+    @property
+    def rejected(self) -> list[Outcome]: ...
+
+@final
+class Issue:
+    """One finding of a state validation."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+
+@final
+class StateValidation:
+    """Errors and warnings of a state validation."""
+
+    @property
+    def valid(self) -> bool: ...
+    @property
+    def errors(self) -> list[Issue]: ...
+    @property
+    def warnings(self) -> list[Issue]: ...
+
+@final
+class Core:
+    """One execution's state, its ordered transition queue and its cost cache."""
+
+    def __new__(
+        cls,
+        state_json: bytes | None = None,
+        *,
+        checkpoints: list[str] | None = None,
+        run_folders: list[str] | None = None,
+        next_seq: int = 1,
+    ) -> Core: ...
+    def submit(self, event: bytes) -> int:
+        """Enqueue one encoded transition; returns its sequence number at once."""
+    def submit_many(self, events: list[bytes]) -> int:
+        """Enqueue several transitions in order; returns the first sequence number."""
+    def drain(self, max_events: int | None = None) -> list[Outcome]:
+        """Apply up to ``max_events`` pending transitions in order."""
+    def apply(self, event: bytes) -> Outcome:
+        """Apply one transition now; the queue must be empty."""
+    def apply_batch(self, events: bytes) -> BatchResult:
+        """Apply a JSON array of transitions now; the queue must be empty."""
+    @property
+    def pending(self) -> int: ...
+    @property
+    def next_seq(self) -> int: ...
+    @property
+    def warnings(self) -> list[Issue]: ...
+    @property
+    def current_run_id(self) -> str | None: ...
+    @property
+    def codon_record_count(self) -> int: ...
+    def state_json(self) -> bytes:
+        """The state document in the state.json layout."""
+    def total_cost(self) -> float:
+        """Cost of every codon record of every run, in dollars. O(1)."""
+    def current_run_cost(self) -> float:
+        """Cost of the active run so far (0 when none). O(1)."""
+    def run_cost(self, run_id: str) -> float | None:
+        """Cost of one run, or None for an unknown run. O(1)."""
+    def codon_cost(self, run_id: str, codon_id: str) -> float | None:
+        """getCodonCost of a codon's latest record in a run, or None. O(1)."""
+    def codon_status(self, run_id: str, codon_id: str) -> str | None:
+        """Status of a codon's latest record in a run, or None."""

@@ -1,0 +1,38 @@
+"""The ``weft`` command line.
+
+Each command lives in its own module; this one parses arguments and turns
+user errors into a message and an exit code (2 for usage and configuration
+errors, 1 for a failed run, 0 for success), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from weft import __version__
+from weft._core import BUILD_PROFILE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``weft`` command."""
+    parser = argparse.ArgumentParser(
+        prog="weft",
+        description="Weft: a fast, crash-safe runtime for long-running AI-agent pipelines.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"weft {__version__} (core: {BUILD_PROFILE} build)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``weft`` and ``python -m weft``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    del args
+    parser.print_help(sys.stderr)
+    return 2

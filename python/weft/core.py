@@ -1,0 +1,115 @@
+"""Weft's embedding API: the compiled core, typed and documented.
+
+Services that embed Weft use this module. It has three layers:
+
+* **Pure functions** of the codon state machine: :func:`validate_transition`
+  (raises :class:`~weft.errors.InvalidTransitionError` or
+  :class:`~weft.errors.MetadataValidationError`), :func:`allowed_transitions`,
+  :func:`is_terminal`, and :func:`validate_state` for a state document.
+* :class:`Core`: one execution's state, its ordered transition queue and its
+  cost cache, synchronous and thread-safe. ``submit`` returns a sequence
+  number at once; ``drain`` applies pending transitions in order; costs are
+  O(1) queries; ``state_json`` gives the state.json document.
+* :class:`StateManager`: the asyncio driver around a ``Core``: fire-and-forget
+  ``transition``, ``transition_and_wait``, listeners that see applied
+  transitions in order once they are durable, and a persistence seam.
+
+Transitions are the msgspec Structs re-exported here (``RunStarted``,
+``CodonTransitioned``, ...); :func:`encode` turns one into the bytes the core,
+the journal and clients share. See ``docs/embedding.md`` for a walk-through.
+"""
+
+from __future__ import annotations
+
+from weft._core import (
+    BUILD_PROFILE,
+    CODON_STATUSES,
+    TRANSITION_TYPES,
+    BatchResult,
+    Core,
+    Issue,
+    Outcome,
+    StateValidation,
+    allowed_transitions,
+    is_terminal,
+    validate_state,
+    validate_transition,
+)
+from weft.events.transitions import (
+    AssistantMessageCountUpdated,
+    BudgetExceeded,
+    CheckpointCreated,
+    CodonFinalCostSet,
+    CodonStarted,
+    CodonStatus,
+    CodonTransitioned,
+    Continuation,
+    ContinuationSource,
+    CostsIncremented,
+    CostsUpdated,
+    ExtensionCountUpdated,
+    FailureReason,
+    Fresh,
+    InitialCheckpointSet,
+    LoopContext,
+    PlanEntry,
+    RunCompleted,
+    RunCrashed,
+    RunFailed,
+    RunStarted,
+    SentinelState,
+    SentinelStatesUpdated,
+    TokenUsage,
+    Transition,
+    TransitionMetadata,
+    decode,
+    encode,
+)
+from weft.state import InMemoryPersistence, Persistence, Processed, StateManager
+
+__all__ = [
+    "BUILD_PROFILE",
+    "CODON_STATUSES",
+    "TRANSITION_TYPES",
+    "AssistantMessageCountUpdated",
+    "BatchResult",
+    "BudgetExceeded",
+    "CheckpointCreated",
+    "CodonFinalCostSet",
+    "CodonStarted",
+    "CodonStatus",
+    "CodonTransitioned",
+    "Continuation",
+    "ContinuationSource",
+    "Core",
+    "CostsIncremented",
+    "CostsUpdated",
+    "ExtensionCountUpdated",
+    "FailureReason",
+    "Fresh",
+    "InMemoryPersistence",
+    "InitialCheckpointSet",
+    "Issue",
+    "LoopContext",
+    "Outcome",
+    "Persistence",
+    "PlanEntry",
+    "Processed",
+    "RunCompleted",
+    "RunCrashed",
+    "RunFailed",
+    "RunStarted",
+    "SentinelState",
+    "SentinelStatesUpdated",
+    "StateManager",
+    "StateValidation",
+    "TokenUsage",
+    "Transition",
+    "TransitionMetadata",
+    "allowed_transitions",
+    "decode",
+    "encode",
+    "is_terminal",
+    "validate_state",
+    "validate_transition",
+]

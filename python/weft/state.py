@@ -1,0 +1,253 @@
+"""The StateManager: the single writer of an execution's state.
+
+Every state change goes the same way::
+
+    transition(event) -> encode once (msgspec) -> Core.submit -> seq, returned at once
+    pump task: Core.drain() -> persistence.commit(batch) -> listeners, waiters
+
+The compiled core validates and applies transitions strictly in submission
+order; a rejected one changes nothing and is reported in its place, and the
+queue goes on. Listeners and waiters hear of a transition only after its
+batch was handed to persistence ("durable before visible"). The default
+:class:`InMemoryPersistence` keeps nothing; the durable SQLite journal plugs
+in through the same :class:`Persistence` protocol. A persistence failure is
+fatal: the manager stops accepting transitions and every waiter gets a
+:class:`~weft.errors.PersistenceError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from weft._core import Core, Outcome
+from weft.errors import PersistenceError, rejection_error
+from weft.events.transitions import Transition, encode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Processed:
+    """One transition after the core processed it, applied or rejected.
+
+    ``event`` is the typed transition when it was submitted as one, ``None``
+    when it arrived as bytes. ``payload`` is the exact encoded bytes, which is
+    what a journal stores.
+    """
+
+    seq: int
+    payload: bytes
+    event: Transition | None
+    outcome: Outcome
+
+    @property
+    def applied(self) -> bool:
+        """Whether the state changed."""
+        return self.outcome.ok
+
+
+class Persistence(Protocol):
+    """Where processed transitions go before anyone hears of them.
+
+    ``commit`` receives each batch in order and must return only once the
+    batch is durable. Raising makes the manager stop (a persistence failure is
+    fatal); the exception is kept as the ``__cause__`` of the
+    :class:`~weft.errors.PersistenceError` callers see.
+    """
+
+    async def commit(self, batch: Sequence[Processed]) -> None:
+        """Make ``batch`` durable."""
+
+
+class InMemoryPersistence:
+    """Keeps nothing: for embedding and tests without a store."""
+
+    async def commit(self, batch: Sequence[Processed]) -> None:
+        """Accept the batch; nothing is written."""
+
+
+Listener = Callable[[Processed], None]
+
+
+class StateManager:
+    """Owns a :class:`~weft._core.Core` and serialises every change to it.
+
+    ``transition`` may be called from any thread; the pump runs on the event
+    loop the manager was first used in. Listeners run on that loop, in
+    submission order, one processed transition at a time; an exception in a
+    listener is logged and does not stop the queue.
+    """
+
+    def __init__(
+        self,
+        core: Core | None = None,
+        *,
+        persistence: Persistence | None = None,
+        max_batch: int = 1024,
+    ) -> None:
+        self._core = core if core is not None else Core()
+        self._persistence = persistence if persistence is not None else InMemoryPersistence()
+        self._max_batch = max_batch
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[bytes, Transition | None]] = {}
+        self._waiters: dict[int, list[asyncio.Future[Outcome]]] = {}
+        self._listeners: list[Listener] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._failure: PersistenceError | None = None
+        self._dispatched = self._core.next_seq - 1
+        self._closed = False
+
+    @property
+    def core(self) -> Core:
+        """The compiled core; read state and costs from it directly."""
+        return self._core
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest transition listeners have seen."""
+        return self._dispatched
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Calls ``listener`` with every processed transition; returns an unsubscribe."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return remove
+
+    def transition(self, event: Transition) -> int:
+        """Queues ``event`` and returns its sequence number at once."""
+        return self._submit(encode(event), event)
+
+    def transition_bytes(self, payload: bytes) -> int:
+        """Queues an already-encoded transition; returns its sequence number."""
+        return self._submit(payload, None)
+
+    async def transition_and_wait(self, event: Transition) -> Outcome:
+        """Queues ``event`` and waits until it is durable.
+
+        Returns the outcome when it was applied; raises the matching
+        :class:`~weft.errors.TransitionRejectedError` when it was refused.
+        """
+        seq = self.transition(event)
+        outcome = await self._wait_for(seq)
+        if not outcome.ok:
+            raise rejection_error(outcome)
+        return outcome
+
+    async def flush(self) -> None:
+        """Waits until everything submitted so far reached the listeners."""
+        last = self._core.next_seq - 1
+        if last > self._dispatched:
+            await self._wait_for(last)
+        elif self._failure is not None:
+            raise self._failure
+
+    async def close(self) -> None:
+        """Flushes, then stops the pump. Later transitions are refused."""
+        await self.flush()
+        self._closed = True
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+            self._pump_task = None
+
+    # -- internals ---------------------------------------------------------
+
+    def _submit(self, payload: bytes, event: Transition | None) -> int:
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise RuntimeError("the StateManager is closed")
+        loop = self._bind_loop()
+        with self._lock:
+            seq = self._core.submit(payload)
+            self._pending[seq] = (payload, event)
+        if self._on_loop_thread(loop):
+            self._kick()
+        else:
+            loop.call_soon_threadsafe(self._kick)
+        return seq
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                raise RuntimeError(
+                    "StateManager needs a running event loop: use it first from async code"
+                ) from None
+            self._wake = asyncio.Event()
+        return self._loop
+
+    def _on_loop_thread(self, loop: asyncio.AbstractEventLoop) -> bool:
+        try:
+            return asyncio.get_running_loop() is loop
+        except RuntimeError:
+            return False
+
+    def _kick(self) -> None:
+        assert self._wake is not None
+        self._wake.set()
+        if self._pump_task is None or self._pump_task.done():
+            self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+
+    def _wait_for(self, seq: int) -> asyncio.Future[Outcome]:
+        if self._failure is not None:
+            raise self._failure
+        future: asyncio.Future[Outcome] = self._bind_loop().create_future()
+        self._waiters.setdefault(seq, []).append(future)
+        return future
+
+    async def _pump(self) -> None:
+        assert self._wake is not None
+        while True:
+            outcomes = self._core.drain(self._max_batch)
+            if not outcomes:
+                self._wake.clear()
+                if self._core.pending:
+                    continue
+                await self._wake.wait()
+                continue
+            with self._lock:
+                batch = [Processed(o.seq, *self._pending.pop(o.seq), outcome=o) for o in outcomes]
+            try:
+                await self._persistence.commit(batch)
+            except Exception as exc:
+                self._fail(exc)
+                return
+            for item in batch:
+                self._dispatched = item.seq
+                self._notify(item)
+
+    def _notify(self, item: Processed) -> None:
+        for listener in tuple(self._listeners):
+            try:
+                listener(item)
+            except Exception:
+                log.exception("state listener %r failed on transition %d", listener, item.seq)
+        for future in self._waiters.pop(item.seq, ()):
+            if not future.done():
+                future.set_result(item.outcome)
+
+    def _fail(self, exc: Exception) -> None:
+        failure = PersistenceError(f"persisting transitions failed: {exc}")
+        failure.__cause__ = exc
+        self._failure = failure
+        log.critical("%s", failure)
+        for futures in self._waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(failure)
+        self._waiters.clear()
