@@ -1,0 +1,39 @@
+# The commands people and CI use. README's Quick start runs `make demo` and `make test`.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+
+.PHONY: install demo test-deps test lint fmt bench
+
+install:
+	$(PIP) install -q -e .
+
+# Weft's main job, offline: the version and the embedding example.
+demo: install
+	weft --version
+	$(PYTHON) examples/embedding.py
+
+test-deps:
+	$(PIP) install -q -e ".[test]"
+
+# The whole suite: Rust unit and integration tests, then pytest.
+test: test-deps
+	cargo test --workspace
+	$(PYTHON) -m pytest
+
+lint: test-deps
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --features python -- -D warnings
+	ruff check python tests benches examples
+	ruff format --check python tests benches examples
+	mypy
+	$(PYTHON) -m mypy.stubtest weft._core
+
+fmt:
+	cargo fmt --all
+	ruff format python tests benches examples
+	ruff check --fix python tests benches examples
+
+# Benchmarks need the release build that `install` makes; they refuse a debug one.
+bench: test-deps
+	$(PYTHON) -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
