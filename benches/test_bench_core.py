@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from benches.workload import RUN, as_array, mixed_stream, records_stream
 from tests.oracle import OracleCore
 from tests.oracle import validate_transition as oracle_validate
+
+from benches.workload import RUN, as_array, mixed_stream, records_stream
 from weft import core
 
 BATCH = 100_000

@@ -33,7 +33,9 @@ def started(run_id: str = RUN) -> core.RunStarted:
     )
 
 
-def move(codon: str, frm: core.CodonStatus, to: core.CodonStatus, **meta: object) -> core.Transition:
+def move(
+    codon: str, frm: core.CodonStatus, to: core.CodonStatus, **meta: object
+) -> core.Transition:
     metadata = core.TransitionMetadata(**meta) if meta else None  # type: ignore[arg-type]
     return core.CodonTransitioned(
         run_id=RUN, codon_id=codon, from_status=frm, to_status=to, timestamp="t", metadata=metadata

@@ -184,9 +184,7 @@ class TestCore:
         running_codon(c, "a")
         for _ in range(10):
             c.apply(
-                payload(
-                    "CostsIncremented", runId="r1", codonId="a", costDelta=0.1, tokensDelta={}
-                )
+                payload("CostsIncremented", runId="r1", codonId="a", costDelta=0.1, tokensDelta={})
             )
         assert c.codon_cost("r1", "a") == 1.0
         assert c.apply(move("a", "running", "skipped", skippedDuring="running")).ok

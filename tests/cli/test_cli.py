@@ -1,0 +1,38 @@
+"""The ``weft`` command line: version, help, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from weft import __version__
+from weft.cli import main
+
+
+def test_version_names_the_package_and_the_core_build(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"weft {__version__} (core: ")
+    assert "build)" in out
+
+
+def test_no_command_prints_usage_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "usage: weft" in capsys.readouterr().err
+
+
+def test_an_unknown_option_is_a_usage_error_without_a_traceback() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "weft", "--frobnicate"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "unrecognized arguments: --frobnicate" in done.stderr
+    assert "Traceback" not in done.stderr
