@@ -90,7 +90,7 @@ class TestValidateTransition:
             ("running", "completing-sentinels", None),
             ("running", "completed", {"checkpointSha": "abc", "exitCode": 0}),
             ("completing-sentinels", "completed", {"checkpointSha": "abc"}),
-            ("preparing", "failed", FAILED_META),
+            ("preparing", "failed", {**FAILED_META, "failedDuring": "preparing"}),
             ("initializing", "skipped", {"skippedDuring": "initializing"}),
         ],
     )
@@ -116,6 +116,14 @@ class TestValidateTransition:
             core.validate_transition("running", "failed", {**FAILED_META, "failureReason": "x"})
         with pytest.raises(MetadataValidationError, match="exitCode must be 0"):
             core.validate_transition("running", "completed", {"checkpointSha": "a", "exitCode": 2})
+
+    def test_failed_during_must_name_the_state_being_left(self) -> None:
+        with pytest.raises(MetadataValidationError) as err:
+            core.validate_transition("starting", "failed", FAILED_META)
+        assert str(err.value) == (
+            "Invalid metadata for transition to failed: failedDuring must be starting"
+        )
+        assert err.value.invalid == (("failedDuring", "starting"),)
 
     def test_an_empty_checkpoint_is_missing(self) -> None:
         with pytest.raises(MetadataValidationError) as err:

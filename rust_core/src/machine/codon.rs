@@ -249,13 +249,18 @@ pub const fn required_fields(to: CodonStatus) -> &'static [&'static str] {
 
 const STATUS_NAME: &str = "a codon status";
 
-/// Checks the guard of `to` against `meta`.
+/// Checks the guard of `to` against `meta`, for a codon leaving `from`.
+///
+/// `failedDuring` and `skippedDuring` must name `from`: they say where the
+/// codon was when it stopped, and a record that lied about it would send
+/// whoever debugs it to the wrong phase.
 ///
 /// `type_errors` lists required fields that were present in the caller's
 /// input but could not be read at all (a string where a number belongs); the
 /// byte path never has any because serde refuses such input earlier. They
 /// are reported only for fields the guard of `to` requires.
 pub fn check_metadata(
+    from: CodonStatus,
     to: CodonStatus,
     meta: Option<&TransitionMetadata>,
     type_errors: &[InvalidField],
@@ -279,24 +284,8 @@ pub fn check_metadata(
                 .is_some_and(|s| !s.is_empty()),
             "exitCode" => meta.exit_code.is_some(),
             "failureReason" => meta.failure_reason.is_some(),
-            "failedDuring" => match meta.failed_during.as_deref() {
-                None => false,
-                Some(name) => {
-                    if CodonStatus::parse(name).is_none() {
-                        invalid.push((field, STATUS_NAME));
-                    }
-                    true
-                }
-            },
-            "skippedDuring" => match meta.skipped_during.as_deref() {
-                None => false,
-                Some(name) => {
-                    if CodonStatus::parse(name).is_none() {
-                        invalid.push((field, STATUS_NAME));
-                    }
-                    true
-                }
-            },
+            "failedDuring" => during(field, meta.failed_during.as_deref(), from, &mut invalid),
+            "skippedDuring" => during(field, meta.skipped_during.as_deref(), from, &mut invalid),
             _ => true,
         };
         if !present {
@@ -319,6 +308,24 @@ pub fn check_metadata(
     }
 }
 
+/// Checks a `failedDuring`/`skippedDuring` value; false when absent.
+fn during(
+    field: &'static str,
+    value: Option<&str>,
+    from: CodonStatus,
+    invalid: &mut Vec<InvalidField>,
+) -> bool {
+    let Some(name) = value else {
+        return false;
+    };
+    match CodonStatus::parse(name) {
+        None => invalid.push((field, STATUS_NAME)),
+        Some(status) if status != from => invalid.push((field, from.as_str())),
+        Some(_) => {}
+    }
+    true
+}
+
 /// Validates a transition: first the graph, then the guard of the target.
 pub fn validate_transition(
     from: CodonStatus,
@@ -328,7 +335,7 @@ pub fn validate_transition(
     if !from.can_transition_to(to) {
         return Err(TransitionError::Invalid(InvalidTransition { from, to }));
     }
-    check_metadata(to, meta, &[]).map_err(TransitionError::Metadata)
+    check_metadata(from, to, meta, &[]).map_err(TransitionError::Metadata)
 }
 
 #[cfg(test)]
@@ -348,7 +355,16 @@ mod tests {
         }
     }
 
-    /// Metadata that satisfies every guard at once.
+    /// Metadata that satisfies every guard at once, for a codon leaving `from`.
+    fn full_from(from: CodonStatus) -> TransitionMetadata {
+        TransitionMetadata {
+            failed_during: Some(from.as_str().into()),
+            skipped_during: Some(from.as_str().into()),
+            ..full()
+        }
+    }
+
+    /// Metadata that satisfies every guard for a codon leaving `running`.
     fn full() -> TransitionMetadata {
         TransitionMetadata {
             claude_pid: Some(42),
@@ -379,7 +395,7 @@ mod tests {
             for to in CodonStatus::ALL {
                 let expected = allowed.contains(&to);
                 assert_eq!(from.can_transition_to(to), expected, "{from} -> {to}");
-                let result = validate_transition(from, to, Some(&full()));
+                let result = validate_transition(from, to, Some(&full_from(from)));
                 assert_eq!(result.is_ok(), expected, "{from} -> {to}: {result:?}");
                 if !expected {
                     assert_eq!(
@@ -445,7 +461,7 @@ mod tests {
                 }
                 other => panic!("{from} -> {to}: {other:?}"),
             }
-            assert!(validate_transition(from, to, Some(&full())).is_ok());
+            assert!(validate_transition(from, to, Some(&full_from(from))).is_ok());
         }
     }
 
@@ -504,6 +520,29 @@ mod tests {
     }
 
     #[test]
+    fn failed_and_skipped_during_must_name_the_state_being_left() {
+        let meta = TransitionMetadata {
+            failed_during: Some("completed".into()),
+            ..full()
+        };
+        let err = validate_transition(Running, Failed, Some(&meta)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Invalid metadata for transition to failed: failedDuring must be running"
+        );
+        let meta = TransitionMetadata {
+            skipped_during: Some("running".into()),
+            ..full()
+        };
+        let err = validate_transition(Preparing, Skipped, Some(&meta)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Invalid metadata for transition to skipped: skippedDuring must be preparing"
+        );
+        assert!(validate_transition(Preparing, Skipped, Some(&full_from(Preparing))).is_ok());
+    }
+
+    #[test]
     fn completed_refuses_a_nonzero_exit_code() {
         let meta = TransitionMetadata {
             exit_code: Some(3),
@@ -533,10 +572,10 @@ mod tests {
     #[test]
     fn type_errors_count_only_for_required_fields() {
         let errs = [("claudePid", "an integer")];
-        let err = check_metadata(Initializing, None, &errs).unwrap_err();
+        let err = check_metadata(Starting, Initializing, None, &errs).unwrap_err();
         assert_eq!(err.missing, vec!["claudeLogPath"]);
         assert_eq!(err.invalid, vec![("claudePid", "an integer")]);
-        assert!(check_metadata(Starting, None, &errs).is_ok());
+        assert!(check_metadata(Preparing, Starting, None, &errs).is_ok());
     }
 
     #[test]

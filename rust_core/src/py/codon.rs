@@ -31,7 +31,7 @@ pub fn validate_transition(
         return Err(errors::transition_error(py, from, &err));
     }
     let (meta, type_errors) = read_metadata(to, metadata)?;
-    check_metadata(to, Some(&meta), &type_errors)
+    check_metadata(from, to, Some(&meta), &type_errors)
         .map_err(|e| errors::transition_error(py, from, &TransitionError::Metadata(e)))
 }
 

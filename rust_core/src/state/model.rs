@@ -12,7 +12,6 @@ use rustc_hash::FxHashMap;
 use serde::de::Deserializer;
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 use crate::machine::codon::CodonStatus;
 use crate::state::money::Money;
@@ -153,17 +152,19 @@ pub enum ContinuationReason {
 }
 
 /// One entry of the execution plan. The resolved codon configuration is kept
-/// verbatim: the hank loader owns its schema.
+/// as plain JSON: the hank loader owns its schema. (Not a `RawValue`: a
+/// transition whose `data` precedes its `type` is buffered by serde, and
+/// buffered content cannot hold one.)
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanEntry {
     /// Resolved codon configuration.
-    pub codon: Box<RawValue>,
+    pub codon: serde_json::Value,
     /// Runtime id; `<id>#<n>` inside loops.
     pub codon_id: String,
     /// Present for codons inside a loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loop_context: Option<Box<RawValue>>,
+    pub loop_context: Option<serde_json::Value>,
 }
 
 /// Where a codon sits in a loop.

@@ -69,6 +69,13 @@ impl Money {
         Ok(Money((usd * SCALE).round_ties_even() as i64))
     }
 
+    /// `self + other`, or `None` when the sum exceeds [`Money::MAX_USD`]: no
+    /// single value may grow past what a document can hold.
+    pub fn checked_add(self, other: Money) -> Option<Money> {
+        let sum = self.0.checked_add(other.0)?;
+        (sum as f64 <= Money::MAX_USD * SCALE).then_some(Money(sum))
+    }
+
     /// The amount in dollars.
     pub fn usd(self) -> f64 {
         self.0 as f64 / SCALE

@@ -212,7 +212,7 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
                     },
                 )));
             }
-            check_metadata(d.to, d.metadata.as_ref(), &[])
+            check_metadata(d.from, d.to, d.metadata.as_ref(), &[])
                 .map_err(|e| Rejection::Transition(TransitionError::Metadata(e)))?;
             let to = d.to;
             with_record(state, ri, ci, |rec| enter(rec, to, d.metadata, d.timestamp));
@@ -235,8 +235,20 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
         }
         Transition::CostsIncremented(d) => {
             let (ri, ci) = live_record(state, &d.run_id, &d.codon_id)?;
+            let current = state.runs[ri].codons[ci].current_cost.unwrap_or_default();
+            let Some(cost) = current.checked_add(d.cost_delta) else {
+                return Err(conflict(
+                    "invalid_value",
+                    format!(
+                        "Codon '{}' in run '{}' would cost more than {} USD",
+                        d.codon_id,
+                        d.run_id,
+                        Money::MAX_USD
+                    ),
+                ));
+            };
             with_record(state, ri, ci, |rec| {
-                rec.current_cost = Some(rec.current_cost.unwrap_or_default() + d.cost_delta);
+                rec.current_cost = Some(cost);
                 rec.current_tokens =
                     Some(rec.current_tokens.unwrap_or_default().plus(d.tokens_delta));
             });

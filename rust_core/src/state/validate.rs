@@ -164,13 +164,18 @@ fn check_codons(v: &mut Validation, at: &str, run_status: RunStatus, codons: &[C
             need(c.current_cost.is_some(), "currentCost");
             need(c.current_tokens.is_some(), "currentTokens");
             need(c.assistant_message_count.is_some(), "assistantMessageCount");
+            need(c.extension_count.is_some(), "extensionCount");
         }
         if s.is_terminal() {
             need(c.end_time.is_some(), "endTime");
         }
         match s {
             CodonStatus::Completed => {
+                // Only a codon that ran can complete.
+                need(c.claude_session_id.is_some(), "claudeSessionId");
+                need(c.claude_log_path.is_some(), "claudeLogPath");
                 need(c.exit_code == Some(0), "exitCode 0");
+                need(c.result_message_received.is_some(), "resultMessageReceived");
                 need(c.final_cost.is_some(), "finalCost");
                 need(c.final_tokens.is_some(), "finalTokens");
                 need(
@@ -185,10 +190,12 @@ fn check_codons(v: &mut Validation, at: &str, run_status: RunStatus, codons: &[C
                 need(c.failure_reason.is_some(), "failureReason");
                 need(c.failed_during.is_some(), "failedDuring");
                 need(c.partial_cost.is_some(), "partialCost");
+                need(c.partial_tokens.is_some(), "partialTokens");
             }
             CodonStatus::Skipped => {
                 need(c.skipped_during.is_some(), "skippedDuring");
                 need(c.partial_cost.is_some(), "partialCost");
+                need(c.partial_tokens.is_some(), "partialTokens");
             }
             _ => active += 1,
         }
@@ -299,11 +306,15 @@ fn check_checkpoints(v: &mut Validation, state: &State, known: &FxHashSet<String
     let total = state.runs.len();
     for (i, run) in state.runs.iter().enumerate() {
         let at = format!("runs[{}]", total - 1 - i);
-        if let StartingConditions::Continuation { source, .. } = &run.starting_conditions {
-            report(
+        match &run.starting_conditions {
+            StartingConditions::Continuation { source, .. } => report(
                 &source.checkpoint_sha,
                 format!("{at}.startingConditions.source.checkpointSha"),
-            );
+            ),
+            StartingConditions::Fresh {
+                initial_checkpoint_sha: Some(sha),
+            } => report(sha, format!("{at}.startingConditions.initialCheckpointSha")),
+            StartingConditions::Fresh { .. } => {}
         }
         for (j, c) in run.codons.iter().enumerate() {
             for (field, sha) in [
