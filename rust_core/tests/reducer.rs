@@ -2050,6 +2050,7 @@ fn rejections_carry_typed_reasons() {
         apply_bytes(&mut s, &bytes).1,
         Err(Rejection::Transition(TransitionError::Metadata(
             MetadataError {
+                from: CodonStatus::Running,
                 to: CodonStatus::Failed,
                 missing: vec!["failureReason", "failedDuring"],
                 invalid: vec![],
@@ -3317,6 +3318,7 @@ fn processing_reports_each_outcome_in_place_and_goes_on() {
             Some("CodonTransitioned"),
             Err(Rejection::Transition(TransitionError::Metadata(
                 MetadataError {
+                    from: CodonStatus::Starting,
                     to: CodonStatus::Initializing,
                     missing: vec!["claudePid", "claudeLogPath"],
                     invalid: vec![],

@@ -125,6 +125,14 @@ class TestValidateTransition:
         )
         assert err.value.invalid == (("failedDuring", "starting"),)
 
+    def test_a_mistyped_exit_code_on_completion_is_named(self) -> None:
+        for bad in ["0", True, 1.5]:
+            with pytest.raises(MetadataValidationError) as err:
+                core.validate_transition(
+                    "running", "completed", {"checkpointSha": "a", "exitCode": bad}
+                )
+            assert err.value.invalid == (("exitCode", "an integer"),)
+
     def test_an_empty_checkpoint_is_missing(self) -> None:
         with pytest.raises(MetadataValidationError) as err:
             core.validate_transition("running", "completed", {"checkpointSha": ""})
@@ -164,6 +172,18 @@ class TestCore:
         assert [o.seq for o in result.rejected] == [2, 3]
         assert [o.code for o in result.rejected] == ["unknown_codon", "malformed"]
         assert c.next_seq == 4
+
+    def test_a_metadata_rejection_names_both_ends_of_the_move(self) -> None:
+        c = core.Core()
+        c.apply(run_started())
+        running_codon(c, "a")
+        outcome = c.apply(move("a", "running", "completed"))
+        assert (outcome.code, outcome.from_status, outcome.to_status) == (
+            "invalid_metadata",
+            "running",
+            "completed",
+        )
+        assert outcome.missing == ["checkpointSha"]
 
     def test_apply_batch_needs_a_json_array(self) -> None:
         with pytest.raises(ValueError, match="JSON array of transitions"):

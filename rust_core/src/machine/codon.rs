@@ -178,6 +178,8 @@ pub type InvalidField = (&'static str, &'static str);
 /// A transition whose metadata does not satisfy its target's guard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetadataError {
+    /// Current state.
+    pub from: CodonStatus,
     /// Requested state.
     pub to: CodonStatus,
     /// Required fields that are absent (or null, or an empty checkpoint sha).
@@ -294,13 +296,18 @@ pub fn check_metadata(
     }
     // The seed fixes a completed codon's exit code at 0; anything else is a
     // caller that meant `failed`.
-    if to == CodonStatus::Completed && meta.exit_code.is_some_and(|c| c != 0) {
-        invalid.push(("exitCode", "0"));
+    if to == CodonStatus::Completed {
+        if let Some(&bad) = type_errors.iter().find(|(name, _)| *name == "exitCode") {
+            invalid.push(bad);
+        } else if meta.exit_code.is_some_and(|c| c != 0) {
+            invalid.push(("exitCode", "0"));
+        }
     }
     if missing.is_empty() && invalid.is_empty() {
         Ok(())
     } else {
         Err(MetadataError {
+            from,
             to,
             missing,
             invalid,

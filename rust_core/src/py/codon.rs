@@ -28,11 +28,11 @@ pub fn validate_transition(
     let to = parse_status(to_status)?;
     if !from.can_transition_to(to) {
         let err = TransitionError::Invalid(InvalidTransition { from, to });
-        return Err(errors::transition_error(py, from, &err));
+        return Err(errors::transition_error(py, &err));
     }
     let (meta, type_errors) = read_metadata(to, metadata)?;
     check_metadata(from, to, Some(&meta), &type_errors)
-        .map_err(|e| errors::transition_error(py, from, &TransitionError::Metadata(e)))
+        .map_err(|e| errors::transition_error(py, &TransitionError::Metadata(e)))
 }
 
 /// Reads only the fields the guard of `to` looks at, noting wrong kinds.

@@ -89,6 +89,7 @@ impl From<Processed> for Outcome {
                         out.to_status = Some(e.to.as_str());
                     }
                     Rejection::Transition(TransitionError::Metadata(e)) => {
+                        out.from_status = Some(e.from.as_str());
                         out.to_status = Some(e.to.as_str());
                         out.missing = e.missing;
                         out.invalid = e.invalid;

@@ -36,47 +36,29 @@ fn build(
 }
 
 /// `InvalidTransitionError` or `MetadataValidationError`.
-pub fn transition_error(py: Python<'_>, from: CodonStatus, err: &TransitionError) -> PyErr {
+pub fn transition_error(py: Python<'_>, err: &TransitionError) -> PyErr {
     let kwargs = PyDict::new(py);
-    let filled = (|| -> PyResult<()> {
-        match err {
-            TransitionError::Invalid(e) => {
-                kwargs.set_item("from_status", e.from.as_str())?;
-                kwargs.set_item("to_status", e.to.as_str())?;
-            }
-            TransitionError::Metadata(e) => {
-                metadata_kwargs(&kwargs, e)?;
-                kwargs.set_item("from_status", from.as_str())?;
-            }
-        }
-        Ok(())
-    })();
+    let filled = match err {
+        TransitionError::Invalid(e) => kwargs
+            .set_item("from_status", e.from.as_str())
+            .and_then(|()| kwargs.set_item("to_status", e.to.as_str())),
+        TransitionError::Metadata(e) => metadata_kwargs(&kwargs, e),
+    };
     if let Err(e) = filled {
         return e;
     }
-    match err {
-        TransitionError::Invalid(_) => build(
-            py,
-            &INVALID_TRANSITION,
-            "InvalidTransitionError",
-            err.to_string(),
-            &kwargs,
-        ),
-        TransitionError::Metadata(_) => build(
-            py,
-            &METADATA,
-            "MetadataValidationError",
-            err.to_string(),
-            &kwargs,
-        ),
-    }
+    let (cell, name) = match err {
+        TransitionError::Invalid(_) => (&INVALID_TRANSITION, "InvalidTransitionError"),
+        TransitionError::Metadata(_) => (&METADATA, "MetadataValidationError"),
+    };
+    build(py, cell, name, err.to_string(), &kwargs)
 }
 
 fn metadata_kwargs(kwargs: &Bound<'_, PyDict>, e: &MetadataError) -> PyResult<()> {
+    kwargs.set_item("from_status", e.from.as_str())?;
     kwargs.set_item("to_status", e.to.as_str())?;
     kwargs.set_item("missing", e.missing.clone())?;
-    let invalid: Vec<(&str, &str)> = e.invalid.clone();
-    kwargs.set_item("invalid", invalid)?;
+    kwargs.set_item("invalid", e.invalid.clone())?;
     Ok(())
 }
 
