@@ -54,6 +54,8 @@ def test_apply_batch_baseline_oracle(benchmark: Any, batch: bytes) -> None:
 def test_apply_batch_rust(benchmark: Any, batch: bytes) -> None:
     applied = benchmark.pedantic(_apply_rust, args=(batch,), rounds=15, iterations=1)
     assert 0.9 * BATCH < applied < BATCH
+    if benchmark.stats is None:  # --benchmark-disable: ran once, nothing measured
+        return
     per_second = BATCH / benchmark.stats.stats.median
     benchmark.extra_info["transitions_per_second"] = per_second
     benchmark.extra_info["summary"] = f"{per_second / 1e6:.2f}M transitions/s"
@@ -93,4 +95,6 @@ def test_cost_queries_baseline_oracle(benchmark: Any, states: Any, size: int) ->
 def test_cost_queries_rust(benchmark: Any, states: Any, size: int) -> None:
     benchmark.group = f"c: cost queries, {size:>6} records"
     benchmark(_queries, states[size][0])
+    if benchmark.stats is None:
+        return
     benchmark.extra_info["summary"] = f"{benchmark.stats.stats.median * 1e9:.0f} ns per 3 queries"

@@ -105,6 +105,10 @@ class OracleCore:
         self.current_run_id: str | None = None
         self.initial_checkpoint: str | None = None
         self.execution_plan: list[Any] = []
+        # The same indexes the core keeps, so that as a benchmark baseline the
+        # oracle is not slowed by linear scans the core does not do.
+        self._runs_by_id: dict[str, dict[str, Any]] = {}
+        self._latest_by_id: dict[tuple[str, str], dict[str, Any]] = {}
 
     # --- API ---------------------------------------------------------------
 
@@ -168,15 +172,19 @@ class OracleCore:
         return sum(codon_cost(rec).nanos for rec in run["codons"])
 
     def _run(self, run_id: str) -> dict[str, Any] | None:
-        return next((r for r in self.runs if r["runId"] == run_id), None)
+        return self._runs_by_id.get(run_id)
 
-    @staticmethod
-    def _latest(run: dict[str, Any], codon_id: str) -> dict[str, Any] | None:
-        return next((c for c in reversed(run["codons"]) if c["codonId"] == codon_id), None)
+    def _latest(self, run: dict[str, Any], codon_id: str) -> dict[str, Any] | None:
+        return self._latest_by_id.get((run["runId"], codon_id))
 
     @staticmethod
     def _active(run: dict[str, Any]) -> dict[str, Any] | None:
-        return next((c for c in run["codons"] if c["status"] not in TERMINAL), None)
+        # CodonStarted appends only when nothing is active, so an active
+        # record is always the run's last one.
+        codons: list[dict[str, Any]] = run["codons"]
+        if codons and codons[-1]["status"] not in TERMINAL:
+            return codons[-1]
+        return None
 
     @staticmethod
     def _non_empty(name: str, value: str) -> None:
@@ -246,18 +254,17 @@ class OracleCore:
                 )
         if "executionPlan" in d:
             self.execution_plan = d["executionPlan"]
-        self.runs.append(
-            {
-                "runId": run_id,
-                "runFolder": d["runFolder"],
-                "gitBranch": d["gitBranch"],
-                "startingConditions": conditions,
-                "codons": [],
-                "status": "running",
-                "startTime": d["startTime"],
-                "serverPid": d["serverPid"],
-            }
-        )
+        self._runs_by_id[run_id] = {
+            "runId": run_id,
+            "runFolder": d["runFolder"],
+            "gitBranch": d["gitBranch"],
+            "startingConditions": conditions,
+            "codons": [],
+            "status": "running",
+            "startTime": d["startTime"],
+            "serverPid": d["serverPid"],
+        }
+        self.runs.append(self._runs_by_id[run_id])
         self.current_run_id = run_id
         return False, False
 
@@ -309,6 +316,7 @@ class OracleCore:
         rec = {"codonId": d["codonId"], "status": "preparing", "startTime": d["startTime"]}
         _set(rec, "loopContext", d.get("loopContext"))
         run["codons"].append(rec)
+        self._latest_by_id[(run["runId"], d["codonId"])] = rec
         return False, False
 
     def _codon_transitioned(self, d: dict[str, Any]) -> tuple[bool, bool]:

@@ -212,7 +212,7 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
                     },
                 )));
             }
-            check_metadata(d.from, d.to, d.metadata.as_ref(), &[])
+            check_metadata(d.from, d.to, d.metadata.as_deref(), &[])
                 .map_err(|e| Rejection::Transition(TransitionError::Metadata(e)))?;
             let to = d.to;
             with_record(state, ri, ci, |rec| enter(rec, to, d.metadata, d.timestamp));
@@ -417,8 +417,13 @@ fn finish_run(state: &mut State, ri: usize, end_time: String, status: RunStatus)
 }
 
 /// Moves a record into `to`, filling in what that state promises.
-fn enter(rec: &mut CodonExecution, to: CodonStatus, meta: Option<TransitionMetadata>, at: String) {
-    let m = meta.unwrap_or_default();
+fn enter(
+    rec: &mut CodonExecution,
+    to: CodonStatus,
+    meta: Option<Box<TransitionMetadata>>,
+    at: String,
+) {
+    let m = meta.map(|m| *m).unwrap_or_default();
     if let Some(n) = m.extension_count {
         rec.extension_count = Some(n);
     }

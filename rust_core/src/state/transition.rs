@@ -187,9 +187,10 @@ pub struct CodonTransitioned<'a> {
     pub to: CodonStatus,
     /// ISO-8601; becomes `endTime` on a terminal transition.
     pub timestamp: String,
-    /// What the target's guard requires, and more.
+    /// What the target's guard requires, and more. Boxed: it is the largest
+    /// part of any transition and most transitions carry none.
     #[serde(default)]
-    pub metadata: Option<TransitionMetadata>,
+    pub metadata: Option<Box<TransitionMetadata>>,
 }
 
 /// Data of `CostsUpdated`.
