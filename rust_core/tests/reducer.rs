@@ -989,6 +989,43 @@ fn spent(status: &str) -> State {
     s
 }
 
+const TERMINAL: Applied = Applied {
+    codon_terminal: true,
+    run_ended: false,
+};
+
+/// What failing or skipping does to a record `spent` built: the live cost
+/// becomes the partial cost, the sentinels are sealed, plus `fields`.
+fn settled(before: Value, live: bool, fields: &[(&str, Value)]) -> Value {
+    let remove: &[&str] = if live {
+        &[
+            "currentCost",
+            "currentTokens",
+            "finalCost",
+            "finalTokens",
+            "sentinels",
+        ]
+    } else {
+        &["sentinels"]
+    };
+    let (cost, tok) = if live {
+        (json!(0.4), tokens(40, 4, 0, 0))
+    } else {
+        (json!(0.0), zero_tokens())
+    };
+    let mut set: Vec<(&str, Value)> = vec![
+        ("endTime", json!(STEP)),
+        ("partialCost", cost),
+        ("partialTokens", tok),
+        (
+            "sentinels",
+            json!({ "executed": [sentinel("s1", 0.02)], "totalCost": 0.02 }),
+        ),
+    ];
+    set.extend(fields.iter().cloned());
+    edit(before, remove, &set)
+}
+
 #[test]
 fn failing_moves_the_live_cost_to_partial_cost_from_every_status() {
     let reason = json!({
@@ -1011,45 +1048,16 @@ fn failing_moves_the_live_cost_to_partial_cost_from_every_status() {
                 }),
             ),
         );
-        assert_eq!(
-            applied,
-            Applied {
-                codon_terminal: true,
-                run_ended: false
-            }
-        );
-        let remove: &[&str] = if live {
-            &[
-                "currentCost",
-                "currentTokens",
-                "finalCost",
-                "finalTokens",
-                "sentinels",
-            ]
-        } else {
-            &["sentinels"]
-        };
-        let (cost, tok) = if live {
-            (json!(0.4), tokens(40, 4, 0, 0))
-        } else {
-            (json!(0.0), zero_tokens())
-        };
-        let expected = edit(
+        assert_eq!(applied, TERMINAL);
+        let expected = settled(
             before,
-            remove,
+            live,
             &[
                 ("status", json!("failed")),
-                ("endTime", json!(STEP)),
                 ("exitCode", json!(137)),
                 ("failureReason", reason.clone()),
                 ("failedDuring", json!(during)),
                 ("errorCheckpoint", json!("sha-err")),
-                ("partialCost", cost),
-                ("partialTokens", tok),
-                (
-                    "sentinels",
-                    json!({ "executed": [sentinel("s1", 0.02)], "totalCost": 0.02 }),
-                ),
             ],
         );
         assert_eq!(rec(&s, "r1", 0), expected, "{during}");
@@ -1079,43 +1087,14 @@ fn skipping_keeps_a_partial_cost_but_counts_zero_from_every_status() {
                 json!({ "skippedDuring": during, "checkpointSha": "sha-skip" }),
             ),
         );
-        assert_eq!(
-            applied,
-            Applied {
-                codon_terminal: true,
-                run_ended: false
-            }
-        );
-        let remove: &[&str] = if live {
-            &[
-                "currentCost",
-                "currentTokens",
-                "finalCost",
-                "finalTokens",
-                "sentinels",
-            ]
-        } else {
-            &["sentinels"]
-        };
-        let (cost, tok) = if live {
-            (json!(0.4), tokens(40, 4, 0, 0))
-        } else {
-            (json!(0.0), zero_tokens())
-        };
-        let expected = edit(
+        assert_eq!(applied, TERMINAL);
+        let expected = settled(
             before,
-            remove,
+            live,
             &[
                 ("status", json!("skipped")),
-                ("endTime", json!(STEP)),
                 ("skippedDuring", json!(during)),
                 ("skipCheckpoint", json!("sha-skip")),
-                ("partialCost", cost),
-                ("partialTokens", tok),
-                (
-                    "sentinels",
-                    json!({ "executed": [sentinel("s1", 0.02)], "totalCost": 0.02 }),
-                ),
             ],
         );
         assert_eq!(rec(&s, "r1", 0), expected, "{during}");

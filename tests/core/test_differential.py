@@ -734,16 +734,7 @@ def validation_cases(draw: st.DrawFn) -> tuple[str, str, dict[str, Any] | None]:
         to = draw(st.sampled_from([*GUARDED, "starting", "completing-sentinels"]))
     if draw(st.integers(0, 9)) == 0:
         return frm, to, None
-    good = {
-        "claudePid": 7,
-        "claudeLogPath": "c.log",
-        "claudeSessionId": "s",
-        "checkpointSha": "abc",
-        "exitCode": 0,
-        "failureReason": {"type": "x", "retriable": False},
-        "failedDuring": frm,
-        "skippedDuring": frm,
-    }
+    good = full_metadata(frm)
     meta: dict[str, Any] = {}
     for key in GUARDED.get(to, []):
         roll = draw(st.integers(0, 3))
@@ -755,6 +746,20 @@ def validation_cases(draw: st.DrawFn) -> tuple[str, str, dict[str, Any] | None]:
         draw(st.dictionaries(st.sampled_from([*META_KEYS, "other"]), meta_values, max_size=3))
     )
     return frm, to, meta
+
+
+def full_metadata(frm: str) -> dict[str, Any]:
+    """Metadata that satisfies every guard for a codon leaving ``frm``."""
+    return {
+        "claudePid": 7,
+        "claudeLogPath": "c.log",
+        "claudeSessionId": "s",
+        "checkpointSha": "abc",
+        "exitCode": 0,
+        "failureReason": {"type": "x", "retriable": False},
+        "failedDuring": frm,
+        "skippedDuring": frm,
+    }
 
 
 def call(fn: Any, *args: Any) -> tuple[Any, ...]:
@@ -779,16 +784,7 @@ def test_validate_transition_matches_the_oracle(case: tuple[str, str, Any]) -> N
 @pytest.mark.parametrize("to", STATUSES)
 def test_validate_transition_every_pair(frm: str, to: str) -> None:
     """Every edge of the graph, with no, empty and complete metadata."""
-    full = {
-        "claudePid": 1,
-        "claudeLogPath": "l",
-        "claudeSessionId": "s",
-        "checkpointSha": "abc",
-        "exitCode": 0,
-        "failureReason": {"type": "x", "retriable": False},
-        "failedDuring": frm,
-        "skippedDuring": frm,
-    }
+    full = full_metadata(frm)
     elsewhere = {**full, "failedDuring": "running", "skippedDuring": "running"}
     if frm == "running":
         elsewhere = {**full, "failedDuring": "starting", "skippedDuring": "starting"}
