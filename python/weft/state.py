@@ -107,7 +107,11 @@ class StateManager:
 
     @property
     def core(self) -> Core:
-        """The compiled core; read state and costs from it directly."""
+        """The compiled core: read state and costs from it directly.
+
+        Submit only through the manager: a transition submitted on the core
+        itself would bypass the persistence and the listeners.
+        """
         return self._core
 
     @property
