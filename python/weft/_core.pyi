@@ -49,7 +49,13 @@ class Outcome:
     @property
     def seq(self) -> int: ...
     @property
+    def transition(self) -> bool: ...
+    @property
     def kind(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+    @property
+    def codon_id(self) -> str | None: ...
     @property
     def ok(self) -> bool: ...
     @property
@@ -114,10 +120,12 @@ class Core:
         *,
         checkpoints: list[str] | None = None,
         run_folders: list[str] | None = None,
-        next_seq: int = 1,
+        next_seq: int | None = None,
     ) -> Core: ...
     def submit(self, event: bytes) -> int:
         """Enqueue one encoded transition; returns its sequence number at once."""
+    def emit(self, event: bytes) -> int:
+        """Enqueue a stream event: it takes its place in the order, the state is untouched."""
     def submit_many(self, events: list[bytes]) -> int:
         """Enqueue several transitions in order; returns the first sequence number."""
     def drain(self, max_events: int | None = None) -> list[Outcome]:
@@ -126,6 +134,14 @@ class Core:
         """Apply one transition now; the queue must be empty."""
     def apply_batch(self, events: bytes) -> BatchResult:
         """Apply a JSON array of transitions now; the queue must be empty."""
+    def apply_many(self, events: list[bytes]) -> BatchResult:
+        """Apply a list of transitions now (the replay path); the queue must be empty."""
+    def skip_to(self, next_seq: int) -> None:
+        """Move the numbering forward so the next submission gets ``next_seq``."""
+    def snapshot_json(self) -> bytes:
+        """The state.json snapshot: the document plus ``journalSeq``."""
+    @property
+    def journal_seq(self) -> int | None: ...
     @property
     def pending(self) -> int: ...
     @property

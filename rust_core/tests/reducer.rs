@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 use weft_core::machine::codon::{CodonStatus, InvalidTransition, MetadataError, TransitionError};
-use weft_core::queue::{apply_bytes, process, Processed, Queue};
+use weft_core::queue::{apply_bytes, process, Queue, Submission};
 use weft_core::state::model::{CodonExecution, Run, RunStatus, State};
 use weft_core::state::money::Money;
 use weft_core::state::reducer::{apply, Applied, Rejection};
@@ -2662,7 +2662,7 @@ fn corrupted_data_for_documents_that_are_not_states() {
         (
             br#"{"runs":[],"currentRunId":null,"executionPlan":[],"version":2}"#,
             "not a valid state document: unknown field `version`, expected one of `runs`, \
-             `currentRunId`, `initialCheckpoint`, `executionPlan` at line 1 column 59",
+             `currentRunId`, `initialCheckpoint`, `executionPlan`, `journalSeq` at line 1 column 59",
         ),
         (
             br#"{"currentRunId":null,"executionPlan":[]}"#,
@@ -3255,7 +3255,7 @@ fn processing_reports_each_outcome_in_place_and_goes_on() {
     ];
     let mut q = Queue::new(1);
     for b in &batch {
-        q.submit(b.clone());
+        q.submit(Submission::Transition(b.clone()));
     }
     let taken = q.take(usize::MAX);
     let mut s = State::default();
@@ -3331,12 +3331,18 @@ fn processing_reports_each_outcome_in_place_and_goes_on() {
             conflict("run_not_active", "Run 'r1' is completed, not running"),
         ),
     ];
-    let expected: Vec<Processed> = expected
+    let expected: Vec<(u64, Option<&str>, Result<Applied, Rejection>)> = expected
         .into_iter()
         .zip(1..)
-        .map(|((kind, result), seq)| Processed { seq, kind, result })
+        .map(|((kind, result), seq)| (seq, kind, result))
         .collect();
-    assert_eq!(out, expected);
+    let got: Vec<_> = out
+        .iter()
+        .map(|p| (p.seq, p.kind, p.result.clone()))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(out.iter().all(|p| p.transition));
+    assert_eq!(s.journal_seq, Some(13));
 
     // The same as applying the accepted ones directly, in order.
     let mut direct = State::default();
@@ -3353,14 +3359,21 @@ fn processing_reports_each_outcome_in_place_and_goes_on() {
 #[test]
 fn processing_keeps_the_sequence_numbers_it_is_given() {
     let mut s = State::default();
-    let batch: Vec<(u64, &[u8])> = vec![(40, b"[]"), (41, b"{}"), (99, b"null")];
+    let batch: Vec<(u64, Submission<&[u8]>)> = vec![
+        (40, Submission::Transition(b"[]")),
+        (41, Submission::Transition(b"{}")),
+        (99, Submission::Transition(b"null")),
+    ];
     let out = process(&mut s, &batch);
     assert_eq!(out.iter().map(|p| p.seq).collect::<Vec<_>>(), [40, 41, 99]);
     assert!(out
         .iter()
         .all(|p| p.kind.is_none() && p.result.as_ref().unwrap_err().code() == "malformed"));
     assert_eq!(fingerprint(&s), fingerprint(&State::default()));
-    assert_eq!(process(&mut s, &Vec::<(u64, Vec<u8>)>::new()), vec![]);
+    assert_eq!(
+        process(&mut s, &Vec::<(u64, Submission<Vec<u8>>)>::new()),
+        vec![]
+    );
 }
 
 // ===========================================================================

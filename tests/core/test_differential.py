@@ -576,6 +576,8 @@ def outcome_view(o: Any, *, seq_base: int = 0) -> dict[str, Any]:
         "run_ended": o.run_ended,
         "from_status": o.from_status,
         "to_status": o.to_status,
+        "run_id": o.run_id,
+        "codon_id": o.codon_id,
         "missing": list(o.missing),
         "invalid": [tuple(x) for x in o.invalid],
     }

@@ -47,6 +47,8 @@ class OracleOutcome:
     run_ended: bool = False
     from_status: str | None = None
     to_status: str | None = None
+    run_id: str | None = None
+    codon_id: str | None = None
     missing: list[str] = field(default_factory=list)
     invalid: list[tuple[str, str]] = field(default_factory=list)
 
@@ -119,11 +121,17 @@ class OracleCore:
         except MalformedError as e:
             return OracleOutcome(False, None, "malformed", f"Malformed transition: {e}")
         handler: Callable[[OracleCore, dict[str, Any]], tuple[bool, bool]] = _HANDLERS[kind]
+        # What the transition is about, reported whether or not it applies.
+        about: dict[str, Any] = {"run_id": data.get("runId"), "codon_id": data.get("codonId")}
+        if kind == "CodonTransitioned":
+            about |= {"from_status": data["from"], "to_status": data["to"]}
         try:
             codon_terminal, run_ended = handler(self, data)
         except _RejectionError as r:
-            return OracleOutcome(False, kind, r.code, r.message, **r.extra)
-        return OracleOutcome(True, kind, codon_terminal=codon_terminal, run_ended=run_ended)
+            return OracleOutcome(False, kind, r.code, r.message, **(about | r.extra))
+        return OracleOutcome(
+            True, kind, codon_terminal=codon_terminal, run_ended=run_ended, **about
+        )
 
     def apply_batch_outcomes(self, payload: bytes | str) -> list[OracleOutcome]:
         """Applies a JSON array of transitions in order; one outcome each.

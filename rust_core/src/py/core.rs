@@ -17,8 +17,8 @@ use rustc_hash::FxHashSet;
 
 use crate::machine::codon::TransitionError;
 use crate::py::errors;
-use crate::queue::{self, Processed, Queue};
-use crate::state::model::State;
+use crate::queue::{self, Processed, Queue, Submission};
+use crate::state::model::{Snapshot, State};
 use crate::state::money::Money;
 use crate::state::reducer::Rejection;
 use crate::state::transition;
@@ -29,10 +29,15 @@ use crate::state::validate::{self, Environment, Validation};
 const DETACH_AT: usize = 64;
 
 /// The outcome of one transition: applied, or rejected with a reason.
+// Flat bools read best from Python, which is who reads these.
+#[allow(clippy::struct_excessive_bools)]
 #[pyclass(frozen, get_all, module = "weft._core")]
 pub struct Outcome {
     seq: u64,
+    transition: bool,
     kind: Option<&'static str>,
+    run_id: Option<String>,
+    codon_id: Option<String>,
     ok: bool,
     code: Option<&'static str>,
     message: Option<String>,
@@ -51,6 +56,7 @@ impl Outcome {
             (Some(code), Some(message)) => {
                 format!("Outcome(seq={}, rejected={code}: {message})", self.seq)
             }
+            _ if !self.transition => format!("Outcome(seq={}, event)", self.seq),
             _ => format!(
                 "Outcome(seq={}, kind={}, applied)",
                 self.seq,
@@ -62,14 +68,21 @@ impl Outcome {
 
 impl From<Processed> for Outcome {
     fn from(p: Processed) -> Self {
+        let (from_status, to_status) = match p.about.moves {
+            Some((from, to)) => (Some(from.as_str()), Some(to.as_str())),
+            None => (None, None),
+        };
         let mut out = Outcome {
             seq: p.seq,
+            transition: p.transition,
             kind: p.kind,
+            run_id: p.about.run,
+            codon_id: p.about.codon,
             ok: p.result.is_ok(),
             code: None,
             message: None,
-            from_status: None,
-            to_status: None,
+            from_status,
+            to_status,
             missing: Vec::new(),
             invalid: Vec::new(),
             codon_terminal: false,
@@ -200,7 +213,7 @@ pub fn validate_state(
 /// The execution state with its ordered transition queue and cost cache.
 #[pyclass(frozen, module = "weft._core")]
 pub struct Core {
-    queue: Mutex<Queue<PyBackedBytes>>,
+    queue: Mutex<Queue<Submission<PyBackedBytes>>>,
     state: Mutex<State>,
     warnings: Vec<Py<Issue>>,
 }
@@ -212,7 +225,10 @@ impl Core {
             .map_err(|_| errors::poisoned(py))
     }
 
-    fn queue<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, Queue<PyBackedBytes>>> {
+    fn queue<'a>(
+        &'a self,
+        py: Python<'_>,
+    ) -> PyResult<MutexGuard<'a, Queue<Submission<PyBackedBytes>>>> {
         self.queue
             .lock_py_attached(py)
             .map_err(|_| errors::poisoned(py))
@@ -229,13 +245,13 @@ impl Core {
 #[pymethods]
 impl Core {
     #[new]
-    #[pyo3(signature = (state_json = None, *, checkpoints = None, run_folders = None, next_seq = 1))]
+    #[pyo3(signature = (state_json = None, *, checkpoints = None, run_folders = None, next_seq = None))]
     fn new(
         py: Python<'_>,
         state_json: Option<&[u8]>,
         checkpoints: Option<Vec<String>>,
         run_folders: Option<Vec<String>>,
-        next_seq: u64,
+        next_seq: Option<u64>,
     ) -> PyResult<Self> {
         let (state, warnings) = match state_json {
             None => (State::default(), Vec::new()),
@@ -268,6 +284,9 @@ impl Core {
                 }
             }
         };
+        // A snapshot says which journal entry it reflects; numbering goes on
+        // from there unless the caller knows better.
+        let next_seq = next_seq.unwrap_or_else(|| state.journal_seq.map_or(1, |s| s + 1));
         Ok(Core {
             queue: Mutex::new(Queue::new(next_seq)),
             state: Mutex::new(state),
@@ -277,7 +296,13 @@ impl Core {
 
     /// Enqueues one encoded transition; returns its sequence number at once.
     fn submit(&self, py: Python<'_>, event: PyBackedBytes) -> PyResult<u64> {
-        Ok(self.queue(py)?.submit(event))
+        Ok(self.queue(py)?.submit(Submission::Transition(event)))
+    }
+
+    /// Enqueues an encoded stream event: it takes its place in the order and
+    /// is returned by `drain`, but does not touch the state.
+    fn emit(&self, py: Python<'_>, event: PyBackedBytes) -> PyResult<u64> {
+        Ok(self.queue(py)?.submit(Submission::Event(event)))
     }
 
     /// Enqueues several encoded transitions in order; returns the first
@@ -286,7 +311,7 @@ impl Core {
         let mut q = self.queue(py)?;
         let first = q.next_seq();
         for e in events {
-            q.submit(e);
+            q.submit(Submission::Transition(e));
         }
         Ok(first)
     }
@@ -312,8 +337,7 @@ impl Core {
     fn apply(&self, py: Python<'_>, event: &[u8]) -> PyResult<Outcome> {
         let mut state = self.state(py)?;
         let seq = self.reserve(py, 1)?;
-        let (kind, result) = queue::apply_bytes(&mut state, event);
-        Ok(Outcome::from(Processed { seq, kind, result }))
+        Ok(Outcome::from(queue::apply_one(&mut state, seq, event)))
     }
 
     /// Applies a JSON array of transitions now, bypassing the queue (which
@@ -333,13 +357,9 @@ impl Core {
         let rejected: Vec<Processed> = py.detach(|| {
             let mut rejected = Vec::new();
             for (i, raw) in elements.iter().enumerate() {
-                let (kind, result) = queue::apply_bytes(st, raw.get().as_bytes());
-                if result.is_err() {
-                    rejected.push(Processed {
-                        seq: first_seq + i as u64,
-                        kind,
-                        result,
-                    });
+                let p = queue::apply_one(st, first_seq + i as u64, raw.get().as_bytes());
+                if p.result.is_err() {
+                    rejected.push(p);
                 }
             }
             rejected
@@ -351,6 +371,67 @@ impl Core {
             applied: count - rejected.len(),
             rejected: Self::outcomes(py, rejected)?,
         })
+    }
+
+    /// Applies a list of encoded transitions now, bypassing the queue (which
+    /// must be empty): the replay path, with no array to build. Returns
+    /// counts and the rejected outcomes only.
+    fn apply_many(&self, py: Python<'_>, events: Vec<PyBackedBytes>) -> PyResult<BatchResult> {
+        let mut state = self.state(py)?;
+        let st: &mut State = &mut state;
+        let count = events.len();
+        let first_seq = self.reserve(py, count as u64)?;
+        let rejected: Vec<Processed> = py.detach(|| {
+            events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| queue::apply_one(st, first_seq + i as u64, e))
+                .filter(|p| p.result.is_err())
+                .collect()
+        });
+        drop(state);
+        Ok(BatchResult {
+            first_seq,
+            count,
+            applied: count - rejected.len(),
+            rejected: Self::outcomes(py, rejected)?,
+        })
+    }
+
+    /// Moves the numbering so the next submission gets `next_seq`, and
+    /// records `next_seq - 1` as the journal position: after a replay, when
+    /// the journal also holds stream events. Only forward, only when idle.
+    fn skip_to(&self, py: Python<'_>, next_seq: u64) -> PyResult<()> {
+        let mut state = self.state(py)?;
+        if !self.queue(py)?.skip_to(next_seq) {
+            return Err(PyRuntimeError::new_err(
+                "skip_to needs an empty queue and a sequence number no lower than next_seq",
+            ));
+        }
+        state.journal_seq = next_seq.checked_sub(1).filter(|s| *s > 0);
+        Ok(())
+    }
+
+    /// The last sequence number applied (or passed through), if any.
+    #[getter]
+    fn journal_seq(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        Ok(self.state(py)?.journal_seq)
+    }
+
+    /// The state.json snapshot: the state document plus `journalSeq`, the
+    /// last sequence number it reflects (0 before any).
+    fn snapshot_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let state = self.state(py)?;
+        let st: &State = &state;
+        let bytes = py
+            .detach(|| {
+                serde_json::to_vec(&Snapshot {
+                    state: st,
+                    journal_seq: st.journal_seq.unwrap_or(0),
+                })
+            })
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot serialise the state: {e}")))?;
+        Ok(PyBytes::new(py, &bytes))
     }
 
     /// Transitions waiting to be applied.

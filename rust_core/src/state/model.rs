@@ -35,6 +35,11 @@ pub struct State {
     /// The flattened plan; the core stores it and does not interpret it.
     #[serde(default)]
     pub execution_plan: Vec<PlanEntry>,
+    /// The last journal sequence number this state reflects. Written only in
+    /// snapshots ([`Snapshot`]); read back when a snapshot is loaded, so the
+    /// journal can be replayed from the next one.
+    #[serde(default, skip_serializing)]
+    pub journal_seq: Option<u64>,
     /// runId -> position in `runs`.
     #[serde(skip)]
     pub(crate) run_index: FxHashMap<String, usize>,
@@ -540,6 +545,18 @@ impl State {
     pub fn codon_record_count(&self) -> usize {
         self.runs.iter().map(|r| r.codons.len()).sum()
     }
+}
+
+/// A state document that also records the journal sequence number it
+/// reflects: the state.json snapshot format.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot<'a> {
+    /// The state.
+    #[serde(flatten)]
+    pub state: &'a State,
+    /// The last journal sequence number applied to it.
+    pub journal_seq: u64,
 }
 
 fn ser_newest_first<S: Serializer>(runs: &[Run], s: S) -> Result<S::Ok, S::Error> {

@@ -90,6 +90,31 @@ impl Transition<'_> {
         }
     }
 
+    /// The run, the codon, and for a codon move its two ends: what the
+    /// transition is about, for the audit trail.
+    pub fn subject(&self) -> Subject<'_> {
+        let (run, codon) = match self {
+            Transition::RunStarted(d) => (Some(&*d.run_id), None),
+            Transition::RunCompleted(d) | Transition::RunFailed(d) => (Some(&*d.run_id), None),
+            Transition::RunCrashed(d) => (Some(&*d.run_id), None),
+            Transition::CodonStarted(d) => (Some(&*d.run_id), Some(d.codon_id.as_str())),
+            Transition::CodonTransitioned(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::CostsUpdated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::CostsIncremented(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::AssistantMessageCountUpdated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::ExtensionCountUpdated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::CodonFinalCostSet(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::SentinelStatesUpdated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::CheckpointCreated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
+            Transition::InitialCheckpointSet(_) => (None, None),
+        };
+        let moves = match self {
+            Transition::CodonTransitioned(d) => Some((d.from, d.to)),
+            _ => None,
+        };
+        Subject { run, codon, moves }
+    }
+
     /// Every type name, in declaration order.
     pub const KINDS: [&'static str; 14] = [
         "RunStarted",
@@ -107,6 +132,17 @@ impl Transition<'_> {
         "CheckpointCreated",
         "InitialCheckpointSet",
     ];
+}
+
+/// What a transition is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Subject<'t> {
+    /// The run it names.
+    pub run: Option<&'t str>,
+    /// The codon it names.
+    pub codon: Option<&'t str>,
+    /// For `CodonTransitioned`: from and to.
+    pub moves: Option<(CodonStatus, CodonStatus)>,
 }
 
 /// Data of `RunStarted`.
