@@ -106,6 +106,25 @@ class StateValidationError(WeftError):
         self.warnings = warnings or []
 
 
+class StoreError(WeftError):
+    """An execution's store (journal, snapshots) cannot be used as it is.
+
+    The message says what is wrong, where, and what to do; nothing is deleted.
+    """
+
+
+class StoreCorruptError(StoreError):
+    """The journal failed its integrity check; the run refuses to continue."""
+
+
+class LockHeldError(WeftError):
+    """Another live Weft process holds this execution's lock."""
+
+
+class LockLostError(WeftError):
+    """This process's lock was taken over (fenced): it must stop writing."""
+
+
 class PersistenceError(WeftError):
     """Persisting transitions failed; the state manager stopped (fatal).
 

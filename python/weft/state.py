@@ -21,35 +21,74 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+import msgspec
 
 from weft._core import Core, Outcome
 from weft.errors import PersistenceError, rejection_error
 from weft.events.transitions import Transition, encode
 
 log = logging.getLogger(__name__)
+_event_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """What a stream event (not a transition) is about."""
+
+    type: str
+    run_id: str | None = None
+    codon_id: str | None = None
+
+
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _base36(n: int, width: int) -> str:
+    digits = []
+    while n:
+        n, d = divmod(n, 36)
+        digits.append(_BASE36[d])
+    return "".join(reversed(digits)).rjust(width, "0")[-width:]
 
 
 @dataclass(frozen=True, slots=True)
 class Processed:
-    """One transition after the core processed it, applied or rejected.
+    """One submission after the core processed it: a transition, applied or
+    rejected, or a stream event.
 
-    ``event`` is the typed transition when it was submitted as one, ``None``
-    when it arrived as bytes. ``payload`` is the exact encoded bytes, which is
-    what a journal stores.
+    ``event`` is the typed transition when it was submitted as one;
+    ``stream`` describes a stream event. ``payload`` is the exact encoded
+    bytes, which is what the journal stores and clients receive.
     """
 
     seq: int
     payload: bytes
     event: Transition | None
     outcome: Outcome
+    time_ns: int
+    """When it was submitted (wall clock, ns since the epoch)."""
+    stream: StreamEvent | None = None
 
     @property
     def applied(self) -> bool:
         """Whether the state changed."""
-        return self.outcome.ok
+        return self.outcome.ok and self.outcome.transition
+
+    @property
+    def id(self) -> str:
+        """The event id: ``<13-digit ms>-<9 base36>`` (the sequence number), unique per journal."""
+        return f"{self.time_ns // 1_000_000:013d}-{_base36(self.seq, 9)}"
+
+    @property
+    def timestamp(self) -> str:
+        """ISO-8601 UTC submission time, to the millisecond."""
+        ms = self.time_ns // 1_000_000
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
 class Persistence(Protocol):
@@ -95,7 +134,7 @@ class StateManager:
         self._persistence = persistence if persistence is not None else InMemoryPersistence()
         self._max_batch = max_batch
         self._lock = threading.Lock()
-        self._pending: dict[int, tuple[bytes, Transition | None]] = {}
+        self._pending: dict[int, tuple[bytes, Transition | None, int, StreamEvent | None]] = {}
         self._waiters: dict[int, list[asyncio.Future[Outcome]]] = {}
         self._listeners: list[Listener] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -131,11 +170,24 @@ class StateManager:
 
     def transition(self, event: Transition) -> int:
         """Queues ``event`` and returns its sequence number at once."""
-        return self._submit(encode(event), event)
+        return self._submit(encode(event), event, None)
 
     def transition_bytes(self, payload: bytes) -> int:
         """Queues an already-encoded transition; returns its sequence number."""
-        return self._submit(payload, None)
+        return self._submit(payload, None, None)
+
+    def emit(
+        self,
+        event_type: str,
+        data: Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        codon_id: str | None = None,
+    ) -> int:
+        """Queues a stream event (``assistant.action``, ``rig.output``...) in the
+        same order as transitions; it is journaled but does not touch the state."""
+        payload = _event_encoder.encode({"type": event_type, "data": data})
+        return self._submit(payload, None, StreamEvent(event_type, run_id, codon_id))
 
     async def transition_and_wait(self, event: Transition) -> Outcome:
         """Queues ``event`` and waits until it is durable.
@@ -169,15 +221,16 @@ class StateManager:
 
     # -- internals ---------------------------------------------------------
 
-    def _submit(self, payload: bytes, event: Transition | None) -> int:
+    def _submit(self, payload: bytes, event: Transition | None, stream: StreamEvent | None) -> int:
         if self._failure is not None:
             raise self._failure
         if self._closed:
             raise RuntimeError("the StateManager is closed")
         loop = self._bind_loop()
+        now = time.time_ns()
         with self._lock:
-            seq = self._core.submit(payload)
-            self._pending[seq] = (payload, event)
+            seq = self._core.emit(payload) if stream else self._core.submit(payload)
+            self._pending[seq] = (payload, event, now, stream)
         if self._on_loop_thread(loop):
             self._kick()
         else:
@@ -225,7 +278,10 @@ class StateManager:
                 await self._wake.wait()
                 continue
             with self._lock:
-                batch = [Processed(o.seq, *self._pending.pop(o.seq), outcome=o) for o in outcomes]
+                batch = []
+                for o in outcomes:
+                    payload, event, now, stream = self._pending.pop(o.seq)
+                    batch.append(Processed(o.seq, payload, event, o, now, stream))
             try:
                 await self._persistence.commit(batch)
             except Exception as exc:

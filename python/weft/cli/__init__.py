@@ -1,8 +1,9 @@
 """The ``weft`` command line.
 
 Each command lives in its own module; this one parses arguments and turns
-user errors into a message and an exit code (2 for usage and configuration
-errors, 1 for a failed run, 0 for success), never a traceback.
+errors into a message and an exit code (2 for usage and configuration
+errors, 1 for a failed run or an unusable store, 0 for success), never a
+traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 
 from weft import __version__
 from weft._core import BUILD_PROFILE
+from weft.cli import status, store
+from weft.errors import LockHeldError, StoreCorruptError, StoreError, WeftError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="version",
         version=f"weft {__version__} (core: {BUILD_PROFILE} build)",
     )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    status.register(commands)
+    store.register(commands)
     return parser
 
 
@@ -33,6 +39,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``weft`` and ``python -m weft``."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    del args
-    parser.print_help(sys.stderr)
-    return 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        code: int = args.run(args)
+    except (StoreCorruptError, LockHeldError) as e:
+        print(f"weft: error: {e}", file=sys.stderr)
+        return 1
+    except StoreError as e:
+        print(f"weft: error: {e}", file=sys.stderr)
+        return 2
+    except WeftError as e:
+        print(f"weft: error: {e}", file=sys.stderr)
+        return 1
+    return code

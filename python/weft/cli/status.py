@@ -1,0 +1,119 @@
+"""``weft status [execution] [--json]``: runs and codon states, read from the store.
+
+Read-only: it takes no lock and writes nothing, so it is safe beside a live run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from weft.store import ExecutionStore
+
+TERMINAL = ("completed", "failed", "skipped")
+
+
+def register(commands: Any) -> None:
+    """Adds the ``status`` command."""
+    parser = commands.add_parser(
+        "status",
+        help="show the runs and codon states of an execution",
+        description="Show the runs and codon states of an execution, read from its store.",
+    )
+    parser.add_argument(
+        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(run=run)
+
+
+def codon_cost(codon: dict[str, Any]) -> float:
+    """The seed's getCodonCost of one record."""
+    status = codon["status"]
+    if status == "completed":
+        return float(codon.get("finalCost", 0.0))
+    if status == "failed":
+        return float(codon.get("partialCost", 0.0))
+    if status in ("running", "completing-sentinels"):
+        return float(codon.get("currentCost", 0.0))
+    return 0.0
+
+
+def report(store: ExecutionStore) -> dict[str, Any]:
+    """The status of an opened store, as a JSON-ready dictionary."""
+    state = json.loads(store.core.state_json())
+    runs = []
+    for run in state["runs"]:
+        codons = []
+        for c in run["codons"]:
+            entry: dict[str, Any] = {
+                "codonId": c["codonId"],
+                "status": c["status"],
+                "cost": codon_cost(c),
+                "startTime": c["startTime"],
+            }
+            for key in ("endTime", "failedDuring", "failureReason", "skippedDuring"):
+                if key in c:
+                    entry[key] = c[key]
+            codons.append(entry)
+        runs.append(
+            {
+                "runId": run["runId"],
+                "status": run["status"],
+                "startTime": run["startTime"],
+                "endTime": run.get("endTime"),
+                "cost": store.core.run_cost(run["runId"]),
+                "codons": codons,
+            }
+        )
+    return {
+        "execution": str(store.weft_dir.parent),
+        "journal": {"events": store.journal.count(), "lastSeq": store.journal.last_seq()},
+        "stateSource": store.recovery.source,
+        "notes": store.recovery.notes,
+        "currentRunId": state["currentRunId"],
+        "totalCost": store.core.total_cost(),
+        "runs": runs,
+    }
+
+
+def render(status: dict[str, Any]) -> str:
+    """The status as text for a terminal."""
+    lines = [
+        f"Execution {status['execution']}",
+        f"  journal: {status['journal']['events']} events, state from {status['stateSource']}",
+        f"  total cost: ${status['totalCost']:.4f}",
+    ]
+    lines += [f"  note: {n}" for n in status["notes"]]
+    if not status["runs"]:
+        lines.append("  no runs yet")
+    for run in status["runs"]:
+        current = "  (current)" if run["runId"] == status["currentRunId"] else ""
+        lines.append(
+            f"run {run['runId']}  {run['status']}  started {run['startTime']}  "
+            f"${run['cost']:.4f}{current}"
+        )
+        for c in run["codons"]:
+            detail = ""
+            if c["status"] == "failed":
+                reason = c.get("failureReason", {})
+                detail = (
+                    f"  during {c.get('failedDuring')}: {reason.get('message', reason.get('type'))}"
+                )
+            elif c["status"] == "skipped":
+                detail = f"  during {c.get('skippedDuring')}"
+            lines.append(f"  {c['codonId']:<24} {c['status']:<21} ${c['cost']:.4f}{detail}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints the status of ``args.execution``."""
+    store = ExecutionStore.open(args.execution, readonly=True)
+    try:
+        status = report(store)
+    finally:
+        store.journal.close()
+    print(json.dumps(status, indent=2) if args.json else render(status))
+    return 0

@@ -1,0 +1,43 @@
+"""``weft store rebuild [execution]``: rebuild state.json from the journal alone."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from weft.store import ExecutionStore, rebuild
+from weft.store.snapshot import write_snapshot
+
+
+def register(commands: Any) -> None:
+    """Adds the ``store`` command group."""
+    parser = commands.add_parser("store", help="maintain an execution's store")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    rebuild_parser = actions.add_parser(
+        "rebuild",
+        help="rebuild state.json from the journal",
+        description="Rebuild state.json by replaying the whole journal; the old snapshot "
+        "becomes state.json.bak. Refused while a Weft process runs on the execution.",
+    )
+    rebuild_parser.add_argument(
+        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
+    )
+    rebuild_parser.set_defaults(run=run_rebuild)
+
+
+def run_rebuild(args: argparse.Namespace) -> int:
+    """Replays the journal into a fresh state and saves it as state.json."""
+    store = ExecutionStore.open(args.execution)
+    try:
+        core = rebuild(store.journal)
+        write_snapshot(store.weft_dir, core.snapshot_json())
+        print(
+            f"rebuilt {store.weft_dir / 'state.json'} from {store.journal.count()} journal "
+            f"events (through seq {store.journal.last_seq()})"
+        )
+    finally:
+        store.journal.close()
+        if store.lock is not None:
+            store.lock.release()
+    return 0

@@ -1,0 +1,137 @@
+"""An execution's store: the ``.weft/`` folder opened for use.
+
+Opening follows the startup order of seed 001 for the parts it owns: take
+the lock (refusing a second live instance), open and integrity-check the
+journal, recover the state (snapshot + journal tail, or a rebuild). The
+caller then gets a :class:`~weft.state.StateManager` whose persistence is
+this store, and marks runs a dead process left running as crashed.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from weft._core import Core
+from weft.errors import StoreError
+from weft.events.transitions import RunCrashed
+from weft.state import StateManager
+from weft.store.journal import Journal
+from weft.store.lock import RuntimeLock
+from weft.store.recovery import Recovery, recover
+from weft.store.writer import StoreWriter
+
+WEFT_DIR = ".weft"
+DATABASE = "weft.db"
+
+
+def weft_dir_of(path: Path) -> Path:
+    """The ``.weft`` folder of an execution directory (or ``path`` if it is one)."""
+    path = path.resolve()
+    return path if path.name == WEFT_DIR else path / WEFT_DIR
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class ExecutionStore:
+    """The journal, snapshots and lock of one execution."""
+
+    def __init__(
+        self,
+        weft_dir: Path,
+        journal: Journal,
+        recovery: Recovery,
+        lock: RuntimeLock | None,
+    ) -> None:
+        self.weft_dir = weft_dir
+        self.journal = journal
+        self.recovery = recovery
+        self.lock = lock
+        self._writer: StoreWriter | None = None
+
+    @property
+    def core(self) -> Core:
+        """The recovered state."""
+        return self.recovery.core
+
+    @classmethod
+    def open(cls, execution: Path, *, readonly: bool = False) -> ExecutionStore:
+        """Opens the store of ``execution`` (an execution directory or its ``.weft``).
+
+        Writable: takes the lock first (``LockHeldError`` if a live process
+        has it), creates what is missing, and saves a rebuilt state at once.
+        Read-only: no lock, nothing written; the state is recovered in memory.
+        """
+        weft_dir = weft_dir_of(execution)
+        if readonly and not weft_dir.is_dir():
+            raise StoreError(f"{execution}: not an execution directory (no {WEFT_DIR}/ inside)")
+        lock = None if readonly else RuntimeLock.acquire(weft_dir)
+        try:
+            journal = Journal.open(weft_dir / DATABASE, readonly=readonly)
+            try:
+                recovery = recover(weft_dir, journal)
+            except BaseException:
+                journal.close()
+                raise
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        store = cls(weft_dir, journal, recovery, lock)
+        if not readonly and recovery.source in ("journal", "new"):
+            store._writer_for().snapshot()
+        return store
+
+    def _writer_for(self) -> StoreWriter:
+        if self._writer is None:
+            if self.lock is None:
+                raise StoreError(f"{self.weft_dir}: opened read-only; nothing can be written")
+            self._writer = StoreWriter(self.weft_dir, self.journal, self.core, self.lock)
+        return self._writer
+
+    def state_manager(self, *, max_batch: int = 4096) -> StateManager:
+        """A StateManager whose transitions and events are journaled here."""
+        return StateManager(self.core, persistence=self._writer_for(), max_batch=max_batch)
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The runs of the state document, newest first."""
+        runs: list[dict[str, Any]] = json.loads(self.core.state_json())["runs"]
+        return runs
+
+    async def mark_crashed_runs(self, manager: StateManager) -> list[str]:
+        """Marks every run still ``running`` as crashed (seed: detectCrashedRuns).
+
+        Only called with the lock held, so no live process owns those runs.
+        Returns their ids.
+        """
+        crashed = []
+        for run in self.runs():
+            if run["status"] != "running":
+                continue
+            active = [
+                c for c in run["codons"] if c["status"] not in ("completed", "failed", "skipped")
+            ]
+            await manager.transition_and_wait(
+                RunCrashed(
+                    run_id=run["runId"],
+                    detected_at=_now(),
+                    last_codon_status=active[-1]["status"] if active else "unknown",
+                )
+            )
+            crashed.append(run["runId"])
+        return crashed
+
+    async def close(self, manager: StateManager | None = None) -> None:
+        """Flushes ``manager``, writes a final snapshot and releases the lock."""
+        if manager is not None:
+            await manager.close()
+        if self._writer is not None:
+            await self._writer.run(self._writer.snapshot)
+            self._writer.shutdown()
+        self.journal.close()
+        if self.lock is not None:
+            self.lock.release()

@@ -1,0 +1,189 @@
+"""The event journal: one SQLite database per execution (``.weft/weft.db``).
+
+Every processed submission gets one row, in sequence order: applied
+transitions (``kind = 'transition'``), rejected transitions (recorded as
+``error`` events) and stream events. A batch is one transaction, and in WAL
+mode with ``synchronous = FULL`` one commit is one fsync of the WAL: that is
+the group commit. The payload column holds the exact encoded JSON, so the
+journal, the wire and the replay all read the same bytes.
+
+The connection belongs to one thread: the store's writer thread for a
+writable journal, the caller's for a read-only one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from weft.errors import StoreCorruptError, StoreError
+from weft.store.schema import migrate
+
+Row = tuple[int, str, str, str, str, str | None, str | None, str]
+"""(seq, id, timestamp, kind, type, run_id, codon_id, payload)"""
+
+_INSERT = (
+    "INSERT INTO events (seq, id, timestamp, kind, type, run_id, codon_id, payload) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """One journal row."""
+
+    seq: int
+    id: str
+    timestamp: str
+    kind: str
+    type: str
+    run_id: str | None
+    codon_id: str | None
+    payload: str
+
+
+class Journal:
+    """An execution's journal database."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path, *, readonly: bool = False, check: bool = True) -> Journal:
+        """Opens (creating unless ``readonly``) and checks the journal at ``path``.
+
+        A database that fails SQLite's integrity check, or whose sequence
+        numbers have a gap, raises :class:`~weft.errors.StoreCorruptError`:
+        the run refuses to continue rather than drop data silently.
+        """
+        if readonly and not path.exists():
+            raise StoreError(f"{path}: no journal here; is this an execution directory?")
+        uri = f"file:{path}?mode={'ro' if readonly else 'rwc'}"
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=10
+            )
+        except sqlite3.Error as e:
+            raise StoreError(f"{path}: cannot open the journal: {e}") from e
+        try:
+            if not readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+            if check:
+                _check_integrity(conn, path)
+            if not readonly:
+                migrate(conn, str(path))
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise StoreCorruptError(
+                f"{path}: the journal is damaged ({e}); the run will not continue. "
+                "Keep a copy of .weft/ for inspection; `weft store rebuild` cannot help "
+                "when the journal itself is unreadable"
+            ) from e
+        except BaseException:
+            conn.close()
+            raise
+        journal = cls(conn, path)
+        if check:
+            journal._check_sequence()
+        return journal
+
+    def close(self) -> None:
+        """Closes the connection (checkpointing the WAL when writable)."""
+        self._conn.close()
+
+    # -- writing -----------------------------------------------------------
+
+    def append(self, rows: Sequence[Row]) -> None:
+        """Appends a batch in one transaction: durable when this returns."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_INSERT, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Records an execution-level fact (schema owner, creation time...)."""
+        self._conn.execute(
+            "INSERT INTO execution (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    # -- reading -----------------------------------------------------------
+
+    def last_seq(self) -> int:
+        """The newest sequence number, 0 for an empty journal."""
+        (last,) = self._conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+        return int(last)
+
+    def count(self) -> int:
+        """Number of rows."""
+        (n,) = self._conn.execute("SELECT count(*) FROM events").fetchone()
+        return int(n)
+
+    def after(self, seq: int, limit: int = 1000) -> list[JournalEvent]:
+        """Up to ``limit`` events after ``seq``, oldest first (one page)."""
+        rows = self._conn.execute(
+            "SELECT seq, id, timestamp, kind, type, run_id, codon_id, payload "
+            "FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            (seq, limit),
+        ).fetchall()
+        return [JournalEvent(*r) for r in rows]
+
+    def pages(self, after: int = 0, page: int = 1000) -> Iterator[list[JournalEvent]]:
+        """Every event after ``after``, a page at a time, never all in memory."""
+        while events := self.after(after, page):
+            yield events
+            after = events[-1].seq
+
+    def last(self, n: int) -> list[JournalEvent]:
+        """The newest ``n`` events, oldest first."""
+        rows = self._conn.execute(
+            "SELECT seq, id, timestamp, kind, type, run_id, codon_id, payload "
+            "FROM events ORDER BY seq DESC LIMIT ?",
+            (n,),
+        ).fetchall()
+        return [JournalEvent(*r) for r in reversed(rows)]
+
+    def transition_payloads(
+        self, after: int = 0, page: int = 50_000
+    ) -> Iterator[tuple[list[int], list[bytes]]]:
+        """Applied transitions after ``after`` as (seqs, encoded bytes), in pages:
+        the replay feed."""
+        while True:
+            rows = self._conn.execute(
+                "SELECT seq, payload FROM events WHERE kind = 'transition' AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (after, page),
+            ).fetchall()
+            if not rows:
+                return
+            yield [s for s, _ in rows], [p.encode() for _, p in rows]
+            after = rows[-1][0]
+
+    def _check_sequence(self) -> None:
+        count, first, last = self._conn.execute(
+            "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM events"
+        ).fetchone()
+        if count and (first != 1 or last != count):
+            raise StoreCorruptError(
+                f"{self.path}: the journal has gaps (seqs {first}..{last} but {count} rows); "
+                "the run will not continue. Keep a copy of .weft/ for inspection"
+            )
+
+
+def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:
+    problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+    if problems != ["ok"]:
+        raise StoreCorruptError(
+            f"{path}: the journal failed its integrity check: {'; '.join(problems[:5])}. "
+            "The run will not continue; keep a copy of .weft/ for inspection"
+        )

@@ -1,0 +1,97 @@
+"""Rebuilding an execution's state on start: snapshot + journal tail.
+
+The journal is the truth; state.json is a shortcut through it. Recovery
+takes the newest usable snapshot (state.json, else state.json.bak), replays
+the applied transitions journaled after the sequence number it records, and
+falls back to replaying the whole journal when no snapshot is usable or a
+snapshot disagrees with the journal. Every fallback is said, with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from weft._core import Core
+from weft.errors import StoreCorruptError, WeftError
+from weft.store.journal import Journal
+from weft.store.snapshot import read_snapshots
+
+
+@dataclass
+class Recovery:
+    """The recovered state and how it was obtained."""
+
+    core: Core
+    source: str
+    """``state.json``, ``state.json.bak``, ``journal`` (rebuilt) or ``new``."""
+    notes: list[str] = field(default_factory=list)
+    """What was unusable and why, for the user."""
+    replayed: int = 0
+    """Transitions replayed from the journal."""
+
+
+class _DisagreementError(Exception):
+    def __init__(self, seq: int, message: str) -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.message = message
+
+
+def _replay(core: Core, journal: Journal, after: int) -> int:
+    replayed = 0
+    for seqs, payloads in journal.transition_payloads(after):
+        result = core.apply_many(payloads)
+        if result.rejected:
+            first = result.rejected[0]
+            raise _DisagreementError(seqs[first.seq - result.first_seq], first.message or "")
+        replayed += len(payloads)
+    return replayed
+
+
+def rebuild(journal: Journal) -> Core:
+    """The state as the fold of the whole journal; raises if it does not fold."""
+    core = Core()
+    try:
+        _replay(core, journal, 0)
+    except _DisagreementError as d:
+        raise StoreCorruptError(
+            f"{journal.path}: the journaled transition at seq {d.seq} does not apply "
+            f"({d.message}); the journal is inconsistent and the run will not continue"
+        ) from None
+    core.skip_to(journal.last_seq() + 1)
+    return core
+
+
+def recover(weft_dir: Path, journal: Journal, *, use_snapshots: bool = True) -> Recovery:
+    """The execution's state: the best snapshot brought up to date, else a rebuild."""
+    last = journal.last_seq()
+    notes: list[str] = []
+    for snapshot in read_snapshots(weft_dir) if use_snapshots else []:
+        try:
+            core = Core(snapshot.data)
+        except WeftError as e:
+            notes.append(f"{snapshot.name} is unusable: {e}")
+            continue
+        seq = core.journal_seq or 0
+        if seq > last:
+            notes.append(
+                f"{snapshot.name} reflects journal seq {seq} but the journal ends at {last}; "
+                "the journal wins"
+            )
+            continue
+        try:
+            replayed = _replay(core, journal, seq)
+        except _DisagreementError as d:
+            notes.append(
+                f"{snapshot.name} disagrees with the journal at seq {d.seq} ({d.message}); "
+                "the journal wins"
+            )
+            continue
+        core.skip_to(last + 1)
+        return Recovery(core, snapshot.name, notes, replayed)
+    core = rebuild(journal)
+    source = "journal" if last or notes else "new"
+    if source == "journal" and use_snapshots:
+        notes.append("state rebuilt from the journal alone")
+    return Recovery(core, source, notes, journal.count())

@@ -1,0 +1,66 @@
+"""state.json snapshots, written atomically.
+
+The write order makes every crash point safe: the current snapshot is first
+copied to ``state.json.bak``; the new one is written to ``state.json.tmp``
+and fsynced, renamed over ``state.json``, and the directory is fsynced so
+the rename itself survives. A reader finds either the old or the new
+snapshot, never a torn one, and the backup when state.json is unusable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE = "state.json"
+BACKUP = "state.json.bak"
+TEMP = "state.json.tmp"
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(weft_dir: Path, data: bytes) -> None:
+    """Replaces ``state.json`` with ``data`` atomically, keeping the previous as ``.bak``."""
+    state = weft_dir / STATE
+    if state.exists():
+        _write_synced(weft_dir / BACKUP, state.read_bytes())
+    temp = weft_dir / TEMP
+    _write_synced(temp, data)
+    os.replace(temp, state)
+    _sync_dir(weft_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFile:
+    """A snapshot's bytes and which file they came from."""
+
+    name: str
+    data: bytes
+
+
+def read_snapshots(weft_dir: Path) -> list[SnapshotFile]:
+    """The snapshots present, best first: state.json, then its backup."""
+    found = []
+    for name in (STATE, BACKUP):
+        path = weft_dir / name
+        if path.exists():
+            found.append(SnapshotFile(name, path.read_bytes()))
+    return found

@@ -1,0 +1,101 @@
+"""The store's side of the StateManager's persistence seam.
+
+Each batch the StateManager drains becomes one SQLite transaction (one fsync)
+on a dedicated writer thread, so the event loop never blocks on the disk and
+submissions keep arriving while a batch commits: the next batch is whatever
+accumulated meanwhile (group commit). Before each commit the runtime lock is
+checked, so a process that was fenced off stops writing. After a commit the
+writer takes a state.json snapshot when the batch ended a codon or a run,
+started a run, or the last snapshot is older than ``snapshot_every``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import orjson
+
+from weft._core import Core
+from weft.state import Processed
+from weft.store.journal import Journal, Row
+from weft.store.lock import RuntimeLock
+from weft.store.snapshot import write_snapshot
+
+
+def to_row(p: Processed) -> Row:
+    """The journal row of one processed submission."""
+    o = p.outcome
+    payload = p.payload.decode("utf-8", "replace")
+    if p.stream is not None:
+        s = p.stream
+        return (p.seq, p.id, p.timestamp, "event", s.type, s.run_id, s.codon_id, payload)
+    if o.ok:
+        kind = o.kind or "unknown"
+        return (p.seq, p.id, p.timestamp, "transition", kind, o.run_id, o.codon_id, payload)
+    # A refused transition changed nothing: it is journaled as an error event.
+    error = orjson.dumps(
+        {
+            "type": "error",
+            "data": {
+                "code": o.code,
+                "message": o.message,
+                "transitionType": o.kind,
+                "transition": payload,
+            },
+        }
+    ).decode()
+    return (p.seq, p.id, p.timestamp, "event", "error", o.run_id, o.codon_id, error)
+
+
+class StoreWriter:
+    """Commits batches to the journal and keeps state.json fresh."""
+
+    def __init__(
+        self,
+        weft_dir: Path,
+        journal: Journal,
+        core: Core,
+        lock: RuntimeLock | None,
+        *,
+        snapshot_every: float = 5.0,
+    ) -> None:
+        self._weft_dir = weft_dir
+        self._journal = journal
+        self._core = core
+        self._lock = lock
+        self._snapshot_every = snapshot_every
+        self._last_snapshot = time.monotonic()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-writer")
+
+    async def commit(self, batch: Sequence[Processed]) -> None:
+        """Makes ``batch`` durable (on the writer thread)."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._commit, batch)
+
+    def _commit(self, batch: Sequence[Processed]) -> None:
+        if self._lock is not None:
+            self._lock.verify()
+        self._journal.append([to_row(p) for p in batch])
+        milestone = any(
+            p.outcome.codon_terminal or p.outcome.run_ended or p.outcome.kind == "RunStarted"
+            for p in batch
+            if p.applied
+        )
+        if milestone or time.monotonic() - self._last_snapshot >= self._snapshot_every:
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        """Writes state.json now (on the calling thread)."""
+        write_snapshot(self._weft_dir, self._core.snapshot_json())
+        self._last_snapshot = time.monotonic()
+
+    async def run(self, fn: Callable[[], None]) -> None:
+        """Runs ``fn`` on the writer thread, after every commit queued before it."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def shutdown(self) -> None:
+        """Stops the writer thread after its queued work."""
+        self._executor.shutdown(wait=True)
