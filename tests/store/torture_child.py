@@ -11,20 +11,11 @@ import asyncio
 import sys
 from pathlib import Path
 
+from tests.store.helpers import move, run_started
+
 from weft import core
 from weft.state import Processed
 from weft.store import ExecutionStore
-
-
-def move(run: str, codon: str, frm: str, to: str, **meta: object) -> core.Transition:
-    return core.CodonTransitioned(
-        run_id=run,
-        codon_id=codon,
-        from_status=frm,  # type: ignore[arg-type]
-        to_status=to,  # type: ignore[arg-type]
-        timestamp="2026-11-21T00:00:00Z",
-        metadata=core.TransitionMetadata(**meta) if meta else None,  # type: ignore[arg-type]
-    )
 
 
 async def main(execution: Path, run: str) -> None:
@@ -37,16 +28,7 @@ async def main(execution: Path, run: str) -> None:
 
     manager.add_listener(report)
     await store.mark_crashed_runs(manager)
-    await manager.transition_and_wait(
-        core.RunStarted(
-            run_id=run,
-            run_folder=f"{execution}/.weft/runs/{run}",
-            git_branch=f"run-{run}",
-            starting_conditions=core.Fresh(),
-            server_pid=1,
-            start_time="2026-11-21T00:00:00Z",
-        )
-    )
+    await manager.transition_and_wait(run_started(run))
     i = 0
     while True:
         c = f"codon-{i}"

@@ -124,6 +124,14 @@ class Journal:
         (last,) = self._conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
         return int(last)
 
+    def count_applied(self, kind: str, through: int) -> int:
+        """How many ``kind`` transitions were applied up to seq ``through``."""
+        (n,) = self._conn.execute(
+            "SELECT count(*) FROM events WHERE type = ? AND kind = 'transition' AND seq <= ?",
+            (kind, through),
+        ).fetchone()
+        return int(n)
+
     def count(self) -> int:
         """Number of rows."""
         (n,) = self._conn.execute("SELECT count(*) FROM events").fetchone()

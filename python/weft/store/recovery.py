@@ -80,6 +80,18 @@ def recover(weft_dir: Path, journal: Journal, *, use_snapshots: bool = True) -> 
                 "the journal wins"
             )
             continue
+        # Every run and codon record comes from exactly one journaled
+        # RunStarted or CodonStarted: a snapshot with other counts is not the
+        # fold of the journal it claims to reflect.
+        runs = journal.count_applied("RunStarted", seq)
+        codons = journal.count_applied("CodonStarted", seq)
+        if (core.run_count, core.codon_record_count) != (runs, codons):
+            notes.append(
+                f"{snapshot.name} holds {core.run_count} runs and {core.codon_record_count} "
+                f"codon records, but the journal through seq {seq} started {runs} and "
+                f"{codons}; the journal wins"
+            )
+            continue
         try:
             replayed = _replay(core, journal, seq)
         except _DisagreementError as d:

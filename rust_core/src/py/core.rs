@@ -503,6 +503,12 @@ impl Core {
             .map(|c| c.status.as_str()))
     }
 
+    /// Number of runs.
+    #[getter]
+    fn run_count(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.state(py)?.runs.len())
+    }
+
     /// Number of codon records over all runs.
     #[getter]
     fn codon_record_count(&self, py: Python<'_>) -> PyResult<usize> {

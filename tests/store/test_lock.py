@@ -1,0 +1,148 @@
+"""The runtime lock: one live process per execution, stale takeover, fencing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from weft.errors import LockHeldError, LockLostError
+from weft.store.lock import LOCK, LockInfo, RuntimeLock, read_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_foreign_lock(weft_dir: Path, *, pid: int, heartbeat: float) -> None:
+    weft_dir.mkdir(parents=True, exist_ok=True)
+    info = LockInfo(pid=pid, lock_id="someone-else", start_time="t", last_heartbeat=heartbeat)
+    (weft_dir / LOCK).write_text(
+        json.dumps(
+            {"pid": info.pid, "lockId": info.lock_id, "startTime": "t", "lastHeartbeat": heartbeat}
+        )
+    )
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_live_lock_refuses_a_second_instance(tmp_path: Path) -> None:
+    # A live process that is not us, with a fresh heartbeat.
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        write_foreign_lock(tmp_path, pid=holder.pid, heartbeat=1000.0)
+        with pytest.raises(LockHeldError) as err:
+            RuntimeLock.acquire(tmp_path, clock=lambda: 1010.0)
+        assert f"Weft is already running on this execution (PID {holder.pid})" in str(err.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_dead_owner_is_taken_over_and_said(tmp_path: Path) -> None:
+    pid = dead_pid()
+    write_foreign_lock(tmp_path, pid=pid, heartbeat=1000.0)
+    lock = RuntimeLock.acquire(tmp_path, clock=lambda: 1001.0)
+    assert lock.previous is not None
+    assert lock.describe_previous() == (
+        f"took over the lock of PID {pid}: its process (PID {pid}) is gone"
+    )
+    on_disk = read_lock(tmp_path / LOCK)
+    assert on_disk is not None
+    assert (on_disk.pid, on_disk.lock_id) == (os.getpid(), lock.info.lock_id)
+
+
+def test_a_stale_heartbeat_is_taken_over_even_if_the_pid_lives(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        write_foreign_lock(tmp_path, pid=holder.pid, heartbeat=1000.0)
+        with pytest.raises(LockHeldError):
+            RuntimeLock.acquire(tmp_path, clock=lambda: 1119.0)
+        lock = RuntimeLock.acquire(tmp_path, clock=lambda: 1121.0)
+        assert lock.previous is not None
+        assert lock.previous.reason == "its heartbeat is 121 s old"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_each_acquisition_draws_a_new_lock_id_and_release_removes_only_ours(
+    tmp_path: Path,
+) -> None:
+    first = RuntimeLock.acquire(tmp_path)
+    first_id = first.info.lock_id
+    first.release()
+    assert not (tmp_path / LOCK).exists()
+    second = RuntimeLock.acquire(tmp_path)
+    assert second.info.lock_id != first_id
+    first.release()  # not ours any more: must not remove the new owner's file
+    assert (tmp_path / LOCK).exists()
+
+
+def test_fencing_a_takeover_is_noticed_before_the_next_write(tmp_path: Path) -> None:
+    mine = RuntimeLock.acquire(tmp_path)
+    mine.verify()
+    write_foreign_lock(tmp_path, pid=os.getpid() + 1, heartbeat=0.0)
+    with pytest.raises(LockLostError, match="fenced off"):
+        mine.verify()
+    with pytest.raises(LockLostError):
+        mine.heartbeat()
+    (tmp_path / LOCK).unlink()
+    with pytest.raises(LockLostError, match="was removed"):
+        mine.verify()
+
+
+def test_heartbeat_and_update_rewrite_the_file(tmp_path: Path) -> None:
+    now = [100.0]
+    lock = RuntimeLock.acquire(tmp_path, clock=lambda: now[0])
+    now[0] = 130.0
+    lock.heartbeat()
+    lock.update(run_id="r1", port=8123)
+    info = read_lock(tmp_path / LOCK)
+    assert info is not None
+    assert (info.last_heartbeat, info.run_id, info.port) == (130.0, "r1", 8123)
+    lock.verify()  # our own writes are not a takeover
+
+
+def test_an_unreadable_lock_fails_closed_with_advice(tmp_path: Path) -> None:
+    (tmp_path / LOCK).write_text("{torn")
+    with pytest.raises(LockHeldError, match="delete the file"):
+        RuntimeLock.acquire(tmp_path)
+
+
+def test_two_processes_contending_get_exactly_one_lock(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from weft.store.lock import RuntimeLock\n"
+        "from weft.errors import LockHeldError\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "try:\n"
+        "    RuntimeLock.acquire(Path(sys.argv[1]))\n"
+        "    print('got', flush=True)\n"
+        "    time.sleep(2)\n"
+        "except LockHeldError as e:\n"
+        "    print('refused', e, flush=True)\n"
+    )
+    import time
+
+    start = str(time.time() + 1.0)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path), start],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(4)
+    ]
+    outputs = [c.communicate(timeout=30)[0] for c in children]
+    assert sorted(o.split()[0] for o in outputs) == ["got", "refused", "refused", "refused"]
+    assert all("Weft is already running" in o for o in outputs if o.startswith("refused"))

@@ -1,0 +1,163 @@
+"""Recovery: snapshot + journal tail, and every fallback with its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.oracle import OracleCore
+from tests.store.helpers import lifecycle, run_started
+
+from weft.store import ExecutionStore, Journal
+
+
+async def build(execution: Path, codons: int) -> bytes:
+    """A store with ``codons`` completed codons; returns the final state document."""
+    store = ExecutionStore.open(execution)
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    for i in range(codons):
+        for event in lifecycle("r1", f"c{i}"):
+            manager.transition(event)
+    await manager.flush()
+    state = store.core.state_json()
+    await store.close(manager)
+    return state
+
+
+def reopen(execution: Path) -> ExecutionStore:
+    return ExecutionStore.open(execution, readonly=True)
+
+
+def weft(execution: Path) -> Path:
+    return execution / ".weft"
+
+
+async def test_a_clean_reopen_uses_state_json_and_replays_nothing(tmp_path: Path) -> None:
+    state = await build(tmp_path, 4)
+    store = reopen(tmp_path)
+    assert (store.recovery.source, store.recovery.notes, store.recovery.replayed) == (
+        "state.json",
+        [],
+        0,
+    )
+    assert store.core.state_json() == state
+    assert store.core.next_seq == store.journal.last_seq() + 1
+
+
+async def test_a_snapshot_behind_the_journal_is_brought_up_to_date(tmp_path: Path) -> None:
+    await build(tmp_path, 1)
+    old_snapshot = (weft(tmp_path) / "state.json").read_bytes()
+    state = await build_more(tmp_path)
+    (weft(tmp_path) / "state.json").write_bytes(old_snapshot)
+    store = reopen(tmp_path)
+    assert store.recovery.source == "state.json"
+    assert store.recovery.replayed > 0
+    assert store.core.state_json() == state
+
+
+async def build_more(execution: Path) -> bytes:
+    store = ExecutionStore.open(execution)
+    manager = store.state_manager()
+    for event in lifecycle("r1", "later"):
+        manager.transition(event)
+    await manager.flush()
+    state = store.core.state_json()
+    await store.close(manager)
+    return state
+
+
+async def test_a_torn_state_json_falls_back_to_the_backup_and_says_why(tmp_path: Path) -> None:
+    state = await build(tmp_path, 3)
+    path = weft(tmp_path) / "state.json"
+    path.write_bytes(path.read_bytes()[:40])
+    store = reopen(tmp_path)
+    assert store.recovery.source == "state.json.bak"
+    assert store.recovery.notes[0].startswith("state.json is unusable: invalid state document")
+    assert store.core.state_json() == state
+
+
+async def test_both_snapshots_unusable_rebuild_from_the_journal(tmp_path: Path) -> None:
+    state = await build(tmp_path, 3)
+    (weft(tmp_path) / "state.json").write_text("garbage")
+    (weft(tmp_path) / "state.json.bak").unlink()
+    store = ExecutionStore.open(tmp_path)  # writable: the rebuilt state is saved at once
+    assert store.recovery.source == "journal"
+    assert store.recovery.notes[-1] == "state rebuilt from the journal alone"
+    assert store.core.state_json() == state
+    await store.close()
+    assert reopen(tmp_path).recovery.source == "state.json"
+
+
+async def test_a_snapshot_ahead_of_the_journal_loses_to_the_journal(tmp_path: Path) -> None:
+    await build(tmp_path, 2)
+    path = weft(tmp_path) / "state.json"
+    doc = json.loads(path.read_bytes())
+    doc["journalSeq"] = 10_000
+    path.write_text(json.dumps(doc))
+    (weft(tmp_path) / "state.json.bak").unlink()
+    store = reopen(tmp_path)
+    assert store.recovery.source == "journal"
+    assert "the journal ends at" in store.recovery.notes[0]
+
+
+async def test_a_snapshot_that_disagrees_with_the_journal_loses(tmp_path: Path) -> None:
+    state = await build(tmp_path, 2)
+    path = weft(tmp_path) / "state.json"
+    doc = json.loads(path.read_bytes())
+    doc["journalSeq"] = 1  # claims to reflect only RunStarted, yet holds codons
+    path.write_text(json.dumps(doc))
+    (weft(tmp_path) / "state.json.bak").unlink()
+    store = reopen(tmp_path)
+    assert store.recovery.source == "journal"
+    assert "but the journal through seq 1 started 1 and 0" in store.recovery.notes[0]
+    assert store.core.state_json() == state
+
+
+async def test_the_recovered_state_is_the_oracle_fold_of_the_journal(tmp_path: Path) -> None:
+    await build(tmp_path, 5)
+    journal = Journal.open(weft(tmp_path) / "weft.db", readonly=True)
+    oracle = OracleCore()
+    for page in journal.pages():
+        for e in page:
+            if e.kind == "transition":
+                oracle.apply(e.payload.encode())
+    assert json.loads(reopen(tmp_path).core.state_json()) == oracle.state_dict()
+
+
+async def test_runs_left_running_are_marked_crashed_on_the_next_start(tmp_path: Path) -> None:
+    store = ExecutionStore.open(tmp_path)
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    for event in lifecycle("r1", "c0")[:4]:  # leave c0 running
+        manager.transition(event)
+    await manager.flush()
+    await manager.close()
+    store.journal.close()  # no release: as if the process died (own pid: recycled-pid path)
+    again = ExecutionStore.open(tmp_path)
+    assert again.lock is not None
+    assert again.lock.previous is not None
+    manager = again.state_manager()
+    assert await again.mark_crashed_runs(manager) == ["r1"]
+    (run,) = again.runs()
+    assert run["status"] == "crashed"
+    assert run["codons"][0]["failureReason"]["message"] == "Server crashed"
+    assert run["codons"][0]["failedDuring"] == "running"
+    await again.close(manager)
+
+
+async def test_a_snapshot_whose_tail_does_not_replay_loses(tmp_path: Path) -> None:
+    # RunStarted is seq 1; c0 takes seqs 2..9 and completes at 9.
+    state = await build(tmp_path, 1)
+    path = weft(tmp_path) / "state.json"
+    doc = json.loads(path.read_bytes())
+    doc["journalSeq"] = 8  # yet the snapshot already holds seq 9's completion
+    path.write_text(json.dumps(doc))
+    (weft(tmp_path) / "state.json.bak").unlink()
+    store = reopen(tmp_path)
+    assert store.recovery.source == "journal"
+    assert store.recovery.notes[0].startswith(
+        "state.json disagrees with the journal at seq 9 (Codon 'c0' in run 'r1' is completed, "
+        "not running)"
+    )
+    assert store.core.state_json() == state
