@@ -1,0 +1,103 @@
+"""``weft status`` and ``weft store rebuild`` on real execution directories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.store.helpers import lifecycle, move, run_started
+
+from weft import core
+from weft.cli import main
+from weft.store import ExecutionStore
+
+
+async def make_execution(path: Path) -> None:
+    store = ExecutionStore.open(path)
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    for event in lifecycle("r1", "design"):
+        manager.transition(event)
+    for event in lifecycle("r1", "build")[:4]:
+        manager.transition(event)
+    manager.transition(
+        move(
+            "r1",
+            "build",
+            "running",
+            "failed",
+            exit_code=1,
+            failure_reason=core.FailureReason(kind="rate-limit", retriable=True, message="429"),
+            failed_during="running",
+        )
+    )
+    manager.transition(core.RunFailed(run_id="r1", end_time="t9"))
+    await store.close(manager)
+
+
+def weft(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "weft", *args], capture_output=True, text=True, check=False
+    )
+
+
+async def test_status_prints_runs_and_codons(tmp_path: Path) -> None:
+    await make_execution(tmp_path)
+    done = weft("status", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"Execution {tmp_path.resolve()}"
+    assert lines[1] == "  journal: 15 events, state from state.json"
+    assert lines[2] == "  total cost: $0.0060"
+    assert lines[3].startswith("run r1  failed  started 2026-11-21T00:00:00Z  $0.0060")
+    assert lines[4].split() == ["design", "completed", "$0.0060"]
+    assert lines[5].split()[:3] == ["build", "failed", "$0.0000"]
+    assert lines[5].endswith("during running: 429")
+
+
+async def test_status_json_is_complete(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    await make_execution(tmp_path)
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["journal"] == {"events": 15, "lastSeq": 15}
+    assert status["currentRunId"] is None
+    (run,) = status["runs"]
+    assert [c["status"] for c in run["codons"]] == ["completed", "failed"]
+    assert run["codons"][1]["failureReason"] == {
+        "type": "rate-limit",
+        "retriable": True,
+        "message": "429",
+    }
+
+
+def test_status_of_a_folder_that_is_no_execution_is_a_clear_error(tmp_path: Path) -> None:
+    done = weft("status", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"weft: error: {tmp_path}: not an execution directory (no .weft/ inside)\n"
+    )
+
+
+async def test_status_of_a_damaged_store_refuses_without_a_traceback(tmp_path: Path) -> None:
+    await make_execution(tmp_path)
+    db = tmp_path / ".weft" / "weft.db"
+    db.write_bytes(db.read_bytes()[:100] + b"\x00" * 5000)
+    done = weft("status", str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr.startswith("weft: error: ")
+    assert "Traceback" not in done.stderr
+
+
+async def test_store_rebuild_replaces_a_damaged_state_json(tmp_path: Path) -> None:
+    await make_execution(tmp_path)
+    state = tmp_path / ".weft" / "state.json"
+    expected = json.loads(state.read_bytes())
+    state.write_text("{}")
+    done = weft("store", "rebuild", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "from 15 journal events (through seq 15)" in done.stdout
+    assert json.loads(state.read_bytes()) == expected
+    assert not (tmp_path / ".weft" / "runtime.lock").exists()

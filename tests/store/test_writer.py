@@ -1,0 +1,112 @@
+"""The store under faults: a full disk and a fenced-off writer stop cleanly, keeping
+everything committed before."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.oracle import OracleCore
+from tests.store.helpers import lifecycle, run_started
+
+from weft.errors import LockLostError, PersistenceError
+from weft.state import Processed, StateManager
+from weft.store import ExecutionStore, Journal
+from weft.store.lock import LOCK
+
+
+@contextlib.contextmanager
+def small_disk(path: Path) -> Iterator[bool]:
+    """A 1 MiB tmpfs at ``path`` when this machine lets us mount one (yields True),
+    else a plain folder (yields False: the caller limits the database instead)."""
+    path.mkdir()
+    mounted = (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+    try:
+        yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+async def write_until_it_fails(manager: StateManager) -> None:
+    for i in range(100_000):
+        for event in lifecycle("r1", f"codon-{i}-{'x' * 200}"):
+            manager.transition(event)
+        manager.emit("assistant.action", {"text": "y" * 2000}, run_id="r1")
+        await manager.flush()
+
+
+def fold(journal: Journal) -> OracleCore:
+    oracle = OracleCore()
+    for page in journal.pages():
+        for e in page:
+            if e.kind == "transition":
+                assert oracle.apply(e.payload.encode()).ok
+    return oracle
+
+
+async def test_a_full_disk_stops_the_run_cleanly_and_keeps_what_was_committed(
+    tmp_path: Path,
+) -> None:
+    with small_disk(tmp_path / "disk") as mounted:
+        execution = tmp_path / "disk" / "execution"
+        store = ExecutionStore.open(execution)
+        if not mounted:
+            # SQLite's own "disk is full" path, when no filesystem can be filled.
+            store.journal._conn.execute("PRAGMA max_page_count = 64")
+        manager = store.state_manager(max_batch=200)
+        seen: list[int] = []
+        manager.add_listener(lambda p: seen.append(p.seq))
+        manager.transition(run_started("r1"))
+        with pytest.raises(PersistenceError) as failure:
+            await write_until_it_fails(manager)
+        message = str(failure.value)
+        assert message.startswith("persisting transitions failed: ")
+        assert "full" in message or "No space left" in message, message
+        with pytest.raises(PersistenceError):
+            manager.transition(run_started("r2"))  # the manager stopped
+        assert len(seen) > 100, "nothing much was committed before the disk filled"
+
+        journal = Journal.open(execution / ".weft" / "weft.db", readonly=True)
+        try:
+            assert journal.last_seq() >= seen[-1]
+            assert journal.count() == journal.last_seq()
+            oracle = fold(journal)
+        finally:
+            journal.close()
+        again = ExecutionStore.open(execution, readonly=True)
+        assert json.loads(again.core.state_json()) == oracle.state_dict()
+        again.journal.close()
+        store.journal.close()
+
+
+async def test_a_fenced_off_writer_stops_before_writing(tmp_path: Path) -> None:
+    store = ExecutionStore.open(tmp_path)
+    manager = store.state_manager()
+    written: list[Processed] = []
+    manager.add_listener(written.append)
+    await manager.transition_and_wait(run_started("r1"))
+    # Another process takes the execution over.
+    (tmp_path / ".weft" / LOCK).write_text(
+        json.dumps({"pid": 1, "lockId": "other", "startTime": "t", "lastHeartbeat": 0})
+    )
+    with pytest.raises(PersistenceError) as failure:
+        await manager.transition_and_wait(lifecycle("r1", "c0")[0])
+    assert isinstance(failure.value.__cause__, LockLostError)
+    assert "fenced off" in str(failure.value)
+    assert store.journal.last_seq() == 1
+    assert [p.seq for p in written] == [1]
+    store.journal.close()
