@@ -43,8 +43,9 @@ def run_started() -> dict[str, Any]:
     )
 
 
-def codon_events(i: int, updates: int) -> list[dict[str, Any]]:
-    """One codon's whole life, with ``updates`` cost/count updates while running."""
+def codon_events(i: int, updates: int, mistakes: bool = True) -> list[dict[str, Any]]:
+    """One codon's whole life, with ``updates`` cost/count updates while running,
+    and (with ``mistakes``) the refused transitions a buggy caller would send."""
     c = f"codon-{i}"
     events = [
         _p("CodonStarted", runId=RUN, codonId=c, startTime="2026-11-20T12:00:00Z"),
@@ -63,7 +64,7 @@ def codon_events(i: int, updates: int) -> list[dict[str, Any]]:
             )
         )
         events.append(_p("AssistantMessageCountUpdated", runId=RUN, codonId=c, newCount=k + 1))
-        if k % 12 == 11:
+        if mistakes and k % 12 == 11:
             # A wrong `from`: rejected, changes nothing.
             events.append(_move(c, "starting", "initializing", claudePid=1, claudeLogPath="x"))
     events += [
@@ -83,18 +84,21 @@ def codon_events(i: int, updates: int) -> list[dict[str, Any]]:
             branch=f"run-{RUN}",
         ),
         _move(c, "running", "completed", checkpointSha=f"{i:040x}", resultMessageReceived=True),
-        # A stale update after completion: rejected.
-        _p("CostsIncremented", runId=RUN, codonId=c, costDelta=0.001, tokensDelta={}),
     ]
+    if mistakes:
+        # A stale update after completion: rejected.
+        events.append(_p("CostsIncremented", runId=RUN, codonId=c, costDelta=0.001, tokensDelta={}))
     return events
 
 
-def mixed_stream(total: int, updates_per_codon: int = 24) -> list[bytes]:
-    """About ``total`` encoded transitions: one run, many codon lifecycles."""
+def mixed_stream(total: int, updates_per_codon: int = 24, mistakes: bool = True) -> list[bytes]:
+    """``total`` encoded transitions: one run, many codon lifecycles. Without
+    ``mistakes`` every one applies (a journal's worth), but the last codon may
+    be cut off mid-life."""
     events = [run_started()]
     i = 0
     while len(events) < total:
-        events += codon_events(i, updates_per_codon)
+        events += codon_events(i, updates_per_codon, mistakes)
         i += 1
     return [json.dumps(e, separators=(",", ":")).encode() for e in events[:total]]
 

@@ -45,15 +45,16 @@ class StreamEvent:
     codon_id: str | None = None
 
 
-_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+_last_stamp: tuple[int, str] = (-1, "")
 
 
-def _base36(n: int, width: int) -> str:
-    digits = []
-    while n:
-        n, d = divmod(n, 36)
-        digits.append(_BASE36[d])
-    return "".join(reversed(digits)).rjust(width, "0")[-width:]
+def _stamp(ms: int) -> str:
+    """ISO-8601 UTC for a millisecond; consecutive events mostly share one."""
+    global _last_stamp
+    if _last_stamp[0] != ms:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000))
+        _last_stamp = (ms, f"{text}.{ms % 1000:03d}Z")
+    return _last_stamp[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +82,14 @@ class Processed:
 
     @property
     def id(self) -> str:
-        """The event id: ``<13-digit ms>-<9 base36>`` (the sequence number), unique per journal."""
-        return f"{self.time_ns // 1_000_000:013d}-{_base36(self.seq, 9)}"
+        """The event id: ``<13-digit ms>-<9 hex digits of the seq>``, unique per journal
+        (the reference's ``<13 digits>-<9 of [a-z0-9]>`` shape)."""
+        return f"{self.time_ns // 1_000_000:013d}-{self.seq:09x}"
 
     @property
     def timestamp(self) -> str:
         """ISO-8601 UTC submission time, to the millisecond."""
-        ms = self.time_ns // 1_000_000
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+        return _stamp(self.time_ns // 1_000_000)
 
 
 class Persistence(Protocol):
