@@ -146,3 +146,21 @@ def test_two_processes_contending_get_exactly_one_lock(tmp_path: Path) -> None:
     outputs = [c.communicate(timeout=30)[0] for c in children]
     assert sorted(o.split()[0] for o in outputs) == ["got", "refused", "refused", "refused"]
     assert all("Weft is already running" in o for o in outputs if o.startswith("refused"))
+
+
+async def test_an_open_store_keeps_its_lock_alive(tmp_path: Path) -> None:
+    import asyncio
+
+    from weft.store import ExecutionStore
+
+    store = ExecutionStore.open(tmp_path)
+    manager = store.state_manager(heartbeat_every=0.05)
+    first = read_lock(tmp_path / ".weft" / LOCK)
+    await asyncio.sleep(0.3)
+    later = read_lock(tmp_path / ".weft" / LOCK)
+    assert first is not None
+    assert later is not None
+    assert later.last_heartbeat > first.last_heartbeat
+    assert later.lock_id == first.lock_id
+    await store.close(manager)
+    assert not (tmp_path / ".weft" / LOCK).exists()

@@ -9,17 +9,19 @@ this store, and marks runs a dead process left running as crashed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from weft._core import Core
-from weft.errors import StoreError
+from weft.errors import LockLostError, StoreError
 from weft.events.transitions import RunCrashed
 from weft.state import StateManager
 from weft.store.journal import Journal
-from weft.store.lock import RuntimeLock
+from weft.store.lock import HEARTBEAT_SECONDS, RuntimeLock
 from weft.store.recovery import Recovery, recover
 from weft.store.writer import StoreWriter
 
@@ -52,6 +54,7 @@ class ExecutionStore:
         self.recovery = recovery
         self.lock = lock
         self._writer: StoreWriter | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
 
     @property
     def core(self) -> Core:
@@ -93,9 +96,30 @@ class ExecutionStore:
             self._writer = StoreWriter(self.weft_dir, self.journal, self.core, self.lock)
         return self._writer
 
-    def state_manager(self, *, max_batch: int = 4096) -> StateManager:
-        """A StateManager whose transitions and events are journaled here."""
-        return StateManager(self.core, persistence=self._writer_for(), max_batch=max_batch)
+    def state_manager(
+        self, *, max_batch: int = 4096, heartbeat_every: float = HEARTBEAT_SECONDS
+    ) -> StateManager:
+        """A StateManager whose transitions and events are journaled here.
+
+        Called from async code, it also starts the lock's heartbeat.
+        """
+        writer = self._writer_for()
+        with contextlib.suppress(RuntimeError):  # no running loop: no heartbeat
+            loop = asyncio.get_running_loop()
+            if self._heartbeat is None:
+                self._heartbeat = loop.create_task(self._beat(writer, heartbeat_every))
+        return StateManager(self.core, persistence=writer, max_batch=max_batch)
+
+    async def _beat(self, writer: StoreWriter, every: float) -> None:
+        lock = self.lock
+        assert lock is not None
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await writer.run(lock.heartbeat)
+            except LockLostError:
+                # Fenced off: the next commit fails on the same check and stops the run.
+                return
 
     def runs(self) -> list[dict[str, Any]]:
         """The runs of the state document, newest first."""
@@ -127,6 +151,10 @@ class ExecutionStore:
 
     async def close(self, manager: StateManager | None = None) -> None:
         """Flushes ``manager``, writes a final snapshot and releases the lock."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
         if manager is not None:
             await manager.close()
         if self._writer is not None:
