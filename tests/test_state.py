@@ -7,6 +7,8 @@ import threading
 from collections.abc import Sequence
 
 import pytest
+from tests.builders import lifecycle, run_started
+from tests.builders import move as move_in
 
 from weft import core
 from weft.errors import (
@@ -23,32 +25,15 @@ RUN = "r1"
 
 
 def started(run_id: str = RUN) -> core.RunStarted:
-    return core.RunStarted(
-        run_id=run_id,
-        run_folder=f"/x/{run_id}",
-        git_branch=f"run-{run_id}",
-        starting_conditions=core.Fresh(),
-        server_pid=1,
-        start_time="t0",
-    )
+    return run_started(run_id)
 
 
-def move(
-    codon: str, frm: core.CodonStatus, to: core.CodonStatus, **meta: object
-) -> core.Transition:
-    metadata = core.TransitionMetadata(**meta) if meta else None  # type: ignore[arg-type]
-    return core.CodonTransitioned(
-        run_id=RUN, codon_id=codon, from_status=frm, to_status=to, timestamp="t", metadata=metadata
-    )
+def move(codon: str, frm: str, to: str, **meta: object) -> core.Transition:
+    return move_in(RUN, codon, frm, to, **meta)
 
 
 def to_running(codon: str) -> list[core.Transition]:
-    return [
-        core.CodonStarted(run_id=RUN, codon_id=codon, start_time="t"),
-        move(codon, "preparing", "starting"),
-        move(codon, "starting", "initializing", claude_pid=1, claude_log_path="l"),
-        move(codon, "initializing", "running", claude_session_id="s"),
-    ]
+    return lifecycle(RUN, codon)[:4]
 
 
 def spend(codon: str, usd: float) -> core.Transition:
@@ -63,7 +48,6 @@ class Recording:
     def __init__(self, fail_on_batch: int | None = None) -> None:
         self.batches: list[list[int]] = []
         self.fail_on_batch = fail_on_batch
-        self.visible_before_commit: list[int] = []
 
     async def commit(self, batch: Sequence[Processed]) -> None:
         if self.fail_on_batch is not None and len(self.batches) == self.fail_on_batch:

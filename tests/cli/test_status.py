@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.store.helpers import lifecycle, move, run_started
+from tests.builders import lifecycle, move, run_started
 
 from weft import core
 from weft.cli import main

@@ -24,27 +24,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.oracle import OracleCore, OracleOutcome
+from tests.oracle import validate_transition as oracle_validate
+from tests.oracle.codon import STATUSES as ORACLE_STATUSES
 
 from weft import _core
 from weft.errors import InvalidTransitionError, MetadataValidationError
 
-try:  # run from the repository root (python -m pytest) ...
-    from tests.oracle import OracleCore, OracleOutcome
-    from tests.oracle import validate_transition as oracle_validate
-except ImportError:  # ... or with tests/ as the import root (pytest's rootdir insertion)
-    from oracle import OracleCore, OracleOutcome  # type: ignore[no-redef]
-    from oracle import validate_transition as oracle_validate  # type: ignore[no-redef]
-
-STATUSES = [
-    "preparing",
-    "starting",
-    "initializing",
-    "running",
-    "completing-sentinels",
-    "completed",
-    "failed",
-    "skipped",
-]
+STATUSES = list(ORACLE_STATUSES)
 NEXT = {  # the happy path
     "preparing": "starting",
     "starting": "initializing",

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from tests.store.helpers import lifecycle, move, run_started
+from tests.builders import lifecycle, move, run_started
 
 from weft.errors import StoreCorruptError, StoreError
 from weft.store import ExecutionStore, Journal

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.builders import lifecycle, run_started
 from tests.oracle import OracleCore
-from tests.store.helpers import lifecycle, run_started
 
 from weft.store import ExecutionStore, Journal
 

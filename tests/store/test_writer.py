@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.builders import lifecycle, run_started
 from tests.oracle import OracleCore
-from tests.store.helpers import lifecycle, run_started
 
 from weft.errors import LockLostError, PersistenceError
 from weft.state import Processed, StateManager

@@ -11,7 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from tests.store.helpers import move, run_started
+from tests.builders import move, run_started
 
 from weft import core
 from weft.state import Processed

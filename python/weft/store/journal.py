@@ -109,14 +109,6 @@ class Journal:
                 conn.execute("ROLLBACK")
             raise
 
-    def set_meta(self, key: str, value: str) -> None:
-        """Records an execution-level fact (schema owner, creation time...)."""
-        self._conn.execute(
-            "INSERT INTO execution (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
-
     # -- reading -----------------------------------------------------------
 
     def last_seq(self) -> int:

@@ -36,10 +36,6 @@ MIGRATIONS: tuple[str, ...] = (
                timestamp                                AS at
           FROM events
          WHERE kind = 'transition';
-    CREATE TABLE execution (
-        key   TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    );
     """,
 )
 

@@ -343,59 +343,21 @@ impl Core {
     /// Applies a JSON array of transitions now, bypassing the queue (which
     /// must be empty). Returns counts and the rejected outcomes only.
     fn apply_batch(&self, py: Python<'_>, events: PyBackedBytes) -> PyResult<BatchResult> {
-        let mut state = self.state(py)?;
-        let st: &mut State = &mut state;
         let bytes: &[u8] = &events;
-        let split = py.detach(|| transition::split_batch(bytes));
-        let elements = split.map_err(|e| {
+        let elements = py.detach(|| transition::split_batch(bytes)).map_err(|e| {
             pyo3::exceptions::PyValueError::new_err(format!(
                 "apply_batch expects a JSON array of transitions: {e}"
             ))
         })?;
-        let first_seq = self.reserve(py, elements.len() as u64)?;
-        let count = elements.len();
-        let rejected: Vec<Processed> = py.detach(|| {
-            let mut rejected = Vec::new();
-            for (i, raw) in elements.iter().enumerate() {
-                let p = queue::apply_one(st, first_seq + i as u64, raw.get().as_bytes());
-                if p.result.is_err() {
-                    rejected.push(p);
-                }
-            }
-            rejected
-        });
-        drop(state);
-        Ok(BatchResult {
-            first_seq,
-            count,
-            applied: count - rejected.len(),
-            rejected: Self::outcomes(py, rejected)?,
-        })
+        let elements: Vec<&[u8]> = elements.iter().map(|raw| raw.get().as_bytes()).collect();
+        self.apply_direct(py, &elements)
     }
 
     /// Applies a list of encoded transitions now, bypassing the queue (which
     /// must be empty): the replay path, with no array to build. Returns
     /// counts and the rejected outcomes only.
     fn apply_many(&self, py: Python<'_>, events: Vec<PyBackedBytes>) -> PyResult<BatchResult> {
-        let mut state = self.state(py)?;
-        let st: &mut State = &mut state;
-        let count = events.len();
-        let first_seq = self.reserve(py, count as u64)?;
-        let rejected: Vec<Processed> = py.detach(|| {
-            events
-                .iter()
-                .enumerate()
-                .map(|(i, e)| queue::apply_one(st, first_seq + i as u64, e))
-                .filter(|p| p.result.is_err())
-                .collect()
-        });
-        drop(state);
-        Ok(BatchResult {
-            first_seq,
-            count,
-            applied: count - rejected.len(),
-            rejected: Self::outcomes(py, rejected)?,
-        })
+        self.apply_direct(py, &events)
     }
 
     /// Moves the numbering so the next submission gets `next_seq`, and
@@ -517,6 +479,34 @@ impl Core {
 }
 
 impl Core {
+    /// Applies `events` in order with the interpreter released, numbering
+    /// them after anything applied before; keeps only the rejections.
+    fn apply_direct<B: AsRef<[u8]> + Sync>(
+        &self,
+        py: Python<'_>,
+        events: &[B],
+    ) -> PyResult<BatchResult> {
+        let mut state = self.state(py)?;
+        let st: &mut State = &mut state;
+        let count = events.len();
+        let first_seq = self.reserve(py, count as u64)?;
+        let rejected: Vec<Processed> = py.detach(|| {
+            events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| queue::apply_one(st, first_seq + i as u64, e.as_ref()))
+                .filter(|p| p.result.is_err())
+                .collect()
+        });
+        drop(state);
+        Ok(BatchResult {
+            first_seq,
+            count,
+            applied: count - rejected.len(),
+            rejected: Self::outcomes(py, rejected)?,
+        })
+    }
+
     fn reserve(&self, py: Python<'_>, count: u64) -> PyResult<u64> {
         self.queue(py)?.reserve(count).ok_or_else(|| {
             PyRuntimeError::new_err(
