@@ -1,0 +1,200 @@
+"""The harness protocol: what an agent adapter implements, and routing.
+
+An adapter has two halves:
+
+* a **parser** (:class:`StreamParser`), sans-I/O: it is fed complete stdout
+  lines and, at the end, how the process exited, and returns normalised
+  events (:mod:`weft.agents.events`). Parsers are tested on golden streams
+  without spawning anything.
+* a **harness** (:class:`Harness`): builds the CLI's argv and environment for a
+  :class:`SessionSpec` and starts an :class:`AgentSession`, which owns the
+  process (its own process group, stdout and stderr drained concurrently,
+  timeouts, the stop sequence) and yields the parser's events.
+
+:func:`route` picks the harness from the model id.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from weft.agents.events import AgentEvent, SessionExited
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Deadlines of one session, in seconds. ``None`` disables one."""
+
+    first_output: float | None = 60.0
+    """From spawn to the session's first event (Claude: ``system/init``)."""
+    idle: float | None = 180.0
+    """No stdout line for this long (a retry notice resets it)."""
+    wall: float | None = None
+    """The whole session."""
+    stop_grace: float = 5.0
+    """After SIGTERM to the process group, before SIGKILL."""
+    flush_grace: float = 5.0
+    """After stdin closes on a graceful stop, before SIGTERM (lets the CLI
+    flush its transcript)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """Everything a harness needs to start one agent session."""
+
+    prompt: str
+    model: str
+    """The model as the CLI should get it (routing already stripped
+    ``fake/`` and provider prefixes the CLI does not understand)."""
+    cwd: Path
+    resume_session_id: str | None = None
+    append_system_prompt: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra variables applied last (the codon's env). ``WEFT_<X>`` in the
+    parent environment passes as ``X``; the value ``unset`` deletes ``X``."""
+    log_path: Path | None = None
+    """Where the raw stdout stream is teed (``.weft/runs/<runId>/<codonId>-<harness>.log``)."""
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    extra_args: tuple[str, ...] = ()
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+
+class StopReason(enum.StrEnum):
+    """Why Weft ended a session itself."""
+
+    OPERATOR = "operator"
+    INTERRUPT = "interrupt"
+    SHUTDOWN = "shutdown"
+    FIRST_OUTPUT_TIMEOUT = "first_output_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    WALL_TIMEOUT = "wall_timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEnd:
+    """How the child process ended, handed to :meth:`StreamParser.finish`."""
+
+    exit_code: int | None
+    """The exit status, or ``None`` when a signal killed it."""
+    signal: int | None
+    stderr_tail: str
+    stopped: StopReason | None
+    """Set when Weft stopped the process (a timeout or a request)."""
+
+
+class StreamParser(Protocol):
+    """Sans-I/O parser of one CLI's stdout stream."""
+
+    def feed(self, line: bytes) -> list[AgentEvent]:
+        """Parse one complete line (no newline; a trailing ``\\r`` may remain).
+        Never raises on bad input: non-JSON lines are skipped, corrupt JSON
+        and unknown types are counted."""
+        ...
+
+    def stderr(self, line: str) -> list[AgentEvent]:
+        """Note one stderr line (some errors are only told there)."""
+        ...
+
+    def finish(self, end: ProcessEnd) -> list[AgentEvent]:
+        """The process ended: return the closing events, the last of which is
+        a :class:`SessionExited` with the verdict."""
+        ...
+
+
+class AgentSession(Protocol):
+    """One running agent process."""
+
+    @property
+    def pid(self) -> int:
+        """The child's pid (also its process group id)."""
+        ...
+
+    def events(self) -> AsyncIterator[AgentEvent]:
+        """The normalised events, ending with :class:`SessionExited`."""
+        ...
+
+    async def stop(self, reason: StopReason = StopReason.OPERATOR) -> None:
+        """Graceful stop: close stdin, wait ``flush_grace``, SIGTERM the
+        process group, wait ``stop_grace``, SIGKILL. Idempotent."""
+        ...
+
+    async def kill(self) -> None:
+        """SIGKILL the process group now."""
+        ...
+
+    async def wait(self) -> SessionExited:
+        """Wait for the end (draining events nobody consumed)."""
+        ...
+
+
+class Harness(Protocol):
+    """An agent adapter."""
+
+    name: str
+    """``claude``, ``codex``, ``gemini``."""
+
+    def argv(self, spec: SessionSpec) -> list[str]:
+        """The full command line for ``spec``."""
+        ...
+
+    async def start(self, spec: SessionSpec) -> AgentSession:
+        """Spawn the CLI for ``spec``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Which harness runs a model, and the model id the CLI gets."""
+
+    harness: str
+    """``claude``, ``codex`` or ``gemini``."""
+    model: str
+    fake: bool = False
+    """Run the fake agent of that harness's flavour instead of the real CLI."""
+
+
+_OPENAI_BARE = re.compile(r"^(gpt-|o1|o3|o4|codex)")
+_CLAUDE_ALIASES = frozenset({"sonnet", "opus", "haiku"})
+
+
+def route(model: str) -> Route:
+    """Choose the harness for a hank's model id (reference hankweave-runtime
+    §2.12): ``sonnet``/``opus``/``haiku``, ``claude-*`` and ``anthropic/...``
+    go to Claude Code; ``openai/...`` and ``gpt-``/``o1``/``o3`` ids to Codex;
+    ``google/...`` and ``gemini-*`` to Gemini. ``fake/<model>`` routes
+    ``<model>`` the same way and runs the fake agent of that flavour
+    (``fake/sonnet``, ``fake/openai/gpt-5``, ``fake/gemini-2.5-pro``).
+
+    Raises :class:`ValueError` for an id no harness runs.
+    """
+    if model.startswith("fake/"):
+        inner = route(model[len("fake/") :])
+        return Route(inner.harness, inner.model, fake=True)
+    provider, sep, rest = model.partition("/")
+    if sep:
+        if provider == "anthropic" and rest:
+            return Route("claude", rest)
+        if provider == "openai" and rest:
+            return Route("codex", rest)
+        if provider == "google" and rest:
+            return Route("gemini", rest)
+        raise ValueError(
+            f"no harness runs model {model!r}: use anthropic/..., openai/..., google/... "
+            "or fake/..."
+        )
+    if model in _CLAUDE_ALIASES or model.startswith("claude-"):
+        return Route("claude", model)
+    if model.startswith("gemini-"):
+        return Route("gemini", model)
+    if _OPENAI_BARE.match(model):
+        return Route("codex", model)
+    raise ValueError(
+        f"no harness runs model {model!r}: use sonnet, opus, haiku, claude-..., gpt-..., "
+        "gemini-..., a provider/model id, or fake/<model>"
+    )
