@@ -109,7 +109,7 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     """Base of the normalised events."""
 
 
-class SessionStarted(_Event, tag="session.started"):
+class SessionStarted(_Event, frozen=True, tag="session.started"):
     """The agent reported its session (Claude ``system/init``, Codex
     ``thread.started``, Gemini ``init``)."""
 
@@ -120,7 +120,7 @@ class SessionStarted(_Event, tag="session.started"):
     agent_version: str | None = None
 
 
-class AssistantText(_Event, tag="assistant.text"):
+class AssistantText(_Event, frozen=True, tag="assistant.text"):
     """Assistant text. ``partial`` marks a streaming delta whose full text
     follows; ``subagent`` marks text from a sub-agent, never the final answer."""
 
@@ -130,7 +130,7 @@ class AssistantText(_Event, tag="assistant.text"):
     subagent: bool = False
 
 
-class Thinking(_Event, tag="assistant.thinking"):
+class Thinking(_Event, frozen=True, tag="assistant.thinking"):
     """Reasoning or thinking text."""
 
     text: str
@@ -138,7 +138,7 @@ class Thinking(_Event, tag="assistant.thinking"):
     subagent: bool = False
 
 
-class ToolUse(_Event, tag="tool.use"):
+class ToolUse(_Event, frozen=True, tag="tool.use"):
     """A tool call."""
 
     tool_use_id: str
@@ -148,7 +148,7 @@ class ToolUse(_Event, tag="tool.use"):
     subagent: bool = False
 
 
-class ToolResult(_Event, tag="tool.result"):
+class ToolResult(_Event, frozen=True, tag="tool.result"):
     """A tool's result, paired with its call by ``tool_use_id``."""
 
     tool_use_id: str
@@ -157,7 +157,7 @@ class ToolResult(_Event, tag="tool.result"):
     subagent: bool = False
 
 
-class UsageDelta(_Event, tag="usage.delta"):
+class UsageDelta(_Event, frozen=True, tag="usage.delta"):
     """Live usage: what this message added since the last report (per-message
     max-merge, so repeated snapshots never double-count). ``cost_usd`` is the
     live estimate of the delta, ``None`` for an unpriced model."""
@@ -168,7 +168,7 @@ class UsageDelta(_Event, tag="usage.delta"):
     message_id: str | None = None
 
 
-class RetryNotice(_Event, tag="retry.notice"):
+class RetryNotice(_Event, frozen=True, tag="retry.notice"):
     """The agent is retrying an API call itself (resets the idle timer)."""
 
     attempt: int
@@ -178,7 +178,7 @@ class RetryNotice(_Event, tag="retry.notice"):
     status: int | None = None
 
 
-class SessionResult(_Event, tag="session.result"):
+class SessionResult(_Event, frozen=True, tag="session.result"):
     """The agent's own final report (Claude ``result``, Codex
     ``turn.completed``/``turn.failed``, Gemini ``result``). Authoritative for
     cost and usage; :class:`SessionExited` still follows."""
@@ -199,13 +199,13 @@ class SessionResult(_Event, tag="session.result"):
     context_exceeded: bool = False
 
 
-class StderrLine(_Event, tag="stderr.line"):
+class StderrLine(_Event, frozen=True, tag="stderr.line"):
     """One line the agent wrote to stderr."""
 
     line: str
 
 
-class SessionExited(_Event, tag="session.exited"):
+class SessionExited(_Event, frozen=True, tag="session.exited"):
     """The process has ended; the verdict of the whole session (reference
     agent-cli-protocols §1.7: a result line wins over the exit code)."""
 
