@@ -202,6 +202,21 @@ fn initial_checkpoint(sha: &str) -> Vec<u8> {
     tr("InitialCheckpointSet", json!({ "sha": sha }))
 }
 
+fn plan_extended(run: &str, after: &str, entries: Value) -> Vec<u8> {
+    tr(
+        "PlanExtended",
+        json!({ "runId": run, "afterCodonId": after, "entries": entries }),
+    )
+}
+
+fn loop_entry(id: &str, iteration: u32) -> Value {
+    json!({
+        "codon": { "id": id },
+        "codonId": format!("{id}#{iteration}"),
+        "loopContext": { "loopId": "L", "iteration": iteration, "codonIndexInLoop": 0 },
+    })
+}
+
 // ---------------------------------------------------------------------------
 // Applying.
 
@@ -418,10 +433,10 @@ fn edit(mut v: Value, remove: &[&str], set: &[(&str, Value)]) -> Value {
 }
 
 // ===========================================================================
-// The fourteen transitions and their effects.
+// The fifteen transitions and their effects.
 
 #[test]
-fn the_fourteen_transition_types_all_decode() {
+fn the_fifteen_transition_types_all_decode() {
     let batch = [
         run_started("r1"),
         run_completed("r1"),
@@ -437,6 +452,7 @@ fn the_fourteen_transition_types_all_decode() {
         sentinels_updated("r1", "c", json!([]), 0.0),
         checkpoint("r1", "c", "rig-setup", "abc"),
         initial_checkpoint("abc"),
+        plan_extended("r1", "a", json!([])),
     ];
     let kinds: Vec<&str> = batch.iter().map(|b| decode(b).unwrap().kind()).collect();
     assert_eq!(kinds, Transition::KINDS.to_vec());
@@ -1442,7 +1458,7 @@ fn rejection_cases() -> Vec<Case> {
              `RunCompleted`, `RunFailed`, `RunCrashed`, `CodonStarted`, `CodonTransitioned`, \
              `CostsUpdated`, `CostsIncremented`, `AssistantMessageCountUpdated`, \
              `ExtensionCountUpdated`, `CodonFinalCostSet`, `SentinelStatesUpdated`, \
-             `CheckpointCreated`, `InitialCheckpointSet` at line 1 column 19",
+             `CheckpointCreated`, `InitialCheckpointSet`, `PlanExtended` at line 1 column 19",
         ),
         case(
             Busy,
@@ -3467,4 +3483,125 @@ fn data_before_type_is_accepted_for_a_run_with_a_plan() {
     let bytes = br#"{"data":{"runId":"r1","runFolder":"/f","gitBranch":"b","startingConditions":{"type":"fresh"},"serverPid":1,"startTime":"t","executionPlan":[{"codon":{"a":1},"codonId":"a"}]},"type":"RunStarted"}"#;
     let (kind, result) = apply_bytes(&mut s, bytes);
     assert_eq!((kind, result), (Some("RunStarted"), Ok(Applied::default())));
+}
+
+// ===========================================================================
+// PlanExtended: lazy loop expansion.
+
+fn plan_ids(s: &State) -> Vec<String> {
+    s.execution_plan
+        .iter()
+        .map(|e| e.codon_id.clone())
+        .collect()
+}
+
+fn with_loop_plan() -> State {
+    let mut s = State::default();
+    let plan = json!([
+        { "codon": { "id": "setup" }, "codonId": "setup" },
+        loop_entry("step", 0),
+        { "codon": { "id": "report" }, "codonId": "report" },
+    ]);
+    ok(
+        &mut s,
+        &run_started_with("r1", json!({ "type": "fresh" }), Some(plan)),
+    );
+    s
+}
+
+#[test]
+fn plan_extended_inserts_the_entries_right_after_the_anchor() {
+    let mut s = with_loop_plan();
+    let applied = ok(
+        &mut s,
+        &plan_extended("r1", "step#0", json!([loop_entry("step", 1)])),
+    );
+    assert_eq!(applied, Applied::default());
+    assert_eq!(plan_ids(&s), ["setup", "step#0", "step#1", "report"]);
+    ok(
+        &mut s,
+        &plan_extended(
+            "r1",
+            "step#1",
+            json!([loop_entry("step", 2), loop_entry("more", 2)]),
+        ),
+    );
+    assert_eq!(
+        plan_ids(&s),
+        ["setup", "step#0", "step#1", "step#2", "more#2", "report"]
+    );
+    let doc = serde_json::to_value(&s).unwrap();
+    assert_eq!(doc["executionPlan"][2], loop_entry("step", 1));
+}
+
+#[test]
+fn plan_extended_survives_a_save_and_reload() {
+    let mut s = with_loop_plan();
+    ok(
+        &mut s,
+        &plan_extended("r1", "step#0", json!([loop_entry("step", 1)])),
+    );
+    let text = serde_json::to_string(&s).unwrap();
+    let reloaded: State = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan_ids(&reloaded), ["setup", "step#0", "step#1", "report"]);
+}
+
+#[test]
+fn plan_extended_refusals_change_nothing() {
+    let mut s = with_loop_plan();
+    let cases: [(Vec<u8>, &str, &str); 7] = [
+        (
+            plan_extended("r1", "ghost", json!([loop_entry("step", 1)])),
+            "unknown_plan_entry",
+            "No plan entry 'ghost' to extend after",
+        ),
+        (
+            plan_extended("r1", "setup", json!([loop_entry("step", 0)])),
+            "plan_conflict",
+            "The plan already has an entry 'step#0'",
+        ),
+        (
+            plan_extended(
+                "r1",
+                "step#0",
+                json!([loop_entry("step", 1), loop_entry("step", 1)]),
+            ),
+            "plan_conflict",
+            "The plan already has an entry 'step#1'",
+        ),
+        (
+            plan_extended("r1", "step#0", json!([])),
+            "invalid_value",
+            "entries must not be empty",
+        ),
+        (
+            plan_extended("r1", "", json!([loop_entry("step", 1)])),
+            "invalid_value",
+            "afterCodonId must not be empty",
+        ),
+        (
+            plan_extended("r9", "step#0", json!([loop_entry("step", 1)])),
+            "unknown_run",
+            "Unknown run 'r9'",
+        ),
+        (
+            plan_extended("r1", "step#0", json!([{ "codon": {}, "codonId": "" }])),
+            "invalid_value",
+            "codonId must not be empty",
+        ),
+    ];
+    for (bytes, code, message) in cases {
+        assert_eq!(reject(&mut s, &bytes), (code, message.to_owned()));
+    }
+    ok(&mut s, &run_completed("r1"));
+    assert_eq!(
+        reject(
+            &mut s,
+            &plan_extended("r1", "step#0", json!([loop_entry("step", 1)]))
+        ),
+        (
+            "run_not_active",
+            "Run 'r1' is completed, not running".to_owned()
+        )
+    );
 }

@@ -3,7 +3,7 @@ pure-Python oracle (``tests/oracle``).
 
 The oracle is a deliberately naive restatement of the Rust semantics, so any
 disagreement is a bug in one of them. Hypothesis draws random sequences of
-all fourteen transition types (one seed per step; see "random values"):
+all fifteen transition types (one seed per step; see "random values"):
 mostly plausible (codons walked through their lifecycle, costs while running,
 runs started, ended, crashed and continued, redos) and mixed with refusals
 (wrong ``from``, bad metadata, unknown ids, terminal codons, duplicate
@@ -68,6 +68,7 @@ FIELD_ORDER = {
     "SentinelStatesUpdated": ["runId", "codonId", "sentinelStates", "totalCost"],
     "CheckpointCreated": ["runId", "codonId", "checkpointType", "sha", "branch"],
     "InitialCheckpointSet": ["sha"],
+    "PlanExtended": ["runId", "afterCodonId", "entries"],
 }
 KINDS = list(FIELD_ORDER)
 
@@ -422,6 +423,20 @@ class Generator:
             "branch": "run-x",
         }
 
+    def plan_extended(self) -> tuple[str, dict[str, Any]]:
+        """Mostly a fresh iteration after an existing entry; sometimes an id
+        the plan already has, an unknown anchor or no entries at all."""
+        dice = self.dice
+        plan_ids = [e["codonId"] for e in self.guide.execution_plan if isinstance(e, dict)]
+        after = dice.pick([*plan_ids, *plan_ids, "ghost", ""]) if plan_ids else "c1"
+        entries = []
+        for _ in range(dice.rng.randrange(4)):
+            entry = dice.plan_entry()
+            if dice.chance(70):
+                entry["codonId"] = f"{dice.pick(CODON_IDS)}#{dice.rng.randrange(1, 9)}"
+            entries.append(entry)
+        return "PlanExtended", {"runId": self.run_id(), "afterCodonId": after, "entries": entries}
+
     def any_of_type(self) -> tuple[str, dict[str, Any]]:
         """A transition of a random type, whatever the state."""
         kind = self.dice.pick(KINDS)
@@ -434,6 +449,7 @@ class Generator:
             "CodonStarted": self.codon_started,
             "CodonTransitioned": self.codon_transitioned,
             "SentinelStatesUpdated": self.sentinels,
+            "PlanExtended": self.plan_extended,
         }
         return simple[kind]() if kind in simple else self.costs(kind)
 
@@ -453,8 +469,10 @@ class Generator:
             return self.costs()
         if roll < 80:
             return self.codon_transitioned()
-        if roll < 88:
+        if roll < 86:
             return self.sentinels()
+        if roll < 89:
+            return self.plan_extended()
         if roll < 95:
             return self.checkpoint()
         return self.run_ended()

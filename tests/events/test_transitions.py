@@ -83,10 +83,15 @@ ONE_OF_EACH: list[core.Transition] = [
         run_id="r", codon_id="a", checkpoint_type="rig-setup", sha="abc", branch="run-r"
     ),
     core.InitialCheckpointSet(sha="abc"),
+    core.PlanExtended(
+        run_id="r",
+        after_codon_id="a",
+        entries=[core.PlanEntry(codon={"id": "b"}, codon_id="b#1")],
+    ),
 ]
 
 
-def test_there_is_one_sample_of_each_of_the_fourteen_types() -> None:
+def test_there_is_one_sample_of_each_of_the_fifteen_types() -> None:
     assert sorted(type(t).__name__ for t in ONE_OF_EACH) == sorted(core.TRANSITION_TYPES)
     assert sorted(TRANSITION_CLASSES) == sorted(core.TRANSITION_TYPES)
 

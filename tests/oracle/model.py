@@ -122,7 +122,10 @@ class OracleCore:
             return OracleOutcome(False, None, "malformed", f"Malformed transition: {e}")
         handler: Callable[[OracleCore, dict[str, Any]], tuple[bool, bool]] = _HANDLERS[kind]
         # What the transition is about, reported whether or not it applies.
-        about: dict[str, Any] = {"run_id": data.get("runId"), "codon_id": data.get("codonId")}
+        about: dict[str, Any] = {
+            "run_id": data.get("runId"),
+            "codon_id": data.get("codonId", data.get("afterCodonId")),
+        }
         if kind == "CodonTransitioned":
             about |= {"from_status": data["from"], "to_status": data["to"]}
         try:
@@ -416,6 +419,27 @@ class OracleCore:
         self.initial_checkpoint = d["sha"]
         return False, False
 
+    def _plan_extended(self, d: dict[str, Any]) -> tuple[bool, bool]:
+        self._live_run(d["runId"])
+        self._non_empty("afterCodonId", d["afterCodonId"])
+        if not d["entries"]:
+            raise _RejectionError("invalid_value", "entries must not be empty")
+        ids = [e["codonId"] for e in self.execution_plan]
+        if d["afterCodonId"] not in ids:
+            raise _RejectionError(
+                "unknown_plan_entry", f"No plan entry '{d['afterCodonId']}' to extend after"
+            )
+        at = ids.index(d["afterCodonId"])
+        for entry in d["entries"]:
+            self._non_empty("codonId", entry["codonId"])
+            if entry["codonId"] in ids:
+                raise _RejectionError(
+                    "plan_conflict", f"The plan already has an entry '{entry['codonId']}'"
+                )
+            ids.append(entry["codonId"])
+        self.execution_plan[at + 1 : at + 1] = d["entries"]
+        return False, False
+
 
 def _enter(rec: dict[str, Any], to: str, meta: dict[str, Any], at: str) -> None:
     """Moves a record into ``to``, filling in what that state promises."""
@@ -489,4 +513,5 @@ _HANDLERS: dict[str, Callable[[OracleCore, dict[str, Any]], tuple[bool, bool]]] 
     "SentinelStatesUpdated": OracleCore._sentinels,
     "CheckpointCreated": OracleCore._checkpoint,
     "InitialCheckpointSet": OracleCore._initial_checkpoint,
+    "PlanExtended": OracleCore._plan_extended,
 }

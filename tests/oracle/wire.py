@@ -461,7 +461,7 @@ METADATA = struct(
 _RUN, _CODON = Field("runId", string), Field("codonId", string)
 _RUN_ENDED = struct(_RUN, Field("endTime", string))
 
-#: The fourteen transition types, in declaration order, with their data.
+#: The fifteen transition types, in declaration order, with their data.
 TRANSITIONS: dict[str, Decoder] = {
     "RunStarted": struct(
         _RUN,
@@ -506,6 +506,9 @@ TRANSITIONS: dict[str, Decoder] = {
         Field("branch", string),
     ),
     "InitialCheckpointSet": struct(Field("sha", string)),
+    "PlanExtended": struct(
+        _RUN, Field("afterCodonId", string), Field("entries", list_of(PLAN_ENTRY))
+    ),
 }
 _KIND = unit_enum(*TRANSITIONS)
 

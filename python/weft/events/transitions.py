@@ -1,4 +1,4 @@
-"""The fourteen state transitions, as msgspec Structs.
+"""The fifteen state transitions, as msgspec Structs.
 
 A transition is encoded once, by :func:`encode`, into
 ``{"type": "<Name>", "data": {...}}`` (camelCase). Those bytes are what the
@@ -139,7 +139,7 @@ class TransitionMetadata(_Data):
 
 
 class Transition(_Data):
-    """Base of the fourteen transition types."""
+    """Base of the fifteen transition types."""
 
 
 class RunStarted(Transition):
@@ -264,6 +264,15 @@ class InitialCheckpointSet(Transition):
     sha: str
 
 
+class PlanExtended(Transition):
+    """Inserts plan entries (a loop's next iteration) right after the entry
+    ``after_codon_id``, while ``run_id`` is running."""
+
+    run_id: str
+    after_codon_id: str
+    entries: list[PlanEntry]
+
+
 TRANSITION_CLASSES: dict[str, type[Transition]] = {
     cls.__name__: cls
     for cls in (
@@ -281,6 +290,7 @@ TRANSITION_CLASSES: dict[str, type[Transition]] = {
         SentinelStatesUpdated,
         CheckpointCreated,
         InitialCheckpointSet,
+        PlanExtended,
     )
 }
 

@@ -313,6 +313,44 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
             state.initial_checkpoint = Some(d.sha.into_owned());
             Ok(Applied::default())
         }
+        Transition::PlanExtended(d) => {
+            live_run(state, &d.run_id)?;
+            non_empty("afterCodonId", &d.after_codon_id)?;
+            if d.entries.is_empty() {
+                return Err(conflict(
+                    "invalid_value",
+                    "entries must not be empty".to_owned(),
+                ));
+            }
+            let Some(at) = state
+                .execution_plan
+                .iter()
+                .position(|e| e.codon_id == d.after_codon_id)
+            else {
+                return Err(conflict(
+                    "unknown_plan_entry",
+                    format!("No plan entry '{}' to extend after", d.after_codon_id),
+                ));
+            };
+            // Plans hold tens to a few thousand entries and grow once per loop
+            // iteration, so a scan is cheaper than keeping an index in step.
+            let mut seen: rustc_hash::FxHashSet<&str> = state
+                .execution_plan
+                .iter()
+                .map(|e| e.codon_id.as_str())
+                .collect();
+            for entry in &d.entries {
+                non_empty("codonId", &entry.codon_id)?;
+                if !seen.insert(&entry.codon_id) {
+                    return Err(conflict(
+                        "plan_conflict",
+                        format!("The plan already has an entry '{}'", entry.codon_id),
+                    ));
+                }
+            }
+            state.execution_plan.splice(at + 1..=at, d.entries);
+            Ok(Applied::default())
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! The fourteen transition types: the only way the state changes.
+//! The fifteen transition types: the only way the state changes.
 //!
 //! Each arrives as `{"type": "...", "data": {...}}`, the same bytes that go
 //! to the journal. Ids are borrowed from the input where they are only
@@ -67,6 +67,9 @@ pub enum Transition<'a> {
     /// Records the project's initial checkpoint.
     #[serde(borrow)]
     InitialCheckpointSet(InitialCheckpointSet<'a>),
+    /// Inserts entries into the execution plan (a loop's next iteration).
+    #[serde(borrow)]
+    PlanExtended(PlanExtended<'a>),
 }
 
 impl Transition<'_> {
@@ -87,6 +90,7 @@ impl Transition<'_> {
             Transition::SentinelStatesUpdated(_) => "SentinelStatesUpdated",
             Transition::CheckpointCreated(_) => "CheckpointCreated",
             Transition::InitialCheckpointSet(_) => "InitialCheckpointSet",
+            Transition::PlanExtended(_) => "PlanExtended",
         }
     }
 
@@ -107,6 +111,7 @@ impl Transition<'_> {
             Transition::SentinelStatesUpdated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
             Transition::CheckpointCreated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
             Transition::InitialCheckpointSet(_) => (None, None),
+            Transition::PlanExtended(d) => (Some(&*d.run_id), Some(&*d.after_codon_id)),
         };
         let moves = match self {
             Transition::CodonTransitioned(d) => Some((d.from, d.to)),
@@ -116,7 +121,7 @@ impl Transition<'_> {
     }
 
     /// Every type name, in declaration order.
-    pub const KINDS: [&'static str; 14] = [
+    pub const KINDS: [&'static str; 15] = [
         "RunStarted",
         "RunCompleted",
         "RunFailed",
@@ -131,6 +136,7 @@ impl Transition<'_> {
         "SentinelStatesUpdated",
         "CheckpointCreated",
         "InitialCheckpointSet",
+        "PlanExtended",
     ];
 }
 
@@ -371,4 +377,19 @@ pub fn decode(bytes: &[u8]) -> Result<Transition<'_>, serde_json::Error> {
 /// malformed element rejects only itself.
 pub fn split_batch(bytes: &[u8]) -> Result<Vec<&RawValue>, serde_json::Error> {
     serde_json::from_slice(bytes)
+}
+
+/// Data of `PlanExtended`: lazy loop expansion inserts the next iteration's
+/// entries right after the codon that finished the previous one.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanExtended<'a> {
+    /// The running run in which the loop advanced.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The plan entry after which the new entries go.
+    #[serde(borrow)]
+    pub after_codon_id: Str<'a>,
+    /// The new entries, in order.
+    pub entries: Vec<PlanEntry>,
 }
