@@ -180,7 +180,7 @@ class StateManager:
     def emit(
         self,
         event_type: str,
-        data: Mapping[str, Any],
+        data: Mapping[str, Any] | msgspec.Struct,
         *,
         run_id: str | None = None,
         codon_id: str | None = None,

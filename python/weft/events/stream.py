@@ -1,0 +1,200 @@
+"""Stream events: what happens during a run that is not a state change.
+
+Transitions (:mod:`weft.events.transitions`) change the state; these events
+tell clients, sentinels and the progress view what is going on (an assistant
+message, a tool result, rig output, a finished loop iteration...). Both kinds
+go through the same :class:`~weft.state.StateManager` queue, so they share one
+order and one journal, and both are encoded once. Field names follow the
+reference runtime's event payloads (camelCase) so its clients can read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from weft.events.transitions import TokenUsage
+
+
+class StreamData(
+    msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True, kw_only=True
+):
+    """Base of every stream event's data. ``TYPE`` is the event type on the wire."""
+
+    TYPE: ClassVar[str]
+
+
+class CodonStartedEvent(StreamData):
+    """The agent reported its session: the codon is running."""
+
+    TYPE: ClassVar[str] = "codon.started"
+    codon_id: str
+    codon_name: str
+    session_id: str
+    start_time: str
+    codon_description: str | None = None
+    previous_session_id: str | None = None
+    model: str | None = None
+    harness: str | None = None
+    prompt_metadata: dict[str, Any] | None = None
+
+
+class ProcessExit(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """How the agent process ended: ``success``, ``error`` (with a code) or ``killed``."""
+
+    type: Literal["success", "error", "killed"]
+    code: int | None = None
+    signal: int | None = None
+
+
+class CodonCompletedEvent(StreamData):
+    """A codon reached a terminal state."""
+
+    TYPE: ClassVar[str] = "codon.completed"
+    codon_id: str
+    status: Literal["completed", "failed", "skipped"]
+    success: bool
+    cost: float
+    duration: int
+    """Milliseconds."""
+    exit_status: ProcessExit | None = None
+    failure_reason: dict[str, Any] | None = None
+    failure_ignored: bool = False
+    checkpoint_sha: str | None = None
+
+
+class TokenUsageEvent(StreamData):
+    """Tokens and cost: a live per-message delta, or the final figures."""
+
+    TYPE: ClassVar[str] = "token.usage"
+    codon_id: str
+    input_tokens: int
+    output_tokens: int
+    cache_creation_tokens: int
+    cache_read_tokens: int
+    total_cost: float | None
+    final: bool = False
+    model_id: str | None = None
+
+
+class AssistantActionEvent(StreamData):
+    """Something the agent said, thought or did."""
+
+    TYPE: ClassVar[str] = "assistant.action"
+    codon_id: str
+    action: Literal["thinking", "message", "tool_use"]
+    content: str
+    tool_name: str | None = None
+    tool_input: dict[str, Any] | None = None
+    tool_use_id: str | None = None
+
+
+TOOL_RESULT_LIMIT = 2500
+"""Characters of a tool result kept in the event (the reference's limit)."""
+
+
+class ToolResultEvent(StreamData):
+    """A tool's result (truncated for the stream; the agent log has it whole)."""
+
+    TYPE: ClassVar[str] = "tool.result"
+    codon_id: str
+    tool_use_id: str
+    tool_name: str | None
+    result: str
+    truncated: bool
+    original_length: int
+    execution_time_ms: int | None
+    is_error: bool
+
+
+class RigOutputEvent(StreamData):
+    """Lines a rig command wrote (coalesced)."""
+
+    TYPE: ClassVar[str] = "rig.output"
+    codon_id: str
+    stream: Literal["stdout", "stderr"]
+    line: str
+    command_index: int
+
+
+class RigSetupCompletedEvent(StreamData):
+    """A codon's rig setup finished."""
+
+    TYPE: ClassVar[str] = "rig.setup.completed"
+    codon_id: str
+    operation_count: int
+    duration_ms: int
+    created_checkpoint: str | None = None
+
+
+class RigSetupFailedEvent(StreamData):
+    """A rig operation failed (``ignored`` when allowFailure let the codon go on)."""
+
+    TYPE: ClassVar[str] = "rig.setup.failed"
+    codon_id: str
+    failure_type: Literal["command_failed", "copy_failed", "timeout", "other"]
+    operation_index: int
+    message: str
+    ignored: bool
+    exit_code: int | None = None
+
+
+class LoopIterationCompletedEvent(StreamData):
+    """The last codon of a loop iteration finished."""
+
+    TYPE: ClassVar[str] = "loop.iteration.completed"
+    loop_id: str
+    iteration: int
+    duration_ms: int
+    cost_usd: float
+    tokens_used: int
+    is_final: bool
+    termination_reason: str | None = None
+
+
+class InfoEvent(StreamData):
+    """A message for people watching."""
+
+    TYPE: ClassVar[str] = "info"
+    message: str
+
+
+class ErrorEvent(StreamData):
+    """Something went wrong; ``fatal`` when the run cannot go on."""
+
+    TYPE: ClassVar[str] = "error"
+    message: str
+    fatal: bool = False
+    severity: Literal["fatal", "codon", "operation", "warning"] = "operation"
+    codon: str | None = None
+    code: str | None = None
+
+
+class ServerIdleEvent(StreamData):
+    """The runtime waits for a command."""
+
+    TYPE: ClassVar[str] = "server.idle"
+    reason: Literal["startup", "codon-completed", "all-codons-completed", "rollback-completed"]
+    message: str
+
+
+class CodonRetryEvent(StreamData):
+    """A failed codon will run again under its retry policy."""
+
+    TYPE: ClassVar[str] = "codon.retry"
+    codon_id: str
+    attempt: int
+    max_attempts: int
+    delay_ms: int
+    reason: str
+
+
+def tokens_of(usage: TokenUsage) -> dict[str, int]:
+    """The four token counts of a :class:`TokenUsage`, as event fields."""
+    return {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "cacheCreationTokens": usage.cache_creation_tokens,
+        "cacheReadTokens": usage.cache_read_tokens,
+    }
