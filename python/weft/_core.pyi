@@ -1,18 +1,26 @@
 """Type stubs of the compiled core ``weft._core`` (hand-written, checked by mypy.stubtest)."""
 
-from typing import final
+from typing import Literal, final
 
 __all__ = [
+    "BACKOFF_BASE_MS",
+    "BACKOFF_CAP_MS",
     "BUILD_PROFILE",
     "CODON_STATUSES",
+    "DEFAULT_MAX_CONSECUTIVE_ERRORS",
+    "DEFAULT_MAX_TOTAL_ERRORS",
+    "SESSION_STATES",
     "TRANSITION_TYPES",
     "BatchResult",
     "Core",
     "Issue",
     "Outcome",
+    "SessionEffect",
+    "SessionMachine",
     "StateValidation",
     "__version__",
     "allowed_transitions",
+    "backoff_ms",
     "is_terminal",
     "validate_state",
     "validate_transition",
@@ -22,6 +30,11 @@ __version__: str
 BUILD_PROFILE: str
 CODON_STATUSES: tuple[str, ...]
 TRANSITION_TYPES: tuple[str, ...]
+SESSION_STATES: tuple[str, ...]
+BACKOFF_BASE_MS: int
+BACKOFF_CAP_MS: int
+DEFAULT_MAX_CONSECUTIVE_ERRORS: int
+DEFAULT_MAX_TOTAL_ERRORS: int
 
 def validate_transition(
     from_status: str, to_status: str, metadata: dict[str, object] | None = None
@@ -166,3 +179,68 @@ class Core:
         """getCodonCost of a codon's latest record in a run, or None. O(1)."""
     def codon_status(self, run_id: str, codon_id: str) -> str | None:
         """Status of a codon's latest record in a run, or None."""
+
+def backoff_ms(n: int) -> int:
+    """Cool-down after the ``n``-th consecutive error: ``min(2000 * 2**(n-1), 60000)`` ms."""
+
+@final
+class SessionEffect:
+    """A side effect of a session-machine transition, for the caller to perform."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def prompt(self) -> str | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def session_seq(self) -> int | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class SessionMachine:
+    """The agent-session supervisor machine of seed 002 (decides; performs nothing)."""
+
+    def __new__(
+        cls,
+        *,
+        max_consecutive_errors: int = 5,
+        max_total_errors: int = 20,
+    ) -> SessionMachine: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def is_stopped(self) -> bool: ...
+    @property
+    def cooldown_ms(self) -> int | None: ...
+    @property
+    def consecutive_errors(self) -> int: ...
+    @property
+    def total_errors(self) -> int: ...
+    @property
+    def session_seq(self) -> int: ...
+    @property
+    def max_consecutive_errors(self) -> int: ...
+    @property
+    def max_total_errors(self) -> int: ...
+    def worktree_ready(self) -> list[SessionEffect]:
+        """``WorktreeReady``."""
+    def prompt_ready(self, prompt: str) -> list[SessionEffect]:
+        """``PromptReady(prompt)``."""
+    def session_started(self, seq: int) -> list[SessionEffect]:
+        """``SessionStarted(seq)``."""
+    def session_exited(
+        self, outcome: Literal["Success", "Error", "Timeout"], message: str | None = None
+    ) -> list[SessionEffect]:
+        """``SessionExited(outcome)``; ``message`` goes with ``"Error"`` only."""
+    def urgent_message(self) -> list[SessionEffect]:
+        """``UrgentMessage``."""
+    def grace_exceeded(self) -> list[SessionEffect]:
+        """``GraceExceeded``."""
+    def backoff_elapsed(self) -> list[SessionEffect]:
+        """``BackoffElapsed``."""
+    def operator_stop(self) -> list[SessionEffect]:
+        """``OperatorStop`` (valid in every state)."""
+    def fatal_error(self, message: str) -> list[SessionEffect]:
+        """``FatalError(message)`` (valid in every state)."""

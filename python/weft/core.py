@@ -13,6 +13,13 @@ Services that embed Weft use this module. It has three layers:
 * :class:`StateManager`: the asyncio driver around a ``Core``: fire-and-forget
   ``transition``, ``transition_and_wait``, listeners that see applied
   transitions in order once they are durable, and a persistence seam.
+* :class:`SessionMachine`: the agent-session machine of seed 002 (prompt,
+  spawn, run, interrupt, cool down, stop), a pure decider: one method per
+  event, each returning the :class:`SessionEffect` values the caller performs;
+  an event its state does not accept raises
+  :class:`~weft.errors.SessionTransitionError`. :func:`backoff_ms` is its
+  cool-down formula. :class:`weft.agents.supervisor.SessionSupervisor` drives
+  it with real agent processes.
 
 Transitions are the msgspec Structs re-exported here (``RunStarted``,
 ``CodonTransitioned``, ...); :func:`encode` turns one into the bytes the core,
@@ -22,15 +29,23 @@ the journal and clients share. See ``docs/embedding.md`` for a walk-through.
 from __future__ import annotations
 
 from weft._core import (
+    BACKOFF_BASE_MS,
+    BACKOFF_CAP_MS,
     BUILD_PROFILE,
     CODON_STATUSES,
+    DEFAULT_MAX_CONSECUTIVE_ERRORS,
+    DEFAULT_MAX_TOTAL_ERRORS,
+    SESSION_STATES,
     TRANSITION_TYPES,
     BatchResult,
     Core,
     Issue,
     Outcome,
+    SessionEffect,
+    SessionMachine,
     StateValidation,
     allowed_transitions,
+    backoff_ms,
     is_terminal,
     validate_state,
     validate_transition,
@@ -54,6 +69,7 @@ from weft.events.transitions import (
     LoopContext,
     PlanEntry,
     PlanExtended,
+    PlanTrimmed,
     RunCompleted,
     RunCrashed,
     RunFailed,
@@ -69,8 +85,13 @@ from weft.events.transitions import (
 from weft.state import InMemoryPersistence, Persistence, Processed, StateManager
 
 __all__ = [
+    "BACKOFF_BASE_MS",
+    "BACKOFF_CAP_MS",
     "BUILD_PROFILE",
     "CODON_STATUSES",
+    "DEFAULT_MAX_CONSECUTIVE_ERRORS",
+    "DEFAULT_MAX_TOTAL_ERRORS",
+    "SESSION_STATES",
     "TRANSITION_TYPES",
     "AssistantMessageCountUpdated",
     "BatchResult",
@@ -96,6 +117,7 @@ __all__ = [
     "Persistence",
     "PlanEntry",
     "PlanExtended",
+    "PlanTrimmed",
     "Processed",
     "RunCompleted",
     "RunCrashed",
@@ -103,12 +125,15 @@ __all__ = [
     "RunStarted",
     "SentinelState",
     "SentinelStatesUpdated",
+    "SessionEffect",
+    "SessionMachine",
     "StateManager",
     "StateValidation",
     "TokenUsage",
     "Transition",
     "TransitionMetadata",
     "allowed_transitions",
+    "backoff_ms",
     "decode",
     "encode",
     "is_terminal",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from weft._core import Issue, Outcome
+    from weft.config.problems import ConfigProblem
 
 
 class WeftError(Exception):
@@ -106,6 +107,33 @@ class StateValidationError(WeftError):
         self.warnings = warnings or []
 
 
+class ConfigError(WeftError):
+    """A configuration file (a hank file, weft.json, a sentinel config) is invalid.
+
+    ``problems`` lists everything found in one pass, each with its file, JSON
+    path, codon or loop, message and hint (:class:`weft.config.problems.ConfigProblem`);
+    warnings found alongside the errors are included. ``str()`` lists them all.
+    """
+
+    def __init__(self, problems: Sequence[ConfigProblem], *, summary: str | None = None) -> None:
+        self.problems = list(problems)
+        errors = [p for p in self.problems if p.is_error]
+        warnings = len(self.problems) - len(errors)
+        if summary is None:
+            files = sorted({p.file for p in errors} or {p.file for p in self.problems})
+            noun = "error" if len(errors) == 1 else "errors"
+            tail = f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else ""
+            summary = f"invalid configuration {', '.join(files)}: {len(errors)} {noun}{tail}"
+        self.summary = summary
+        ordered = errors + [p for p in self.problems if not p.is_error]
+        super().__init__("\n".join([summary, *(p.render() for p in ordered)]))
+
+    @property
+    def errors(self) -> list[ConfigProblem]:
+        """The problems that make the file invalid."""
+        return [p for p in self.problems if p.is_error]
+
+
 class StoreError(WeftError):
     """An execution's store (journal, snapshots) cannot be used as it is.
 
@@ -134,6 +162,20 @@ class PersistenceError(WeftError):
 
 class CoreStateError(WeftError):
     """The in-memory state can no longer be trusted (an internal failure)."""
+
+
+class SessionTransitionError(WeftError):
+    """The agent-session machine (seed 002) has no row for ``event`` in ``state``.
+
+    The machine did not change. ``state`` and ``event`` are the seed's names.
+    Message: ``invalid session transition: BackoffElapsed in Running``.
+    """
+
+    def __init__(self, message: str, *, state: str, event: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.state = state
+        self.event = event
 
 
 def rejection_error(outcome: Outcome) -> TransitionRejectedError:

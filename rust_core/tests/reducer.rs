@@ -433,10 +433,10 @@ fn edit(mut v: Value, remove: &[&str], set: &[(&str, Value)]) -> Value {
 }
 
 // ===========================================================================
-// The fifteen transitions and their effects.
+// The sixteen transitions and their effects.
 
 #[test]
-fn the_fifteen_transition_types_all_decode() {
+fn the_sixteen_transition_types_all_decode() {
     let batch = [
         run_started("r1"),
         run_completed("r1"),
@@ -453,6 +453,7 @@ fn the_fifteen_transition_types_all_decode() {
         checkpoint("r1", "c", "rig-setup", "abc"),
         initial_checkpoint("abc"),
         plan_extended("r1", "a", json!([])),
+        tr("PlanTrimmed", json!({ "runId": "r1", "codonIds": [] })),
     ];
     let kinds: Vec<&str> = batch.iter().map(|b| decode(b).unwrap().kind()).collect();
     assert_eq!(kinds, Transition::KINDS.to_vec());
@@ -1458,7 +1459,7 @@ fn rejection_cases() -> Vec<Case> {
              `RunCompleted`, `RunFailed`, `RunCrashed`, `CodonStarted`, `CodonTransitioned`, \
              `CostsUpdated`, `CostsIncremented`, `AssistantMessageCountUpdated`, \
              `ExtensionCountUpdated`, `CodonFinalCostSet`, `SentinelStatesUpdated`, \
-             `CheckpointCreated`, `InitialCheckpointSet`, `PlanExtended` at line 1 column 19",
+             `CheckpointCreated`, `InitialCheckpointSet`, `PlanExtended`, `PlanTrimmed` at line 1 column 19",
         ),
         case(
             Busy,
@@ -3603,5 +3604,44 @@ fn plan_extended_refusals_change_nothing() {
             "run_not_active",
             "Run 'r1' is completed, not running".to_owned()
         )
+    );
+}
+
+fn plan_trimmed(run: &str, ids: &[&str]) -> Vec<u8> {
+    tr("PlanTrimmed", json!({ "runId": run, "codonIds": ids }))
+}
+
+#[test]
+fn plan_trimmed_removes_the_entries_and_keeps_the_order_of_the_rest() {
+    let mut s = with_loop_plan();
+    ok(
+        &mut s,
+        &plan_extended(
+            "r1",
+            "step#0",
+            json!([loop_entry("step", 1), loop_entry("more", 1)]),
+        ),
+    );
+    ok(&mut s, &plan_trimmed("r1", &["more#1", "step#1"]));
+    assert_eq!(plan_ids(&s), ["setup", "step#0", "report"]);
+}
+
+#[test]
+fn plan_trimmed_refusals_change_nothing() {
+    let mut s = with_loop_plan();
+    assert_eq!(
+        reject(&mut s, &plan_trimmed("r1", &["step#0", "ghost"])),
+        (
+            "unknown_plan_entry",
+            "No plan entry 'ghost' to remove".to_owned()
+        )
+    );
+    assert_eq!(
+        reject(&mut s, &plan_trimmed("r1", &[])),
+        ("invalid_value", "codonIds must not be empty".to_owned())
+    );
+    assert_eq!(
+        reject(&mut s, &plan_trimmed("", &["step#0"])),
+        ("invalid_value", "runId must not be empty".to_owned())
     );
 }

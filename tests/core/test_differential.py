@@ -3,7 +3,7 @@ pure-Python oracle (``tests/oracle``).
 
 The oracle is a deliberately naive restatement of the Rust semantics, so any
 disagreement is a bug in one of them. Hypothesis draws random sequences of
-all fifteen transition types (one seed per step; see "random values"):
+all sixteen transition types (one seed per step; see "random values"):
 mostly plausible (codons walked through their lifecycle, costs while running,
 runs started, ended, crashed and continued, redos) and mixed with refusals
 (wrong ``from``, bad metadata, unknown ids, terminal codons, duplicate
@@ -69,6 +69,7 @@ FIELD_ORDER = {
     "CheckpointCreated": ["runId", "codonId", "checkpointType", "sha", "branch"],
     "InitialCheckpointSet": ["sha"],
     "PlanExtended": ["runId", "afterCodonId", "entries"],
+    "PlanTrimmed": ["runId", "codonIds"],
 }
 KINDS = list(FIELD_ORDER)
 
@@ -437,6 +438,14 @@ class Generator:
             entries.append(entry)
         return "PlanExtended", {"runId": self.run_id(), "afterCodonId": after, "entries": entries}
 
+    def plan_trimmed(self) -> tuple[str, dict[str, Any]]:
+        """Some planned ids, sometimes with an unknown one or none at all."""
+        dice = self.dice
+        plan_ids = [e["codonId"] for e in self.guide.execution_plan if isinstance(e, dict)]
+        pool = [*plan_ids, *plan_ids, "ghost"]
+        ids = [dice.pick(pool) for _ in range(dice.rng.randrange(3))]
+        return "PlanTrimmed", {"runId": self.run_id(), "codonIds": ids}
+
     def any_of_type(self) -> tuple[str, dict[str, Any]]:
         """A transition of a random type, whatever the state."""
         kind = self.dice.pick(KINDS)
@@ -450,6 +459,7 @@ class Generator:
             "CodonTransitioned": self.codon_transitioned,
             "SentinelStatesUpdated": self.sentinels,
             "PlanExtended": self.plan_extended,
+            "PlanTrimmed": self.plan_trimmed,
         }
         return simple[kind]() if kind in simple else self.costs(kind)
 
@@ -472,7 +482,7 @@ class Generator:
         if roll < 86:
             return self.sentinels()
         if roll < 89:
-            return self.plan_extended()
+            return self.plan_extended() if dice.chance(75) else self.plan_trimmed()
         if roll < 95:
             return self.checkpoint()
         return self.run_ended()

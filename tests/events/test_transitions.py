@@ -88,10 +88,11 @@ ONE_OF_EACH: list[core.Transition] = [
         after_codon_id="a",
         entries=[core.PlanEntry(codon={"id": "b"}, codon_id="b#1")],
     ),
+    core.PlanTrimmed(run_id="r", codon_ids=["b#1"]),
 ]
 
 
-def test_there_is_one_sample_of_each_of_the_fifteen_types() -> None:
+def test_there_is_one_sample_of_each_of_the_sixteen_types() -> None:
     assert sorted(type(t).__name__ for t in ONE_OF_EACH) == sorted(core.TRANSITION_TYPES)
     assert sorted(TRANSITION_CLASSES) == sorted(core.TRANSITION_TYPES)
 

@@ -440,6 +440,18 @@ class OracleCore:
         self.execution_plan[at + 1 : at + 1] = d["entries"]
         return False, False
 
+    def _plan_trimmed(self, d: dict[str, Any]) -> tuple[bool, bool]:
+        self._live_run(d["runId"])
+        if not d["codonIds"]:
+            raise _RejectionError("invalid_value", "codonIds must not be empty")
+        ids = {e["codonId"] for e in self.execution_plan}
+        for codon_id in d["codonIds"]:
+            if codon_id not in ids:
+                raise _RejectionError("unknown_plan_entry", f"No plan entry '{codon_id}' to remove")
+        gone = set(d["codonIds"])
+        self.execution_plan = [e for e in self.execution_plan if e["codonId"] not in gone]
+        return False, False
+
 
 def _enter(rec: dict[str, Any], to: str, meta: dict[str, Any], at: str) -> None:
     """Moves a record into ``to``, filling in what that state promises."""
@@ -514,4 +526,5 @@ _HANDLERS: dict[str, Callable[[OracleCore, dict[str, Any]], tuple[bool, bool]]] 
     "CheckpointCreated": OracleCore._checkpoint,
     "InitialCheckpointSet": OracleCore._initial_checkpoint,
     "PlanExtended": OracleCore._plan_extended,
+    "PlanTrimmed": OracleCore._plan_trimmed,
 }

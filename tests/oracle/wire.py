@@ -461,7 +461,7 @@ METADATA = struct(
 _RUN, _CODON = Field("runId", string), Field("codonId", string)
 _RUN_ENDED = struct(_RUN, Field("endTime", string))
 
-#: The fifteen transition types, in declaration order, with their data.
+#: The sixteen transition types, in declaration order, with their data.
 TRANSITIONS: dict[str, Decoder] = {
     "RunStarted": struct(
         _RUN,
@@ -509,6 +509,7 @@ TRANSITIONS: dict[str, Decoder] = {
     "PlanExtended": struct(
         _RUN, Field("afterCodonId", string), Field("entries", list_of(PLAN_ENTRY))
     ),
+    "PlanTrimmed": struct(_RUN, Field("codonIds", list_of(string))),
 }
 _KIND = unit_enum(*TRANSITIONS)
 

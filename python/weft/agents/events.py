@@ -25,7 +25,12 @@ class Tokens(msgspec.Struct, frozen=True, kw_only=True):
     input: int = 0
     output: int = 0
     cache_creation: int = 0
+    """All cache writes, whatever their lifetime."""
     cache_read: int = 0
+    cache_creation_1h: int = 0
+    """The part of ``cache_creation`` written with a one-hour lifetime (Claude
+    prices it at 2x input instead of 1.25x). Never more than
+    ``cache_creation``; 0 when the CLI does not report the split."""
 
     def __add__(self, other: Tokens) -> Tokens:
         return Tokens(
@@ -33,7 +38,14 @@ class Tokens(msgspec.Struct, frozen=True, kw_only=True):
             output=self.output + other.output,
             cache_creation=self.cache_creation + other.cache_creation,
             cache_read=self.cache_read + other.cache_read,
+            cache_creation_1h=self.cache_creation_1h + other.cache_creation_1h,
         )
+
+    @property
+    def total(self) -> int:
+        """Every token counted once (the 1-hour writes are inside
+        ``cache_creation``)."""
+        return self.input + self.output + self.cache_creation + self.cache_read
 
     def to_state(self) -> dict[str, int]:
         """The state document's shape (``inputTokens``, ...)."""
@@ -224,7 +236,14 @@ class SessionExited(_Event, frozen=True, tag="session.exited"):
     cost_source: CostSource = CostSource.UNPRICED
     tokens: Tokens = Tokens()
     malformed_lines: int = 0
+    """Lines that started with ``{`` but were not valid JSON of a known shape."""
     unknown_types: int = 0
+    """Lines of a message type the parser does not know (tolerated)."""
+    oversized_lines: int = 0
+    """Lines longer than the framer's cap: kept in the raw log, not parsed."""
+    context_exceeded: bool = False
+    """The context window or the output token maximum ran out (reference
+    hankweave-runtime §6.5), whether or not the session succeeded."""
     stderr_tail: str = ""
 
 

@@ -24,6 +24,13 @@ from pathlib import Path
 from typing import Protocol
 
 from weft.agents.events import AgentEvent, SessionExited
+from weft.errors import WeftError
+
+
+class AgentStartError(WeftError):
+    """An agent CLI could not be started at all (binary missing or not
+    executable, working directory missing). Nothing ran, so there is no
+    session and no verdict; the message says which binary and how to fix it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +40,15 @@ class Timeouts:
     first_output: float | None = 60.0
     """From spawn to the session's first event (Claude: ``system/init``)."""
     idle: float | None = 180.0
-    """No stdout line for this long (a retry notice resets it)."""
+    """No stdout byte for this long. A retry notice extends it by the retry's
+    delay; it does not run while Weft itself is not reading (backpressure)."""
     wall: float | None = None
     """The whole session."""
     stop_grace: float = 5.0
     """After SIGTERM to the process group, before SIGKILL."""
     flush_grace: float = 5.0
-    """After stdin closes on a graceful stop, before SIGTERM (lets the CLI
-    flush its transcript)."""
+    """On a graceful stop of a CLI whose result is already out: how long it
+    may take to exit by itself (writing its transcript) before SIGTERM."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +71,13 @@ class SessionSpec:
     max_budget_usd: float | None = None
     extra_args: tuple[str, ...] = ()
     timeouts: Timeouts = field(default_factory=Timeouts)
+
+
+def session_log_path(weft_dir: Path, run_id: str, codon_id: str, harness: str) -> Path:
+    """Where a codon's raw agent stream is teed:
+    ``<weft_dir>/runs/<runId>/<codonId>-<harness>.log``. A loop iteration's
+    ``#`` becomes ``-`` so the name is safe in every shell."""
+    return weft_dir / "runs" / run_id / f"{codon_id.replace('#', '-')}-{harness}.log"
 
 
 class StopReason(enum.StrEnum):
@@ -120,8 +135,9 @@ class AgentSession(Protocol):
         ...
 
     async def stop(self, reason: StopReason = StopReason.OPERATOR) -> None:
-        """Graceful stop: close stdin, wait ``flush_grace``, SIGTERM the
-        process group, wait ``stop_grace``, SIGKILL. Idempotent."""
+        """Graceful stop: drop unwritten stdin, wait ``flush_grace`` if the
+        CLI is finishing, SIGTERM the process group, wait ``stop_grace``,
+        SIGKILL. Returns once the process is gone. Idempotent."""
         ...
 
     async def kill(self) -> None:

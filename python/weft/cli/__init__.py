@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from weft import __version__
 from weft._core import BUILD_PROFILE
-from weft.cli import status, store
-from weft.errors import LockHeldError, StoreCorruptError, StoreError, WeftError
+from weft.cli import agents, init, schema, status, store, validate
+from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     status.register(commands)
     store.register(commands)
+    validate.register(commands)
+    schema.register(commands)
+    init.register(commands)
+    agents.register(commands)
     return parser
 
 
@@ -47,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StoreCorruptError, LockHeldError) as e:
         print(f"weft: error: {e}", file=sys.stderr)
         return 1
-    except StoreError as e:
+    except (StoreError, ConfigError) as e:
         print(f"weft: error: {e}", file=sys.stderr)
         return 2
     except WeftError as e:

@@ -1,4 +1,4 @@
-"""The fifteen state transitions, as msgspec Structs.
+"""The sixteen state transitions, as msgspec Structs.
 
 A transition is encoded once, by :func:`encode`, into
 ``{"type": "<Name>", "data": {...}}`` (camelCase). Those bytes are what the
@@ -139,7 +139,7 @@ class TransitionMetadata(_Data):
 
 
 class Transition(_Data):
-    """Base of the fifteen transition types."""
+    """Base of the sixteen transition types."""
 
 
 class RunStarted(Transition):
@@ -273,6 +273,14 @@ class PlanExtended(Transition):
     entries: list[PlanEntry]
 
 
+class PlanTrimmed(Transition):
+    """Removes plan entries (the rest of a loop that ended early), while
+    ``run_id`` is running."""
+
+    run_id: str
+    codon_ids: list[str]
+
+
 TRANSITION_CLASSES: dict[str, type[Transition]] = {
     cls.__name__: cls
     for cls in (
@@ -291,6 +299,7 @@ TRANSITION_CLASSES: dict[str, type[Transition]] = {
         CheckpointCreated,
         InitialCheckpointSet,
         PlanExtended,
+        PlanTrimmed,
     )
 }
 

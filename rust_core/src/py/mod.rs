@@ -8,6 +8,7 @@
 mod codon;
 mod core;
 mod errors;
+mod session;
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -40,5 +41,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::BatchResult>()?;
     m.add_class::<core::Issue>()?;
     m.add_class::<core::StateValidation>()?;
+    session::register(m)?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The state model, its fifteen transitions, the reducer that applies them,
+//! The state model, its sixteen transitions, the reducer that applies them,
 //! the cost arithmetic, and load-time integrity checks.
 
 pub mod model;

@@ -351,6 +351,32 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
             state.execution_plan.splice(at + 1..=at, d.entries);
             Ok(Applied::default())
         }
+        Transition::PlanTrimmed(d) => {
+            live_run(state, &d.run_id)?;
+            if d.codon_ids.is_empty() {
+                return Err(conflict(
+                    "invalid_value",
+                    "codonIds must not be empty".to_owned(),
+                ));
+            }
+            let planned: rustc_hash::FxHashSet<&str> = state
+                .execution_plan
+                .iter()
+                .map(|e| e.codon_id.as_str())
+                .collect();
+            if let Some(missing) = d.codon_ids.iter().find(|id| !planned.contains(id.as_str())) {
+                return Err(conflict(
+                    "unknown_plan_entry",
+                    format!("No plan entry '{missing}' to remove"),
+                ));
+            }
+            let gone: rustc_hash::FxHashSet<&str> =
+                d.codon_ids.iter().map(String::as_str).collect();
+            state
+                .execution_plan
+                .retain(|e| !gone.contains(e.codon_id.as_str()));
+            Ok(Applied::default())
+        }
     }
 }
 

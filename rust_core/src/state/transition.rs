@@ -1,4 +1,4 @@
-//! The fifteen transition types: the only way the state changes.
+//! The sixteen transition types: the only way the state changes.
 //!
 //! Each arrives as `{"type": "...", "data": {...}}`, the same bytes that go
 //! to the journal. Ids are borrowed from the input where they are only
@@ -70,6 +70,9 @@ pub enum Transition<'a> {
     /// Inserts entries into the execution plan (a loop's next iteration).
     #[serde(borrow)]
     PlanExtended(PlanExtended<'a>),
+    /// Removes entries from the execution plan (the rest of a loop that ended early).
+    #[serde(borrow)]
+    PlanTrimmed(PlanTrimmed<'a>),
 }
 
 impl Transition<'_> {
@@ -91,6 +94,7 @@ impl Transition<'_> {
             Transition::CheckpointCreated(_) => "CheckpointCreated",
             Transition::InitialCheckpointSet(_) => "InitialCheckpointSet",
             Transition::PlanExtended(_) => "PlanExtended",
+            Transition::PlanTrimmed(_) => "PlanTrimmed",
         }
     }
 
@@ -112,6 +116,7 @@ impl Transition<'_> {
             Transition::CheckpointCreated(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
             Transition::InitialCheckpointSet(_) => (None, None),
             Transition::PlanExtended(d) => (Some(&*d.run_id), Some(&*d.after_codon_id)),
+            Transition::PlanTrimmed(d) => (Some(&*d.run_id), None),
         };
         let moves = match self {
             Transition::CodonTransitioned(d) => Some((d.from, d.to)),
@@ -121,7 +126,7 @@ impl Transition<'_> {
     }
 
     /// Every type name, in declaration order.
-    pub const KINDS: [&'static str; 15] = [
+    pub const KINDS: [&'static str; 16] = [
         "RunStarted",
         "RunCompleted",
         "RunFailed",
@@ -137,6 +142,7 @@ impl Transition<'_> {
         "CheckpointCreated",
         "InitialCheckpointSet",
         "PlanExtended",
+        "PlanTrimmed",
     ];
 }
 
@@ -392,4 +398,16 @@ pub struct PlanExtended<'a> {
     pub after_codon_id: Str<'a>,
     /// The new entries, in order.
     pub entries: Vec<PlanEntry>,
+}
+
+/// Data of `PlanTrimmed`: a loop that terminated early drops the rest of its
+/// iteration from the plan, so a restart does not run it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanTrimmed<'a> {
+    /// The running run in which the loop ended.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// The entries to remove.
+    pub codon_ids: Vec<String>,
 }

@@ -1,0 +1,1185 @@
+"""The Claude Code adapter (reference agent-cli-protocols §1, §4-§6).
+
+:class:`ClaudeHarness` runs::
+
+    claude -p --output-format stream-json --verbose --model <m>
+           --permission-mode bypassPermissions [--append-system-prompt <text>]
+           [--max-turns N] [--max-budget-usd X] [--resume=<id>]    (prompt on stdin)
+
+:class:`ClaudeParser` turns its NDJSON stdout into :mod:`weft.agents.events`:
+
+* **Decoding.** One msgspec decode per line into a tagged union of Structs;
+  fields Weft does not use (``tool_use_result``, ``slash_commands``, ...) are
+  skipped by the decoder without building Python objects. Unknown ``type``
+  values are counted, corrupt lines counted and logged, never fatal.
+* **Session ids** come only from the top-level ``session_id`` of ``system/init``
+  and ``result`` lines, never from nested content an agent could write. With
+  ``--resume`` the canonical id follows the alias rule of §1.6, checking which
+  transcript exists under ``$CLAUDE_CONFIG_DIR/projects/<sanitized cwd>/``.
+* **Usage** on ``assistant`` lines is a snapshot repeated once per content
+  block: it is max-merged per ``message.id`` and only the growth is reported
+  (:class:`~weft.agents.events.UsageDelta`, priced per request so the
+  long-context tier applies). The ``result`` line is authoritative.
+* **Cost**: ``total_cost_usd`` (``cost_usd`` in old builds), else the sum of
+  ``modelUsage[*].costUSD``, else computed from ``modelUsage`` (or ``usage``)
+  with the pricing table, else the live estimate.
+* **Verdict** (§1.7): a result line wins over the exit code; it is classified
+  by ``subtype`` before ``is_error``, then by the synthetic assistant's error
+  code, ``api_error_status`` and the error text. Without a result, the exit
+  decides: crash before or after init, or exit 0 without a result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import msgspec
+
+from weft.agents import pricing
+from weft.agents.events import (
+    AgentEvent,
+    AssistantText,
+    CostSource,
+    ErrorClass,
+    ModelUsage,
+    RetryNotice,
+    SessionExited,
+    SessionResult,
+    SessionStarted,
+    Thinking,
+    Tokens,
+    ToolResult,
+    ToolUse,
+    UsageDelta,
+)
+from weft.agents.harness import ProcessEnd, SessionSpec, StopReason
+from weft.agents.process import (
+    MAX_LINE_BYTES,
+    EnvPolicy,
+    SubprocessSession,
+    build_env,
+    spawn,
+)
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_MODEL = "<synthetic>"
+_USAGE_WINDOW = 1024
+"""Messages whose usage maxima are kept for de-duplication."""
+
+# -- wire format (§1.3) --------------------------------------------------------------------
+# Every field has a default: a CLI that drops a field must not lose the line.
+# Fields that vary in shape between versions are typed Any. gc=False: the
+# Structs live for one line and hold no cycles, and untracked objects make
+# decoding measurably faster.
+
+
+class _CacheCreation(msgspec.Struct, gc=False):
+    ephemeral_5m_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0
+
+
+class _Usage(msgspec.Struct, gc=False):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation: _CacheCreation | None = None
+
+    def tokens(self) -> Tokens:
+        split = self.cache_creation
+        return Tokens(
+            input=self.input_tokens,
+            output=self.output_tokens,
+            cache_creation=self.cache_creation_input_tokens,
+            cache_read=self.cache_read_input_tokens,
+            cache_creation_1h=split.ephemeral_1h_input_tokens if split is not None else 0,
+        )
+
+
+class _Block(msgspec.Struct, gc=False):
+    """A content block of any type (text, tool_use, thinking, tool_result,
+    and whatever future versions add)."""
+
+    type: str = ""
+    text: str | None = None
+    thinking: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: Any = None
+    tool_use_id: str | None = None
+    content: Any = None
+    is_error: bool | None = None
+
+
+class _Message(msgspec.Struct, gc=False):
+    id: str | None = None
+    model: str | None = None
+    content: str | list[_Block] = ""
+    usage: _Usage | None = None
+
+
+class _CompactMetadata(msgspec.Struct, gc=False):
+    trigger: str | None = None
+
+
+class _Line(msgspec.Struct, tag_field="type", gc=False):
+    """Every line carries ``session_id``; only ``system`` and ``result`` lines
+    declare it, so the decoder skips it everywhere else (and a nested or
+    per-line id can never be taken for the session's)."""
+
+
+class _System(_Line, tag="system"):
+    session_id: str | None = None
+    subtype: str = ""
+    model: str | None = None
+    cwd: str | None = None
+    tools: list[Any] = []
+    claude_code_version: str | None = None
+    attempt: int | None = None
+    max_retries: int | None = None
+    retry_delay_ms: float | None = None
+    error_status: int | None = None
+    error: Any = None
+    compact_metadata: _CompactMetadata | None = None
+
+
+class _Assistant(_Line, tag="assistant"):
+    message: _Message = msgspec.field(default_factory=_Message)
+    parent_tool_use_id: str | None = None
+    error: str | None = None
+
+
+class _User(_Line, tag="user"):
+    message: _Message = msgspec.field(default_factory=_Message)
+    parent_tool_use_id: str | None = None
+
+
+class _ModelUsage(msgspec.Struct, gc=False):
+    inputTokens: int = 0  # noqa: N815 - the wire's camelCase
+    outputTokens: int = 0  # noqa: N815
+    cacheReadInputTokens: int = 0  # noqa: N815
+    cacheCreationInputTokens: int = 0  # noqa: N815
+    costUSD: float | None = None  # noqa: N815
+
+
+class _Result(_Line, tag="result"):
+    session_id: str | None = None
+    subtype: str = ""
+    is_error: bool = False
+    duration_ms: int | None = None
+    num_turns: int | None = None
+    result: str | None = None
+    total_cost_usd: float | None = None
+    cost_usd: float | None = None
+    usage: _Usage | None = None
+    modelUsage: dict[str, _ModelUsage] = {}  # noqa: N815
+    errors: list[Any] = []
+    terminal_reason: str | None = None
+    api_error_status: int | None = None
+
+
+class _Delta(msgspec.Struct, gc=False):
+    type: str = ""
+    text: str | None = None
+
+
+class _SseMessage(msgspec.Struct, gc=False):
+    id: str | None = None
+
+
+class _Sse(msgspec.Struct, gc=False):
+    type: str = ""
+    delta: _Delta | None = None
+    message: _SseMessage | None = None
+
+
+class _StreamEvent(_Line, tag="stream_event"):
+    event: _Sse = msgspec.field(default_factory=_Sse)
+    parent_tool_use_id: str | None = None
+
+
+class _RateLimitInfo(msgspec.Struct, gc=False):
+    status: str | None = None
+
+
+class _RateLimitEvent(_Line, tag="rate_limit_event"):
+    rate_limit_info: _RateLimitInfo | None = None
+
+
+class _ToolProgress(_Line, tag="tool_progress"):
+    pass
+
+
+class _ControlRequest(_Line, tag="control_request"):
+    pass
+
+
+class _ControlResponse(_Line, tag="control_response"):
+    pass
+
+
+class _AuthStatus(_Line, tag="auth_status"):
+    pass
+
+
+_AnyLine: TypeAlias = (
+    _System
+    | _Assistant
+    | _User
+    | _Result
+    | _StreamEvent
+    | _RateLimitEvent
+    | _ToolProgress
+    | _ControlRequest
+    | _ControlResponse
+    | _AuthStatus
+)
+KNOWN_TYPES = frozenset(
+    {
+        "system",
+        "assistant",
+        "user",
+        "result",
+        "stream_event",
+        "rate_limit_event",
+        "tool_progress",
+        "control_request",
+        "control_response",
+        "auth_status",
+    }
+)
+
+
+class _Envelope(msgspec.Struct, gc=False):
+    type: Any = None
+
+
+_decode_line = msgspec.json.Decoder(_AnyLine).decode
+_decode_envelope = msgspec.json.Decoder(_Envelope).decode
+_encode = msgspec.json.Encoder().encode
+
+
+# -- error text (reference hankweave-runtime §6.5, §6.6) -------------------------------------
+
+_RATE = re.compile(r"rate[ _-]?limit|too many requests", re.I)
+_BILLING = re.compile(
+    r"billing|credit|insufficient|quota|available balance|out of budget|usage limit", re.I
+)
+_CLOUD_AUTH = re.compile(
+    r"accessdenied|unrecognizedclient|invalidsignature|expiredtoken|sso session"
+    r"|could not load credentials|sts:assumerole",
+    re.I,
+)
+_CLOUD_MODEL = re.compile(r"on-demand throughput|invalid model identifier|resourcenotfound", re.I)
+_TIMEOUT = re.compile(r"timeout|timed out", re.I)
+_AUTH = re.compile(
+    r"\b40[13]\b|authenticat|unauthori[sz]ed|forbidden|api[ _-]?key|oauth|/login", re.I
+)
+_INVALID = re.compile(r"invalid_request|validationexception|\b400\b", re.I)
+_BARE_429 = re.compile(r"\b429\b")
+_TRANSPORT = re.compile(
+    r"econnreset|econnrefused|econnaborted|epipe|etimedout|enotfound|eai_again|socket"
+    r"|fetch failed|connection (?:reset|closed|error)|stream terminated|network"
+    r"|unable to connect",
+    re.I,
+)
+_OVERLOADED = re.compile(r"\b5\d\d\b|overloaded", re.I)
+_CONTEXT = re.compile(
+    r"output token maximum|prompt is too long|context_length_exceeded|maximum context length",
+    re.I,
+)
+_NO_CONVERSATION = re.compile(r"no conversation found", re.I)
+_INPUT_ERRORS = re.compile(
+    r"is already in use|input must be provided|requires --verbose|unknown option"
+    r"|--resume without a value|error: option",
+    re.I,
+)
+_LOGIN = re.compile(r"invalid api key|please run /login|not logged in", re.I)
+_RETRY_AFTER = (
+    (re.compile(r"retry-after-ms\W{0,3}(\d+(?:\.\d+)?)", re.I), 1.0),
+    (
+        re.compile(
+            r"retry[- ]after\W{0,3}(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I
+        ),
+        0,
+    ),
+    (re.compile(r"try again in\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
+    (re.compile(r"\bwait\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
+)
+
+
+def classify_error_text(text: str) -> tuple[ErrorClass, bool] | None:
+    """The class and retriability an API error message names (first match
+    wins, in the order of reference hankweave-runtime §6.6), or ``None``."""
+    if _RATE.search(text):
+        return ErrorClass.RATE_LIMIT, True
+    if _BILLING.search(text):
+        return ErrorClass.BILLING, False
+    if _CLOUD_AUTH.search(text):
+        return ErrorClass.AUTH, False
+    if _CLOUD_MODEL.search(text):
+        return ErrorClass.API_ERROR, False
+    if _TIMEOUT.search(text):
+        return ErrorClass.API_ERROR, True
+    if _AUTH.search(text):
+        return ErrorClass.AUTH, False
+    if _CONTEXT.search(text):
+        return ErrorClass.CONTEXT_EXCEEDED, False
+    if _INVALID.search(text):
+        return ErrorClass.API_ERROR, False
+    if _BARE_429.search(text):
+        return ErrorClass.RATE_LIMIT, True
+    if _TRANSPORT.search(text):
+        return ErrorClass.API_ERROR, True
+    if _OVERLOADED.search(text):
+        return ErrorClass.OVERLOADED, True
+    return None
+
+
+def parse_retry_after(text: str) -> int | None:
+    """A retry delay named in an error message, in milliseconds:
+    ``retry-after-ms: 1500``, ``retry after 30 s``, ``try again in 2 minutes``,
+    ``wait 10 seconds`` (a bare number is seconds)."""
+    for pattern, fixed in _RETRY_AFTER:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        value = float(m.group(1))
+        if fixed:
+            return int(value * fixed)
+        unit = (m.group(2) or "s").lower()
+        if unit.startswith(("ms", "milli")):
+            scale = 1.0
+        elif unit.startswith("m"):
+            scale = 60_000.0
+        else:
+            scale = 1000.0
+        return int(value * scale)
+    return None
+
+
+_API_ERROR_CODES: dict[str, tuple[ErrorClass, bool]] = {
+    "authentication_failed": (ErrorClass.AUTH, False),
+    "billing_error": (ErrorClass.BILLING, False),
+    "rate_limit": (ErrorClass.RATE_LIMIT, True),
+    "server_error": (ErrorClass.OVERLOADED, True),
+    "overloaded": (ErrorClass.OVERLOADED, True),
+    "invalid_request": (ErrorClass.API_ERROR, False),
+    "max_output_tokens": (ErrorClass.CONTEXT_EXCEEDED, False),
+}
+
+
+def _status_class(status: int) -> tuple[ErrorClass, bool] | None:
+    if status == 429:
+        return ErrorClass.RATE_LIMIT, True
+    if status in (401, 403):
+        return ErrorClass.AUTH, False
+    if status == 402:
+        return ErrorClass.BILLING, False
+    if status == 408:
+        return ErrorClass.API_ERROR, True
+    if status == 529 or 500 <= status < 600:
+        return ErrorClass.OVERLOADED, True
+    if 400 <= status < 500:
+        return ErrorClass.API_ERROR, False
+    return None
+
+
+_RETRIABLE = {
+    ErrorClass.RATE_LIMIT: True,
+    ErrorClass.OVERLOADED: True,
+    ErrorClass.CRASH_MID_RUN: True,
+    ErrorClass.TIMEOUT: True,
+    ErrorClass.ERROR_RESULT: True,
+}
+
+
+# -- transcripts (§1.9) ------------------------------------------------------------------------
+
+
+def sanitize_project_dir(cwd: Path) -> str:
+    """The directory name Claude Code files a cwd's transcripts under: the
+    real path, NFC, every non-alphanumeric character as ``-`` (longer than
+    200 characters: the first 200, ``-`` and a hash only the CLI knows)."""
+    real = unicodedata.normalize("NFC", os.path.realpath(cwd))
+    return re.sub(r"[^a-zA-Z0-9]", "-", real)
+
+
+def transcript_path(config_dir: Path, cwd: Path, session_id: str) -> Path | None:
+    """The transcript of ``session_id`` if it exists."""
+    name = sanitize_project_dir(cwd)
+    projects = config_dir / "projects"
+    if len(name) <= 200:
+        path = projects / name / f"{session_id}.jsonl"
+        return path if path.is_file() else None
+    try:
+        dirs = [d for d in projects.iterdir() if d.name.startswith(name[:200] + "-")]
+    except OSError:
+        return None
+    for d in dirs:
+        path = d / f"{session_id}.jsonl"
+        if path.is_file():
+            return path
+    return None
+
+
+def claude_config_dir(env: Mapping[str, str]) -> Path:
+    """Where the CLI keeps its transcripts for this environment."""
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    if configured:
+        return Path(configured)
+    return Path(env.get("HOME") or Path.home()) / ".claude"
+
+
+# -- the parser ----------------------------------------------------------------------------
+
+
+class _MessageUsage:
+    """Per-message maxima of a usage snapshot (§1.5)."""
+
+    __slots__ = ("cost_nanos", "last", "model", "tokens")
+
+    def __init__(self, model: str | None) -> None:
+        self.model = model
+        self.tokens = Tokens()
+        self.cost_nanos: int | None = 0
+        self.last: _Usage | None = None
+
+
+class ClaudeParser:
+    """Sans-I/O parser of ``claude -p --output-format stream-json`` output."""
+
+    def __init__(
+        self,
+        *,
+        cwd: Path | None = None,
+        config_dir: Path | None = None,
+        resume_session_id: str | None = None,
+        at: dt.date | None = None,
+        table: pricing.PricingTable | None = None,
+    ) -> None:
+        self._cwd = cwd
+        self._config_dir = config_dir
+        self._requested = resume_session_id
+        # One date per session: cost lookups then hit the table's cache.
+        self._at = at or dt.datetime.now(dt.UTC).date()
+        self._table = table or pricing.default_table()
+        self.session_id: str | None = None
+        """The id of the first ``system/init``."""
+        self.reported_ids: list[str] = []
+        self.model: str | None = None
+        self.malformed = 0
+        self.unknown_types = 0
+        self._usage: dict[str, _MessageUsage] = {}
+        """The latest messages' usage maxima (bounded: a message's blocks come
+        together, so old entries are never needed again)."""
+        self._estimate_tokens = Tokens()
+        self._estimate_nanos: int | None = 0
+        self._priced_model: str | None = None
+        self._sse_message_id: str | None = None
+        self._result: _Result | None = None
+        self._result_event: SessionResult | None = None
+        self._api_error: str | None = None
+        self._api_error_text: str | None = None
+        self._context_exceeded = False
+        """Any sign of exhaustion, automatic compaction included (§6.5)."""
+        self._context_error = False
+        """An error that says the context ran out (not a compaction)."""
+        self._stderr_notes: list[str] = []
+
+    # -- StreamParser --
+
+    def feed(self, line: bytes) -> list[AgentEvent]:
+        """Parse one stdout line."""
+        if line[:1] != b"{":
+            line = line.strip()
+            if line[:1] != b"{":
+                return []  # blank, or text such as "[SandboxDebug] ..."
+        try:
+            msg = _decode_line(line)
+        except msgspec.ValidationError as e:
+            return self._odd_line(line, e)
+        except msgspec.DecodeError as e:
+            self.malformed += 1
+            log.warning("corrupt stream-json line (%s): %.200r", e, line)
+            return []
+        kind = type(msg)
+        if kind is _Assistant:
+            return self._assistant(msg)
+        if kind is _User:
+            return self._user(msg)
+        if kind is _StreamEvent:
+            return self._stream_event(msg)
+        if kind is _System:
+            return self._system(msg)
+        if kind is _Result:
+            return self._on_result(msg)
+        return []
+
+    def stderr(self, line: str) -> list[AgentEvent]:
+        """Keep the stderr lines that decide a verdict without a result."""
+        if (
+            _NO_CONVERSATION.search(line) or _INPUT_ERRORS.search(line) or _LOGIN.search(line)
+        ) and len(self._stderr_notes) < 20:
+            self._stderr_notes.append(line.strip())
+        return []
+
+    def finish(self, end: ProcessEnd) -> list[AgentEvent]:
+        """The verdict (§1.7)."""
+        session_id, aliases = self._canonical_id()
+        result = self._result
+        if result is not None and self._result_event is not None:
+            ev = self._result_event
+            ok = ev.ok
+            if ok and end.exit_code != 0:
+                log.warning(
+                    "claude reported success but exited with %s; the result wins",
+                    end.exit_code if end.exit_code is not None else f"signal {end.signal}",
+                )
+            if ok:
+                error_class, retriable, message = None, False, None
+            elif end.stopped is not None:
+                error_class, retriable = _stopped_class(end.stopped)
+                message = _stopped_message(end.stopped)
+            else:
+                error_class, retriable = ev.error_class or ErrorClass.ERROR_RESULT, False
+                retriable = self._retriable(error_class, ev)
+                message = self._result_message(result)
+            texts = [result.result or "", *map(str, result.errors), self._api_error_text or ""]
+            return [
+                SessionExited(
+                    ok=ok,
+                    exit_code=end.exit_code,
+                    signal=end.signal,
+                    error_class=error_class,
+                    retriable=retriable,
+                    message=message,
+                    retry_after_ms=None if ok else _first_retry_after(texts, end.stderr_tail),
+                    result_seen=True,
+                    session_id=session_id,
+                    session_aliases=aliases,
+                    cost_usd=ev.cost_usd,
+                    cost_source=ev.cost_source,
+                    tokens=ev.tokens,
+                    malformed_lines=self.malformed,
+                    unknown_types=self.unknown_types,
+                    context_exceeded=self._context_exceeded,
+                    stderr_tail=end.stderr_tail,
+                )
+            ]
+        error_class, retriable, message = self._no_result_verdict(end)
+        cost, source, tokens = self._estimate()
+        return [
+            SessionExited(
+                ok=False,
+                exit_code=end.exit_code,
+                signal=end.signal,
+                error_class=error_class,
+                retriable=retriable,
+                message=message,
+                retry_after_ms=_first_retry_after(
+                    [self._api_error_text or "", *self._stderr_notes], end.stderr_tail
+                ),
+                result_seen=False,
+                session_id=session_id,
+                session_aliases=aliases,
+                cost_usd=cost,
+                cost_source=source,
+                tokens=tokens,
+                malformed_lines=self.malformed,
+                unknown_types=self.unknown_types,
+                context_exceeded=self._context_exceeded,
+                stderr_tail=end.stderr_tail,
+            )
+        ]
+
+    # -- line kinds --
+
+    def _odd_line(self, line: bytes, error: msgspec.ValidationError) -> list[AgentEvent]:
+        try:
+            kind = _decode_envelope(line).type
+        except msgspec.MsgspecError:
+            kind = None
+        if isinstance(kind, str) and kind not in KNOWN_TYPES:
+            self.unknown_types += 1
+            log.debug("ignoring stream-json type %r", kind)
+        else:
+            self.malformed += 1
+            log.warning("stream-json line of an unexpected shape (%s): %.200r", error, line)
+        return []
+
+    def _system(self, msg: _System) -> list[AgentEvent]:
+        sub = msg.subtype
+        if sub == "init":
+            sid = msg.session_id
+            if not sid:
+                self.malformed += 1
+                log.warning("system/init line without a session_id")
+                return []
+            if sid not in self.reported_ids:
+                self.reported_ids.append(sid)
+            if msg.model:
+                self.model = msg.model
+            if self.session_id is not None:
+                return []  # a later init (after compaction): recorded as an alias
+            self.session_id = sid
+            return [
+                SessionStarted(
+                    session_id=sid,
+                    model=msg.model,
+                    cwd=msg.cwd,
+                    tools=[t if isinstance(t, str) else str(t) for t in msg.tools],
+                    agent_version=msg.claude_code_version,
+                )
+            ]
+        if sub == "api_retry":
+            error = msg.error if isinstance(msg.error, str) else None
+            delay = msg.retry_delay_ms
+            return [
+                RetryNotice(
+                    attempt=msg.attempt or 0,
+                    max_retries=msg.max_retries,
+                    delay_ms=int(delay) if delay is not None else None,
+                    error=error,
+                    status=msg.error_status,
+                )
+            ]
+        if sub == "compact_boundary":
+            meta = msg.compact_metadata
+            if meta is not None and meta.trigger != "manual":
+                self._context_exceeded = True
+        return []
+
+    def _assistant(self, msg: _Assistant) -> list[AgentEvent]:
+        message = msg.message
+        mid = message.id
+        sub = msg.parent_tool_use_id is not None
+        events: list[AgentEvent] = []
+        if message.model == SYNTHETIC_MODEL:
+            self._synthetic(msg)
+        content = message.content
+        if isinstance(content, list):
+            for block in content:
+                kind = block.type
+                if kind == "text":
+                    if block.text is not None:
+                        events.append(AssistantText(text=block.text, message_id=mid, subagent=sub))
+                elif kind == "tool_use":
+                    events.append(
+                        ToolUse(
+                            tool_use_id=block.id or "",
+                            name=block.name or "",
+                            input=_as_dict(block.input),
+                            message_id=mid,
+                            subagent=sub,
+                        )
+                    )
+                elif kind == "thinking" and block.thinking:
+                    events.append(Thinking(text=block.thinking, message_id=mid, subagent=sub))
+        if message.usage is not None and mid is not None:
+            delta = self._usage_delta(mid, message.model, message.usage)
+            if delta is not None:
+                events.append(delta)
+        return events
+
+    def _synthetic(self, msg: _Assistant) -> None:
+        content = msg.message.content
+        texts = [b.text for b in content if b.text] if isinstance(content, list) else [content]
+        text = "\n".join(t for t in texts if t)
+        if msg.error:
+            self._api_error = msg.error
+        if text:
+            self._api_error_text = text
+            stripped = text.strip()
+            if stripped == "API Error: terminated" or (
+                "exceeded the" in text and "output token maximum" in text
+            ):
+                self._context_exceeded = self._context_error = True
+
+    def _usage_delta(self, mid: str, model: str | None, usage: _Usage) -> UsageDelta | None:
+        entry = self._usage.get(mid)
+        if entry is None:
+            # The first snapshot of a message (the common case): all of it is new.
+            if len(self._usage) >= _USAGE_WINDOW:
+                del self._usage[next(iter(self._usage))]
+            entry = self._usage[mid] = _MessageUsage(model)
+            if model and model != SYNTHETIC_MODEL:
+                self._priced_model = model
+            new = tokens = usage.tokens()
+            if tokens.total == 0 and tokens.cache_creation_1h == 0:
+                entry.last = usage
+                return None
+            old_cost: int | None = 0
+        else:
+            if usage == entry.last:
+                return None  # the same snapshot, repeated for the next content block
+            old = entry.tokens
+            split = usage.cache_creation
+            new = Tokens(
+                input=max(old.input, usage.input_tokens),
+                output=max(old.output, usage.output_tokens),
+                cache_creation=max(old.cache_creation, usage.cache_creation_input_tokens),
+                cache_read=max(old.cache_read, usage.cache_read_input_tokens),
+                cache_creation_1h=max(
+                    old.cache_creation_1h, split.ephemeral_1h_input_tokens if split else 0
+                ),
+            )
+            entry.last = usage
+            if new == old:
+                return None
+            tokens = Tokens(
+                input=new.input - old.input,
+                output=new.output - old.output,
+                cache_creation=new.cache_creation - old.cache_creation,
+                cache_read=new.cache_read - old.cache_read,
+                cache_creation_1h=new.cache_creation_1h - old.cache_creation_1h,
+            )
+            old_cost = entry.cost_nanos
+        entry.last = usage
+        entry.tokens = new
+        if model is None:
+            entry.cost_nanos = None
+        else:
+            entry.cost_nanos = self._table.cost_nanos(model, new, self._at, per_request=True)
+        if entry.cost_nanos is None or old_cost is None:
+            delta_cost = None
+            self._estimate_nanos = None
+        else:
+            delta_nanos = entry.cost_nanos - old_cost
+            delta_cost = delta_nanos / 1e9
+            if self._estimate_nanos is not None:
+                self._estimate_nanos += delta_nanos
+        self._estimate_tokens = self._estimate_tokens + tokens
+        return UsageDelta(model=model, tokens=tokens, cost_usd=delta_cost, message_id=mid)
+
+    def _user(self, msg: _User) -> list[AgentEvent]:
+        content = msg.message.content
+        if not isinstance(content, list):
+            return []  # a replayed prompt
+        sub = msg.parent_tool_use_id is not None
+        return [
+            ToolResult(
+                tool_use_id=block.tool_use_id or "",
+                content=_result_text(block.content),
+                is_error=bool(block.is_error),
+                subagent=sub,
+            )
+            for block in content
+            if block.type == "tool_result"
+        ]
+
+    def _stream_event(self, msg: _StreamEvent) -> list[AgentEvent]:
+        event = msg.event
+        if event.type == "content_block_delta":
+            delta = event.delta
+            if delta is not None and delta.type == "text_delta" and delta.text:
+                return [
+                    AssistantText(
+                        text=delta.text,
+                        message_id=self._sse_message_id,
+                        partial=True,
+                        subagent=msg.parent_tool_use_id is not None,
+                    )
+                ]
+        elif event.type == "message_start" and event.message is not None:
+            self._sse_message_id = event.message.id
+        return []
+
+    def _on_result(self, r: _Result) -> list[AgentEvent]:
+        self._result = r
+        if r.session_id and r.session_id not in self.reported_ids:
+            self.reported_ids.append(r.session_id)
+        ok = r.subtype == "success" and not r.is_error
+        texts = [r.result or "", *map(str, r.errors)]
+        if r.is_error and any(_CONTEXT.search(t) for t in texts):
+            self._context_exceeded = self._context_error = True
+        error_class = None if ok else self._result_class(r)
+        cost, source, tokens, per_model = self._result_cost(r)
+        event = SessionResult(
+            ok=ok,
+            subtype=r.subtype or None,
+            is_error=r.is_error,
+            text=r.result,
+            errors=[str(e) for e in r.errors],
+            session_id=r.session_id,
+            cost_usd=cost,
+            cost_source=source,
+            tokens=tokens,
+            model_usage=per_model,
+            num_turns=r.num_turns,
+            duration_ms=r.duration_ms,
+            error_class=error_class,
+            context_exceeded=self._context_exceeded,
+        )
+        self._result_event = event
+        return [event]
+
+    # -- verdict helpers --
+
+    def _result_class(self, r: _Result) -> ErrorClass:
+        sub = r.subtype
+        if sub == "error_max_turns":
+            return ErrorClass.MAX_TURNS
+        if sub == "error_max_budget_usd":
+            return ErrorClass.BUDGET
+        errors = [str(e) for e in r.errors]
+        if any(_NO_CONVERSATION.search(e) for e in errors):
+            return ErrorClass.CANNOT_RESUME
+        if self._context_error or r.terminal_reason == "blocking_limit":
+            return ErrorClass.CONTEXT_EXCEEDED
+        if sub == "error_max_structured_output_retries":
+            return ErrorClass.ERROR_RESULT
+        found = self._api_class(r)
+        if found is not None:
+            return found[0]
+        if sub == "success":  # is_error with a success subtype: a disguised API error
+            return ErrorClass.API_ERROR
+        return ErrorClass.ERROR_RESULT
+
+    def _api_class(self, r: _Result) -> tuple[ErrorClass, bool] | None:
+        if self._api_error is not None and self._api_error in _API_ERROR_CODES:
+            return _API_ERROR_CODES[self._api_error]
+        if r.api_error_status is not None:
+            by_status = _status_class(r.api_error_status)
+            if by_status is not None:
+                return by_status
+        for text in (self._api_error_text, r.result, *map(str, r.errors)):
+            if text:
+                found = classify_error_text(text)
+                if found is not None:
+                    return found
+        return None
+
+    def _retriable(self, error_class: ErrorClass, ev: SessionResult) -> bool:
+        if error_class is ErrorClass.API_ERROR:
+            assert self._result is not None
+            found = self._api_class(self._result)
+            return found[1] if found is not None else True
+        return _RETRIABLE.get(error_class, False)
+
+    def _result_message(self, r: _Result) -> str:
+        for text in (*map(str, r.errors), r.result, self._api_error_text):
+            if text:
+                return text
+        if r.subtype == "error_max_turns":
+            return "claude reached its maximum number of turns (--max-turns)"
+        if r.subtype == "error_max_budget_usd":
+            return "claude reached its spending cap (--max-budget-usd)"
+        return f"claude ended with result {r.subtype or '(no subtype)'}"
+
+    def _no_result_verdict(self, end: ProcessEnd) -> tuple[ErrorClass, bool, str]:
+        if end.stopped is not None:
+            error_class, retriable = _stopped_class(end.stopped)
+            return error_class, retriable, _stopped_message(end.stopped)
+        notes = " ".join(self._stderr_notes) + "\n" + end.stderr_tail
+        last = _last_line(end.stderr_tail)
+        if _NO_CONVERSATION.search(notes):
+            return ErrorClass.CANNOT_RESUME, False, _matching_line(notes, _NO_CONVERSATION)
+        if _INPUT_ERRORS.search(notes):
+            return ErrorClass.INPUT_ERROR, False, _matching_line(notes, _INPUT_ERRORS)
+        if _LOGIN.search(notes):
+            return ErrorClass.AUTH, False, _matching_line(notes, _LOGIN)
+        if self._context_error:
+            return ErrorClass.CONTEXT_EXCEEDED, False, self._api_error_text or "context exceeded"
+        how = f"exit code {end.exit_code}" if end.exit_code is not None else f"signal {end.signal}"
+        if end.exit_code == 0:
+            return (
+                ErrorClass.NO_RESULT,
+                self.session_id is not None,
+                "claude exited 0 without a result line" + (f": {last}" if last else ""),
+            )
+        if self.session_id is None:
+            return (
+                ErrorClass.CRASH_BEFORE_INIT,
+                False,
+                f"claude died before starting a session ({how})" + (f": {last}" if last else ""),
+            )
+        return (
+            ErrorClass.CRASH_MID_RUN,
+            True,
+            f"claude died mid-run without a result ({how})" + (f": {last}" if last else ""),
+        )
+
+    def _canonical_id(self) -> tuple[str | None, list[str]]:
+        chain: list[str] = []
+        for sid in (self._requested, *self.reported_ids):
+            if sid and sid not in chain:
+                chain.append(sid)
+        if not self.reported_ids:
+            return self._requested, chain
+        latest = self.reported_ids[-1]
+        candidates = [latest]
+        if self._requested and self._requested != latest:
+            candidates.append(self._requested)
+        elif len(self.reported_ids) > 1:
+            candidates.extend(reversed(self.reported_ids[:-1]))
+        if len(candidates) > 1 and self._cwd is not None and self._config_dir is not None:
+            for sid in candidates:
+                if transcript_path(self._config_dir, self._cwd, sid) is not None:
+                    return sid, chain
+        return latest, chain
+
+    # -- cost --
+
+    def _result_cost(
+        self, r: _Result
+    ) -> tuple[float | None, CostSource, Tokens, dict[str, ModelUsage]]:
+        main = r.usage.tokens() if r.usage is not None else None
+        per_model: dict[str, ModelUsage] = {}
+        computed_nanos: int | None = 0
+        all_reported = bool(r.modelUsage)
+        reported_sum = 0.0
+        total = Tokens()
+        for name, mu in r.modelUsage.items():
+            tokens = Tokens(
+                input=mu.inputTokens,
+                output=mu.outputTokens,
+                cache_creation=mu.cacheCreationInputTokens,
+                cache_read=mu.cacheReadInputTokens,
+            )
+            if main is not None and name == self.model and main.cache_creation_1h:
+                # modelUsage has no lifetime split; the main model's is in usage.
+                split = min(main.cache_creation_1h, tokens.cache_creation)
+                tokens = msgspec.structs.replace(tokens, cache_creation_1h=split)
+            total = total + tokens
+            if mu.costUSD is not None:
+                reported_sum += mu.costUSD
+                nanos: int | None = round(mu.costUSD * 1e9)
+                cost: float | None = pricing.round_usd(mu.costUSD)
+            else:
+                all_reported = False
+                nanos = self._table.cost_nanos(name, tokens, self._at)
+                cost = None if nanos is None else nanos / 1e9
+            if computed_nanos is not None:
+                computed_nanos = None if nanos is None else computed_nanos + nanos
+            per_model[name] = ModelUsage(tokens=tokens, cost_usd=cost)
+        if main is not None:
+            total = _field_max(total, main)
+        reported = r.total_cost_usd if r.total_cost_usd is not None else r.cost_usd
+        if reported is not None:
+            return pricing.round_usd(reported), CostSource.REPORTED, total, per_model
+        if per_model:
+            if all_reported:
+                return pricing.round_usd(reported_sum), CostSource.MODEL_USAGE, total, per_model
+            if computed_nanos is not None:
+                return computed_nanos / 1e9, CostSource.COMPUTED, total, per_model
+            return None, CostSource.UNPRICED, total, per_model
+        if main is None or main.total == 0:
+            return 0.0, CostSource.COMPUTED, total, per_model
+        model = self.model or self._last_model()
+        nanos = self._table.cost_nanos(model, main, self._at) if model else None
+        if nanos is None:
+            return None, CostSource.UNPRICED, total, per_model
+        return nanos / 1e9, CostSource.COMPUTED, total, per_model
+
+    def _last_model(self) -> str | None:
+        return self._priced_model
+
+    def _estimate(self) -> tuple[float | None, CostSource, Tokens]:
+        if self._estimate_nanos is None:
+            return None, CostSource.UNPRICED, self._estimate_tokens
+        return self._estimate_nanos / 1e9, CostSource.ESTIMATE, self._estimate_tokens
+
+
+def _field_max(a: Tokens, b: Tokens) -> Tokens:
+    return Tokens(
+        input=max(a.input, b.input),
+        output=max(a.output, b.output),
+        cache_creation=max(a.cache_creation, b.cache_creation),
+        cache_read=max(a.cache_read, b.cache_read),
+        cache_creation_1h=max(a.cache_creation_1h, b.cache_creation_1h),
+    )
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    return {} if value is None else {"input": value}
+
+
+def _result_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                if part.get("type") == "text":
+                    parts.append(str(part.get("text", "")))
+                else:
+                    parts.append(f"[{part.get('type', 'block')}]")
+            else:
+                parts.append(str(part))
+        return "\n".join(parts)
+    return _encode(content).decode()
+
+
+def _stopped_class(reason: StopReason) -> tuple[ErrorClass, bool]:
+    if reason in (
+        StopReason.FIRST_OUTPUT_TIMEOUT,
+        StopReason.IDLE_TIMEOUT,
+        StopReason.WALL_TIMEOUT,
+    ):
+        return ErrorClass.TIMEOUT, True
+    return ErrorClass.STOPPED, False
+
+
+def _stopped_message(reason: StopReason) -> str:
+    return {
+        StopReason.FIRST_OUTPUT_TIMEOUT: "no session started before the first-output deadline",
+        StopReason.IDLE_TIMEOUT: "the stream went idle past the idle deadline",
+        StopReason.WALL_TIMEOUT: "the session ran past its wall-clock deadline",
+    }.get(reason, f"stopped by Weft ({reason})")
+
+
+_ERROR_LINE = re.compile(r"^\s*(?:[A-Z]\w*)?(?:Error|Exception)\b|^\s*error:", re.I)
+
+
+def _last_line(text: str) -> str:
+    """The line of a stderr tail that says what went wrong: the last one
+    naming an error (``TypeError: ...``, ``Error: ...``), else the last one."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _ERROR_LINE.match(line):
+            return line[:500]
+    return lines[-1][:500] if lines else ""
+
+
+def _matching_line(text: str, pattern: re.Pattern[str]) -> str:
+    for line in text.splitlines():
+        if pattern.search(line):
+            return line.strip()[:500]
+    return _last_line(text)
+
+
+def _first_retry_after(texts: Sequence[str], stderr_tail: str) -> int | None:
+    for text in (*texts, stderr_tail):
+        if text:
+            found = parse_retry_after(text)
+            if found is not None:
+                return found
+    return None
+
+
+# -- the harness ---------------------------------------------------------------------------
+
+CLAUDE_ENV = EnvPolicy(
+    names=frozenset(
+        {
+            "CLAUDE_CONFIG_DIR",
+            "MAX_THINKING_TOKENS",
+            "API_TIMEOUT_MS",
+            "BASH_DEFAULT_TIMEOUT_MS",
+            "BASH_MAX_TIMEOUT_MS",
+            "MCP_TIMEOUT",
+            "MCP_TOOL_TIMEOUT",
+            "DISABLE_AUTOUPDATER",
+            "DISABLE_TELEMETRY",
+            "DISABLE_ERROR_REPORTING",
+        }
+    ),
+    prefixes=("ANTHROPIC_", "CLAUDE_CODE_"),
+    remove=frozenset({"CLAUDECODE"}),
+)
+"""What the Claude CLI gets from Weft's environment (besides the base set)."""
+_BEDROCK_PREFIXES = ("AWS_",)
+_VERTEX_NAMES = frozenset({"CLOUD_ML_REGION", "GOOGLE_APPLICATION_CREDENTIALS", "GCLOUD_PROJECT"})
+FAKE_AGENT_PREFIX = "FAKE_AGENT_"
+
+
+def claude_env_policy(parent: Mapping[str, str], *, fake: bool = False) -> EnvPolicy:
+    """:data:`CLAUDE_ENV`, plus cloud credentials when the parent selects
+    Bedrock (``CLAUDE_CODE_USE_BEDROCK``) or Vertex (``CLAUDE_CODE_USE_VERTEX``),
+    plus the fake agent's knobs when the fake runs."""
+    names, prefixes = set(CLAUDE_ENV.names), list(CLAUDE_ENV.prefixes)
+    if parent.get("CLAUDE_CODE_USE_BEDROCK"):
+        prefixes.extend(_BEDROCK_PREFIXES)
+    if parent.get("CLAUDE_CODE_USE_VERTEX"):
+        names |= _VERTEX_NAMES
+    if fake:
+        prefixes.append(FAKE_AGENT_PREFIX)
+    return EnvPolicy(names=frozenset(names), prefixes=tuple(prefixes), remove=CLAUDE_ENV.remove)
+
+
+class ClaudeHarness:
+    """Runs Claude Code (or the fake agent in its Claude flavour)."""
+
+    name = "claude"
+
+    def __init__(
+        self,
+        command: Sequence[str] = ("claude",),
+        *,
+        fake: bool = False,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        self.command = list(command)
+        """The program and any leading arguments (``[python, -m, ...]``)."""
+        self.fake = fake
+        self.max_line_bytes = max_line_bytes
+        """Longer stdout lines are counted and skipped (still in the log)."""
+
+    def argv(self, spec: SessionSpec) -> list[str]:
+        """The command line of §1.1; the prompt goes on stdin, so no variadic
+        flag can swallow it."""
+        argv = [
+            *self.command,
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            spec.model,
+            "--permission-mode",
+            "bypassPermissions",
+        ]
+        if spec.append_system_prompt:
+            argv += ["--append-system-prompt", spec.append_system_prompt]
+        if spec.max_turns is not None:
+            argv += ["--max-turns", str(spec.max_turns)]
+        if spec.max_budget_usd is not None:
+            argv += ["--max-budget-usd", f"{spec.max_budget_usd:g}"]
+        if spec.resume_session_id:
+            # The = form: --resume takes an optional value, so a separate one
+            # starting with "-" would be read as a flag.
+            argv.append(f"--resume={spec.resume_session_id}")
+        argv += spec.extra_args
+        return argv
+
+    def env(self, spec: SessionSpec, parent: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The child's environment (see :func:`weft.agents.process.build_env`)."""
+        source = os.environ if parent is None else parent
+        return build_env(claude_env_policy(source, fake=self.fake), spec.env, source)
+
+    def parser(self, spec: SessionSpec, env: Mapping[str, str]) -> ClaudeParser:
+        """A parser for one session of ``spec``."""
+        return ClaudeParser(
+            cwd=spec.cwd,
+            config_dir=claude_config_dir(env),
+            resume_session_id=spec.resume_session_id,
+        )
+
+    async def start(self, spec: SessionSpec) -> SubprocessSession:
+        """Spawn the CLI for ``spec``."""
+        env = self.env(spec)
+        return await spawn(
+            self.argv(spec),
+            parser=self.parser(spec, env),
+            cwd=spec.cwd,
+            env=env,
+            stdin=spec.prompt.encode("utf-8"),
+            timeouts=spec.timeouts,
+            log_path=spec.log_path,
+            max_line_bytes=self.max_line_bytes,
+            name="fake-claude" if self.fake else "claude",
+        )

@@ -1,0 +1,991 @@
+"""The Codex adapter: ``codex exec --json`` (reference agent-cli-protocols §2).
+
+:class:`CodexHarness` runs::
+
+    codex exec --json --skip-git-repo-check -m <model> -C <cwd>
+               --sandbox workspace-write [extra args] [resume <thread id>] -
+    (the prompt on stdin)
+
+Codex prints one JSON event per line: ``thread.started`` (the session id),
+``turn.started``, ``item.started|updated|completed`` around each thread item
+(agent message, reasoning, command, file change, MCP call...), then
+``turn.completed`` (with usage) or ``turn.failed`` / ``error``.
+:class:`CodexParser` maps them onto :mod:`weft.agents.events`. What differs
+from Claude and drives the design:
+
+* **No cost field.** Cost is computed from the pricing table; a model the
+  table does not know is *unpriced*, never $0.
+* **Usage is a thread total**, not a per-turn figure: a resumed thread reports
+  totals that include earlier sessions (§2.3). The parser reports deltas
+  against the thread's total when the session started, which the harness
+  reads from the thread's rollout file under ``$CODEX_HOME/sessions/``
+  (else from the totals this process saw, :class:`ThreadUsageLedger`).
+  ``cached_input_tokens`` is a subset of ``input_tokens``: it moves to
+  ``cache_read`` so the same price columns apply as for Claude.
+* **The exit code is unreliable** both ways (§2.5): ``turn.completed`` is
+  success whatever the exit code; ``turn.failed`` or ``error`` without a later
+  ``turn.completed`` is failure; no terminal event at all is a crash.
+  ``error`` events that announce a reconnect are retry notices, not failures.
+
+The error-text classifier here (:func:`classify_error_text`) is shared with
+the Gemini adapter: vendor phrases first, then the Claude adapter's API error
+vocabulary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import msgspec
+
+from weft.agents import claude, pricing
+from weft.agents.events import (
+    AgentEvent,
+    AssistantText,
+    CostSource,
+    ErrorClass,
+    ModelUsage,
+    RetryNotice,
+    SessionExited,
+    SessionResult,
+    SessionStarted,
+    Thinking,
+    Tokens,
+    ToolResult,
+    ToolUse,
+    UsageDelta,
+)
+from weft.agents.harness import ProcessEnd, SessionSpec, StopReason
+from weft.agents.process import EnvPolicy, SubprocessSession, build_env, spawn
+
+_log = logging.getLogger(__name__)
+
+Pricer: TypeAlias = Callable[[str, Tokens], float | None]
+"""Prices tokens of one model in USD; ``None`` for a model it does not know."""
+
+
+def default_pricer(model: str, tokens: Tokens) -> float | None:
+    """Weft's pricing table (:func:`weft.agents.pricing.cost_usd`)."""
+    return pricing.cost_usd(model, tokens)
+
+
+# --------------------------------------------------------------------------
+# Error classification, shared by the Codex and Gemini parsers. The CLIs only
+# give free text (an HTTP status at best), so the class is found by words:
+# first the phrases only Codex and Gemini use, then the vocabulary of API
+# errors the Claude adapter already knows (one place for rate limits, billing,
+# auth, 5xx...), then the transport errors Codex names in its own words.
+# --------------------------------------------------------------------------
+
+_VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
+    (
+        ErrorClass.CANNOT_RESUME,
+        False,
+        re.compile(
+            r"no conversation found|no (?:saved )?sessions? found|no rollout found"
+            r"|invalid session identifier|error resuming session"
+            r"|(?:session|thread|conversation)\b[^\n]{0,80}\bnot found"
+            r"|could not find (?:a |the )?(?:session|thread|rollout)",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        ErrorClass.MAX_TURNS,
+        False,
+        re.compile(r"max(?:imum)? session turns|maxsessionturns|turn limit", re.IGNORECASE),
+    ),
+    (
+        ErrorClass.CONTEXT_EXCEEDED,
+        False,
+        re.compile(
+            r"context window|ran out of room|context_length_exceeded|maximum context"
+            r"|input token count[^\n]{0,40}exceeds",
+            re.IGNORECASE,
+        ),
+    ),
+    # OpenAI answers an exhausted plan with a 429 too; waiting does not help.
+    (ErrorClass.BILLING, False, re.compile(r"insufficient[_ ]quota", re.IGNORECASE)),
+    # Google's 429 (a per-minute or per-day quota, which does clear) speaks
+    # of quota too, which the shared rules would take for billing.
+    (
+        ErrorClass.RATE_LIMIT,
+        True,
+        re.compile(
+            r"resource[_ ]exhausted|resource has been exhausted|exhausted your capacity"
+            r"|\b429\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        ErrorClass.OVERLOADED,
+        True,
+        re.compile(r"at capacity|high demand|\bunavailable\b", re.IGNORECASE),
+    ),
+    (
+        ErrorClass.AUTH,
+        False,
+        re.compile(r"api key not valid|auth method|not logged in", re.IGNORECASE),
+    ),
+    (
+        ErrorClass.INPUT_ERROR,
+        False,
+        re.compile(
+            r"no (?:prompt|input) provided|unexpected argument|invalid value for"
+            r"|unrecognized subcommand|unknown argument|cannot use both",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+_VENDOR_LAST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
+    (
+        ErrorClass.API_ERROR,
+        True,
+        re.compile(r"stream disconnected|error sending request|reconnecting", re.IGNORECASE),
+    ),
+)
+
+_RETRY_AFTER = re.compile(
+    r"(?:try again in|retry (?:after|in)|retrydelay\"?\s*[:=]\s*\"?|reset after)\s*"
+    r"(?:(?P<h>\d+)h)?\s*(?:(?P<m>\d+)m(?!s))?\s*(?:(?P<n>\d+(?:\.\d+)?)\s*"
+    r"(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)?)?",
+    re.IGNORECASE,
+)
+
+_RETRIABLE = frozenset(
+    {
+        ErrorClass.RATE_LIMIT,
+        ErrorClass.OVERLOADED,
+        ErrorClass.CRASH_MID_RUN,
+        ErrorClass.TIMEOUT,
+        ErrorClass.ERROR_RESULT,
+    }
+)
+"""Classes a retry may cure when no message says otherwise (as for Claude)."""
+
+
+def classify_error_text(text: str) -> tuple[ErrorClass, bool] | None:
+    """The class and retriability a Codex or Gemini error message names, or
+    ``None`` when it names nothing specific."""
+    for cls, retriable, pattern in _VENDOR_FIRST:
+        if pattern.search(text):
+            return cls, retriable
+    found = claude.classify_error_text(text)
+    if found is not None:
+        return found
+    for cls, retriable, pattern in _VENDOR_LAST:
+        if pattern.search(text):
+            return cls, retriable
+    return None
+
+
+def retry_after_ms(text: str) -> int | None:
+    """The wait an error message asks for (``Please try again in 1.5s``,
+    ``"retryDelay": "27s"``, ``reset after 2h36m24s``, ``retry-after-ms: 900``),
+    in milliseconds."""
+    match = _RETRY_AFTER.search(text)
+    if match is None or not any(match.group("h", "m", "n")):
+        return claude.parse_retry_after(text)
+    hours, minutes, number = match.group("h", "m", "n")
+    total = 0.0
+    if hours is not None:
+        total += int(hours) * 3_600_000
+    if minutes is not None:
+        total += int(minutes) * 60_000
+    if number is not None:
+        unit = (match.group("unit") or "s").lower()
+        if unit.startswith(("ms", "milli")):
+            scale = 1.0
+        elif unit.startswith("m"):
+            scale = 60_000.0
+        else:
+            scale = 1000.0
+        total += float(number) * scale
+    return math.ceil(total)
+
+
+def default_retriable(cls: ErrorClass) -> bool:
+    """Whether a retry may help a session of class ``cls`` when no message
+    says otherwise."""
+    return cls in _RETRIABLE
+
+
+def stopped_verdict(reason: StopReason) -> tuple[ErrorClass, bool, str]:
+    """Class, retriability and message of a session Weft ended itself."""
+    messages = {
+        StopReason.FIRST_OUTPUT_TIMEOUT: "no session started before the first-output deadline",
+        StopReason.IDLE_TIMEOUT: "the stream went idle past the idle deadline",
+        StopReason.WALL_TIMEOUT: "the session ran past its wall-clock deadline",
+    }
+    if reason in messages:
+        return ErrorClass.TIMEOUT, True, messages[reason]
+    return ErrorClass.STOPPED, False, f"stopped by Weft ({reason})"
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` (for one-line messages)."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()[:500]
+    return ""
+
+
+_ERRORISH = re.compile(
+    r"error|fatal|fail|denied|invalid|exceed|limit|quota|unauthori|forbidden|overload"
+    r"|unavailable|capacity|not found|no rollout|no conversation|auth|api key|login|turns"
+    r"|no (?:prompt|input) provided|unexpected argument|unknown argument|cannot use both",
+    re.IGNORECASE,
+)
+
+
+def error_lines(text: str) -> str:
+    """The lines of a stderr tail that read like error reports. Only these
+    are classified: stack traces carry numbers and words ("line 503",
+    "timeout.rs") that would otherwise pass for an API error."""
+    return "\n".join(line for line in text.splitlines() if _ERRORISH.search(line))
+
+
+def session_ids(requested: str | None, reported: list[str]) -> tuple[str | None, list[str]]:
+    """The canonical session id and the alias chain (the requested id, then
+    every distinct id the CLI reported). The last reported id is canonical:
+    it is the one the CLI itself announced for this conversation."""
+    chain: list[str] = []
+    for sid in ([requested] if requested else []) + reported:
+        if sid not in chain:
+            chain.append(sid)
+    return (reported[-1] if reported else requested), chain
+
+
+# --------------------------------------------------------------------------
+# Wire format (§2.2). Fields the adapter does not depend on are not declared,
+# and unknown fields are ignored, so additions in newer builds pass through.
+# --------------------------------------------------------------------------
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class _ErrorBody(msgspec.Struct):
+    message: str = ""
+
+
+class _Item(msgspec.Struct):
+    id: str = ""
+    type: str | None = None
+    item_type: str | None = None
+    """The pre-0.4x name of ``type``."""
+    text: str | None = None
+    command: str | None = None
+    aggregated_output: str | None = None
+    exit_code: int | None = None
+    status: str | None = None
+    changes: Any = None
+    server: str | None = None
+    tool: str | None = None
+    arguments: Any = None
+    result: Any = None
+    error: Any = None
+    query: str | None = None
+    prompt: str | None = None
+    message: str | None = None
+
+
+class _Event(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class _ThreadStarted(_Event, tag="thread.started"):
+    thread_id: str
+
+
+class _ItemStarted(_Event, tag="item.started"):
+    item: _Item
+
+
+class _ItemUpdated(_Event, tag="item.updated"):
+    item: _Item
+
+
+class _ItemCompleted(_Event, tag="item.completed"):
+    item: _Item
+
+
+class _TurnCompleted(_Event, tag="turn.completed"):
+    usage: _Usage | None = None
+
+
+class _TurnFailed(_Event, tag="turn.failed"):
+    error: _ErrorBody | None = None
+
+
+class _Error(_Event, tag="error"):
+    message: str = ""
+
+
+_AnyEvent: TypeAlias = (
+    _ThreadStarted
+    | _ItemStarted
+    | _ItemUpdated
+    | _ItemCompleted
+    | _TurnCompleted
+    | _TurnFailed
+    | _Error
+)
+
+_IGNORED_TYPES = frozenset({"turn.started", "item.plan.delta", "request_user_input"})
+_KNOWN_TYPES = _IGNORED_TYPES | {
+    "thread.started",
+    "item.started",
+    "item.updated",
+    "item.completed",
+    "turn.completed",
+    "turn.failed",
+    "error",
+}
+
+
+class _Envelope(msgspec.Struct):
+    type: str
+
+
+_decoder = msgspec.json.Decoder(_AnyEvent)
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+
+_TOOL_KINDS = frozenset(
+    {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}
+)
+_QUIET_KINDS = frozenset({"todo_list", "plan"})
+_FAILED_STATUSES = frozenset({"failed", "declined", "error"})
+_RECONNECTING = re.compile(r"reconnecting\.*\s*(\d+)\s*/\s*(\d+)", re.IGNORECASE)
+
+_MALFORMED_LOG_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadTotal:
+    """A Codex thread's cumulative usage as ``turn.completed`` reports it."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+
+    def covers(self, earlier: ThreadTotal) -> bool:
+        """Whether this total can follow ``earlier`` (no field went down)."""
+        return (
+            self.input_tokens >= earlier.input_tokens
+            and self.cached_input_tokens >= earlier.cached_input_tokens
+            and self.output_tokens >= earlier.output_tokens
+        )
+
+    def minus(self, earlier: ThreadTotal) -> Tokens:
+        """What was used since ``earlier``, in Weft's token shape: the cached
+        subset of the input moves to ``cache_read``."""
+        spent_in = self.input_tokens - earlier.input_tokens
+        cached = self.cached_input_tokens - earlier.cached_input_tokens
+        cached = min(cached, spent_in)
+        return Tokens(
+            input=spent_in - cached,
+            output=self.output_tokens - earlier.output_tokens,
+            cache_read=cached,
+        )
+
+
+class ThreadUsageLedger:
+    """The last usage total seen for each Codex thread, in this process: the
+    baseline of the thread's next session when its rollout file has none."""
+
+    def __init__(self) -> None:
+        self._totals: dict[str, ThreadTotal] = {}
+
+    def get(self, thread_id: str) -> ThreadTotal | None:
+        """The last total recorded for ``thread_id``."""
+        return self._totals.get(thread_id)
+
+    def record(self, thread_id: str, total: ThreadTotal) -> None:
+        """Note the total ``thread_id`` just reported."""
+        self._totals[thread_id] = total
+
+
+class _RolloutUsage(msgspec.Struct):
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class _RolloutInfo(msgspec.Struct):
+    total_token_usage: _RolloutUsage | None = None
+
+
+class _RolloutPayload(msgspec.Struct):
+    type: str = ""
+    info: _RolloutInfo | None = None
+
+
+class _RolloutLine(msgspec.Struct):
+    type: str = ""
+    payload: _RolloutPayload | None = None
+
+
+_rollout_decoder = msgspec.json.Decoder(_RolloutLine)
+
+
+def codex_home(env: Mapping[str, str]) -> Path:
+    """Where Codex keeps its sessions: ``$CODEX_HOME``, else ``~/.codex``."""
+    if env.get("CODEX_HOME"):
+        return Path(env["CODEX_HOME"])
+    return Path(env.get("HOME") or Path.home()) / ".codex"
+
+
+def rollout_files(home: Path, thread_id: str) -> list[Path]:
+    """The rollout files of ``thread_id``
+    (``sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``), oldest first."""
+    return sorted((home / "sessions").glob(f"*/*/*/rollout-*-{thread_id}.jsonl"))
+
+
+def rollout_thread_total(home: Path, thread_id: str) -> ThreadTotal | None:
+    """The thread's last usage total as its rollout records it (the
+    ``event_msg`` / ``token_count`` rows), or ``None`` when there is no
+    rollout or it records no usage. Blocking: run it off the event loop."""
+    last: ThreadTotal | None = None
+    for path in rollout_files(home, thread_id):
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            _log.info("cannot read the codex rollout %s: %s", path, e.strerror)
+            continue
+        for line in data.splitlines():
+            if b"token_count" not in line:
+                continue
+            try:
+                row = _rollout_decoder.decode(line)
+            except msgspec.DecodeError:
+                continue
+            payload = row.payload
+            if payload is None or payload.type != "token_count" or payload.info is None:
+                continue
+            usage = payload.info.total_token_usage
+            if usage is not None:
+                last = ThreadTotal(
+                    usage.input_tokens, usage.cached_input_tokens, usage.output_tokens
+                )
+    return last
+
+
+def _tool_name(kind: str, item: _Item) -> str:
+    if kind == "mcp_tool_call":
+        return f"mcp__{item.server or 'unknown'}__{item.tool or 'unknown'}"
+    if kind == "collab_tool_call" and item.tool:
+        return f"collab__{item.tool}"
+    return kind
+
+
+def _tool_input(kind: str, item: _Item) -> dict[str, Any]:
+    if kind == "command_execution":
+        return {"command": item.command or ""}
+    if kind == "file_change":
+        return {"changes": item.changes if isinstance(item.changes, list) else []}
+    if kind == "mcp_tool_call":
+        if isinstance(item.arguments, dict):
+            return item.arguments
+        return {} if item.arguments is None else {"arguments": item.arguments}
+    if kind == "web_search":
+        return {"query": item.query or ""}
+    return {"prompt": item.prompt} if item.prompt is not None else {}
+
+
+def _error_message(error: Any) -> str | None:
+    if isinstance(error, dict):
+        message = error.get("message")
+        return str(message) if message is not None else None
+    if isinstance(error, str):
+        return error
+    return None
+
+
+def _tool_result(kind: str, item: _Item) -> tuple[str, bool]:
+    failed = (item.status or "") in _FAILED_STATUSES
+    if kind == "command_execution":
+        nonzero = item.exit_code is not None and item.exit_code != 0
+        return item.aggregated_output or "", failed or nonzero
+    if kind == "file_change":
+        lines = []
+        for change in item.changes if isinstance(item.changes, list) else []:
+            if isinstance(change, dict):
+                lines.append(f"{change.get('kind', '?')} {change.get('path', '?')}")
+        return "\n".join(lines), failed
+    error = _error_message(item.error)
+    if error is not None:
+        return error, True
+    if kind == "mcp_tool_call" and isinstance(item.result, dict):
+        texts = [
+            str(block.get("text", ""))
+            for block in item.result.get("content") or []
+            if isinstance(block, dict) and block.get("type") == "text"
+        ]
+        if texts:
+            return "\n".join(texts), failed
+        structured = item.result.get("structured_content")
+        if structured is not None:
+            return msgspec.json.encode(structured).decode(), failed
+    return "", failed
+
+
+class CodexParser:
+    """Sans-I/O parser of ``codex exec --json`` output.
+
+    ``model`` is the model Weft asked for (Codex does not echo it).
+    ``baseline`` is the thread's usage total when this session started (a
+    resumed thread reports totals that include earlier sessions); ``None``
+    for a new thread, or a resumed one whose total is unknown, in which case
+    the first total is taken as this session's own usage. Each total the
+    thread reports is recorded in ``ledger``, the next session's baseline.
+    """
+
+    harness = "codex"
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        cwd: str | None = None,
+        resume_session_id: str | None = None,
+        baseline: ThreadTotal | None = None,
+        ledger: ThreadUsageLedger | None = None,
+        pricer: Pricer = default_pricer,
+    ) -> None:
+        self._model = model
+        self._ledger = ledger
+        self._cwd = cwd
+        self._requested = resume_session_id
+        self._pricer = pricer
+        self._last_total = baseline or ThreadTotal()
+        self._reported_ids: list[str] = []
+        self._tokens = Tokens()
+        self._usage_seen = False
+        self._turns = 0
+        self._outcome: str | None = None  # "completed" | "failed" (the latest wins)
+        self._result_pending = False  # a bare ``error`` ended the turn: report it at exit
+        self._failure: str | None = None
+        self._errors: list[str] = []
+        self._last_text: str | None = None
+        self._open_tools: set[str] = set()
+        self.malformed_lines = 0
+        self.unknown_types = 0
+
+    @property
+    def session_id(self) -> str | None:
+        """The thread id, once Codex reported one."""
+        return self._reported_ids[-1] if self._reported_ids else None
+
+    @property
+    def thread_total(self) -> ThreadTotal:
+        """The thread's usage total as last reported (the next baseline)."""
+        return self._last_total
+
+    @property
+    def tokens(self) -> Tokens:
+        """This session's own usage so far."""
+        return self._tokens
+
+    # -- StreamParser -----------------------------------------------------
+
+    def feed(self, line: bytes) -> list[AgentEvent]:
+        """Parse one stdout line."""
+        stripped = line.strip()
+        if not stripped.startswith(b"{"):
+            return []
+        try:
+            event = _decoder.decode(stripped)
+        except msgspec.DecodeError:
+            return self._unparsed(stripped)
+        return self._dispatch(event)
+
+    def stderr(self, line: str) -> list[AgentEvent]:
+        """Nothing to add: the process layer passes each line on and keeps
+        the tail, which :meth:`finish` reads (Codex prints some fatal errors
+        only there)."""
+        return []
+
+    def finish(self, end: ProcessEnd) -> list[AgentEvent]:
+        """Decide the verdict (§2.5)."""
+        if self._outcome == "completed":
+            if end.exit_code != 0:
+                _log.info(
+                    "codex thread %s completed its turn but exited with %s; the turn wins",
+                    self.session_id,
+                    end.exit_code if end.exit_code is not None else f"signal {end.signal}",
+                )
+            return [self._exited(end, None, False, None)]
+        if self._outcome == "failed":
+            events: list[AgentEvent] = []
+            if self._result_pending:
+                events.append(self._result(ok=False, subtype="error"))
+            if end.stopped is not None:
+                # A stop makes Codex fail its turn ("Conversation interrupted").
+                return [*events, self._exited(end, *stopped_verdict(end.stopped))]
+            cls, retriable = self._failure_class(end.stderr_tail)
+            return [*events, self._exited(end, cls, retriable, self._failure)]
+        return [self._exited(end, *self._no_result_verdict(end))]
+
+    # -- dispatch ------------------------------------------------------------
+
+    def _unparsed(self, line: bytes) -> list[AgentEvent]:
+        try:
+            envelope = _envelope_decoder.decode(line)
+        except msgspec.DecodeError:
+            envelope = None
+        if envelope is not None and envelope.type not in _KNOWN_TYPES:
+            self.unknown_types += 1
+            _log.debug("codex: unknown event type %r ignored", envelope.type)
+            return []
+        if envelope is not None and envelope.type in _IGNORED_TYPES:
+            return []
+        self.malformed_lines += 1
+        _log.warning(
+            "codex: malformed stream line ignored: %s",
+            line[:_MALFORMED_LOG_CHARS].decode(errors="replace"),
+        )
+        return []
+
+    def _dispatch(self, event: _AnyEvent) -> list[AgentEvent]:
+        if isinstance(event, _ThreadStarted):
+            return self._started(event.thread_id)
+        if isinstance(event, _ItemStarted | _ItemUpdated):
+            return self._item_progress(event.item)
+        if isinstance(event, _ItemCompleted):
+            return self._item_completed(event.item)
+        if isinstance(event, _TurnCompleted):
+            return self._turn_completed(event.usage)
+        if isinstance(event, _TurnFailed):
+            message = event.error.message if event.error else ""
+            return self._turn_failed(message)
+        return self._error(event.message)
+
+    def _started(self, thread_id: str) -> list[AgentEvent]:
+        if thread_id in self._reported_ids:
+            return []
+        if self._requested and thread_id != self._requested:
+            _log.warning(
+                "codex resumed thread %s but reported thread %s", self._requested, thread_id
+            )
+        self._reported_ids.append(thread_id)
+        return [SessionStarted(session_id=thread_id, model=self._model, cwd=self._cwd)]
+
+    def _kind(self, item: _Item) -> str | None:
+        kind = item.type or item.item_type
+        return "agent_message" if kind == "assistant_message" else kind
+
+    def _item_progress(self, item: _Item) -> list[AgentEvent]:
+        kind = self._kind(item)
+        if kind in _TOOL_KINDS and item.id not in self._open_tools:
+            self._open_tools.add(item.id)
+            return [
+                ToolUse(
+                    tool_use_id=item.id, name=_tool_name(kind, item), input=_tool_input(kind, item)
+                )
+            ]
+        return []
+
+    def _item_completed(self, item: _Item) -> list[AgentEvent]:
+        kind = self._kind(item)
+        if kind == "agent_message":
+            self._last_text = item.text or ""
+            return [AssistantText(text=self._last_text, message_id=item.id or None)]
+        if kind == "reasoning":
+            return [Thinking(text=item.text or "", message_id=item.id or None)]
+        if kind in _TOOL_KINDS:
+            events = self._item_progress(item)
+            self._open_tools.discard(item.id)
+            content, is_error = _tool_result(kind, item)
+            events.append(ToolResult(tool_use_id=item.id, content=content, is_error=is_error))
+            return events
+        if kind == "error":
+            _log.info("codex warning: %s", item.message or item.text or "")
+            return []
+        if kind not in _QUIET_KINDS:
+            self.unknown_types += 1
+            _log.debug("codex: unknown item type %r ignored", kind)
+        return []
+
+    def _turn_completed(self, usage: _Usage | None) -> list[AgentEvent]:
+        events: list[AgentEvent] = []
+        self._turns += 1
+        if usage is not None:
+            total = ThreadTotal(usage.input_tokens, usage.cached_input_tokens, usage.output_tokens)
+            if total.covers(self._last_total):
+                delta = total.minus(self._last_total)
+            else:
+                # Not cumulative after all (or the baseline was wrong): the
+                # figure can only be this turn's own usage.
+                _log.info("codex usage %s is below the last total %s", total, self._last_total)
+                delta = total.minus(ThreadTotal())
+            self._last_total = total
+            if self._ledger is not None and self.session_id is not None:
+                self._ledger.record(self.session_id, total)
+            self._tokens = self._tokens + delta
+            self._usage_seen = True
+            events.append(
+                UsageDelta(
+                    model=self._model, tokens=delta, cost_usd=self._pricer(self._model, delta)
+                )
+            )
+        self._outcome = "completed"
+        self._failure = None
+        self._result_pending = False
+        events.append(self._result(ok=True, subtype="success"))
+        return events
+
+    def _turn_failed(self, message: str) -> list[AgentEvent]:
+        if message and message not in self._errors:
+            self._errors.append(message)
+        self._outcome = "failed"
+        self._failure = message or (self._errors[-1] if self._errors else "turn failed")
+        self._result_pending = False
+        return [self._result(ok=False, subtype="turn_failed")]
+
+    def _error(self, message: str) -> list[AgentEvent]:
+        reconnect = _RECONNECTING.search(message)
+        if reconnect is not None:
+            # Codex reports its own stream retries as ``error`` events.
+            return [
+                RetryNotice(
+                    attempt=int(reconnect.group(1)),
+                    max_retries=int(reconnect.group(2)),
+                    error=message,
+                )
+            ]
+        if message and message not in self._errors:
+            self._errors.append(message)
+        self._outcome = "failed"
+        self._failure = message or "error"
+        self._result_pending = True
+        return []
+
+    # -- verdict ----------------------------------------------------------------
+
+    def _cost(self) -> tuple[float | None, CostSource]:
+        if not self._usage_seen:
+            return None, CostSource.UNPRICED
+        cost = self._pricer(self._model, self._tokens)
+        return cost, CostSource.COMPUTED if cost is not None else CostSource.UNPRICED
+
+    def _result(self, *, ok: bool, subtype: str) -> SessionResult:
+        cost, source = self._cost()
+        cls = None if ok else self._failure_class()[0]
+        return SessionResult(
+            ok=ok,
+            subtype=subtype,
+            is_error=not ok,
+            text=self._last_text if ok else None,
+            errors=[] if ok else list(self._errors),
+            session_id=self.session_id,
+            cost_usd=cost,
+            cost_source=source,
+            tokens=self._tokens,
+            model_usage=(
+                {self._model: ModelUsage(tokens=self._tokens, cost_usd=cost)}
+                if self._usage_seen
+                else {}
+            ),
+            num_turns=self._turns,
+            error_class=cls,
+            context_exceeded=cls is ErrorClass.CONTEXT_EXCEEDED,
+        )
+
+    def _failure_class(self, stderr_tail: str = "") -> tuple[ErrorClass, bool]:
+        text = "\n".join([self._failure or "", *self._errors, error_lines(stderr_tail)])
+        found = classify_error_text(text)
+        return found if found is not None else (ErrorClass.ERROR_RESULT, True)
+
+    def _no_result_verdict(self, end: ProcessEnd) -> tuple[ErrorClass, bool, str]:
+        if end.stopped is not None:
+            return stopped_verdict(end.stopped)
+        started = bool(self._reported_ids)
+        tail = last_line(end.stderr_tail)
+        suffix = f": {tail}" if tail else ""
+        if end.exit_code == 0:
+            return ErrorClass.NO_RESULT, started, "codex exited 0 without ending its turn" + suffix
+        how = f"exit code {end.exit_code}" if end.exit_code is not None else f"signal {end.signal}"
+        found = classify_error_text(error_lines(end.stderr_tail))
+        if found is not None:
+            return found[0], found[1], f"codex failed ({how}){suffix}"
+        if end.exit_code == 2 and not started:
+            # clap's status for a command line it refuses
+            return ErrorClass.INPUT_ERROR, False, f"codex refused its arguments ({how}){suffix}"
+        if not started:
+            return (
+                ErrorClass.CRASH_BEFORE_INIT,
+                False,
+                f"codex died before starting a thread ({how}){suffix}",
+            )
+        return ErrorClass.CRASH_MID_RUN, True, f"codex died mid-turn ({how}){suffix}"
+
+    def _exited(
+        self,
+        end: ProcessEnd,
+        cls: ErrorClass | None,
+        retriable: bool,
+        message: str | None,
+    ) -> SessionExited:
+        cost, source = self._cost()
+        canonical, aliases = session_ids(self._requested, self._reported_ids)
+        wait = None
+        if cls is not None:
+            wait = retry_after_ms("\n".join([*self._errors, error_lines(end.stderr_tail)]))
+        return SessionExited(
+            ok=cls is None,
+            exit_code=end.exit_code,
+            signal=end.signal,
+            error_class=cls,
+            retriable=retriable,
+            message=message,
+            retry_after_ms=wait,
+            result_seen=self._outcome is not None,
+            session_id=canonical,
+            session_aliases=aliases,
+            cost_usd=cost,
+            cost_source=source,
+            tokens=self._tokens,
+            malformed_lines=self.malformed_lines,
+            unknown_types=self.unknown_types,
+            context_exceeded=cls is ErrorClass.CONTEXT_EXCEEDED,
+            stderr_tail=end.stderr_tail,
+        )
+
+
+# --------------------------------------------------------------------------
+# The harness.
+# --------------------------------------------------------------------------
+
+CODEX_ENV = EnvPolicy(prefixes=("CODEX_", "OPENAI_"))
+"""What Codex gets from Weft's environment besides the base set: its home
+(``CODEX_HOME``), keys (``CODEX_API_KEY``, ``OPENAI_API_KEY``) and endpoint
+settings (``OPENAI_BASE_URL``...)."""
+FAKE_AGENT_PREFIX = "FAKE_AGENT_"
+
+_SHARED_LEDGER = ThreadUsageLedger()
+
+
+def with_system_prompt(spec: SessionSpec) -> str:
+    """The prompt, after ``append_system_prompt`` when there is one: Codex and
+    Gemini have no flag that adds to their system prompt, so the text goes
+    first, as instructions the user prompt follows."""
+    if not spec.append_system_prompt:
+        return spec.prompt
+    return f"{spec.append_system_prompt}\n\n{spec.prompt}"
+
+
+def warn_unsupported(name: str, spec: SessionSpec) -> None:
+    """Log the limits a CLI cannot enforce itself (Weft's own budgets still
+    apply)."""
+    if spec.max_turns is not None:
+        _log.warning(
+            "%s has no turn limit flag; max_turns=%s is not enforced", name, spec.max_turns
+        )
+    if spec.max_budget_usd is not None:
+        _log.warning(
+            "%s has no spending cap flag; max_budget_usd=%s is not enforced by the CLI",
+            name,
+            spec.max_budget_usd,
+        )
+
+
+class CodexHarness:
+    """Runs ``codex exec --json`` (or the fake agent in its Codex flavour).
+
+    The prompt goes on stdin (the ``-`` argument), so its length is not
+    bounded by the command line and no flag can swallow it.
+    """
+
+    name = "codex"
+
+    def __init__(
+        self,
+        command: Sequence[str] = ("codex",),
+        *,
+        fake: bool = False,
+        ledger: ThreadUsageLedger | None = None,
+        pricer: Pricer = default_pricer,
+    ) -> None:
+        self.command = list(command)
+        """The program and any leading arguments (``[python, -m, ...]``)."""
+        self.fake = fake
+        self.ledger = ledger if ledger is not None else _SHARED_LEDGER
+        """Thread totals seen in this process (shared by default)."""
+        self.pricer = pricer
+
+    def argv(self, spec: SessionSpec) -> list[str]:
+        """The command line of §2.1; ``resume <id>`` after the ``exec``
+        flags, which Codex does not remember across a resume."""
+        argv = [
+            *self.command,
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "-m",
+            spec.model,
+            "-C",
+            str(spec.cwd),
+            "--sandbox",
+            "workspace-write",
+            *spec.extra_args,
+        ]
+        if spec.resume_session_id:
+            argv += ["resume", spec.resume_session_id]
+        argv.append("-")
+        return argv
+
+    def env(self, spec: SessionSpec, parent: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The child's environment (see :func:`weft.agents.process.build_env`)."""
+        source = os.environ if parent is None else parent
+        policy = CODEX_ENV
+        if self.fake:
+            policy = EnvPolicy(prefixes=(*CODEX_ENV.prefixes, FAKE_AGENT_PREFIX))
+        return build_env(policy, spec.env, source)
+
+    async def baseline(self, spec: SessionSpec, env: Mapping[str, str]) -> ThreadTotal | None:
+        """The usage total of the thread ``spec`` resumes: from its rollout
+        file (the CLI's own record), else from this process's ledger."""
+        if not spec.resume_session_id:
+            return None
+        thread = spec.resume_session_id
+        found = await asyncio.to_thread(rollout_thread_total, codex_home(env), thread)
+        return found if found is not None else self.ledger.get(thread)
+
+    def parser(self, spec: SessionSpec, baseline: ThreadTotal | None = None) -> CodexParser:
+        """A parser for one session of ``spec``."""
+        return CodexParser(
+            model=spec.model,
+            cwd=str(spec.cwd),
+            resume_session_id=spec.resume_session_id,
+            baseline=baseline,
+            ledger=self.ledger,
+            pricer=self.pricer,
+        )
+
+    async def start(self, spec: SessionSpec) -> SubprocessSession:
+        """Spawn Codex for ``spec``."""
+        warn_unsupported(self.name, spec)
+        env = self.env(spec)
+        baseline = await self.baseline(spec, env)
+        return await spawn(
+            self.argv(spec),
+            parser=self.parser(spec, baseline),
+            cwd=spec.cwd,
+            env=env,
+            stdin=with_system_prompt(spec).encode("utf-8"),
+            timeouts=spec.timeouts,
+            log_path=spec.log_path,
+            name="fake-codex" if self.fake else "codex",
+        )

@@ -1,0 +1,1356 @@
+"""``fake-claude``: Claude Code's ``-p --output-format stream-json`` (§1, §7).
+
+What it emits follows the §7.2 checklist: ``system/init`` first (after
+optional hook lines); per API call one ``assistant`` line per content block,
+all with the same ``message.id`` and the same usage snapshot (its
+``output_tokens`` below the call's final figure); a ``user`` tool_result line
+per tool_use; the ``result`` last, with ``usage`` = the sum of the main
+model's final per-call usage, ``modelUsage`` per model (plus the background
+Haiku call) and ``total_cost_usd`` = the sum of ``costUSD``, each computed
+exactly with the §5 formula. Transcripts go to
+``$CLAUDE_CONFIG_DIR/projects/<sanitized cwd>/<session>.jsonl`` (§1.9) and
+``--resume`` reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from weft.agents.fake import directives as dirs
+from weft.agents.fake.argv import FLAG, OPTIONAL, VALUE, VARIADIC, ArgvError, Option, split_list
+from weft.agents.fake.argv import parse as parse_argv
+from weft.agents.fake.claude_session import Transcript, resolve_session
+from weft.agents.fake.claude_tools import DEFAULT_TOOLS, Toolbox, ToolCall, bash_result, failure
+from weft.agents.fake.common import (
+    CliError,
+    Clock,
+    FakeConfigError,
+    JsonObj,
+    Settings,
+    make_rng,
+    quote,
+    read_stdin,
+    read_stdin_if_ready,
+    split_words,
+    stdin_is_tty,
+    write_record,
+)
+from weft.agents.fake.output import Chunks, Emit, Exit, Raw, Runner, Sleep, Stderr, Step, dumps
+from weft.agents.fake.pricing import (
+    ALIASES,
+    BACKGROUND_MODEL,
+    Price,
+    cost_units,
+    price_of,
+    to_usd,
+)
+from weft.agents.fake.scenarios import Context, Flavour, ScenarioFn, choose_scenario, huge_line
+
+PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "delegate", "dontAsk", "plan")
+
+OPTIONS = (
+    Option("print", FLAG, "-p", "--print"),
+    Option("output_format", VALUE, "--output-format", choices=("text", "json", "stream-json")),
+    Option("input_format", VALUE, "--input-format", choices=("text", "stream-json")),
+    Option("verbose", FLAG, "--verbose"),
+    Option("partial", FLAG, "--include-partial-messages"),
+    Option("replay", FLAG, "--replay-user-messages"),
+    Option("model", VALUE, "--model"),
+    Option("fallback_model", VALUE, "--fallback-model"),
+    Option("append_system_prompt", VALUE, "--append-system-prompt"),
+    Option("append_system_prompt_file", VALUE, "--append-system-prompt-file"),
+    Option("system_prompt", VALUE, "--system-prompt"),
+    Option("system_prompt_file", VALUE, "--system-prompt-file"),
+    Option("permission_mode", VALUE, "--permission-mode", choices=PERMISSION_MODES),
+    Option("skip_permissions", FLAG, "--dangerously-skip-permissions"),
+    Option("allow_skip_permissions", FLAG, "--allow-dangerously-skip-permissions"),
+    Option("allowed_tools", VARIADIC, "--allowedTools", "--allowed-tools"),
+    Option("disallowed_tools", VARIADIC, "--disallowedTools", "--disallowed-tools"),
+    Option("tools", VARIADIC, "--tools"),
+    Option("add_dir", VARIADIC, "--add-dir"),
+    Option("mcp_config", VARIADIC, "--mcp-config"),
+    Option("betas", VARIADIC, "--betas"),
+    Option("strict_mcp", FLAG, "--strict-mcp-config"),
+    Option("settings", VALUE, "--settings"),
+    Option("setting_sources", VALUE, "--setting-sources"),
+    Option("agents", VALUE, "--agents"),
+    Option("agent", VALUE, "--agent"),
+    Option("plugin_dir", VALUE, "--plugin-dir", repeat=True),
+    Option("max_turns", VALUE, "--max-turns"),
+    Option("max_budget", VALUE, "--max-budget-usd"),
+    Option("resume", OPTIONAL, "-r", "--resume"),
+    Option("continue", FLAG, "-c", "--continue"),
+    Option("fork", FLAG, "--fork-session"),
+    Option("session_id", VALUE, "--session-id"),
+    Option("no_persist", FLAG, "--no-session-persistence"),
+    Option("json_schema", VALUE, "--json-schema"),
+    Option("effort", VALUE, "--effort"),
+    Option("disable_slash", FLAG, "--disable-slash-commands"),
+    Option("permission_prompt_tool", VALUE, "--permission-prompt-tool"),
+    Option("debug", OPTIONAL, "-d", "--debug"),
+    Option("mcp_debug", FLAG, "--mcp-debug"),
+    Option("ide", FLAG, "--ide"),
+    Option("version", FLAG, "-v", "--version"),
+    Option("help", FLAG, "-h", "--help"),
+)
+
+ERR_VERBOSE = "Error: When using --print, --output-format=stream-json requires --verbose"
+ERR_EMPTY = (
+    "Error: Input must be provided either through stdin or as a prompt argument when using --print"
+)
+ERR_NESTED = (
+    "Error: Claude Code cannot be launched inside another Claude Code session.\n"
+    "Nested sessions share runtime resources and will crash all active sessions.\n"
+    "To bypass this check, unset the CLAUDECODE environment variable."
+)
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+USAGE = """Usage: claude [options] [command] [prompt]
+
+fake-claude: a stand-in for Claude Code (see docs/fake-agents.md).
+Supported: -p --output-format text|json|stream-json --verbose --input-format
+--model --resume[=id] --continue --fork-session --session-id
+--max-turns --max-budget-usd --permission-mode --dangerously-skip-permissions
+--allowedTools/--disallowedTools/--tools/--add-dir/--mcp-config (variadic)
+--include-partial-messages --replay-user-messages --no-session-persistence
+"""
+
+
+class _TurnLimitError(Exception):
+    """The next API call would pass ``--max-turns``."""
+
+
+class _BudgetLimitError(Exception):
+    """The spent cost reached ``--max-budget-usd``."""
+
+
+# -- usage accounting --------------------------------------------------------------------------
+
+
+class Usage:
+    """Token counts of one API call or a sum of calls."""
+
+    __slots__ = ("cost", "input", "output", "read", "write_1h", "write_5m")
+
+    def __init__(self) -> None:
+        self.input = 0
+        self.write_5m = 0
+        self.write_1h = 0
+        self.read = 0
+        self.output = 0
+        self.cost = 0
+        """Exact cost in $1e-10."""
+
+    def add(self, other: Usage) -> None:
+        """Add ``other`` into this sum."""
+        self.input += other.input
+        self.write_5m += other.write_5m
+        self.write_1h += other.write_1h
+        self.read += other.read
+        self.output += other.output
+        self.cost += other.cost
+
+    def price(self, price: Price) -> None:
+        """Set :attr:`cost` with the §5 formula."""
+        self.cost = cost_units(
+            price,
+            input_tokens=self.input,
+            write_5m=self.write_5m,
+            write_1h=self.write_1h,
+            read=self.read,
+            output_tokens=self.output,
+        )
+
+    def message_usage(self, output_tokens: int) -> JsonObj:
+        """The ``usage`` object of an assistant line."""
+        return {
+            "input_tokens": self.input,
+            "cache_creation_input_tokens": self.write_5m + self.write_1h,
+            "cache_read_input_tokens": self.read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": self.write_5m,
+                "ephemeral_1h_input_tokens": self.write_1h,
+            },
+            "output_tokens": output_tokens,
+            "service_tier": "standard",
+        }
+
+    def result_usage(self) -> JsonObj:
+        """The ``usage`` object of a result line."""
+        return {
+            "input_tokens": self.input,
+            "cache_creation_input_tokens": self.write_5m + self.write_1h,
+            "cache_read_input_tokens": self.read,
+            "output_tokens": self.output,
+            "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+            "service_tier": "standard",
+            "cache_creation": {
+                "ephemeral_1h_input_tokens": self.write_1h,
+                "ephemeral_5m_input_tokens": self.write_5m,
+            },
+        }
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+class ClaudeOptions:
+    """The parsed command line, checked."""
+
+    def __init__(self, argv: list[str]) -> None:
+        try:
+            parsed = parse_argv(argv, OPTIONS)
+        except ArgvError as exc:
+            raise CliError(str(exc)) from None
+        self.parsed = parsed
+        self.unknown = parsed.unknown
+        self.print = parsed.flag("print")
+        self.output_format = parsed.one("output_format") or "text"
+        self.input_format = parsed.one("input_format") or "text"
+        self.verbose = parsed.flag("verbose")
+        self.partial = parsed.flag("partial")
+        self.replay = parsed.flag("replay")
+        self.model_arg = parsed.one("model")
+        self.resume_given = parsed.given("resume")
+        self.resume = parsed.one("resume")
+        self.continue_ = parsed.flag("continue")
+        self.fork = parsed.flag("fork")
+        self.session_id = parsed.one("session_id")
+        self.no_persist = parsed.flag("no_persist")
+        self.positionals = parsed.positionals
+        skip = parsed.flag("skip_permissions")
+        self.permission_mode = parsed.one("permission_mode") or (
+            "bypassPermissions" if skip else "default"
+        )
+        self.allowed = split_list(parsed.many("allowed_tools"))
+        self.disallowed = split_list(parsed.many("disallowed_tools"))
+        self.tools_arg = split_list(parsed.many("tools")) if parsed.given("tools") else None
+        self.mcp_configs = parsed.many("mcp_config")
+        self.max_turns = self._positive_int("--max-turns <turns>", parsed.one("max_turns"))
+        self.max_budget = self._positive_float(
+            "--max-budget-usd <amount>", parsed.one("max_budget")
+        )
+
+    @staticmethod
+    def _positive_int(label: str, raw: str | None) -> int | None:
+        if raw is None:
+            return None
+        if not raw.strip().isdigit() or int(raw) < 1:
+            raise CliError(f"error: option '{label}' argument '{raw}' is invalid.")
+        return int(raw)
+
+    @staticmethod
+    def _positive_float(label: str, raw: str | None) -> float | None:
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise CliError(f"error: option '{label}' argument '{raw}' is invalid.")
+        return value
+
+    def tools(self) -> list[str]:
+        """The ``tools`` list of the init line."""
+        base = list(DEFAULT_TOOLS)
+        if self.tools_arg is not None:
+            if self.tools_arg in ([], [""]):
+                base = []
+            elif self.tools_arg != ["default"]:
+                base = [t for t in self.tools_arg if t]
+        denied = {t for t in self.disallowed if "(" not in t}
+        return [t for t in base if t not in denied]
+
+    def mcp_servers(self) -> list[JsonObj]:
+        """``mcp_servers`` of the init line, from ``--mcp-config``."""
+        servers: list[JsonObj] = []
+        for item in self.mcp_configs:
+            text = item
+            if not item.lstrip().startswith("{"):
+                try:
+                    with open(item, encoding="utf-8") as fh:
+                        text = fh.read()
+                except OSError as exc:
+                    raise CliError(
+                        f"Error: Invalid MCP configuration:\nMCP config file not found: {item}"
+                    ) from exc
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError:
+                raise CliError(
+                    f"Error: Invalid MCP configuration:\nMCP config is not a valid JSON: {item}"
+                ) from None
+            entries = doc.get("mcpServers") if isinstance(doc, dict) else None
+            if isinstance(entries, dict):
+                servers.extend({"name": name, "status": "connected"} for name in entries)
+        return servers
+
+
+def resolve_model(arg: str | None) -> str:
+    """The model id the init line reports: aliases map to full ids."""
+    env = os.environ
+    model = arg or env.get("ANTHROPIC_MODEL") or "sonnet"
+    overrides = {
+        "sonnet": env.get("ANTHROPIC_DEFAULT_SONNET_MODEL"),
+        "opus": env.get("ANTHROPIC_DEFAULT_OPUS_MODEL"),
+        "haiku": env.get("ANTHROPIC_DEFAULT_HAIKU_MODEL"),
+    }
+    if model in ALIASES:
+        return overrides[model] or ALIASES[model]
+    return model
+
+
+class ClaudeRun(Flavour):
+    """One fake Claude Code process."""
+
+    name = "claude"
+
+    def __init__(
+        self,
+        ctx: Context,
+        opts: ClaudeOptions,
+        *,
+        model: str,
+        session_id: str,
+        transcript: Transcript,
+        previous_prompt: str | None,
+    ) -> None:
+        super().__init__(ctx)
+        self.opts = opts
+        self.model = model
+        self.session_id = session_id
+        self.transcript = transcript
+        self.previous_prompt = previous_prompt
+        self.partial = opts.partial
+        self.omit_cost = ctx.settings.omit_cost
+        self.turns = 0
+        self.api_ms = 0
+        self.context_tokens = 0
+        self.main_usage = Usage()
+        self.model_usage: dict[str, Usage] = {}
+        self.background_done = False
+        self.max_turns = opts.max_turns
+        self.max_budget = opts.max_budget
+        self.turn_allowance_offset = 1 if ctx.settings.version_at_least(2, 1) else 0
+        self.legacy_max_turns = False
+        self.ttl_1h = False
+        self.tools = opts.tools()
+        self.toolbox = Toolbox(
+            ctx.workspace,
+            ctx.ids,
+            ctx.rng,
+            tools=self.tools,
+            permission_mode=opts.permission_mode,
+            allowed=opts.allowed,
+            disallowed=opts.disallowed,
+        )
+        self.init_sent = False
+        self.session_ref = session_id
+        self.model_ref = model
+
+    # -- lines -----------------------------------------------------------------
+
+    def _line(self, obj: JsonObj) -> JsonObj:
+        obj["session_id"] = self.session_id
+        obj["uuid"] = self.ids.uuid4()
+        return obj
+
+    def init_line(self) -> JsonObj:
+        """The ``system/init`` line."""
+        return {
+            "type": "system",
+            "subtype": "init",
+            "cwd": self.ctx.cwd,
+            "session_id": self.session_id,
+            "tools": self.tools,
+            "mcp_servers": self.opts.mcp_servers(),
+            "model": self.model,
+            "permissionMode": self.opts.permission_mode,
+            "slash_commands": ["compact", "context", "cost", "init", "review", "security-review"],
+            "apiKeySource": "ANTHROPIC_API_KEY" if os.environ.get("ANTHROPIC_API_KEY") else "none",
+            "claude_code_version": self.settings.version,
+            "output_style": "default",
+            "agents": ["general-purpose", "statusline-setup", "Explore", "Plan"],
+            "skills": [],
+            "plugins": [],
+            "uuid": self.ids.uuid4(),
+        }
+
+    def _user_prompt_entry(self, prompt: str) -> None:
+        self.transcript.add(
+            "user", self.ids.uuid4(), {"message": {"role": "user", "content": prompt}}
+        )
+
+    def opening(self) -> Iterator[Step]:
+        """``system/init`` (the prompt goes to the transcript, not stdout).
+        With ``--input-format stream-json`` later turns only record their prompt."""
+        self._user_prompt_entry(self.ctx.prompt)
+        if not self.init_sent:
+            self.init_sent = True
+            yield Emit(self.init_line())
+
+    def hooks(self) -> Iterator[Step]:
+        """A SessionStart hook's two lines, before init."""
+        hook_id = self.ids.uuid4()
+        base = {
+            "hook_id": hook_id,
+            "hook_name": "SessionStart:startup",
+            "hook_event": "SessionStart",
+        }
+        yield Emit(self._line({"type": "system", "subtype": "hook_started", **base}))
+        yield Emit(
+            self._line(
+                {
+                    "type": "system",
+                    "subtype": "hook_response",
+                    **base,
+                    "output": "",
+                    "stdout": "",
+                    "stderr": "",
+                    "exit_code": 0,
+                    "outcome": "success",
+                }
+            )
+        )
+
+    # -- API calls -------------------------------------------------------------
+
+    def _account(self, model: str, usage: Usage, *, main: bool) -> None:
+        price = price_of(model)
+        if price is not None:
+            usage.price(price)
+        self.model_usage.setdefault(model, Usage()).add(usage)
+        if main:
+            self.main_usage.add(usage)
+
+    def _background(self) -> None:
+        # Claude Code makes one small Haiku call per prompt (titles, topic
+        # detection); it shows in modelUsage only.
+        if self.background_done:
+            return
+        self.background_done = True
+        usage = Usage()
+        usage.input = self.rng.randint(180, 480)
+        usage.output = self.rng.randint(8, 40)
+        self._account(BACKGROUND_MODEL, usage, main=False)
+
+    def _new_usage(self, text_chars: int, *, fresh_context: bool) -> Usage:
+        usage = Usage()
+        usage.input = self.rng.randint(3, 12)
+        if fresh_context or self.context_tokens == 0:
+            writes = self.rng.randint(2000, 9000)
+            usage.read = self.rng.randint(9000, 16000)
+        else:
+            writes = self.rng.randint(80, 900)
+            usage.read = self.context_tokens
+        if self.ttl_1h:
+            usage.write_1h = writes
+        else:
+            usage.write_5m = writes
+        usage.output = text_chars // 4 + self.rng.randint(12, 60)
+        if not fresh_context:
+            self.context_tokens = usage.read + writes + usage.input + usage.output
+        return usage
+
+    def call(
+        self,
+        blocks: list[JsonObj],
+        *,
+        model: str | None = None,
+        parent: str | None = None,
+    ) -> Iterator[Step]:
+        """One API response: one assistant line per block, all sharing the
+        message id and the usage snapshot; with ``--include-partial-messages``
+        the stream events around them."""
+        main = parent is None
+        model = model or self.model
+        if main and self.max_turns is not None and self.turns >= self._turn_allowance():
+            raise _TurnLimitError
+        text_chars = sum(len(json.dumps(b)) for b in blocks)
+        usage = self._new_usage(text_chars, fresh_context=not main)
+        snapshot_out = self.rng.randint(1, min(12, usage.output - 1))
+        snapshot = usage.message_usage(snapshot_out)
+        msg_id = self.ids.message()
+        request_id = self.ids.request()
+        latency = self.rng.randint(700, 4000)
+        self.api_ms += latency
+        self.clock.simulate(latency)
+        self._account(model, usage, main=main and model == self.model)
+        self._background()
+        if main:
+            self.turns += 1
+        message_head: JsonObj = {
+            "model": model,
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+        }
+        if self.partial:
+            start = dict(message_head, content=[], stop_reason=None, stop_sequence=None)
+            start["usage"] = snapshot
+            yield self._stream({"type": "message_start", "message": start}, parent)
+        for index, block in enumerate(blocks):
+            if self.partial:
+                yield from self._block_events(index, block, parent)
+            message = dict(message_head)
+            message.update(
+                content=[block],
+                stop_reason=None,
+                stop_sequence=None,
+                usage=snapshot,
+                context_management=None,
+            )
+            line = self._line(
+                {"type": "assistant", "message": message, "parent_tool_use_id": parent}
+            )
+            yield Emit(line)
+            stored = dict(message, usage=usage.message_usage(usage.output))
+            stored.pop("context_management", None)
+            self.transcript.add(
+                "assistant",
+                line["uuid"],
+                {"message": stored, "requestId": request_id},
+                sidechain=not main,
+            )
+        if self.partial:
+            stop_reason = "tool_use" if blocks and blocks[-1]["type"] == "tool_use" else "end_turn"
+            delta = {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": usage.output},
+            }
+            yield self._stream(delta, parent)
+            yield self._stream({"type": "message_stop"}, parent)
+        if main and self.max_budget is not None and to_usd(self._total_cost()) >= self.max_budget:
+            raise _BudgetLimitError
+
+    def _turn_allowance(self) -> int:
+        # From 2.1 the prompt delivery counts as turn 1 (§1.1), so N turns
+        # allow N-1 API calls.
+        return max(0, (self.max_turns or 0) - self.turn_allowance_offset)
+
+    def _stream(self, event: JsonObj, parent: str | None) -> Emit:
+        line: JsonObj = {
+            "type": "stream_event",
+            "uuid": self.ids.uuid4(),
+            "session_id": self.session_id,
+            "parent_tool_use_id": parent,
+            "event": event,
+        }
+        return Emit(line, delay=False)
+
+    def _block_events(self, index: int, block: JsonObj, parent: str | None) -> Iterator[Step]:
+        kind = block["type"]
+        start: JsonObj = block
+        deltas: list[JsonObj] = []
+        if kind == "text":
+            start = {"type": "text", "text": ""}
+            text = str(block["text"])
+            pieces = split_words(text, self.rng, max(1, min(8, len(text) // 12)))
+            deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            pieces = split_words(str(block["thinking"]), self.rng, 3)
+            deltas = [{"type": "thinking_delta", "thinking": piece} for piece in pieces]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "tool_use":
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            raw = json.dumps(block["input"], ensure_ascii=False)
+            pieces = split_words(raw, self.rng, 3)
+            deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in pieces]
+        event: JsonObj = {"type": "content_block_start", "index": index, "content_block": start}
+        yield self._stream(event, parent)
+        for delta in deltas:
+            event = {"type": "content_block_delta", "index": index, "delta": delta}
+            yield self._stream(event, parent)
+        yield self._stream({"type": "content_block_stop", "index": index}, parent)
+
+    def tool_result(
+        self,
+        tool_id: str,
+        content: Any,
+        is_error: bool,
+        tool_use_result: Any,
+        parent: str | None = None,
+    ) -> Emit:
+        """The user line carrying one tool result (also written to the transcript)."""
+        block: JsonObj = {"tool_use_id": tool_id, "type": "tool_result", "content": content}
+        if is_error:
+            block["is_error"] = True
+        else:
+            block["is_error"] = False
+        line = self._line(
+            {
+                "type": "user",
+                "message": {"role": "user", "content": [block]},
+                "parent_tool_use_id": parent,
+            }
+        )
+        line["tool_use_result"] = tool_use_result
+        stored_result = tool_use_result
+        if isinstance(content, str) and len(content) > 100_000:
+            block = dict(block, content=content[:2000] + "\n[truncated]")
+            stored_result = {"truncated": True}
+        self.transcript.add(
+            "user",
+            line["uuid"],
+            {"message": {"role": "user", "content": [block]}, "toolUseResult": stored_result},
+            sidechain=parent is not None,
+        )
+        return Emit(line)
+
+    def tool_round(
+        self,
+        text: str,
+        calls: list[ToolCall],
+        *,
+        parent: str | None = None,
+        model: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[Step]:
+        """One API call with optional text and tool_use blocks, then the tools
+        run (after their tool_use lines are out) and their results."""
+        blocks: list[JsonObj] = [{"type": "text", "text": text}] if text else []
+        blocks.extend(c.block() for c in calls)
+        yield from self.call(blocks, parent=parent, model=model)
+        outcomes = [(c, self.toolbox.run_tool(c)) for c in calls]
+        if reverse:
+            outcomes.reverse()
+        for call, (content, is_error, tool_use_result) in outcomes:
+            yield self.tool_result(call.id, content, is_error, tool_use_result, parent)
+
+    def work(self) -> Iterator[Step]:
+        """Each directive op as one tool round."""
+        for op in self.ctx.directives.ops:
+            if op.verb == "sleep":
+                yield Sleep(op.ms)
+            elif op.is_tool:
+                lead, call = self.toolbox.op_call(op)
+                yield from self.tool_round(lead, [call])
+
+    # -- the reply and the result ----------------------------------------------
+
+    def final_text(self) -> str:
+        """The final reply: the ``say`` texts, else a deterministic summary
+        that quotes the prompt (and, on resume, the previous prompt)."""
+        says = self.ctx.directives.says
+        if says:
+            return "\n".join(says) + self.extra_text
+        text = f'Done. You asked: "{quote(self.ctx.directives.plain) or "(directives only)"}".'
+        if self.toolbox.outcomes:
+            failed = self.toolbox.outcomes.count(False)
+            text += f" I made {len(self.toolbox.outcomes)} tool call(s); {failed} failed."
+        if self.previous_prompt is not None:
+            previous = quote(dirs.plain_text(self.previous_prompt))
+            text = f'Continuing our session (previous prompt was: "{previous}"). ' + text
+        return text + self.extra_text
+
+    def _total_cost(self) -> int:
+        return sum(u.cost for u in self.model_usage.values())
+
+    def model_usage_obj(self) -> JsonObj:
+        """``modelUsage``: one camelCase entry per model."""
+        out: JsonObj = {}
+        for model, usage in self.model_usage.items():
+            price = price_of(model)
+            entry: JsonObj = {
+                "inputTokens": usage.input,
+                "outputTokens": usage.output,
+                "cacheReadInputTokens": usage.read,
+                "cacheCreationInputTokens": usage.write_5m + usage.write_1h,
+                "webSearchRequests": 0,
+                "costUSD": to_usd(usage.cost),
+                "contextWindow": price.context_window if price else 200_000,
+                "maxOutputTokens": price.max_output if price else 64_000,
+            }
+            if self.omit_cost:
+                del entry["costUSD"]
+            out[model] = entry
+        return out
+
+    def result_line(
+        self,
+        *,
+        subtype: str = "success",
+        is_error: bool = False,
+        text: str | None = None,
+        errors: list[str] | None = None,
+        terminal_reason: str | None = None,
+        api_error_status: int | None = None,
+    ) -> JsonObj:
+        """The ``result`` line from everything accounted so far."""
+        obj: JsonObj = {"type": "result", "subtype": subtype, "is_error": is_error}
+        if api_error_status is not None:
+            obj["api_error_status"] = api_error_status
+        obj["duration_ms"] = self.clock.elapsed_ms()
+        obj["duration_api_ms"] = self.api_ms
+        obj["num_turns"] = self.turns
+        if text is not None:
+            obj["result"] = text
+        obj["session_id"] = self.session_id
+        if not self.omit_cost:
+            obj["total_cost_usd"] = to_usd(self._total_cost())
+        obj["usage"] = self.main_usage.result_usage()
+        obj["modelUsage"] = self.model_usage_obj()
+        obj["permission_denials"] = list(self.toolbox.denials)
+        if terminal_reason is not None:
+            obj["terminal_reason"] = terminal_reason
+        if errors is not None:
+            obj["errors"] = errors
+        obj["uuid"] = self.ids.uuid4()
+        return obj
+
+    def closing(self, extra_blocks: list[JsonObj] | None = None) -> Iterator[Step]:
+        """The final text message and a success result."""
+        text = self.final_text()
+        blocks = [*(extra_blocks or []), {"type": "text", "text": text}]
+        yield from self.call(blocks)
+        yield Emit(self.result_line(text=text))
+
+    def guarded(self, body: Iterator[Step]) -> Iterator[Step]:
+        """``body``, ending in the max-turns or budget result when a limit trips."""
+        try:
+            yield from body
+        except _TurnLimitError:
+            limit = self.max_turns or 0
+            self.turns = limit + 1
+            if self.legacy_max_turns:
+                yield Emit(self.result_line(subtype="error_max_turns"))
+                yield Exit(0)
+            else:
+                yield Emit(
+                    self.result_line(
+                        subtype="error_max_turns",
+                        is_error=True,
+                        terminal_reason="max_turns",
+                        errors=[f"Reached maximum number of turns ({limit})"],
+                    )
+                )
+                yield Exit(1)
+        except _BudgetLimitError:
+            yield Emit(
+                self.result_line(
+                    subtype="error_max_budget_usd",
+                    is_error=True,
+                    errors=[f"Reached maximum budget (${self.max_budget:g})"],
+                )
+            )
+            yield Exit(1)
+
+    def steps(self) -> Iterator[Step]:
+        """The chosen scenario with the turn and budget limits applied."""
+        return self.guarded(super().steps())
+
+    # -- primitives for the shared scenarios ------------------------------------
+
+    def progress(self, index: int, total: int) -> Iterator[Step]:
+        """One assistant text message."""
+        text = "Let me look into this." if total == 1 else f"Working on step {index} of {total}."
+        yield from self.call([{"type": "text", "text": text}])
+
+    def dangling_tool(self) -> Iterator[Step]:
+        """A Bash tool_use whose result never comes."""
+        call = ToolCall(
+            self.ids.tool(),
+            "Bash",
+            {"command": "npm test", "description": "Run the test suite"},
+            lambda: ("", False, bash_result("", "")),
+        )
+        yield from self.call([{"type": "text", "text": "I'll run the tests."}, call.block()])
+
+    def crash_trace(self) -> str:
+        """A Node.js crash, the way Claude Code dies."""
+        return (
+            "file:///usr/local/lib/node_modules/@anthropic-ai/claude-code/cli.js:4211\n"
+            "TypeError: Cannot read properties of undefined (reading 'content')\n"
+            "    at processMessage (file:///usr/local/lib/node_modules/@anthropic-ai/"
+            "claude-code/cli.js:4211:38)\n"
+            "    at process.processTicksAndRejections (node:internal/process/task_queues:95:5)\n"
+            "\nNode.js v20.11.1\n"
+        )
+
+    def noise(self) -> Iterator[Step]:
+        """A CRLF line, a truncated line, an unknown type."""
+        rate = self._line(
+            {
+                "type": "rate_limit_event",
+                "rate_limit_info": {
+                    "status": "allowed",
+                    "resetsAt": self.clock.now_ms() // 1000 + 18_000,
+                    "rateLimitType": "five_hour",
+                    "utilization": 0.12,
+                },
+            }
+        )
+        yield Raw(dumps(rate).decode("utf-8") + "\r")
+        yield Raw('{"type":"assistant","mess')
+        yield Emit({"type": "future_event", "x": 1})
+
+    def sc_malformed_lines(self) -> Iterator[Step]:
+        """The shared noise, and an unknown content block in the final message."""
+        yield Raw("[SandboxDebug] fake sandbox probe: ok")
+        yield from self.opening()
+        yield Raw("")
+        yield Raw("   ")
+        yield from self.noise()
+        yield from self.work()
+        future = {"type": "future_block", "data": {"note": "a block type from a newer CLI"}}
+        yield from self.closing(extra_blocks=[future])
+
+    def huge(self, nbytes: int, events: int) -> Iterator[Step]:
+        """A Bash result of ``nbytes`` (content and stdout halves), then a
+        reply streamed as ``events`` text deltas."""
+        call = ToolCall(
+            self.ids.tool(),
+            "Bash",
+            {"command": "cat build.log", "description": "Show the build log"},
+            lambda: ("", False, None),
+        )
+        yield from self.call([{"type": "text", "text": "Let me look at the log."}, call.block()])
+        marker = "\x00FAKE-HUGE\x00"
+        line = self._line(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "tool_use_id": call.id,
+                            "type": "tool_result",
+                            "content": marker,
+                            "is_error": False,
+                        }
+                    ],
+                },
+                "parent_tool_use_id": None,
+            }
+        )
+        line["tool_use_result"] = {
+            "stdout": marker,
+            "stderr": "",
+            "interrupted": False,
+            "isImage": False,
+        }
+        yield Chunks(huge_line(line, marker, nbytes))
+        self.transcript.add(
+            "user",
+            line["uuid"],
+            {
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "tool_use_id": call.id,
+                            "type": "tool_result",
+                            "content": f"[{nbytes} bytes of output not kept]",
+                            "is_error": False,
+                        }
+                    ],
+                },
+                "toolUseResult": {"truncated": True},
+            },
+        )
+        if events > 0:
+            yield from self._streamed_text(events)
+
+    def _streamed_text(self, events: int) -> Iterator[Step]:
+        # The deltas are written as they are made; only the short words are
+        # kept to build the assistant line that follows them.
+        usage = self._new_usage(events * 6, fresh_context=False)
+        msg_id = self.ids.message()
+        self.turns += 1
+        self._account(self.model, usage, main=True)
+        self._background()
+        snapshot = usage.message_usage(self.rng.randint(1, min(12, usage.output - 1)))
+        head: JsonObj = {
+            "model": self.model,
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+        }
+        start = dict(head, content=[], stop_reason=None, stop_sequence=None, usage=snapshot)
+        yield self._stream({"type": "message_start", "message": start}, None)
+        empty: JsonObj = {"type": "text", "text": ""}
+        yield self._stream(
+            {"type": "content_block_start", "index": 0, "content_block": empty}, None
+        )
+        words: list[str] = []
+        for number in range(events):
+            word = f"w{number} "
+            words.append(word)
+            delta = {"type": "text_delta", "text": word}
+            yield self._stream({"type": "content_block_delta", "index": 0, "delta": delta}, None)
+        yield self._stream({"type": "content_block_stop", "index": 0}, None)
+        text = "".join(words)
+        message = dict(head, content=[{"type": "text", "text": text}])
+        message.update(
+            stop_reason=None, stop_sequence=None, usage=snapshot, context_management=None
+        )
+        yield Emit(
+            self._line({"type": "assistant", "message": message, "parent_tool_use_id": None})
+        )
+        closing_delta: JsonObj = {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": usage.output},
+        }
+        yield self._stream(closing_delta, None)
+        yield self._stream({"type": "message_stop"}, None)
+
+    def abort(self, signum: int) -> Iterable[Step]:
+        """A graceful stop: ``error_during_execution``, ``aborted_streaming``."""
+        yield Emit(
+            self.result_line(
+                subtype="error_during_execution",
+                is_error=True,
+                errors=[],
+                terminal_reason="aborted_streaming",
+            )
+        )
+
+    def resume_missing(self) -> Iterator[Step]:
+        """§1.6 unknown id: a result line (unless legacy), stderr, exit 1."""
+        message = f"No conversation found with session ID: {self.session_id}"
+        if not self.settings.legacy_errors:
+            yield Emit(
+                self.result_line(subtype="error_during_execution", is_error=True, errors=[message])
+            )
+        yield Stderr(message + "\n")
+        yield Exit(1)
+
+    def empty_prompt_error(self) -> CliError:
+        """The real message for a missing prompt."""
+        return CliError(ERR_EMPTY)
+
+    # -- Claude-only scenarios -------------------------------------------------
+
+    def own_scenarios(self) -> dict[str, ScenarioFn]:
+        """The §7.3 rows that only Claude has."""
+        return {
+            "tool_use": self.sc_tool_use,
+            "parallel_tools": self.sc_parallel_tools,
+            "tool_error": self.sc_tool_error,
+            "thinking": self.sc_thinking,
+            "subagent": self.sc_subagent,
+            "partial_messages": self.sc_partial_messages,
+            "retry_then_ok": self.sc_retry_then_ok,
+            "api_error": self.sc_api_error,
+            "auth_error": self.sc_auth_error,
+            "max_turns": self.sc_max_turns,
+            "max_turns_legacy": self.sc_max_turns_legacy,
+            "max_budget": self.sc_max_budget,
+            "error_result": self.sc_error_result,
+            "cost_omitted": self.sc_cost_omitted,
+            "multi_model_cost": self.sc_multi_model_cost,
+            "resume": self.sc_success,
+            "multi_turn_stdin": self.sc_success,
+            "session_in_use": self.sc_session_in_use,
+        }
+
+    def sc_tool_use(self) -> Iterator[Step]:
+        """Text and a Bash tool_use in one message, its result, a reply."""
+        yield from self.opening()
+        yield from self.tool_round("I'll list the files first.", [self.toolbox.ls_call()])
+        yield from self.work()
+        yield from self.closing()
+
+    def sc_parallel_tools(self) -> Iterator[Step]:
+        """Two tool_use blocks in one message; results in reverse order."""
+        yield from self.opening()
+        calls = [self.toolbox.glob_call("*.md"), self.toolbox.glob_call("*.py")]
+        yield from self.tool_round("I'll search for both kinds of file.", calls, reverse=True)
+        yield from self.work()
+        yield from self.closing()
+
+    def sc_tool_error(self) -> Iterator[Step]:
+        """A Read of a missing file: ``is_error`` and a string tool_use_result."""
+        yield from self.opening()
+        missing = os.path.join(self.ctx.cwd, "__fake_missing__", "settings.json")
+        call = ToolCall(
+            self.ids.tool(),
+            "Read",
+            {"file_path": missing},
+            lambda: failure("File does not exist."),
+            target=missing,
+        )
+        yield from self.tool_round("Let me read the settings file.", [call])
+        yield from self.work()
+        yield from self.closing()
+
+    def sc_thinking(self) -> Iterator[Step]:
+        """A thinking block before the text (one message, two lines)."""
+        yield from self.opening()
+        yield from self.work()
+        thought = (
+            f"The user asked: {quote(self.ctx.directives.plain, 80)}. I should answer briefly."
+        )
+        signature = "Eq" + self.ids.base62(180)
+        yield from self.closing(
+            extra_blocks=[{"type": "thinking", "thinking": thought, "signature": signature}]
+        )
+
+    def _subagent(self, model: str) -> Iterator[Step]:
+        task_id = self.ids.tool()
+        prompt = "Find the files that matter for this request and summarise them."
+        task = ToolCall(
+            task_id,
+            "Task",
+            {"description": "Explore the repository", "prompt": prompt, "subagent_type": "Explore"},
+            lambda: ("", False, None),
+        )
+        yield from self.call(
+            [{"type": "text", "text": "I'll ask a subagent to explore."}, task.block()]
+        )
+        inner = self.toolbox.glob_call("*")
+        yield from self.tool_round("Listing the top level.", [inner], parent=task_id, model=model)
+        summary = f"The working directory has {len(self.ctx.workspace.listing())} visible entries."
+        yield from self.call([{"type": "text", "text": summary}], parent=task_id, model=model)
+        usage = self.model_usage.get(model, Usage())
+        yield self.tool_result(
+            task_id,
+            [{"type": "text", "text": summary}],
+            False,
+            {
+                "status": "completed",
+                "prompt": prompt,
+                "agentId": self.ids.base62(8).lower(),
+                "content": [{"type": "text", "text": summary}],
+                "totalDurationMs": self.rng.randint(2000, 9000),
+                "totalTokens": usage.input + usage.output + usage.read + usage.write_5m,
+                "totalToolUseCount": 1,
+            },
+        )
+
+    def sc_subagent(self) -> Iterator[Step]:
+        """A Task tool whose subagent (on Haiku) works with parent_tool_use_id set."""
+        yield from self.opening()
+        yield from self._subagent(BACKGROUND_MODEL)
+        yield from self.work()
+        yield from self.closing()
+
+    def sc_partial_messages(self) -> Iterator[Step]:
+        """``stream_event`` deltas around every assistant line."""
+        self.partial = True
+        yield from self.sc_tool_use()
+
+    def _retry(self, attempt: int, status: int, error: str, delay: float) -> Emit:
+        return Emit(
+            self._line(
+                {
+                    "type": "system",
+                    "subtype": "api_retry",
+                    "attempt": attempt,
+                    "max_retries": 10,
+                    "retry_delay_ms": int(delay),
+                    "error_status": status,
+                    "error": error,
+                }
+            )
+        )
+
+    def sc_retry_then_ok(self) -> Iterator[Step]:
+        """``count`` (3) ``api_retry`` notices (529, overloaded), then normal.
+        Each is followed by its ``retry_delay_ms`` (``delay_ms``, 500, doubling)."""
+        yield from self.opening()
+        base = self.param_float("delay_ms", 500.0)
+        for attempt in range(1, self.param_int("count", 3) + 1):
+            delay = base * 2 ** (attempt - 1)
+            yield self._retry(attempt, 529, "overloaded", delay)
+            yield Sleep(delay)
+        yield from self.work()
+        yield from self.closing()
+
+    def _synthetic(self, text: str, error: str) -> Emit:
+        zero = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        message = {
+            "id": self.ids.uuid4(),
+            "type": "message",
+            "role": "assistant",
+            "model": "<synthetic>",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "stop_sequence",
+            "stop_sequence": "",
+            "usage": zero,
+        }
+        line = self._line({"type": "assistant", "message": message, "parent_tool_use_id": None})
+        line["error"] = error
+        self.transcript.add(
+            "assistant", line["uuid"], {"message": message, "isApiErrorMessage": True}
+        )
+        return Emit(line)
+
+    def api_failure(self, status: int, *, retries: int, delay: float) -> Iterator[Step]:
+        """Retries, a ``<synthetic>`` error message, an ``is_error`` result, exit 1."""
+        kinds = {
+            400: ("invalid_request", "invalid_request_error", "Invalid request"),
+            401: ("authentication_failed", "authentication_error", "invalid x-api-key"),
+            402: ("billing_error", "billing_error", "Your credit balance is too low"),
+            403: ("billing_error", "permission_error", "Permission denied"),
+            404: ("invalid_request", "not_found_error", f"model: {self.model}"),
+            429: ("rate_limit", "rate_limit_error", "rate limit exceeded"),
+            500: ("server_error", "api_error", "Internal server error"),
+            529: ("server_error", "overloaded_error", "Overloaded"),
+        }
+        kind, api_type, detail = kinds.get(status, ("unknown", "api_error", "Unexpected error"))
+        retry_error = {429: "rate_limit", 529: "overloaded"}.get(status, "server_error")
+        for attempt in range(1, retries + 1):
+            wait = delay * 2 ** (attempt - 1)
+            yield self._retry(attempt, status, retry_error, wait)
+            yield Sleep(wait)
+        if status == 429:
+            text = "API Error: 429 rate limit exceeded"
+        else:
+            body = {"type": "error", "error": {"type": api_type, "message": detail}}
+            text = f"API Error: {status} {json.dumps(body, separators=(',', ':'))}"
+        yield self._synthetic(text, kind)
+        self.turns += 1
+        yield Emit(self.result_line(is_error=True, text=text, api_error_status=status))
+        yield Exit(1)
+
+    def sc_api_error(self) -> Iterator[Step]:
+        """Rate-limited (``status``, 429) after ``count`` (2) retries."""
+        yield from self.opening()
+        yield from self.work()
+        status = self.param_int("status", 429)
+        retries = self.param_int("count", 2 if status in (429, 500, 529) else 0)
+        yield from self.api_failure(
+            status, retries=retries, delay=self.param_float("delay_ms", 500.0)
+        )
+
+    def sc_auth_error(self) -> Iterator[Step]:
+        """Invalid API key: no retries, a synthetic message, exit 1."""
+        yield from self.opening()
+        text = "Invalid API key \u00b7 Please run /login"
+        yield self._synthetic(text, "authentication_failed")
+        self.turns += 1
+        yield Emit(self.result_line(is_error=True, text=text))
+        yield Exit(1)
+
+    def _endless_rounds(self) -> Iterator[Step]:
+        yield from self.opening()
+        yield from self.work()
+        step = 0
+        while True:
+            step += 1
+            yield from self.tool_round(
+                f"Looking further (pass {step}).", [self.toolbox.glob_call("*")]
+            )
+
+    def sc_max_turns(self) -> Iterator[Step]:
+        """Tool rounds until ``--max-turns`` (or ``turns``, 3) trips."""
+        if self.max_turns is None:
+            self.max_turns = self.param_int("turns", 3)
+        return self._endless_rounds()
+
+    def sc_max_turns_legacy(self) -> Iterator[Step]:
+        """The 2.0.x shape: ``error_max_turns`` with ``is_error:false``, exit 0."""
+        self.legacy_max_turns = True
+        self.turn_allowance_offset = 0
+        return self.sc_max_turns()
+
+    def sc_max_budget(self) -> Iterator[Step]:
+        """Tool rounds until ``--max-budget-usd`` (or ``usd``, 0.05) is spent."""
+        if self.max_budget is None:
+            self.max_budget = self.param_float("usd", 0.05)
+        return self._endless_rounds()
+
+    def sc_error_result(self) -> Iterator[Step]:
+        """``error_during_execution`` with ``errors:["Tool execution crashed"]``."""
+        yield from self.opening()
+        yield from self.work()
+        yield from self.progress(1, 1)
+        yield Stderr(
+            "Error: Tool execution crashed\n    at runTool (cli.js:3120:11)\n"
+            "    at async query (cli.js:2877:5)\n"
+        )
+        yield Emit(
+            self.result_line(
+                subtype="error_during_execution", is_error=True, errors=["Tool execution crashed"]
+            )
+        )
+        yield Exit(1)
+
+    def sc_cost_omitted(self) -> Iterator[Step]:
+        """Success without ``total_cost_usd`` and ``costUSD``."""
+        self.omit_cost = True
+        return self.sc_success()
+
+    def sc_multi_model_cost(self) -> Iterator[Step]:
+        """Main model, a subagent on another (Opus, or Sonnet under Opus) and
+        the Haiku background call: three modelUsage entries."""
+        other = ALIASES["sonnet"] if self.model.startswith("claude-opus") else ALIASES["opus"]
+        if self.params.get("cache_ttl") == "1h":
+            self.ttl_1h = True
+        yield from self.opening()
+        yield from self._subagent(other)
+        yield from self.work()
+        yield from self.closing()
+
+    def sc_session_in_use(self) -> Iterator[Step]:
+        """The pre-assigned id collides with an existing session."""
+        yield Stderr(f"Error: Session ID {self.session_id} is already in use.\n")
+        yield Exit(1)
+
+
+# -- entry -------------------------------------------------------------------------------------
+
+
+def _check_options(opts: ClaudeOptions, settings: Settings) -> None:
+    if opts.unknown and settings.strict_flags:
+        raise CliError(f"error: unknown option '{opts.unknown[0].split('=')[0]}'")
+    if os.environ.get("CLAUDECODE") == "1" and settings.version_at_least(2, 1):
+        raise CliError(ERR_NESTED)
+    if not opts.print:
+        raise FakeConfigError("interactive mode is not emulated; run it headless with -p (--print)")
+    if opts.output_format == "stream-json" and not opts.verbose:
+        raise CliError(ERR_VERBOSE)
+    if opts.input_format == "stream-json" and opts.output_format != "stream-json":
+        raise CliError("Error: --input-format=stream-json requires output-format=stream-json.")
+    if opts.partial and opts.output_format != "stream-json":
+        raise CliError(
+            "Error: --include-partial-messages requires --print and --output-format=stream-json."
+        )
+    if opts.resume_given and not opts.resume:
+        raise CliError("Error: --resume without a value requires interactive mode (no --print).")
+    opts.mcp_servers()  # a bad --mcp-config fails before any output
+    if opts.session_id is not None:
+        if not _UUID.match(opts.session_id):
+            raise CliError("Error: Invalid session ID. Must be a valid UUID.")
+        if (opts.resume or opts.continue_) and not opts.fork:
+            raise CliError(
+                "Error: --session-id can only be used with --continue or --resume "
+                "if --fork-session is also specified."
+            )
+
+
+def main(argv: list[str], settings: Settings) -> int:
+    """Run ``fake-claude`` with ``argv`` (without the program name)."""
+    opts = ClaudeOptions(argv)
+    if opts.parsed.flag("version"):
+        sys.stdout.write(f"{settings.version} (Claude Code)\n")
+        return 0
+    if opts.parsed.flag("help"):
+        sys.stdout.write(USAGE)
+        return 0
+    _check_options(opts, settings)
+    if opts.input_format == "stream-json":
+        from weft.agents.fake.claude_stream import run_stream_input
+
+        return run_stream_input(opts, settings, argv)
+
+    stdin_text: str | None
+    if opts.positionals and opts.positionals[0]:
+        prompt = opts.positionals[0]
+        stdin_text = read_stdin_if_ready(settings.stdin_wait_ms)
+        if stdin_text and stdin_text.strip():
+            prompt = f"{prompt}\n\n{stdin_text}"
+    elif stdin_is_tty():
+        stdin_text = None
+        prompt = ""
+    else:
+        stdin_text = read_stdin()
+        prompt = stdin_text
+    write_record(settings, "claude", argv, stdin_text, {"prompt": prompt})
+    if not prompt.strip():
+        raise CliError(ERR_EMPTY)
+    return run_prompt(opts, settings, argv, prompt)
+
+
+def run_prompt(opts: ClaudeOptions, settings: Settings, argv: list[str], prompt: str) -> int:
+    """Run one prompt to completion (text prompt mode)."""
+    directives = dirs.parse(prompt)
+    scenario, params = choose_scenario(directives, settings)
+    rng = make_rng(settings, "claude", argv, prompt)
+    clock = Clock(virtual=settings.seed is not None)
+    capture: list[JsonObj] | None = None if opts.output_format == "stream-json" else []
+    runner = Runner(settings, clock, rng, capture=capture)
+    runner.install_signals()
+    model = resolve_model(opts.model_arg)
+    ctx = Context(
+        flavour="claude",
+        settings=settings,
+        argv=argv,
+        rng=rng,
+        clock=clock,
+        runner=runner,
+        cwd=os.getcwd(),
+        prompt=prompt,
+        directives=directives,
+        scenario=scenario,
+        params=params,
+    )
+    session = resolve_session(
+        ctx.cwd,
+        resume=opts.resume,
+        continue_=opts.continue_,
+        session_id=opts.session_id,
+        fork=opts.fork,
+        resume_mode=settings.resume_mode,
+        new_id=ctx.ids.uuid4,
+    )
+    path = None if opts.no_persist else session.path
+    transcript = Transcript(
+        path, session.file_id, ctx.cwd, settings.version, clock, parent=session.parent
+    )
+    if session.copy_from and path is not None:
+        copies = [dumps(dict(e, sessionId=session.file_id)) for e in session.copy_from]
+        transcript.write_raw(copies)
+    run = ClaudeRun(
+        ctx,
+        opts,
+        model=model,
+        session_id=session.session_id,
+        transcript=transcript,
+        previous_prompt=session.previous_prompt,
+    )
+    if settings.script is not None:
+        steps: Iterator[Step] = run.script_steps()
+    elif session.missing:
+        steps = run.resume_missing()
+    elif scenario == "session_in_use":
+        steps = run.sc_session_in_use()
+    elif price_of(model) is None and scenario not in ("hang_before_init", "crash_before_init"):
+        steps = _unknown_model(run)
+    else:
+        steps = run.steps()
+    if settings.start_delay_ms and scenario != "slow_start":
+        runner.sleep(settings.start_delay_ms)
+    code = runner.run(steps, run.abort)
+    if capture is not None:
+        _print_captured(capture, opts)
+    return code
+
+
+def _unknown_model(run: ClaudeRun) -> Iterator[Step]:
+    yield from run.opening()
+    yield from run.api_failure(404, retries=0, delay=0)
+
+
+def _print_captured(capture: list[JsonObj], opts: ClaudeOptions) -> None:
+    results = [obj for obj in capture if obj.get("type") == "result"]
+    out = sys.stdout
+    if opts.output_format == "json":
+        if opts.verbose:
+            out.write(json.dumps(capture, ensure_ascii=False) + "\n")
+        elif results:
+            out.write(json.dumps(results[-1], ensure_ascii=False) + "\n")
+    elif results:
+        last = results[-1]
+        if "result" in last:
+            out.write(str(last["result"]) + "\n")
+        else:
+            errors = last.get("errors") or [last.get("subtype", "error")]
+            out.write(f"Error: {'; '.join(str(e) for e in errors)}\n")
+    out.flush()

@@ -1,0 +1,694 @@
+"""The subprocess layer under every agent adapter.
+
+:func:`spawn` starts an agent CLI and returns a :class:`SubprocessSession`,
+the :class:`~weft.agents.harness.AgentSession` every harness uses; the
+harness only supplies the argv, the environment and a sans-I/O
+:class:`~weft.agents.harness.StreamParser`. What this layer guarantees:
+
+* **Own process group.** The child starts a new session, so a stop signals
+  the CLI *and* every tool process it spawned. When the CLI exits, whatever
+  is left in its group is killed, so nothing it started outlives the codon.
+* **Pipes.** The prompt is written to stdin, which is then closed. stdout is
+  read as bytes and split by :class:`LineFramer` (no cap below 64 MiB; longer
+  lines are counted and skipped, never buffered whole). stderr is drained
+  concurrently (a child never blocks on a full pipe) into a bounded tail and
+  :class:`~weft.agents.events.StderrLine` events.
+* **Tee.** Raw stdout goes to ``log_path`` (and stderr to ``<log>.stderr``)
+  through a writer thread, so disk latency never stalls the stream.
+* **Deadlines.** First output (until the parser reports the session), idle
+  stream (any stdout byte resets it; a retry notice extends it by the retry
+  delay) and wall clock. A deadline stops the session like :meth:`stop` does.
+* **Stop sequence.** Drop any prompt bytes not yet written; if the CLI is
+  finishing on its own (its result is already out) give it ``flush_grace`` to
+  write its transcript; SIGTERM the group; after ``stop_grace``, SIGKILL.
+* **Reaping.** The child is always waited for and every pipe is closed, also
+  when a grandchild that escaped the group keeps a pipe open.
+* **Backpressure.** Events queue up to a bound; past it stdout reading pauses
+  (the child then blocks on its own writes) until the consumer catches up.
+  The idle deadline does not run while Weft is the slow side.
+
+:func:`build_env` is the environment policy (reference hankweave-runtime
+§6.2): a short allow-list of the parent's variables, the harness's own
+prefixes, then ``WEFT_<X>`` as ``X`` and the codon's env, where the value
+``unset`` deletes a variable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import queue
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from weft.agents.events import (
+    AgentEvent,
+    ErrorClass,
+    RetryNotice,
+    SessionExited,
+    SessionResult,
+    SessionStarted,
+    StderrLine,
+)
+from weft.agents.harness import AgentStartError, ProcessEnd, StopReason, StreamParser, Timeouts
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""Longest stdout line that is parsed. Claude Code prints a whole Read
+result as one line, so a line of several MiB is normal."""
+STDERR_TAIL_BYTES = 64 * 1024
+"""How much of the end of stderr is kept for the verdict."""
+STDERR_LINE_BYTES = 8 * 1024
+"""Longer stderr lines are split into pieces of this size."""
+EVENT_HIGH_WATER = 4096
+"""Queued events at which stdout reading pauses."""
+EVENT_LOW_WATER = 1024
+"""Queued events at which stdout reading resumes."""
+PIPE_GRACE = 2.0
+"""After the CLI exited, how long its pipes may stay open (a grandchild
+outside its process group holding them) before Weft closes them."""
+
+
+class LineFramer:
+    """Splits a byte stream into lines, without the ``\\n``.
+
+    Chunk boundaries may fall anywhere, also inside a multi-byte character.
+    A line longer than ``max_line`` is dropped while it streams past (counted
+    in :attr:`oversized`), so memory stays bounded by ``max_line``.
+    """
+
+    __slots__ = ("_buf", "_skipping", "max_line", "oversized")
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self.max_line = max_line
+        self.oversized = 0
+        self._buf = bytearray()
+        self._skipping = False
+
+    def push(self, data: bytes) -> list[bytes]:
+        """The lines ``data`` completes."""
+        lines: list[bytes] = []
+        start = 0
+        find = data.find
+        while (nl := find(b"\n", start)) >= 0:
+            if self._skipping:
+                self._skipping = False
+            elif self._buf:
+                if len(self._buf) + nl - start > self.max_line:
+                    self.oversized += 1
+                else:
+                    self._buf += data[start:nl]
+                    lines.append(bytes(self._buf))
+                self._buf.clear()
+            elif nl - start > self.max_line:
+                self.oversized += 1
+            else:
+                lines.append(data[start:nl])
+            start = nl + 1
+        rest = len(data) - start
+        if rest and not self._skipping:
+            if len(self._buf) + rest > self.max_line:
+                self.oversized += 1
+                self._skipping = True
+                self._buf.clear()
+            else:
+                self._buf += data[start:]
+        return lines
+
+    def close(self) -> bytes | None:
+        """The unterminated last line at end of stream, if any."""
+        if self._skipping or not self._buf:
+            return None
+        tail = bytes(self._buf)
+        self._buf.clear()
+        return tail
+
+
+# -- environment ---------------------------------------------------------------------------
+
+BASE_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "all_proxy",
+        "no_proxy",
+        "NODE_EXTRA_CA_CERTS",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_CACHE_HOME",
+        "XDG_STATE_HOME",
+        "XDG_RUNTIME_DIR",
+    }
+)
+"""Parent variables every agent gets: identity, locale, temp dirs, proxies
+and CA bundles. Everything else must be allowed by the harness or passed
+explicitly as ``WEFT_<X>``."""
+BASE_ENV_PREFIXES = ("LC_",)
+
+WEFT_OWN_PREFIXES = ("WEFT_RUNTIME_", "WEFT_SENTINEL_")
+"""``WEFT_`` variables that configure Weft itself and are never forwarded."""
+WEFT_OWN_NAMES = frozenset({"WEFT_CLAUDE_BIN", "WEFT_CODEX_BIN", "WEFT_GEMINI_BIN"})
+UNSET = "unset"
+"""The value that deletes a variable in ``WEFT_<X>`` and codon env."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnvPolicy:
+    """Which parent variables a harness lets through, and which it removes."""
+
+    names: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+    remove: frozenset[str] = frozenset()
+    """Deleted last, whatever set them (Claude: ``CLAUDECODE``)."""
+
+
+def build_env(
+    policy: EnvPolicy,
+    extra: Mapping[str, str] | None = None,
+    parent: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The child environment, in this order: the allowed parent variables,
+    then every parent ``WEFT_<X>=v`` as ``X=v`` (Weft's own settings
+    excepted), then ``extra`` (the codon's env); in both overlays the value
+    ``unset`` deletes ``X``; finally ``policy.remove`` is deleted."""
+    source = os.environ if parent is None else parent
+    names = BASE_ENV_NAMES | policy.names
+    prefixes = BASE_ENV_PREFIXES + policy.prefixes
+    env = {k: v for k, v in source.items() if k in names or k.startswith(prefixes)}
+    for key, value in source.items():
+        if not key.startswith("WEFT_") or key in WEFT_OWN_NAMES:
+            continue
+        if key.startswith(WEFT_OWN_PREFIXES):
+            continue
+        target = key[len("WEFT_") :]
+        if target:
+            _set(env, target, value)
+    for key, value in (extra or {}).items():
+        _set(env, key, value)
+    for key in policy.remove:
+        env.pop(key, None)
+    return env
+
+
+def _set(env: dict[str, str], key: str, value: str) -> None:
+    if value == UNSET:
+        env.pop(key, None)
+    else:
+        env[key] = value
+
+
+# -- log tee -------------------------------------------------------------------------------
+
+
+class _Tee:
+    """Appends chunks to a file from a writer thread (the event loop only
+    enqueues). Write errors are logged once and the tee goes quiet: losing
+    the copy must never kill the session."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"tee:{path.name}", daemon=True)
+        self._thread.start()
+
+    def write(self, data: bytes) -> None:
+        self._queue.put(data)
+
+    def _run(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("ab", buffering=1024 * 1024) as f:
+                while (chunk := self._queue.get()) is not None:
+                    f.write(chunk)
+        except OSError as e:
+            log.warning("cannot write the agent log %s: %s", self.path, e)
+            while self._queue.get() is not None:
+                pass
+
+    async def close(self) -> None:
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+
+
+# -- the session ---------------------------------------------------------------------------
+
+
+class _Protocol(asyncio.SubprocessProtocol):
+    def __init__(self, session: SubprocessSession) -> None:
+        self.session = session
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if isinstance(data, str):  # only with text=True, which Weft never uses
+            data = data.encode()
+        if fd == 1:
+            self.session._on_stdout(data)
+        elif fd == 2:
+            self.session._on_stderr(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self.session._on_pipe_closed(fd)
+
+    def process_exited(self) -> None:
+        self.session._on_exit()
+
+
+class SubprocessSession:
+    """One agent CLI process, its pipes, deadlines and stop sequence; yields
+    the parser's events. Create it with :func:`spawn`."""
+
+    def __init__(
+        self,
+        parser: StreamParser,
+        *,
+        timeouts: Timeouts,
+        log_path: Path | None,
+        max_line_bytes: int,
+        name: str,
+    ) -> None:
+        self.name = name
+        self._parser = parser
+        self._timeouts = timeouts
+        self._loop = asyncio.get_running_loop()
+        self._framer = LineFramer(max_line_bytes)
+        self._stderr_buf = bytearray()
+        self._stderr_tail = bytearray()
+        self._events: collections.deque[AgentEvent] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._exited: asyncio.Future[SessionExited] = self._loop.create_future()
+        self._process_gone = asyncio.Event()
+        self._tee = _Tee(log_path) if log_path is not None else None
+        self._stderr_tee = (
+            _Tee(log_path.with_name(log_path.name + ".stderr")) if log_path is not None else None
+        )
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._open_pipes = {1, 2}
+        self._returncode: int | None = None
+        self._stop_reason: StopReason | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._pipe_timer: asyncio.TimerHandle | None = None
+        self._finish_task: asyncio.Task[None] | None = None
+        self._paused = False
+        self._discard = False
+        self._iterated = False
+        self._started = False
+        self._result_seen = False
+        self._finishing = False
+        now = self._loop.time()
+        self._spawned_at = now
+        self._last_output = now
+        self._quiet_until = now
+        self._pid = -1
+
+    # -- public face (AgentSession) --
+
+    @property
+    def pid(self) -> int:
+        """The child's pid, which is also its process group id."""
+        return self._pid
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why Weft stopped the session, if it did."""
+        return self._stop_reason
+
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        """The normalised events, ending with :class:`SessionExited`. Can be
+        iterated once; leaving the loop early discards the rest."""
+        if self._iterated:
+            raise RuntimeError("the events of a session can be iterated only once")
+        self._iterated = True
+        try:
+            while True:
+                while self._events:
+                    event = self._events.popleft()
+                    if self._paused and len(self._events) <= EVENT_LOW_WATER:
+                        self._resume_reading()
+                    yield event
+                    if isinstance(event, SessionExited):
+                        return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+        finally:
+            self._start_discarding()
+
+    async def wait(self) -> SessionExited:
+        """Wait for the end; events nobody iterates are discarded."""
+        if not self._iterated:
+            self._iterated = True
+            self._start_discarding()
+        return await asyncio.shield(self._exited)
+
+    async def stop(self, reason: StopReason = StopReason.OPERATOR) -> None:
+        """Run the stop sequence (see the module docs) and return once the
+        process is gone. Idempotent; the first reason is the one reported."""
+        self._begin_stop(reason)
+        await self._process_gone.wait()
+
+    async def kill(self) -> None:
+        """SIGKILL the process group now."""
+        if self._stop_reason is None:
+            self._stop_reason = StopReason.OPERATOR
+        if not self._process_gone.is_set():
+            self._signal_group(signal.SIGKILL)
+        await self._process_gone.wait()
+
+    # -- start --
+
+    async def _start(
+        self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdin: bytes | None
+    ) -> None:
+        try:
+            transport, _ = await self._loop.subprocess_exec(
+                lambda: _Protocol(self),
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(cwd),
+                env=dict(env),
+                start_new_session=True,
+            )
+        except OSError as e:
+            await self._close_tees()
+            what = e.strerror or str(e)
+            if isinstance(e, FileNotFoundError) and not cwd.is_dir():
+                what = f"working directory {cwd} does not exist"
+            raise AgentStartError(f"cannot start {self.name} ({argv[0]}): {what}") from e
+        self._transport = transport
+        self._pid = transport.get_pid()
+        self._spawned_at = self._last_output = self._quiet_until = self._loop.time()
+        stdin_pipe = transport.get_pipe_transport(0)
+        if stdin_pipe is not None:
+            if stdin:
+                stdin_pipe.write(stdin)  # type: ignore[attr-defined]
+            # write_eof closes the pipe once the buffered prompt is written.
+            stdin_pipe.write_eof()  # type: ignore[attr-defined]
+        self._watchdog = self._loop.create_task(self._watch())
+
+    # -- pipe callbacks (run on the loop, never block) --
+
+    def _on_stdout(self, data: bytes) -> None:
+        self._last_output = self._loop.time()
+        if self._tee is not None:
+            self._tee.write(data)
+        for line in self._framer.push(data):
+            self._feed(line)
+
+    def _feed(self, line: bytes) -> None:
+        try:
+            events = self._parser.feed(line)
+        except Exception:  # a parser bug must not take the session down
+            log.exception("%s parser failed on a line of %d bytes", self.name, len(line))
+            return
+        if events:
+            self._push(events)
+
+    def _on_stderr(self, data: bytes) -> None:
+        if self._stderr_tee is not None:
+            self._stderr_tee.write(data)
+        tail = self._stderr_tail
+        tail += data
+        if len(tail) > STDERR_TAIL_BYTES:
+            del tail[: len(tail) - STDERR_TAIL_BYTES]
+        buf = self._stderr_buf
+        buf += data
+        while True:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                if len(buf) < STDERR_LINE_BYTES:
+                    break
+                nl = STDERR_LINE_BYTES
+                raw = bytes(buf[:nl])
+                del buf[:nl]
+            else:
+                raw = bytes(buf[:nl])
+                del buf[: nl + 1]
+            self._stderr_line(raw)
+
+    def _stderr_line(self, raw: bytes) -> None:
+        line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
+        events: list[AgentEvent] = []
+        try:
+            events.extend(self._parser.stderr(line))
+        except Exception:
+            log.exception("%s parser failed on a stderr line", self.name)
+        # Under a flood with a slow consumer the lines are dropped, not
+        # queued without bound; the tail still has the end of stderr.
+        if len(self._events) < EVENT_HIGH_WATER:
+            events.append(StderrLine(line=line))
+        if events:
+            self._push(events)
+
+    def _on_pipe_closed(self, fd: int) -> None:
+        self._open_pipes.discard(fd)
+        self._maybe_finish()
+
+    def _on_exit(self) -> None:
+        assert self._transport is not None
+        self._returncode = self._transport.get_returncode()
+        # Whatever the CLI left running in its group (background tools) goes
+        # with it; this also releases pipes those processes held.
+        self._signal_group(signal.SIGKILL)
+        self._process_gone.set()
+        if self._open_pipes:
+            self._pipe_timer = self._loop.call_later(PIPE_GRACE, self._abandon_pipes)
+        self._maybe_finish()
+
+    def _abandon_pipes(self) -> None:
+        if self._open_pipes:
+            log.warning(
+                "%s (pid %d) exited but a process outside its group keeps its pipes open; "
+                "closing them",
+                self.name,
+                self._pid,
+            )
+            self._open_pipes.clear()
+            if self._transport is not None:
+                self._transport.close()
+            self._maybe_finish()
+
+    # -- events --
+
+    def _push(self, events: Iterable[AgentEvent]) -> None:
+        for event in events:
+            if isinstance(event, SessionStarted):
+                self._started = True
+            elif isinstance(event, SessionResult):
+                self._result_seen = True
+            elif isinstance(event, RetryNotice):
+                delay = (event.delay_ms or 0) / 1000
+                self._quiet_until = max(self._quiet_until, self._loop.time() + delay)
+            if not self._discard:
+                self._events.append(event)
+        self._wakeup.set()
+        if not self._discard and not self._paused and len(self._events) >= EVENT_HIGH_WATER:
+            self._pause_reading()
+
+    def _pause_reading(self) -> None:
+        pipe = self._transport.get_pipe_transport(1) if self._transport else None
+        if pipe is not None and 1 in self._open_pipes:
+            pipe.pause_reading()  # type: ignore[attr-defined]
+            self._paused = True
+
+    def _resume_reading(self) -> None:
+        self._paused = False
+        # Weft was the slow side: the child's silence meanwhile is not idleness.
+        self._last_output = self._loop.time()
+        pipe = self._transport.get_pipe_transport(1) if self._transport else None
+        if pipe is not None and 1 in self._open_pipes:
+            pipe.resume_reading()  # type: ignore[attr-defined]
+
+    def _start_discarding(self) -> None:
+        self._discard = True
+        self._events.clear()
+        if self._paused:
+            self._resume_reading()
+
+    # -- the end --
+
+    def _maybe_finish(self) -> None:
+        if self._finishing or self._returncode is None or self._open_pipes:
+            return
+        self._finishing = True
+        if self._pipe_timer is not None:
+            self._pipe_timer.cancel()
+        # Held: the loop keeps only weak references to tasks.
+        self._finish_task = self._loop.create_task(self._finish())
+
+    async def _finish(self) -> None:
+        try:
+            tail = self._framer.close()
+            if tail is not None:
+                self._feed(tail)
+            if self._stderr_buf:
+                self._stderr_line(bytes(self._stderr_buf))
+                self._stderr_buf.clear()
+            code = self._returncode
+            assert code is not None
+            end = ProcessEnd(
+                exit_code=code if code >= 0 else None,
+                signal=-code if code < 0 else None,
+                stderr_tail=self._stderr_tail.decode("utf-8", errors="replace"),
+                stopped=self._stop_reason,
+            )
+            try:
+                closing = list(self._parser.finish(end))
+                if not closing or not isinstance(closing[-1], SessionExited):
+                    raise TypeError("its closing events do not end with SessionExited")
+            except Exception as e:  # a parser bug still ends the session
+                log.exception("%s parser failed to give a verdict", self.name)
+                closing = [
+                    SessionExited(
+                        ok=False,
+                        exit_code=end.exit_code,
+                        signal=end.signal,
+                        error_class=ErrorClass.ERROR_RESULT,
+                        message=f"internal error: the {self.name} parser gave no verdict ({e})",
+                        stderr_tail=end.stderr_tail,
+                    )
+                ]
+            exited = closing[-1]
+            assert isinstance(exited, SessionExited)
+            if self._framer.oversized:
+                exited = msgspec.structs.replace(
+                    exited, oversized_lines=exited.oversized_lines + self._framer.oversized
+                )
+                closing[-1] = exited
+            for task in (self._watchdog, self._stop_task):
+                if task is not None and task is not asyncio.current_task():
+                    task.cancel()
+            if self._transport is not None:
+                self._transport.close()
+            await self._close_tees()
+            self._push(closing)
+            self._exited.set_result(exited)
+        except BaseException as e:
+            if not self._exited.done():
+                self._exited.set_exception(e)
+            raise
+
+    async def _close_tees(self) -> None:
+        for tee in (self._tee, self._stderr_tee):
+            if tee is not None:
+                await tee.close()
+
+    # -- deadlines and stopping --
+
+    async def _watch(self) -> None:
+        t = self._timeouts
+        while not self._process_gone.is_set():
+            deadlines: list[tuple[float, StopReason]] = []
+            if t.first_output is not None and not self._started:
+                first = self._spawned_at + t.first_output
+                deadlines.append((first, StopReason.FIRST_OUTPUT_TIMEOUT))
+            if t.idle is not None and not self._paused:
+                since = max(self._last_output, self._quiet_until)
+                deadlines.append((since + t.idle, StopReason.IDLE_TIMEOUT))
+            if t.wall is not None:
+                deadlines.append((self._spawned_at + t.wall, StopReason.WALL_TIMEOUT))
+            if not deadlines:
+                return
+            when, reason = min(deadlines)
+            delay = when - self._loop.time()
+            if delay <= 0:
+                log.info("%s (pid %d): %s, stopping it", self.name, self._pid, reason)
+                self._begin_stop(reason)
+                return
+            # Deadlines only move later, so waking at the earliest and
+            # looking again is exact.
+            await asyncio.sleep(delay)
+
+    def _begin_stop(self, reason: StopReason) -> None:
+        if self._stop_task is not None or self._process_gone.is_set():
+            return
+        self._stop_reason = reason
+        self._stop_task = self._loop.create_task(self._stop_sequence(reason))
+
+    async def _stop_sequence(self, reason: StopReason) -> None:
+        t = self._timeouts
+        self._close_stdin()
+        graceful = reason in (StopReason.OPERATOR, StopReason.INTERRUPT, StopReason.SHUTDOWN)
+        # The prompt went in with EOF at start, so the only CLI that would end
+        # by itself is one whose result is out (it is writing its transcript).
+        finishing = self._result_seen
+        if graceful and finishing and t.flush_grace > 0 and await self._gone_within(t.flush_grace):
+            return
+        self._signal_group(signal.SIGTERM)
+        if await self._gone_within(t.stop_grace):
+            return
+        log.info("%s (pid %d) ignored SIGTERM; killing it", self.name, self._pid)
+        self._signal_group(signal.SIGKILL)
+
+    def _close_stdin(self) -> None:
+        """Drop a prompt still being written (the CLI is not reading it)."""
+        pipe = self._transport.get_pipe_transport(0) if self._transport else None
+        if pipe is not None and pipe.get_write_buffer_size() > 0:  # type: ignore[attr-defined]
+            pipe.abort()  # type: ignore[attr-defined]
+
+    async def _gone_within(self, seconds: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._process_gone.wait(), seconds)
+        return self._process_gone.is_set()
+
+    def _signal_group(self, sig: int) -> None:
+        if self._pid <= 0:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._pid, sig)
+
+
+async def spawn(
+    argv: Sequence[str],
+    *,
+    parser: StreamParser,
+    cwd: Path,
+    env: Mapping[str, str],
+    stdin: bytes | None,
+    timeouts: Timeouts,
+    log_path: Path | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    name: str | None = None,
+) -> SubprocessSession:
+    """Start ``argv`` in its own process group and return its session.
+
+    ``stdin`` is written to the child and the pipe closed (``None``: closed at
+    once). Raises :class:`~weft.agents.harness.AgentStartError` when the
+    program cannot be started at all.
+    """
+    session = SubprocessSession(
+        parser,
+        timeouts=timeouts,
+        log_path=log_path,
+        max_line_bytes=max_line_bytes,
+        name=name or Path(argv[0]).name,
+    )
+    await session._start(argv, cwd, env, stdin)
+    return session

@@ -1,0 +1,194 @@
+"""Writing a checkpoint's new objects as one pack file instead of many loose objects.
+
+libgit2 writes every object as its own loose file (create, write, rename), which
+costs tens of microseconds each; a checkpoint of ten files spread over a deep
+tree writes forty-odd objects. Writing them together as one version-2 pack plus
+its index is two files, whatever the count. Packs are immutable, so a reader
+either sees the complete pack (the ``.idx`` is renamed into place last) or none
+of it. Many small packs are merged into one by :func:`consolidate_packs`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import pygit2
+
+#: git object type codes, as used in pack entry headers.
+OBJ_COMMIT = 1
+OBJ_TREE = 2
+OBJ_BLOB = 3
+_TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob"}
+
+#: Small packs merged into one once there are more than this many of them.
+CONSOLIDATE_OVER = 24
+_DEFLATE_OVER = 16 * 1024
+
+
+def object_id(kind: int, data: bytes) -> bytes:
+    """The binary SHA-1 git gives the object ``kind`` with body ``data``."""
+    h = hashlib.sha1(_TYPE_NAMES[kind], usedforsecurity=False)
+    h.update(b" %d\x00" % len(data))
+    h.update(data)
+    return h.digest()
+
+
+def _entry_header(kind: int, size: int) -> bytes:
+    byte = (kind << 4) | (size & 0x0F)
+    size >>= 4
+    out = bytearray()
+    while size:
+        out.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    out.append(byte)
+    return bytes(out)
+
+
+def write_pack(pack_dir: Path, objects: Iterable[tuple[int, bytes, bytes]]) -> str | None:
+    """Writes ``(kind, binary_sha, data)`` objects as one pack; returns its name or ``None``.
+
+    Duplicates are written once. Objects may already exist elsewhere in the
+    repository: git allows an object in several packs, and checking first would
+    cost a pack-directory rescan per missing object.
+    """
+    seen: dict[bytes, tuple[int, int]] = {}  # sha -> (offset, crc32)
+    parts: list[bytes] = []
+    offset = 12
+    for kind, sha, data in objects:
+        if sha in seen:
+            continue
+        # Small objects (trees, most source files) are stored, not deflated: zlib costs
+        # more than the bytes it saves here, and consolidation deflates them later.
+        level = 1 if len(data) > _DEFLATE_OVER else 0
+        entry = _entry_header(kind, len(data)) + zlib.compress(data, level)
+        seen[sha] = (offset, zlib.crc32(entry))
+        parts.append(entry)
+        offset += len(entry)
+    if not seen:
+        return None
+    if offset >= 1 << 31:
+        raise ValueError("checkpoint pack would exceed 2 GiB; large files go loose instead")
+    header = b"PACK" + struct.pack(">II", 2, len(seen))
+    body = header + b"".join(parts)
+    pack_sha = hashlib.sha1(body, usedforsecurity=False).digest()
+    pack_bytes = body + pack_sha
+
+    shas = sorted(seen)
+    fanout = [0] * 256
+    for sha in shas:
+        fanout[sha[0]] += 1
+    running = 0
+    for i in range(256):
+        running += fanout[i]
+        fanout[i] = running
+    idx = bytearray(b"\xfftOc" + struct.pack(">I", 2))
+    idx += struct.pack(">256I", *fanout)
+    idx += b"".join(shas)
+    idx += struct.pack(f">{len(shas)}I", *(seen[s][1] for s in shas))
+    idx += struct.pack(f">{len(shas)}I", *(seen[s][0] for s in shas))
+    idx += pack_sha
+    idx += hashlib.sha1(idx, usedforsecurity=False).digest()
+
+    name = "pack-" + pack_sha.hex()
+    # Readers discover packs by their .idx, so the pack may be written in place; the
+    # index appears atomically, last. A pack left without an index is swept at open.
+    _write_file(pack_dir / f"{name}.pack", pack_bytes)
+    tmp = pack_dir / f"tmp_{name}_{os.getpid()}.idx"
+    _write_file(tmp, bytes(idx))
+    os.replace(tmp, pack_dir / f"{name}.idx")
+    return name
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def sweep_orphan_packs(pack_dir: Path) -> list[Path]:
+    """Removes pack files whose index was never written (a crash mid-write); returns them."""
+    removed: list[Path] = []
+    try:
+        names = set(os.listdir(pack_dir))
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        if name.endswith(".pack") and name[:-5] + ".idx" not in names:
+            with contextlib.suppress(FileNotFoundError):
+                (pack_dir / name).unlink()
+                removed.append(pack_dir / name)
+    return removed
+
+
+def small_packs(pack_dir: Path) -> list[Path]:
+    """The ``.idx`` files of all packs except the largest (the consolidated base)."""
+    try:
+        idxs = [p for p in pack_dir.iterdir() if p.suffix == ".idx" and p.name.startswith("pack-")]
+    except FileNotFoundError:
+        return []
+    if len(idxs) <= 1:
+        return []
+    sizes = {p: _pack_size(p) for p in idxs}
+    largest = max(idxs, key=lambda p: sizes[p])
+    return [p for p in idxs if p != largest]
+
+
+def _pack_size(idx: Path) -> int:
+    try:
+        return idx.with_suffix(".pack").stat().st_size
+    except OSError:
+        return 0
+
+
+def pack_object_ids(idx: Path) -> list[str]:
+    """The hex SHAs listed in a version-2 pack index."""
+    data = idx.read_bytes()
+    if data[:8] != b"\xfftOc" + struct.pack(">I", 2):
+        raise ValueError(f"{idx}: not a version-2 pack index")
+    count = struct.unpack_from(">I", data, 8 + 255 * 4)[0]
+    start = 8 + 256 * 4
+    return [data[start + 20 * i : start + 20 * (i + 1)].hex() for i in range(count)]
+
+
+def consolidate_packs(repo: pygit2.Repository, *, over: int = CONSOLIDATE_OVER) -> int:
+    """Merges the small packs into one when there are more than ``over``; returns how many.
+
+    Must run on a repository handle that no one else uses afterwards (libgit2
+    may still hold the removed packs open): callers reopen the repository.
+    """
+    pack_dir = Path(repo.path) / "objects" / "pack"
+    smalls = small_packs(pack_dir)
+    if len(smalls) <= over:
+        return 0
+    ids: list[str] = []
+    for idx in smalls:
+        ids.extend(pack_object_ids(idx))
+
+    def add_all(builder: pygit2.PackBuilder) -> None:
+        for oid in dict.fromkeys(ids):
+            builder.add(pygit2.Oid(hex=oid))
+
+    repo.pack(str(pack_dir), add_all, n_threads=1)
+    for idx in smalls:
+        # Index first, so a reader never finds an index without its pack.
+        with contextlib.suppress(FileNotFoundError):
+            idx.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            idx.with_suffix(".pack").unlink()
+    return len(smalls)

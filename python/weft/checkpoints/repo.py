@@ -1,0 +1,927 @@
+"""The shadow repository's operations: snapshot, restore, list, verify, resolve.
+
+The git index is the workspace's stat cache: it always holds exactly the
+tree of the last checkpoint taken or restored here (HEAD, detached), with the
+size, times and inode each file had then. A snapshot asks libgit2 which files
+differ from the index (only the paths the inotify watcher saw change, when it
+can vouch for them; otherwise every covered path), hashes just those, builds
+the few trees on their paths in memory, writes the new objects as one pack and
+commits with an explicit parent. Unchanged files are never read.
+
+All public methods are serialised by one lock; blocking callers in async code
+should use :class:`weft.checkpoints.aio.AsyncCheckpointRepo`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffOption, SortMode
+from pygit2.errors import check_error
+from pygit2.ffi import C, ffi  # libgit2 through cffi: diff pathspecs and index entries
+from pygit2.utils import StrArray
+
+from weft.checkpoints.errors import (
+    AmbiguousCheckpointError,
+    CheckpointConflictError,
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+)
+from weft.checkpoints.messages import (
+    AUTHOR_EMAIL,
+    AUTHOR_NAME,
+    CHECKPOINT_TYPES,
+    Checkpoint,
+    format_message,
+    format_recovery_message,
+    parse_message,
+)
+from weft.checkpoints.packs import OBJ_BLOB, OBJ_COMMIT, object_id, write_pack
+from weft.checkpoints.patterns import PatternSet, is_excluded
+from weft.checkpoints.storage import (
+    MAIN_BRANCH,
+    git_environment,
+    open_storage,
+)
+from weft.checkpoints.trees import (
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_LINK,
+    MODE_TREE,
+    Entry,
+    TreeEditor,
+    TreeError,
+)
+from weft.checkpoints.watch import ChangeWatcher
+
+#: Files larger than this are hashed and stored by libgit2 as loose objects, not read here.
+LARGE_FILE = 32 * 1024 * 1024
+#: The index is written back after this many snapshots, or sooner after many changes.
+INDEX_WRITE_EVERY = 16
+INDEX_WRITE_CHANGES = 512
+
+_BASE_FLAGS = int(
+    DiffOption.INCLUDE_UNTRACKED
+    | DiffOption.DISABLE_PATHSPEC_MATCH
+    | DiffOption.UPDATE_INDEX
+    | DiffOption.INCLUDE_TYPECHANGE
+    | DiffOption.SKIP_BINARY_CHECK
+    | DiffOption.IGNORE_SUBMODULES
+)
+_RECURSE_FLAGS = _BASE_FLAGS | int(DiffOption.RECURSE_UNTRACKED_DIRS)
+_HEX = re.compile(r"[0-9a-f]{4,40}")
+_FULL_HEX = re.compile(r"[0-9a-f]{40}")
+_GIT_ENOTFOUND = -3
+_MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
+
+
+# Aliases: inside CheckpointRepo, ``list`` names the method.
+_Paths = list[str]
+_Checkpoints = list[Checkpoint]
+_Found = list[tuple[int, int, Checkpoint]]
+
+
+def run_branch(run_id: str) -> str:
+    """The history branch of a run: ``run-<runId>``."""
+    return f"run-{run_id}"
+
+
+def now_iso() -> str:
+    """The current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class RestoreResult:
+    """What a restore changed in the workspace."""
+
+    sha: str
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RecoverySnapshot:
+    """A work tree saved to its own ``recovery/...`` branch."""
+
+    branch: str
+    sha: str
+
+
+@dataclass
+class _Scan:
+    """What differs between the index and the workspace, for the covered paths."""
+
+    changes: dict[str, Entry | None] = field(default_factory=dict)
+    blobs: list[tuple[int, bytes, bytes]] = field(default_factory=list)
+    stats: dict[str, os.stat_result] = field(default_factory=dict)
+
+
+def _i32(value: int) -> int:
+    return ((value + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+class CheckpointRepo:
+    """A shadow git repository whose work tree is the agent's workspace."""
+
+    def __init__(
+        self,
+        git_dir: Path,
+        workspace: Path,
+        repo: pygit2.Repository,
+        *,
+        initial_sha: str,
+        repairs: list[str],
+        created: bool,
+        watch: bool,
+    ) -> None:
+        self.git_dir = git_dir
+        self.workspace = workspace
+        #: What opening had to repair, sweep or rebuild, for the runtime to report.
+        self.repairs = repairs
+        #: Whether the repository was created (or rebuilt) by this open.
+        self.created = created
+        #: The initial empty commit on ``main``.
+        self.initial_sha = initial_sha
+        self._repo = repo
+        self._root = os.fsdecode(workspace)
+        self._pack_dir = git_dir / "objects" / "pack"
+        self._lock = threading.RLock()
+        self._editor = TreeEditor(repo)
+        self._patterns: dict[tuple[str, ...], PatternSet] = {}
+        self._synced: PatternSet | None = None
+        self._snapshots_unsaved = 0
+        self._changes_unsaved = 0
+        self._head_unsaved = False
+        self._closed = False
+        self._index = self._load_index()
+        head = repo.head.peel(pygit2.Commit)
+        self._head = str(head.id)
+        self._known: set[str] = {self._head, initial_sha}
+        self._base_tree: bytes = head.tree_id.raw
+        if len(head.tree.diff_to_index(self._index)) != 0:
+            # The index was saved lazily and lags HEAD (a crash): rebuild it from HEAD.
+            self._index.read_tree(head.tree)
+            self._index.write()
+        self._watcher = ChangeWatcher.start(workspace, skip=is_excluded) if watch else None
+
+    # ----------------------------------------------------------------- opening
+
+    @classmethod
+    def open_or_create(
+        cls, git_dir: Path | str, workspace: Path | str, *, watch: bool = True
+    ) -> CheckpointRepo:
+        """Opens (creating, repairing or rebuilding as needed) the shadow repository.
+
+        ``watch`` enables the inotify change hints (Linux); without them every
+        snapshot compares all covered files. ``repairs`` on the result lists
+        anything that had to be fixed.
+        """
+        git_dir = Path(os.path.abspath(git_dir))
+        workspace = Path(os.path.abspath(workspace))
+        try:
+            workspace.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"workspace {workspace} could not be created: {exc.strerror or exc}"
+            ) from exc
+        if not workspace.is_dir():
+            raise CheckpointStorageError(f"workspace {workspace} is not a folder")
+        try:
+            opened = open_storage(git_dir)
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"checkpoint storage could not be read: {exc.filename or git_dir}: "
+                f"{exc.strerror or exc}. Check the folder's permissions and the disk."
+            ) from exc
+        opened.repo.workdir = str(workspace)
+        return cls(
+            git_dir,
+            workspace,
+            opened.repo,
+            initial_sha=opened.initial_sha,
+            repairs=opened.repairs,
+            created=opened.created,
+            watch=watch,
+        )
+
+    def _load_index(self) -> pygit2.Index:
+        try:
+            index: pygit2.Index = self._repo.index
+        except pygit2.GitError:
+            path = self.git_dir / "index"
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            self.repairs.append(f"removed the unreadable index {path}; it is rebuilt from HEAD")
+            index = self._repo.index
+        return index
+
+    def close(self) -> None:
+        """Saves the index, stops the watcher and releases the repository."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._watcher is not None:
+                self._watcher.close()
+            with contextlib.suppress(pygit2.GitError, OSError):
+                self._save_index(force=True)
+            self._repo.free()
+
+    def __enter__(self) -> CheckpointRepo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def git_env(self) -> dict[str, str]:
+        """Environment for running the git CLI on this repository (isolated config)."""
+        return git_environment(self.git_dir, self.workspace)
+
+    def drain_changes(self) -> None:
+        """Reads pending change notifications (call now and then to keep the queue short)."""
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.drain()
+
+    @property
+    def watching(self) -> bool:
+        """Whether inotify change hints are in use."""
+        return self._watcher is not None and self._watcher.usable
+
+    # ------------------------------------------------------------------ reads
+
+    def head(self) -> str:
+        """The checkpoint the workspace was last synchronised with (snapshot or restore)."""
+        with self._lock:
+            return self._head
+
+    def branch_tip(self, name: str) -> str | None:
+        """The SHA at the tip of branch ``name`` (``run-…``, ``main``, ``recovery/…``), or None."""
+        with self._lock:
+            self._check_open()
+            ref = self._lookup_branch(name)
+            return None if ref is None else str(ref)
+
+    def exists(self, sha: str) -> bool:
+        """Whether ``sha`` (40 hex digits) is a checkpoint commit present in the repository."""
+        return sha in self.verify([sha])
+
+    def verify(self, shas: Iterable[str]) -> set[str]:
+        """The subset of ``shas`` that are commits present in git with their root tree."""
+        with self._lock:
+            self._check_open()
+            present: set[str] = set()
+            for sha in shas:
+                if not isinstance(sha, str) or not _FULL_HEX.fullmatch(sha):
+                    continue
+                try:
+                    obj = self._repo.get(sha)
+                    if isinstance(obj, pygit2.Commit) and self._repo.get(obj.tree_id) is not None:
+                        present.add(sha)
+                except (pygit2.GitError, ValueError):
+                    continue
+            return present
+
+    def resolve(self, prefix: str) -> str:
+        """The full SHA of the checkpoint whose SHA starts with ``prefix`` (4+ hex digits)."""
+        text = prefix.strip().lower() if isinstance(prefix, str) else ""
+        if not _HEX.fullmatch(text):
+            raise CheckpointNotFoundError(
+                f"{prefix!r} is not a checkpoint SHA: give 4 to 40 hexadecimal characters "
+                "(see the checkpoint list)",
+                sha=str(prefix),
+            )
+        with self._lock:
+            self._check_open()
+            found = sorted(sha for sha in self._all_commits() if sha.startswith(text))
+            if not found and len(text) == 40 and self.exists(text):
+                found = [text]
+        if not found:
+            raise CheckpointNotFoundError(
+                f"Checkpoint {prefix} not found in any run (current or historical)", sha=prefix
+            )
+        if len(found) > 1:
+            shown = ", ".join(s[:12] for s in found[:5])
+            more = "" if len(found) <= 5 else f" and {len(found) - 5} more"
+            raise AmbiguousCheckpointError(
+                f"Ambiguous checkpoint SHA '{prefix}': it matches {len(found)} checkpoints "
+                f"({shown}{more}); give more characters",
+                prefix=prefix,
+                candidates=found,
+            )
+        return found[0]
+
+    def list(self, run_id: str | None = None) -> _Checkpoints:
+        """The checkpoints of one run, or of every run; newest first."""
+        with self._lock:
+            self._check_open()
+            if run_id is not None:
+                branches = [run_branch(run_id)]
+            else:
+                branches = [
+                    name[len("refs/heads/") :]
+                    for name in self._repo.listall_references()
+                    if name.startswith("refs/heads/run-")
+                ]
+            found: _Found = []
+            order = 0
+            for branch in branches:
+                tip = self._lookup_branch(branch)
+                if tip is None:
+                    continue
+                branch_run = branch[len("run-") :]
+                commit = self._repo.get(tip)
+                while isinstance(commit, pygit2.Commit):
+                    parents = commit.parent_ids
+                    parent = str(parents[0]) if parents else None
+                    cp = parse_message(
+                        commit.message, sha=str(commit.id), branch=branch, parent=parent
+                    )
+                    if cp is None or cp.run_id != branch_run:
+                        break
+                    found.append((-commit.commit_time, order, cp))
+                    order += 1
+                    commit = self._repo.get(parents[0]) if parents else None
+            found.sort(key=lambda item: (item[0], item[1]))
+            return [cp for _, _, cp in found]
+
+    def files(self, sha: str) -> dict[str, bytes]:
+        """The files of checkpoint ``sha`` as path -> content (symlinks give their target)."""
+        with self._lock:
+            self._check_open()
+            tree = self._commit(sha).tree_id.raw
+            out: dict[str, bytes] = {}
+            for path, (_mode, blob_sha) in self._editor.walk(tree):
+                blob = self._repo.get(pygit2.Oid(raw=blob_sha))
+                if isinstance(blob, pygit2.Blob):
+                    out[path] = blob.data
+            return out
+
+    # -------------------------------------------------------------- mutations
+
+    def snapshot(
+        self,
+        patterns: Sequence[str],
+        *,
+        branch: str,
+        parent_expected: str,
+        kind: str,
+        codon_id: str,
+        run_id: str,
+        codon_name: str,
+        duration_ms: int | None = None,
+        timestamp: str | None = None,
+    ) -> str:
+        """Commits the covered workspace files as a checkpoint; returns its SHA.
+
+        The tree holds exactly the files ``patterns`` cover (deleted ones are
+        gone from it). The commit's parent is ``parent_expected``; if
+        ``branch`` already exists its tip must be that parent, otherwise
+        :class:`CheckpointConflictError` is raised and nothing is committed.
+        """
+        if kind not in CHECKPOINT_TYPES:
+            raise CheckpointError(
+                f"unknown checkpoint type {kind!r}: use one of {', '.join(CHECKPOINT_TYPES)}"
+            )
+        when = timestamp or now_iso()
+        moment = _parse_time(when)
+        with self._lock:
+            self._check_open()
+            pset = self._compile(patterns)
+            refname = self._refname(branch)
+            parent = self._known_commit(parent_expected)
+            self._check_tip(branch, parent)
+            message = format_message(
+                checkpoint_type=kind,
+                codon_id=codon_id,
+                run_id=run_id,
+                codon_name=codon_name,
+                timestamp=when,
+                duration_ms=duration_ms,
+                patterns=list(pset.patterns),
+            )
+            return self._checkpoint(pset, refname, branch, parent, message, moment)
+
+    def recovery_snapshot(
+        self, patterns: Sequence[str], *, run_id: str | None = None, reason: str = ""
+    ) -> RecoverySnapshot:
+        """Saves the covered work tree to a new ``recovery/<time>-<id>`` branch.
+
+        Its parent is the current checkpoint (:meth:`head`). Nothing else moves.
+        """
+        when = now_iso()
+        moment = _parse_time(when)
+        stamp = when.replace(":", "-").replace(".", "-")
+        branch = f"recovery/{stamp}-{uuid.uuid4().hex[:8]}"
+        with self._lock:
+            self._check_open()
+            pset = self._compile(patterns)
+            refname = self._refname(branch)
+            message = format_recovery_message(run_id=run_id, reason=reason, timestamp=when)
+            sha = self._checkpoint(pset, refname, branch, self._head, message, moment)
+            return RecoverySnapshot(branch=branch, sha=sha)
+
+    def restore(self, sha: str, patterns: Sequence[str]) -> RestoreResult:
+        """Makes the covered workspace files exactly those of checkpoint ``sha``.
+
+        Covered files that the checkpoint lacks are removed (and directories
+        left empty by that), the checkpoint's files are written where they
+        differ; files the patterns do not cover are left alone. ``sha`` may be a
+        unique prefix.
+        """
+        with self._lock:
+            self._check_open()
+            pset = self._compile(patterns)
+            full = self.resolve(sha) if not _FULL_HEX.fullmatch(sha) else sha
+            target_commit = self._commit(full)
+            target_tree = target_commit.tree_id.raw
+            scan = self._scan(pset, keep_content=False)
+            base = dict(self._editor.walk(self._base_tree))
+            current = dict(base)
+            for path, value in scan.changes.items():
+                if value is None:
+                    current.pop(path, None)
+                else:
+                    current[path] = value
+            target = dict(self._editor.walk(target_tree))
+            result = RestoreResult(sha=full)
+            result.removed = sorted(p for p in current if p not in target and pset.matches(p))
+            result.written = sorted(p for p, v in target.items() if current.get(p) != v)
+            self._remove_files(result.removed)
+            for path in result.written:
+                self._write_file(path, target[path])
+            for path in base:
+                if path not in target:
+                    self._index_remove(path)
+            for path, entry in target.items():
+                if path in result.written or base.get(path) != entry or path in scan.changes:
+                    self._index_add_from_disk(path, entry)
+            self._base_tree = target_tree
+            self._head = full
+            self._head_unsaved = True
+            self._synced = None  # the target may predate these patterns: rescan next time
+            self._save_index(force=True)
+            return result
+
+    # -------------------------------------------------------------- internals
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointError("the checkpoint repository is closed; open it again")
+
+    def _compile(self, patterns: Sequence[str]) -> PatternSet:
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        key = tuple(patterns)
+        pset = self._patterns.get(key)
+        if pset is None:
+            pset = PatternSet.compile(key)
+            if len(self._patterns) > 256:
+                self._patterns.clear()
+            self._patterns[key] = pset
+        return pset
+
+    def _refname(self, branch: str) -> str:
+        refname = f"refs/heads/{branch}"
+        if not isinstance(branch, str) or not branch or not pygit2.reference_is_valid_name(refname):
+            raise CheckpointError(
+                f"{branch!r} is not a valid branch name for a checkpoint history: "
+                "use run-<runId>, main or recovery/<name> without spaces, '..', '~', '^' or ':'"
+            )
+        return refname
+
+    def _lookup_branch(self, branch: str) -> pygit2.Oid | None:
+        ref = self._repo.references.get(f"refs/heads/{branch}")
+        if ref is None:
+            return None
+        target = ref.resolve().target
+        return target if isinstance(target, pygit2.Oid) else None
+
+    def _commit(self, sha: str) -> pygit2.Commit:
+        if not isinstance(sha, str) or not _FULL_HEX.fullmatch(sha):
+            raise CheckpointNotFoundError(
+                f"{sha!r} is not a full checkpoint SHA (40 hexadecimal characters); "
+                "resolve a prefix with resolve() first",
+                sha=str(sha),
+            )
+        try:
+            obj = self._repo.get(sha)
+        except (pygit2.GitError, ValueError):
+            obj = None
+        if not isinstance(obj, pygit2.Commit):
+            raise CheckpointNotFoundError(
+                f"Checkpoint {sha} not found in any run (current or historical)", sha=sha
+            )
+        return obj
+
+    def _known_commit(self, sha: str) -> str:
+        """``sha`` if it names a commit; commits made here are not looked up again."""
+        if sha not in self._known:
+            self._commit(sha)
+            self._known.add(sha)
+        return sha
+
+    def _check_tip(self, branch: str, expected: str) -> None:
+        tip = self._lookup_branch(branch)
+        if tip is not None and str(tip) != expected:
+            raise self._conflict(branch, expected, str(tip))
+
+    @staticmethod
+    def _conflict(branch: str, expected: str, actual: str | None) -> CheckpointConflictError:
+        return CheckpointConflictError(
+            f"checkpoint history conflict on branch {branch}: its tip is {actual} but the "
+            f"checkpoint expected parent {expected}. Another writer moved the branch, or the "
+            "current checkpoint is stale: re-read the branch tip and retry.",
+            branch=branch,
+            expected=expected,
+            actual=actual,
+        )
+
+    def _checkpoint(
+        self,
+        pset: PatternSet,
+        refname: str,
+        branch: str,
+        parent: str,
+        message: str,
+        moment: datetime,
+    ) -> str:
+        """Synchronises with the workspace, commits on ``parent``, moves ``branch``."""
+        scan = self._scan(pset, keep_content=True)
+        tree = self._base_tree
+        objects = scan.blobs
+        if scan.changes:
+            try:
+                tree, trees = self._editor.apply(self._base_tree, scan.changes)
+            except TreeError as exc:
+                raise CheckpointStorageError(
+                    f"checkpoint repository {self.git_dir} is missing objects ({exc}); "
+                    "restart Weft to repair it"
+                ) from exc
+            objects = [*objects, *trees]
+        body = _commit_body(tree, parent, message, moment)
+        sha = object_id(OBJ_COMMIT, body)
+        try:
+            write_pack(self._pack_dir, [*objects, (OBJ_COMMIT, sha, body)])
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"could not write checkpoint objects to {self._pack_dir}: "
+                f"{exc.strerror or exc}. Check free disk space."
+            ) from exc
+        # The objects are in place: the index now describes this commit's tree.
+        for path, value in scan.changes.items():
+            if value is None:
+                self._index_remove(path)
+            else:
+                self._index_add(path, value, scan.stats[path])
+        commit = sha.hex()
+        self._base_tree = tree
+        self._synced = pset
+        self._head = commit
+        self._head_unsaved = True
+        self._known.add(commit)
+        self._changes_unsaved += len(scan.changes)
+        self._snapshots_unsaved += 1
+        self._move_branch(refname, branch, parent, commit)
+        self._save_index()
+        return commit
+
+    def _move_branch(self, refname: str, branch: str, parent: str, commit: str) -> None:
+        oid = pygit2.Oid(hex=commit)
+        try:
+            ref = self._repo.references.get(refname)
+            if ref is None:
+                self._repo.references.create(refname, oid)
+            elif str(ref.target) != parent:
+                raise self._conflict(branch, parent, str(ref.target))
+            else:
+                # libgit2 compares against the target read above (compare-and-swap).
+                ref.set_target(oid)
+        except (pygit2.AlreadyExistsError, pygit2.GitError) as exc:
+            tip = self._lookup_branch(branch)
+            if tip is not None and str(tip) != parent:
+                raise self._conflict(branch, parent, str(tip)) from exc
+            raise CheckpointStorageError(
+                f"could not move branch {branch} to checkpoint {commit}: {exc}. "
+                f"Check the disk and {self.git_dir}."
+            ) from exc
+
+    def _scan(self, pset: PatternSet, *, keep_content: bool) -> _Scan:
+        scan = _Scan()
+        synced = self._synced
+        full = synced is None or synced.patterns != pset.patterns
+        if full and (synced is None or not pset.is_superset_of(synced)):
+            for path in self._index_paths():
+                if not pset.matches(path):
+                    scan.changes[path] = None
+        dirty = self._watcher.take() if self._watcher is not None else None
+        if full or dirty is None or any(p.rsplit("/", 1)[-1] == ".gitignore" for p in dirty):
+            # New ignore rules can un-ignore files that raised no event: compare everything.
+            roots = pset.scan_roots()
+            if roots is None or roots:
+                self._collect(self._diff(roots, _BASE_FLAGS), pset, scan, keep_content)
+        elif dirty:
+            self._collect(self._diff(sorted(dirty), _BASE_FLAGS), pset, scan, keep_content)
+        return scan
+
+    def _collect(self, diff: pygit2.Diff, pset: PatternSet, scan: _Scan, keep: bool) -> None:
+        for delta in diff.deltas:
+            status = delta.status
+            if status == DeltaStatus.DELETED:
+                pass
+            elif status == DeltaStatus.UNTRACKED:
+                path = delta.new_file.path
+                if path.endswith("/"):
+                    directory = path[:-1]
+                    if pset.could_cover_under(directory):
+                        self._collect_untracked_dir(directory, pset, scan, keep)
+                elif pset.matches(path):
+                    self._stage(path, scan, keep)
+            elif status in (DeltaStatus.MODIFIED, DeltaStatus.TYPECHANGE):
+                path = delta.new_file.path
+                if pset.matches(path):
+                    self._stage(path, scan, keep)
+                else:
+                    scan.changes[path] = None
+
+    def _collect_untracked_dir(
+        self, directory: str, pset: PatternSet, scan: _Scan, keep: bool
+    ) -> None:
+        for delta in self._diff([directory], _RECURSE_FLAGS).deltas:
+            if delta.status != DeltaStatus.UNTRACKED:
+                continue
+            path = delta.new_file.path
+            if path.endswith("/"):
+                # libgit2 does not descend into nested repositories; their files still count.
+                self._walk_plain(path[:-1], pset, scan, keep)
+            elif pset.matches(path):
+                self._stage(path, scan, keep)
+
+    def _walk_plain(self, directory: str, pset: PatternSet, scan: _Scan, keep: bool) -> None:
+        stack = [directory]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self._root, current)))
+            except OSError:
+                continue
+            for entry in entries:
+                rel = f"{current}/{entry.name}"
+                if entry.name == ".git" or is_excluded(rel):
+                    continue
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if is_dir:
+                    if pset.could_cover_under(rel) and not self._repo.path_is_ignored(rel):
+                        stack.append(rel)
+                elif pset.matches(rel) and not self._repo.path_is_ignored(rel):
+                    self._stage(rel, scan, keep)
+
+    def _stage(self, path: str, scan: _Scan, keep: bool) -> None:
+        full = os.path.join(self._root, path)
+        try:
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                data: bytes | None = os.fsencode(os.readlink(full))
+                mode = MODE_LINK
+            elif stat.S_ISREG(st.st_mode):
+                mode = MODE_EXEC if st.st_mode & 0o100 else MODE_FILE
+                if st.st_size > LARGE_FILE:
+                    data = None
+                else:
+                    with open(full, "rb") as fh:
+                        data = fh.read()
+            else:
+                scan.changes[path] = None  # sockets, fifos, devices: git cannot hold them
+                return
+        except (FileNotFoundError, NotADirectoryError):
+            scan.changes[path] = None
+            return
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot read {path} for the checkpoint: {exc.strerror or exc}. Make it "
+                f"readable, or exclude it from checkpointedFiles with '!{path}'."
+            ) from exc
+        if data is None:
+            sha = self._repo.create_blob_fromdisk(full).raw
+        else:
+            sha = object_id(OBJ_BLOB, data)
+            if keep:
+                scan.blobs.append((OBJ_BLOB, sha, data))
+        scan.changes[path] = (mode, sha)
+        scan.stats[path] = st
+
+    def _diff(self, pathspec: _Paths | None, flags: int) -> pygit2.Diff:
+        copts = ffi.new("git_diff_options *")
+        check_error(C.git_diff_options_init(copts, 1))
+        copts.flags = flags
+        cdiff = ffi.new("git_diff **")
+        with StrArray(pathspec) as arr:
+            if pathspec is not None:
+                arr.assign_to(copts.pathspec)
+            err = C.git_diff_index_to_workdir(
+                cdiff,
+                self._repo._repo,
+                self._index._index,
+                copts,
+            )
+            check_error(err)
+        diff: pygit2.Diff = pygit2.Diff.from_c(bytes(ffi.buffer(cdiff)[:]), self._repo)
+        return diff
+
+    def _index_paths(self) -> _Paths:
+        index = self._index._index
+        count = C.git_index_entrycount(index)
+        paths = []
+        for i in range(count):
+            entry = C.git_index_get_byindex(index, i)
+            paths.append(os.fsdecode(ffi.string(entry.path)))
+        return paths
+
+    def _index_add(self, path: str, value: Entry, st: os.stat_result) -> None:
+        entry: Any = ffi.new("git_index_entry *")
+        entry.ctime.seconds = _i32(st.st_ctime_ns // 1_000_000_000)
+        entry.ctime.nanoseconds = st.st_ctime_ns % 1_000_000_000
+        entry.mtime.seconds = _i32(st.st_mtime_ns // 1_000_000_000)
+        entry.mtime.nanoseconds = st.st_mtime_ns % 1_000_000_000
+        entry.dev = st.st_dev & 0xFFFFFFFF
+        entry.ino = st.st_ino & 0xFFFFFFFF
+        entry.mode = _MODE_INT[value[0]]
+        entry.uid = st.st_uid & 0xFFFFFFFF
+        entry.gid = st.st_gid & 0xFFFFFFFF
+        entry.file_size = st.st_size & 0xFFFFFFFF
+        ffi.memmove(entry.id.id, value[1], 20)
+        cpath = ffi.new("char[]", os.fsencode(path))
+        entry.path = cpath
+        check_error(C.git_index_add(self._index._index, entry))
+
+    def _index_add_from_disk(self, path: str, value: Entry) -> None:
+        try:
+            st = os.lstat(os.path.join(self._root, path))
+        except OSError:
+            st = os.stat_result((0,) * 10)  # zero stat: the next comparison rehashes it
+        self._index_add(path, value, st)
+
+    def _index_remove(self, path: str) -> None:
+        err = C.git_index_remove(self._index._index, os.fsencode(path), 0)
+        if err < 0 and err != _GIT_ENOTFOUND:
+            check_error(err)
+
+    def _save_index(self, *, force: bool = False) -> None:
+        """Writes the index and HEAD back, every few snapshots (they are caches of memory).
+
+        After a crash they may lag; opening notices HEAD's tree and the index
+        disagree and rebuilds the index from HEAD, which is always correct.
+        """
+        if not force and (
+            self._snapshots_unsaved < INDEX_WRITE_EVERY
+            and self._changes_unsaved < INDEX_WRITE_CHANGES
+        ):
+            return
+        self._index.write()
+        if self._head_unsaved:
+            self._repo.set_head(pygit2.Oid(hex=self._head))
+            self._head_unsaved = False
+        self._snapshots_unsaved = 0
+        self._changes_unsaved = 0
+
+    def _all_commits(self) -> set[str]:
+        tips = [
+            ref.target
+            for name in self._repo.listall_references()
+            if (ref := self._repo.references.get(name)) is not None
+            and isinstance(ref.target, pygit2.Oid)
+        ]
+        seen: set[str] = set()
+        if not tips:
+            return seen
+        walker = self._repo.walk(tips[0], SortMode.NONE)
+        for tip in tips[1:]:
+            walker.push(tip)
+        for commit in walker:
+            seen.add(str(commit.id))
+        return seen
+
+    # ------------------------------------------------------------- restoring
+
+    def _remove_files(self, paths: _Paths) -> None:
+        parents: set[str] = set()
+        for path in paths:
+            full = os.path.join(self._root, path)
+            try:
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full)
+                else:
+                    os.unlink(full)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise CheckpointError(
+                    f"restore could not remove {path}: {exc.strerror or exc}; "
+                    "check its permissions and retry"
+                ) from exc
+            head = path.rpartition("/")[0]
+            while head:
+                parents.add(head)
+                head = head.rpartition("/")[0]
+        # Deepest first, so emptied parents go too; a directory with other content stays.
+        for directory in sorted(parents, key=lambda d: d.count("/"), reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(self._root, directory))
+
+    def _write_file(self, path: str, entry: Entry) -> None:
+        mode, sha = entry
+        if mode == MODE_TREE:
+            return
+        blob = self._repo.get(pygit2.Oid(raw=sha))
+        if not isinstance(blob, pygit2.Blob):
+            raise CheckpointStorageError(
+                f"checkpoint object {sha.hex()} for {path} is missing: the checkpoint "
+                f"repository {self.git_dir} is damaged"
+            )
+        full = os.path.join(self._root, path)
+        self._make_parents(path)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        directory = os.path.dirname(full)
+        tmp = os.path.join(
+            directory, f".weftcheckpoints.restore-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
+        try:
+            if mode == MODE_LINK:
+                os.symlink(os.fsdecode(blob.data), tmp)
+            else:
+                perms = 0o777 if mode == MODE_EXEC else 0o666
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, perms)
+                try:
+                    view = memoryview(blob.data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
+            os.replace(tmp, full)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise CheckpointError(
+                f"restore could not write {path}: {exc.strerror or exc}; "
+                "check the workspace's permissions and free space, then retry"
+            ) from exc
+
+    def _make_parents(self, path: str) -> None:
+        parts = path.split("/")[:-1]
+        current = self._root
+        for part in parts:
+            current = os.path.join(current, part)
+            try:
+                st = os.lstat(current)
+            except FileNotFoundError:
+                os.mkdir(current)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                # A file (or link) stands where the checkpoint has a directory.
+                os.unlink(current)
+                os.mkdir(current)
+
+
+def _commit_body(tree: bytes, parent: str, message: str, moment: datetime) -> bytes:
+    who = f"{AUTHOR_NAME} <{AUTHOR_EMAIL}> {int(moment.timestamp())} +0000"
+    return (
+        f"tree {tree.hex()}\nparent {parent}\nauthor {who}\ncommitter {who}\n\n{message}"
+    ).encode()
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (ValueError, AttributeError) as exc:
+        raise CheckpointError(
+            f"checkpoint timestamp {text!r} is not ISO 8601 (e.g. 2025-01-31T12:00:00.000Z)"
+        ) from exc
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+__all__ = [
+    "MAIN_BRANCH",
+    "CheckpointRepo",
+    "RecoverySnapshot",
+    "RestoreResult",
+    "now_iso",
+    "run_branch",
+]

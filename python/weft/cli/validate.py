@@ -1,0 +1,223 @@
+"""``weft validate [hank] [--json]``: every check of a hank file, without running it.
+
+Prints a tree of the hank (codons, loops, models and their harnesses, rig
+operations, sentinels), then the warnings and the errors, each with its
+file, JSON path, codon or loop, and a hint. Exits 0 when the hank is valid
+(warnings allowed) and 2 when it is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from weft.agents.harness import route
+from weft.config import HankReport, LoadedHank, validate_hank
+from weft.config.schema import Codon as CodonT
+from weft.config.schema import (
+    CommandOp,
+    ContextExceeded,
+    Loop,
+    SentinelConfig,
+)
+
+
+def register(commands: Any) -> None:
+    """Adds the ``validate`` command."""
+    parser = commands.add_parser(
+        "validate",
+        help="check a hank file and show its structure",
+        description="Check a hank file (schema, references, continuation and loop rules, "
+        "sentinels, budgets, requirements, models) and print its structure. "
+        "Exit 0 when valid, 2 when not.",
+    )
+    parser.add_argument(
+        "hank",
+        nargs="?",
+        default=".",
+        type=Path,
+        help="a hank.json file, or a directory holding one (default: .)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="check as if every codon used this model (like a run's --model)",
+    )
+    parser.set_defaults(run=run)
+
+
+def _codon_tree(codon: CodonT, loaded: LoadedHank) -> dict[str, Any]:
+    target = route(codon.model)
+    rig: list[dict[str, Any]] = []
+    for op in codon.rig_setup:
+        if isinstance(op, CommandOp):
+            rig.append(
+                {
+                    "type": "command",
+                    "run": op.command.run,
+                    "workingDirectory": op.command.working_directory,
+                    "allowFailure": op.allow_failure,
+                }
+            )
+        else:
+            rig.append(
+                {
+                    "type": "copy",
+                    "from": op.copy.from_,
+                    "to": op.copy.to,
+                    "allowFailure": op.allow_failure,
+                }
+            )
+    sentinels: list[dict[str, Any]] = []
+    for entry in codon.sentinels:
+        config = entry.sentinel_config
+        if isinstance(config, SentinelConfig):
+            sentinels.append({"id": config.id, "source": "inline", "model": config.model})
+        else:
+            loaded_config = loaded.sentinel_configs.get(loaded.resolve(config))
+            sentinels.append(
+                {
+                    "id": loaded_config.id if loaded_config else None,
+                    "source": config,
+                    "model": loaded_config.model if loaded_config else None,
+                    "loaded": loaded_config is not None,
+                }
+            )
+    return {
+        "kind": "codon",
+        "id": codon.id,
+        "name": codon.name,
+        "continuationMode": codon.continuation_mode,
+        "model": codon.model,
+        "harness": target.harness,
+        "fake": target.fake,
+        "rigSetup": rig,
+        "sentinels": sentinels,
+        "onFailure": codon.on_failure,
+    }
+
+
+def describe(loaded: LoadedHank) -> dict[str, Any]:
+    """The structure of a valid hank as JSON-ready data."""
+    items: list[dict[str, Any]] = []
+    for item in loaded.hank.hank:
+        if isinstance(item, Loop):
+            terminate = item.terminate_on
+            items.append(
+                {
+                    "kind": "loop",
+                    "id": item.id,
+                    "name": item.name,
+                    "terminateOn": (
+                        {"type": "contextExceeded"}
+                        if isinstance(terminate, ContextExceeded)
+                        else {"type": "iterationLimit", "limit": terminate.limit}
+                    ),
+                    "codons": [_codon_tree(c, loaded) for c in item.codons],
+                }
+            )
+        else:
+            items.append(_codon_tree(item, loaded))
+    meta = loaded.hank.meta
+    return {
+        "name": meta.name if meta else None,
+        "version": meta.version if meta else None,
+        "items": items,
+    }
+
+
+def _codon_lines(codon: dict[str, Any], prefix: str) -> list[str]:
+    model = codon["model"] + f" ({codon['harness']}{', fake agent' if codon['fake'] else ''})"
+    lines = [f'codon {codon["id"]} "{codon["name"]}"  {codon["continuationMode"]}  {model}']
+    details: list[str] = []
+    for op in codon["rigSetup"]:
+        tail = "  (allowFailure)" if op["allowFailure"] else ""
+        if op["type"] == "copy":
+            details.append(f"rig copy {op['from']} -> {op['to']}{tail}")
+        else:
+            where = "" if op["workingDirectory"] == "project" else f" in {op['workingDirectory']}"
+            details.append(f"rig command {json.dumps(op['run'])}{where}{tail}")
+    for s in codon["sentinels"]:
+        ident = s["id"] or "(not loaded)"
+        details.append(f"sentinel {ident} <- {s['source']}")
+    for i, d in enumerate(details):
+        branch = "└── " if i == len(details) - 1 else "├── "
+        lines.append(f"{prefix}{branch}{d}")
+    return lines
+
+
+def render_tree(tree: dict[str, Any], file: str) -> str:
+    """The structure of a hank as an indented tree."""
+    title = f'hank "{tree["name"]}" {tree["version"]}' if tree["name"] else "hank"
+    lines = [f"{title}  ({file})"]
+    items = tree["items"]
+    for i, item in enumerate(items):
+        last = i == len(items) - 1
+        branch, cont = ("└── ", "    ") if last else ("├── ", "│   ")
+        if item["kind"] == "loop":
+            term = item["terminateOn"]
+            how = (
+                "until context exceeded"
+                if term["type"] == "contextExceeded"
+                else (f"iterationLimit {term['limit']}")
+            )
+            lines.append(f'{branch}loop {item["id"]} "{item["name"]}"  {how}')
+            for j, codon in enumerate(item["codons"]):
+                inner_last = j == len(item["codons"]) - 1
+                b2, c2 = ("└── ", "    ") if inner_last else ("├── ", "│   ")
+                sub = _codon_lines(codon, cont + c2)
+                lines.append(cont + b2 + sub[0])
+                lines.extend(sub[1:])
+        else:
+            sub = _codon_lines(item, cont)
+            lines.append(branch + sub[0])
+            lines.extend(sub[1:])
+    return "\n".join(lines)
+
+
+def to_json(report: HankReport) -> dict[str, Any]:
+    """The whole report as JSON-ready data."""
+    return {
+        "file": report.file,
+        "valid": report.valid,
+        "errors": [p.to_json() for p in report.errors],
+        "warnings": [p.to_json() for p in report.warnings],
+        "tree": describe(report.loaded) if report.loaded is not None else None,
+    }
+
+
+def render(report: HankReport) -> str:
+    """The whole report as text."""
+    parts: list[str] = []
+    if report.loaded is not None:
+        parts.append(render_tree(describe(report.loaded), report.file))
+    if report.warnings:
+        parts.append(f"{len(report.warnings)} warning(s):")
+        parts.extend(p.render() for p in report.warnings)
+    if report.errors:
+        parts.append(f"{len(report.errors)} error(s):")
+        parts.extend(p.render() for p in report.errors)
+    if report.valid:
+        assert report.loaded is not None
+        codons = len(report.loaded.codons())
+        loops = sum(isinstance(i, Loop) for i in report.loaded.hank.hank)
+        parts.append(
+            f"valid: {codons} codon{'s' if codons != 1 else ''}, "
+            f"{loops} loop{'s' if loops != 1 else ''}"
+        )
+    else:
+        parts.append(f"invalid: {report.file}")
+    return "\n".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validates ``args.hank``; 0 when valid, 2 when not."""
+    report = validate_hank(args.hank, model=args.model)
+    if args.json:
+        print(json.dumps(to_json(report), indent=2))
+    else:
+        print(render(report))
+    return 0 if report.valid else 2

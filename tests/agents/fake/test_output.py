@@ -1,0 +1,154 @@
+"""How the fakes write: the signal policy (``FAKE_AGENT_SIGTERM``), chunked
+writes that split characters, and a line that stalls half-way."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+
+import pytest
+
+from weft.agents.fake.scenarios import EMOJI
+
+from .support import BASE_ARGS, Fake
+from .wire import check_claude, check_codex, check_gemini
+
+FLAVOURS = ["claude", "codex", "gemini"]
+LONG_RUN = {"FAKE_AGENT_SCENARIO": "sigterm,interval_ms=50,lines=400"}
+
+
+def first_lines(proc: object, count: int) -> list[bytes]:
+    stdout = proc.stdout  # type: ignore[attr-defined]
+    return [stdout.readline() for _ in range(count)]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_graceful_stop_prints_a_terminal_error(
+    fake: Fake, flavour: str, sig: int, code: int
+) -> None:
+    env = {**LONG_RUN, "FAKE_AGENT_SIGTERM": "graceful"}
+    proc = fake.spawn(flavour, *BASE_ARGS[flavour], env=env)
+    try:
+        head = first_lines(proc, 3)
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == code
+    lines = [json.loads(x) for x in b"".join([*head, rest]).splitlines() if x.startswith(b"{")]
+    last = lines[-1]
+    if flavour == "claude":
+        run = check_claude(lines)
+        assert run.result is not None
+        assert run.result["subtype"] == "error_during_execution"
+        assert run.result["terminal_reason"] == "aborted_streaming"
+    elif flavour == "codex":
+        assert check_codex(lines).failed is not None
+        assert last["type"] == "turn.failed"
+    else:
+        run_g = check_gemini(lines)
+        assert run_g.result is not None
+        assert run_g.result["status"] == "error"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_exit_policy_dies_by_the_signal_without_a_result(fake: Fake, flavour: str) -> None:
+    proc = fake.spawn(flavour, *BASE_ARGS[flavour], env=LONG_RUN)
+    try:
+        first_lines(proc, 2)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGTERM
+    assert b'"result"' not in rest
+    assert b"turn." not in rest
+
+
+def test_ignore_policy_needs_sigkill(fake: Fake) -> None:
+    proc = fake.spawn(
+        "claude", *BASE_ARGS["claude"], env={**LONG_RUN, "FAKE_AGENT_SIGTERM": "ignore"}
+    )
+    try:
+        first_lines(proc, 2)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+        # Still streaming: more lines keep coming after both signals.
+        assert len(first_lines(proc, 3)) == 3
+        assert proc.poll() is None
+        proc.kill()
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_graceful_stop_also_ends_a_hang(fake: Fake) -> None:
+    env = {"FAKE_AGENT_SCENARIO": "hang_after_init", "FAKE_AGENT_SIGTERM": "graceful"}
+    proc = fake.spawn("claude", *BASE_ARGS["claude"], env=env)
+    try:
+        first_lines(proc, 2)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 143
+    assert json.loads(rest.splitlines()[-1])["terminal_reason"] == "aborted_streaming"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_chunked_writes_split_lines_and_characters(fake: Fake, flavour: str) -> None:
+    proc = fake.spawn(flavour, *BASE_ARGS[flavour], env={"FAKE_AGENT_SCENARIO": "chunked_writes"})
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    reads: list[bytes] = []
+    try:
+        while chunk := os.read(fd, 65536):
+            reads.append(chunk)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    data = b"".join(reads)
+    lines = [json.loads(raw) for raw in data.splitlines()]
+    assert EMOJI.encode("utf-8") in data
+    # Pieces of at most 7 bytes with pauses between them reach the reader as
+    # many small reads, far more than there are lines.
+    assert len(reads) > 2 * len(lines)
+    {"claude": check_claude, "codex": check_codex, "gemini": check_gemini}[flavour](lines)
+
+
+def test_a_stalled_line_arrives_in_two_halves(fake: Fake) -> None:
+    env = {"FAKE_AGENT_SCENARIO": "partial_line_stall,stall_ms=600"}
+    proc = fake.spawn("claude", *BASE_ARGS["claude"], env=env)
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    try:
+        buffered = b""
+        while b"\n" not in buffered:
+            buffered += os.read(fd, 65536)
+        init, _, partial = buffered.partition(b"\n")
+        assert json.loads(init)["subtype"] == "init"
+        while not partial:
+            partial += os.read(fd, 65536)
+        # The half line sits there with no newline while the fake stalls.
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        assert b"\n" not in partial
+        assert not ready
+        rest = b""
+        while b"\n" not in rest:
+            rest += os.read(fd, 65536)
+        line = json.loads(partial + rest.partition(b"\n")[0])
+        assert line["type"] == "assistant"
+        tail = rest.partition(b"\n")[2] + proc.stdout.read()
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    check_claude([json.loads(init), line, *(json.loads(x) for x in tail.splitlines())])

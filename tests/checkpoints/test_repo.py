@@ -1,0 +1,625 @@
+"""Snapshots, restores, history and lookups of the shadow repository.
+
+The checks read the repository with the git CLI (``git ls-tree``, ``git fsck``)
+and the workspace with ``os.walk``, and compare against the reference glob
+model, so none of them trusts the code under test to describe itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+import weft.checkpoints.repo as repo_module
+from tests.checkpoints.helpers import (
+    FileState,
+    covered_state,
+    disk_state,
+    file_state,
+    git,
+    tree_state,
+    write,
+)
+from tests.checkpoints.oracle import covered
+from weft.checkpoints import (
+    AmbiguousCheckpointError,
+    CheckpointConflictError,
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointRepo,
+    run_branch,
+)
+
+
+def snap(
+    repo: CheckpointRepo,
+    patterns: list[str],
+    *,
+    run: str = "r1",
+    codon: str = "c1",
+    kind: str = "completed",
+    parent: str | None = None,
+    timestamp: str | None = None,
+) -> str:
+    """A checkpoint on ``run-<run>``, on top of its tip (or of the initial commit)."""
+    branch = run_branch(run)
+    if parent is None:
+        parent = repo.branch_tip(branch) or repo.initial_sha
+    return repo.snapshot(
+        patterns,
+        branch=branch,
+        parent_expected=parent,
+        kind=kind,
+        codon_id=codon,
+        run_id=run,
+        codon_name=f"Codon {codon}",
+        duration_ms=5,
+        timestamp=timestamp,
+    )
+
+
+# ------------------------------------------------------------------ snapshot
+
+
+def test_a_checkpoint_holds_exactly_the_covered_files(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "notes/a.md", "a")
+    write(workspace, "notes/deep/b.txt", "b")
+    write(workspace, "README.md", "readme")
+    write(workspace, "docs/guide.md", "not covered: *.md is anchored at the root")
+    write(workspace, "src/x.py", "print()")
+    write(workspace, "src/x.pyc", b"\x00\x01")
+    patterns = ["notes/**", "*.md", "src/**/*.py"]
+    sha = snap(repo, patterns)
+    assert tree_state(repo, sha) == covered_state(workspace, patterns)
+    assert set(tree_state(repo, sha)) == {"notes/a.md", "notes/deep/b.txt", "README.md", "src/x.py"}
+
+
+def test_deletions_are_recorded(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "notes/a.md", "a")
+    write(workspace, "notes/b.md", "b")
+    write(workspace, "notes/sub/c.md", "c")
+    first = snap(repo, ["notes/**"])
+    (workspace / "notes/a.md").unlink()
+    shutil.rmtree(workspace / "notes/sub")
+    second = snap(repo, ["notes/**"])
+    assert set(tree_state(repo, first)) == {"notes/a.md", "notes/b.md", "notes/sub/c.md"}
+    assert set(tree_state(repo, second)) == {"notes/b.md"}
+    changes = git(repo, "diff-tree", "-r", "--name-status", first, second).split()
+    assert changes == ["D", "notes/a.md", "D", "notes/sub/c.md"]
+
+
+def test_modes_symlinks_empty_and_binary_files(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "bin/run.sh", "#!/bin/sh\n", executable=True)
+    write(workspace, "bin/empty", b"")
+    write(workspace, "bin/blob", bytes(range(256)) * 10)
+    os.symlink("run.sh", workspace / "bin/link")
+    os.symlink("../nowhere", workspace / "bin/dangling")
+    sha = snap(repo, ["bin/"])
+    tree = tree_state(repo, sha)
+    assert tree == covered_state(workspace, ["bin/"])
+    assert tree["bin/run.sh"][0] == "100755"
+    assert tree["bin/link"][0] == tree["bin/dangling"][0] == "120000"
+
+
+def test_line_endings_and_bytes_are_kept_exactly(repo: CheckpointRepo, workspace: Path) -> None:
+    data = b"one\r\ntwo\rthree\n\xff\xfe"
+    write(workspace, "a.txt", data)
+    write(workspace, ".gitattributes", "* text eol=crlf filter=nope\n")
+    sha = snap(repo, ["a.txt"])
+    assert repo.files(sha) == {"a.txt": data}
+
+
+def test_unchanged_workspace_gives_the_same_tree(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "notes/a.md", "a")
+    first = snap(repo, ["notes/**"])
+    second = snap(repo, ["notes/**"])
+    assert git(repo, "rev-parse", f"{first}^{{tree}}") == git(repo, "rev-parse", f"{second}^{{tree}}")
+    assert git(repo, "rev-parse", f"{second}^") .strip() == first
+
+
+def test_patterns_that_grow_pick_up_files_that_already_existed(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "notes/a.md", "a")
+    write(workspace, "src/main.py", "x")
+    first = snap(repo, ["notes/**"])
+    second = snap(repo, ["notes/**", "src/**"])
+    third = snap(repo, ["src/**"])
+    assert set(tree_state(repo, first)) == {"notes/a.md"}
+    assert set(tree_state(repo, second)) == {"notes/a.md", "src/main.py"}
+    assert set(tree_state(repo, third)) == {"src/main.py"}
+
+
+def test_no_patterns_give_an_empty_tree(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.txt", "a")
+    sha = snap(repo, [])
+    assert tree_state(repo, sha) == {}
+
+
+def test_runtime_paths_are_never_checkpointed(repo: CheckpointRepo, workspace: Path, tmp_path: Path) -> None:
+    data = tmp_path / "input-data"
+    data.mkdir()
+    (data / "big.csv").write_text("1,2\n")
+    os.symlink(data, workspace / "read_only_data_source")
+    write(workspace, "rigArchive/loop-0/notes/a.md", "archived")
+    write(workspace, ".weft/state.json", "{}")
+    write(workspace, "sub/.Weft/x", "x")
+    write(workspace, ".weft.backup-2025/state.json", "{}")
+    write(workspace, "work/rigArchive/kept.md", "not at the root: kept")
+    sha = snap(repo, ["**"])
+    assert set(tree_state(repo, sha)) == {"work/rigArchive/kept.md"}
+
+
+def test_ignored_untracked_files_stay_out_until_the_rules_change(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, ".gitignore", "*.log\nbuild/\n")
+    write(workspace, "app.py", "x")
+    write(workspace, "debug.log", "noise")
+    write(workspace, "build/out.bin", "noise")
+    first = snap(repo, ["**"])
+    assert set(tree_state(repo, first)) == {".gitignore", "app.py"}
+    write(workspace, ".gitignore", "build/\n")
+    second = snap(repo, ["**"])
+    assert set(tree_state(repo, second)) == {".gitignore", "app.py", "debug.log"}
+
+
+def test_nested_git_repositories_contribute_their_files(repo: CheckpointRepo, workspace: Path) -> None:
+    nested = workspace / "project"
+    nested.mkdir()
+    subprocess.run(["git", "init", "-q", str(nested)], check=True, env=repo.git_env() | {"GIT_DIR": str(nested / ".git")})
+    write(workspace, "project/src/app.py", "x")
+    sha = snap(repo, ["project/**"])
+    assert set(tree_state(repo, sha)) == {"project/src/app.py"}
+    write(workspace, "project/src/app.py", "y")
+    second = snap(repo, ["project/**"])
+    assert tree_state(repo, second)["project/src/app.py"] == file_state(workspace / "project/src/app.py")
+
+
+def test_a_file_that_becomes_a_directory_and_back(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "out", "file")
+    first = snap(repo, ["out"])
+    (workspace / "out").unlink()
+    write(workspace, "out/inner.txt", "now a directory")
+    second = snap(repo, ["out"])
+    shutil.rmtree(workspace / "out")
+    os.symlink("elsewhere", workspace / "out")
+    third = snap(repo, ["out"])
+    assert set(tree_state(repo, first)) == {"out"}
+    assert set(tree_state(repo, second)) == {"out/inner.txt"}
+    assert tree_state(repo, third)["out"][0] == "120000"
+
+
+def test_large_files_are_stored_through_libgit2(
+    repo: CheckpointRepo, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(repo_module, "LARGE_FILE", 1000)
+    write(workspace, "data/big.bin", os.urandom(5000))
+    write(workspace, "data/small.bin", os.urandom(10))
+    sha = snap(repo, ["data/**"])
+    assert tree_state(repo, sha) == covered_state(workspace, ["data/**"])
+
+
+def test_unreadable_files_fail_the_checkpoint_with_a_hint(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads every file")
+    path = write(workspace, "secret.txt", "s")
+    path.chmod(0)
+    with pytest.raises(CheckpointError, match=r"cannot read secret.txt .*'!secret.txt'"):
+        snap(repo, ["*.txt"])
+
+
+def test_the_commit_message_names_status_codon_and_run(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.md", "a")
+    sha = repo.snapshot(
+        ["*.md"],
+        branch="run-1700000000000-abcde",
+        parent_expected=repo.initial_sha,
+        kind="rig-setup",
+        codon_id="write-poem#1",
+        run_id="1700000000000-abcde",
+        codon_name="Write the poem",
+        duration_ms=1234,
+        timestamp="2025-03-01T10:00:00.000Z",
+    )
+    subject, _, body = git(repo, "log", "-1", "--format=%B", sha).partition("\n")
+    assert subject == "rig-setup:write-poem#1 [run:1700000000000-abcde] Write the poem"
+    for line in ("Codon: Write the poem", "Status: rig-setup", "Duration: 1234ms"):
+        assert line in body.splitlines()
+    assert git(repo, "log", "-1", "--format=%an <%ae> %at", sha).strip() == (
+        "Weft Runtime <runtime@weft.invalid> 1740823200"
+    )
+
+
+def test_bad_arguments_are_refused_before_anything_is_written(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "a.md", "a")
+    with pytest.raises(CheckpointError, match="unknown checkpoint type"):
+        snap(repo, ["*.md"], kind="done")
+    with pytest.raises(CheckpointError, match="not a valid branch name"):
+        repo.snapshot(["*.md"], branch="run x..", parent_expected=repo.initial_sha, kind="completed",
+                      codon_id="c", run_id="r", codon_name="n")
+    with pytest.raises(CheckpointNotFoundError):
+        snap(repo, ["*.md"], parent="0" * 40)
+    with pytest.raises(CheckpointError, match="not ISO 8601"):
+        snap(repo, ["*.md"], timestamp="yesterday")
+    assert repo.branch_tip("run-r1") is None
+
+
+# ------------------------------------------------------------------ history
+
+
+def test_a_moved_branch_is_a_conflict_and_nothing_is_committed(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "a.md", "1")
+    first = snap(repo, ["*.md"])
+    write(workspace, "a.md", "2")
+    with pytest.raises(CheckpointConflictError) as info:
+        snap(repo, ["*.md"], parent=repo.initial_sha)
+    assert info.value.branch == "run-r1"
+    assert info.value.actual == first
+    assert "run-r1" in str(info.value) and "retry" in str(info.value)
+    assert repo.branch_tip("run-r1") == first
+
+
+def test_a_new_run_branch_starts_from_the_given_parent(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.md", "1")
+    first = snap(repo, ["*.md"], run="r1")
+    write(workspace, "a.md", "2")
+    second = snap(repo, ["*.md"], run="r2", parent=first)
+    assert git(repo, "rev-parse", f"{second}^").strip() == first
+    assert [c.sha for c in repo.list("r2")] == [second]
+    assert [c.sha for c in repo.list("r1")] == [first]
+
+
+def test_list_reads_back_every_field_newest_first(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.md", "1")
+    rig = snap(repo, ["*.md"], codon="c1", kind="rig-setup", timestamp="2025-01-01T00:00:01.000Z")
+    done = snap(repo, ["*.md"], codon="c1", kind="completed", timestamp="2025-01-01T00:00:02.000Z")
+    other = snap(repo, ["*.md"], run="r2", parent=done, codon="c2", kind="skipped",
+                 timestamp="2025-01-01T00:00:03.000Z")
+    every = repo.list()
+    assert [c.sha for c in every] == [other, done, rig]
+    assert [(c.checkpoint_type, c.codon_id, c.run_id, c.branch) for c in every] == [
+        ("skipped", "c2", "r2", "run-r2"),
+        ("completed", "c1", "r1", "run-r1"),
+        ("rig-setup", "c1", "r1", "run-r1"),
+    ]
+    assert every[1].parent == rig
+    assert every[1].codon_name == "Codon c1"
+    assert every[1].duration_ms == 5
+    assert every[1].timestamp == "2025-01-01T00:00:02.000Z"
+    assert every[1].patterns == ["*.md"]
+    assert repo.list("nope") == []
+
+
+def test_verify_and_exists_report_only_present_commits(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.md", "1")
+    sha = snap(repo, ["*.md"])
+    blob = git(repo, "rev-parse", f"{sha}:a.md").strip()
+    asked = {sha, repo.initial_sha, "f" * 40, blob, "not-a-sha", sha[:10]}
+    assert repo.verify(asked) == {sha, repo.initial_sha}
+    assert repo.exists(sha)
+    assert not repo.exists("f" * 40)
+
+
+def test_resolve_takes_unique_prefixes(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.md", "1")
+    sha = snap(repo, ["*.md"])
+    assert repo.resolve(sha[:7]) == sha
+    assert repo.resolve(sha.upper()) == sha
+    with pytest.raises(CheckpointNotFoundError, match="not found in any run"):
+        repo.resolve("0000000" if not sha.startswith("0000000") else "1111111")
+    with pytest.raises(CheckpointNotFoundError, match="4 to 40 hexadecimal"):
+        repo.resolve("xyz")
+    with pytest.raises(CheckpointNotFoundError):
+        repo.resolve(sha[:3])
+
+
+def test_an_ambiguous_prefix_lists_the_candidates(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.md", "1")
+    seen: dict[str, str] = {}
+    pair: tuple[str, str] | None = None
+    for i in range(4000):
+        sha = snap(repo, ["*.md"], timestamp=f"2025-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
+                   codon=f"c{i}")
+        prefix = sha[:4]
+        if prefix in seen:
+            pair = (seen[prefix], sha)
+            break
+        seen[prefix] = sha
+    assert pair is not None, "no two checkpoints shared a 4-digit prefix"
+    with pytest.raises(AmbiguousCheckpointError) as info:
+        repo.resolve(pair[0][:4])
+    assert set(pair) <= set(info.value.candidates)
+    assert "Ambiguous checkpoint SHA" in str(info.value) and "more characters" in str(info.value)
+    assert repo.resolve(pair[0][:12]) == pair[0]
+
+
+def test_recovery_snapshot_saves_the_work_tree_on_its_own_branch(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "notes.md", "checkpointed")
+    first = snap(repo, ["*.md"])
+    write(workspace, "notes.md", "not checkpointed yet")
+    saved = repo.recovery_snapshot(["*.md"], run_id="r1", reason="crash recovery")
+    assert saved.branch.startswith("recovery/")
+    assert repo.branch_tip(saved.branch) == saved.sha
+    assert git(repo, "rev-parse", f"{saved.sha}^").strip() == first
+    assert repo.files(saved.sha) == {"notes.md": b"not checkpointed yet"}
+    assert repo.branch_tip("run-r1") == first
+    assert all(c.sha != saved.sha for c in repo.list())
+
+
+def test_the_repository_stays_valid_for_git(repo: CheckpointRepo, workspace: Path) -> None:
+    for i in range(5):
+        write(workspace, f"notes/{i}.md", str(i))
+        write(workspace, "notes/0.md", f"rev {i}")
+        snap(repo, ["notes/**"], codon=f"c{i}")
+    repo.close()
+    assert git(repo, "fsck", "--full", "--strict", "--no-dangling") == ""
+    assert git(repo, "status", "--porcelain") == ""
+
+
+# ------------------------------------------------------------------ restore
+
+
+def test_restore_makes_covered_files_exactly_the_target(repo: CheckpointRepo, workspace: Path) -> None:
+    patterns = ["notes/**", "*.md"]
+    write(workspace, "notes/a.md", "a1")
+    write(workspace, "notes/keep/b.md", "b1")
+    write(workspace, "README.md", "r1")
+    write(workspace, "scratch/untracked.txt", "not covered")
+    target = snap(repo, patterns)
+    expected = tree_state(repo, target)
+    write(workspace, "notes/a.md", "a2")
+    write(workspace, "notes/new/c.md", "new")
+    (workspace / "README.md").unlink()
+    write(workspace, "scratch/untracked.txt", "changed, still not covered")
+    snap(repo, patterns)
+    result = repo.restore(target, patterns)
+    assert covered_state(workspace, patterns) == expected
+    assert (workspace / "scratch/untracked.txt").read_text() == "changed, still not covered"
+    assert not (workspace / "notes/new").exists(), "emptied directories are removed"
+    assert result.removed == ["notes/new/c.md"]
+    assert sorted(result.written) == ["README.md", "notes/a.md"]
+    assert repo.head() == target
+
+
+def test_restore_then_snapshot_starts_from_the_restored_tree(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "a.md", "1")
+    first = snap(repo, ["*.md"])
+    write(workspace, "a.md", "2")
+    write(workspace, "b.md", "2")
+    snap(repo, ["*.md"])
+    repo.restore(first, ["*.md"])
+    write(workspace, "c.md", "3")
+    after = snap(repo, ["*.md"], run="r2", parent=first)
+    assert tree_state(repo, after) == covered_state(workspace, ["*.md"])
+    assert set(tree_state(repo, after)) == {"a.md", "c.md"}
+
+
+def test_restore_replaces_directories_files_and_links_as_the_target_has_them(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "x/inner.txt", "dir version")
+    write(workspace, "tool", "#!/bin/sh\n", executable=True)
+    os.symlink("tool", workspace / "alias")
+    target = snap(repo, ["**"])
+    shutil.rmtree(workspace / "x")
+    write(workspace, "x", "now a file")
+    (workspace / "tool").chmod(0o644)
+    (workspace / "alias").unlink()
+    write(workspace, "alias", "now a file")
+    snap(repo, ["**"])
+    repo.restore(target, ["**"])
+    assert disk_state(workspace) == tree_state(repo, target)
+    assert os.readlink(workspace / "alias") == "tool"
+
+
+def test_restore_accepts_a_prefix_and_rejects_unknown_shas(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "a.md", "1")
+    first = snap(repo, ["*.md"])
+    write(workspace, "a.md", "2")
+    snap(repo, ["*.md"])
+    assert repo.restore(first[:8], ["*.md"]).sha == first
+    assert (workspace / "a.md").read_text() == "1"
+    with pytest.raises(CheckpointNotFoundError):
+        repo.restore("f" * 40, ["*.md"])
+
+
+def test_concurrent_writers_on_one_branch_never_lose_a_checkpoint(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "a.md", "0")
+    snap(repo, ["*.md"])
+    successes: list[str] = []
+    conflicts: list[CheckpointConflictError] = []
+    barrier = threading.Barrier(6)
+
+    def writer(n: int) -> None:
+        barrier.wait()
+        for i in range(5):
+            tip = repo.branch_tip("run-r1")
+            assert tip is not None
+            try:
+                successes.append(snap(repo, ["*.md"], parent=tip, codon=f"w{n}-{i}"))
+            except CheckpointConflictError as exc:
+                conflicts.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    chain = git(repo, "rev-list", "--first-parent", "run-r1").split()
+    assert len(successes) + len(conflicts) == 30
+    assert set(successes) <= set(chain)
+    assert len(chain) == len(successes) + 2  # + the first snapshot and the initial commit
+
+
+# ------------------------------------------------------------------ restart
+
+
+CHILD = """
+import os, sys
+from weft.checkpoints import CheckpointRepo
+repo = CheckpointRepo.open_or_create(sys.argv[1], sys.argv[2], watch=False)
+tip = repo.branch_tip("run-r1") or repo.initial_sha
+for i in range(int(sys.argv[3])):
+    with open(os.path.join(sys.argv[2], f"f{i}.md"), "w") as fh:
+        fh.write(str(i))
+    tip = repo.snapshot(["*.md"], branch="run-r1", parent_expected=tip, kind="completed",
+                        codon_id=f"c{i}", run_id="r1", codon_name="n")
+print(tip)
+os._exit(0)  # no close(): the index and HEAD are left as a crash would leave them
+"""
+
+
+def test_a_process_that_dies_without_closing_leaves_a_usable_repository(
+    git_dir: Path, workspace: Path, watch: bool
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(git_dir), str(workspace), "5"],
+        capture_output=True, text=True, check=True,
+    )
+    tip = result.stdout.strip()
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=watch) as repo:
+        assert repo.exists(tip)
+        assert repo.branch_tip("run-r1") == tip
+        (workspace / "f0.md").unlink()
+        write(workspace, "new.md", "n")
+        after = snap(repo, ["*.md"])
+        assert tree_state(repo, after) == covered_state(workspace, ["*.md"])
+
+
+# ------------------------------------------------------------------ model
+
+
+NAMES = ["a", "b", "c.md", "d.py", ".e", "rigArchive", ".weft", "notes", "src"]
+PATTERNS = ["**", "*.md", "**/*.md", "notes/**", "src/**/*.py", "a", "b/", "*/c.md", "!**/*.py",
+            "{a,b}/**", "[ab]/*", "?.md", "notes/*"]
+name_paths = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join)
+pattern_lists = st.lists(st.sampled_from(PATTERNS), min_size=0, max_size=3)
+
+
+class WorkspaceModel(RuleBasedStateMachine):
+    """Random edits, snapshots and restores against the reference model and git itself."""
+
+    checkpoints = Bundle("checkpoints")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="weft-ckpt-model-"))
+        self.ws = self.tmp / "agentRoot"
+        self.ws.mkdir()
+        self.repo: CheckpointRepo | None = None
+        self.tip: str | None = None
+        self.expected: dict[str, dict[str, FileState]] = {}
+
+    @initialize(watching=st.booleans())
+    def open(self, watching: bool) -> None:
+        self.repo = CheckpointRepo.open_or_create(self.tmp / "git", self.ws, watch=watching)
+        self.tip = self.repo.initial_sha
+
+    def teardown(self) -> None:
+        if self.repo is not None:
+            self.repo.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _clear_way(self, rel: str) -> None:
+        parts = rel.split("/")
+        for k in range(1, len(parts)):
+            prefix = self.ws.joinpath(*parts[:k])
+            if prefix.is_symlink() or prefix.is_file():
+                prefix.unlink()
+        target = self.ws / rel
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+
+    @rule(rel=name_paths, data=st.binary(max_size=40), executable=st.booleans())
+    def write_file(self, rel: str, data: bytes, executable: bool) -> None:
+        self._clear_way(rel)
+        write(self.ws, rel, data, executable=executable)
+
+    @rule(rel=name_paths, points_to=st.sampled_from(["a", "../x", "notes/c.md"]))
+    def make_link(self, rel: str, points_to: str) -> None:
+        self._clear_way(rel)
+        if (self.ws / rel).is_symlink() or (self.ws / rel).exists():
+            (self.ws / rel).unlink()
+        (self.ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(points_to, self.ws / rel)
+
+    @rule(rel=name_paths)
+    def delete(self, rel: str) -> None:
+        path = self.ws / rel
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+
+    @rule(target=checkpoints, patterns=pattern_lists)
+    def snapshot(self, patterns: list[str]) -> str:
+        assert self.repo is not None and self.tip is not None
+        sha = self.repo.snapshot(patterns, branch="run-m", parent_expected=self.tip, kind="completed",
+                                 codon_id="c", run_id="m", codon_name="model")
+        self.tip = sha
+        want = covered_state(self.ws, patterns)
+        assert tree_state(self.repo, sha) == want
+        self.expected[sha] = want
+        return sha
+
+    @precondition(lambda self: bool(self.expected))
+    @rule(sha=checkpoints, patterns=pattern_lists)
+    def restore(self, sha: str, patterns: list[str]) -> None:
+        assert self.repo is not None
+        before = disk_state(self.ws)
+        target = self.expected[sha]
+        self.repo.restore(sha, patterns)
+        after = disk_state(self.ws)
+        for path, state in target.items():
+            assert after.get(path) == state, path
+        for path in after:
+            if covered(patterns, path):
+                assert path in target, f"{path} is covered but not in the target"
+        conflicts = {p for p in before for t in target if t.startswith(p + "/") or p.startswith(t + "/")}
+        for path, state in before.items():
+            if path not in target and not covered(patterns, path) and path not in conflicts:
+                assert after.get(path) == state, f"uncovered {path} changed"
+
+    @invariant()
+    def head_is_known(self) -> None:
+        if self.repo is not None:
+            assert self.repo.exists(self.repo.head())
+
+
+WorkspaceModel.TestCase.settings = settings(
+    max_examples=25,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_workspace_model = WorkspaceModel.TestCase

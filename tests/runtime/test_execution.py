@@ -1,0 +1,630 @@
+"""Execution directories: input resolution, create/resume rules, data linking and hashing."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from weft.runtime.execution import (
+    BASE_DIR_ENV,
+    DATA_LINK,
+    META_FILE,
+    DataMismatchError,
+    ExecutionLayout,
+    ExecutionMetaError,
+    ExecutionSetupError,
+    HankChangedError,
+    InputPathError,
+    PreparedExecution,
+    ask_yes_no,
+    hank_hash,
+    hash_data,
+    is_interactive,
+    managed_base_dir,
+    prepare_execution,
+    read_meta,
+    resolve_inputs,
+)
+
+HANK = {
+    "meta": {"name": "demo", "version": "1.0.0"},
+    "hank": [{"id": "a", "name": "A", "model": "fake/ok", "continuationMode": "fresh"}],
+}
+
+
+def write_hank(path: Path, doc: dict[str, object] | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc or HANK))
+    return path
+
+
+def make_data(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    return path
+
+
+class Answers:
+    """A prompt that replays answers and records the questions."""
+
+    def __init__(self, *answers: bool) -> None:
+        self.answers = list(answers)
+        self.questions: list[str] = []
+
+    def __call__(self, question: str) -> bool:
+        self.questions.append(question)
+        return self.answers.pop(0)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "hank": write_hank(tmp_path / "project" / "hank.json"),
+        "data": make_data(tmp_path / "data", {"a.csv": "x,y\n1,2\n", "sub/b.txt": "hello"}),
+        "base": tmp_path / "managed",
+    }
+
+
+def prepare(e: dict[str, Path], **kw: object) -> PreparedExecution:
+    args: dict[str, object] = {"interactive": False, "base_dir": e["base"]}
+    args.update(kw)
+    data = args.pop("data", e["data"])
+    hank = args.pop("hank", e["hank"])
+    return prepare_execution(hank, data, **args)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def test_no_argument_runs_hank_json_of_the_current_folder(tmp_path: Path) -> None:
+    hank = write_hank(tmp_path / "hank.json")
+    assert resolve_inputs([], cwd=tmp_path) == (hank.resolve(), None)
+
+
+def test_no_argument_without_hank_json_says_how_to_pass_one(tmp_path: Path) -> None:
+    with pytest.raises(InputPathError, match=r"no hank\.json in .*weft run path/to/hank\.json"):
+        resolve_inputs([], cwd=tmp_path)
+
+
+def test_one_json_argument_is_the_hank(tmp_path: Path) -> None:
+    hank = write_hank(tmp_path / "pipes" / "mine.json")
+    assert resolve_inputs(["pipes/mine.json"], cwd=tmp_path) == (hank.resolve(), None)
+
+
+def test_one_folder_with_a_hank_json_is_the_hank(tmp_path: Path) -> None:
+    hank = write_hank(tmp_path / "pipes" / "hank.json")
+    assert resolve_inputs(["pipes"], cwd=tmp_path) == (hank.resolve(), None)
+
+
+def test_one_other_argument_is_data_for_the_local_hank(tmp_path: Path) -> None:
+    hank = write_hank(tmp_path / "hank.json")
+    data = make_data(tmp_path / "inputs", {"x.txt": "1"})
+    single = tmp_path / "one.csv"
+    single.write_text("a")
+    assert resolve_inputs(["inputs"], cwd=tmp_path) == (hank.resolve(), data.resolve())
+    assert resolve_inputs(["one.csv"], cwd=tmp_path) == (hank.resolve(), single.resolve())
+
+
+def test_data_without_a_local_hank_explains_the_guess(tmp_path: Path) -> None:
+    make_data(tmp_path / "inputs", {"x.txt": "1"})
+    with pytest.raises(InputPathError, match=r"taken as the data.*pass both"):
+        resolve_inputs(["inputs"], cwd=tmp_path)
+
+
+def test_two_arguments_are_hank_then_data(tmp_path: Path) -> None:
+    hank = write_hank(tmp_path / "p" / "hank.json")
+    data = make_data(tmp_path / "d", {"x": "1"})
+    assert resolve_inputs(["p", "d"], cwd=tmp_path) == (hank.resolve(), data.resolve())
+    assert resolve_inputs(["p/hank.json", "d"], cwd=tmp_path) == (hank.resolve(), data.resolve())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["a", "b", "c"], "too many positional arguments.*got 3"),
+        (["missing.json"], "missing.json: hank file not found"),
+        (["nothing-here"], "nothing-here: no such file or directory"),
+        (["hank.json", "nowhere"], "nowhere: data not found"),
+        (["empty", "hank.json"], "the folder has no hank.json"),
+        (["-"], "stdin"),
+    ],
+)
+def test_bad_positionals_are_clear_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    write_hank(tmp_path / "hank.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputPathError, match=message):
+        resolve_inputs(args, cwd=tmp_path)
+
+
+# --------------------------------------------------------------------------- create
+
+
+def test_a_new_execution_has_the_layout_and_metadata(env: dict[str, Path]) -> None:
+    prepared = prepare(env)
+    layout = prepared.layout
+    assert not prepared.resumed
+    assert layout.root.parent == env["base"].resolve()
+    assert re.fullmatch(r"\d{13}-[0-9a-f]{4}-[0-9a-f]{6}", layout.root.name)
+    assert layout.root.name.endswith(prepared.meta.data_hash[:6])
+    for path in (layout.workspace, layout.rig_archive, layout.runs, layout.logs):
+        assert path.is_dir()
+    assert layout.checkpoints.is_dir()
+    meta = json.loads(layout.meta_path.read_text())
+    assert meta["hankPath"] == str(env["hank"].resolve())
+    assert meta["hankHash"] == hank_hash(env["hank"])
+    assert meta["readOnlySourceDataPath"] == str(env["data"].resolve())
+    assert meta["dataHash"] == hash_data(env["data"]).value
+    assert meta["dataHashMode"] == "content"
+    assert meta["linkType"] == "symlink"
+    assert meta["dataKind"] == "directory"
+    assert meta["createdAt"] == meta["lastUsed"]
+    assert not list(layout.weft_dir.glob("*.tmp"))
+
+
+def test_folder_data_is_linked_as_the_data_slot(env: dict[str, Path]) -> None:
+    layout = prepare(env).layout
+    assert layout.data_link.is_symlink()
+    assert Path(os.readlink(layout.data_link)) == env["data"].resolve()
+    assert (layout.data_link / "sub" / "b.txt").read_text() == "hello"
+
+
+def test_file_data_lives_under_the_slot_by_its_name(env: dict[str, Path], tmp_path: Path) -> None:
+    single = tmp_path / "table.csv"
+    single.write_text("1,2\n")
+    prepared = prepare(env, data=single)
+    link = prepared.layout.data_link / "table.csv"
+    assert prepared.layout.data_link.is_dir()
+    assert not prepared.layout.data_link.is_symlink()
+    assert link.is_symlink()
+    assert link.read_text() == "1,2\n"
+    assert prepared.meta.data_kind == "file"
+
+
+def test_no_data_makes_no_slot(env: dict[str, Path]) -> None:
+    prepared = prepare(env, data=None)
+    assert not prepared.layout.data_link.exists()
+    assert prepared.meta.link_type == "none"
+    assert prepared.meta.data_hash_mode == "none"
+    assert prepared.layout.root.name.endswith("-nodata")
+
+
+def test_copied_data_is_read_only_and_independent(env: dict[str, Path]) -> None:
+    prepared = prepare(env, copy=True)
+    slot = prepared.layout.data_link
+    assert not slot.is_symlink()
+    copied = slot / "sub" / "b.txt"
+    assert copied.read_text() == "hello"
+    assert stat.S_IMODE(copied.stat().st_mode) & 0o222 == 0
+    assert prepared.meta.link_type == "copy"
+    (env["data"] / "sub" / "b.txt").write_text("changed")
+    assert copied.read_text() == "hello"
+    # The user's data keeps its permissions.
+    assert stat.S_IMODE((env["data"] / "a.csv").stat().st_mode) & 0o200
+
+
+def test_base_dir_comes_from_the_environment(tmp_path: Path) -> None:
+    assert managed_base_dir(env={BASE_DIR_ENV: str(tmp_path / "x")}) == tmp_path / "x"
+    assert managed_base_dir(env={}) == Path("~/.weft-executions").expanduser().resolve()
+    assert managed_base_dir(tmp_path / "y", env={BASE_DIR_ENV: "/nope"}) == tmp_path / "y"
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def test_same_hank_and_same_data_resume_the_execution(env: dict[str, Path], tmp_path: Path) -> None:
+    first = prepare(env)
+    twin = make_data(tmp_path / "twin", {"a.csv": "x,y\n1,2\n", "sub/b.txt": "hello"})
+    second = prepare(env, data=twin)
+    assert second.resumed
+    assert second.layout.root == first.layout.root
+    # Same contents elsewhere: the workspace now links to the path given.
+    assert Path(os.readlink(second.layout.data_link)) == twin.resolve()
+    assert second.meta.last_used >= first.meta.last_used
+    assert read_meta(first.layout.meta_path) == second.meta
+
+
+def test_other_data_or_another_hank_make_a_new_execution(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    first = prepare(env)
+    other = make_data(tmp_path / "other", {"a.csv": "different"})
+    by_data = prepare(env, data=other)
+    other_hank = write_hank(tmp_path / "other-project" / "hank.json")
+    by_hank = prepare(env, hank=other_hank)
+    roots = {first.layout.root, by_data.layout.root, by_hank.layout.root}
+    assert len(roots) == 3
+    assert not by_data.resumed
+    assert not by_hank.resumed
+
+
+def test_new_always_makes_a_new_execution_and_the_latest_is_resumed(
+    env: dict[str, Path],
+) -> None:
+    first = prepare(env)
+    second = prepare(env, new=True)
+    assert second.layout.root != first.layout.root
+    assert not second.resumed
+    again = prepare(env)
+    assert again.resumed
+    assert again.layout.root == second.layout.root
+    prepare(env, execution_dir=None)  # resumes second again, updating lastUsed
+    meta = json.loads(first.layout.meta_path.read_text())
+    meta["lastUsed"] = "2999-01-01T00:00:00.000Z"
+    first.layout.meta_path.write_text(json.dumps(meta))
+    assert prepare(env).layout.root == first.layout.root
+
+
+def test_a_reformatted_hank_is_not_a_change(env: dict[str, Path]) -> None:
+    prepare(env)
+    doc = {"$schema": "https://example/hank.schema.json", **HANK}
+    env["hank"].write_text(json.dumps(doc, indent=4, sort_keys=True))
+    resumed = prepare(env)
+    assert resumed.resumed
+    assert not resumed.hank_changed
+    assert not resumed.warnings
+
+
+def changed(e: dict[str, Path]) -> None:
+    doc = json.loads(json.dumps(HANK))
+    doc["hank"][0]["model"] = "fake/other"
+    e["hank"].write_text(json.dumps(doc))
+
+
+def test_a_changed_hank_is_refused_without_a_person(env: dict[str, Path]) -> None:
+    first = prepare(env)
+    changed(env)
+    with pytest.raises(HankChangedError, match=r"non-interactive.*--yes.*--new"):
+        prepare(env)
+    assert read_meta(first.layout.meta_path).hank_hash == first.meta.hank_hash
+
+
+def test_a_changed_hank_is_accepted_with_yes(env: dict[str, Path]) -> None:
+    first = prepare(env)
+    changed(env)
+    resumed = prepare(env, yes=True)
+    assert resumed.resumed
+    assert resumed.hank_changed
+    assert resumed.layout.root == first.layout.root
+    assert resumed.meta.hank_hash == hank_hash(env["hank"]) != first.meta.hank_hash
+    assert any("hank changed" in w for w in resumed.warnings)
+    assert not prepare(env).hank_changed  # accepted once, recorded
+
+
+def test_a_changed_hank_asks_the_person(env: dict[str, Path]) -> None:
+    first = prepare(env)
+    changed(env)
+    no = Answers(False)
+    with pytest.raises(HankChangedError, match=r"declined.*--new"):
+        prepare(env, interactive=True, prompt=no)
+    assert len(no.questions) == 1
+    assert first.layout.execution_id in no.questions[0]
+    assert read_meta(first.layout.meta_path).hank_hash == first.meta.hank_hash
+    yes = Answers(True)
+    resumed = prepare(env, interactive=True, prompt=yes)
+    assert resumed.hank_changed
+    assert resumed.layout.root == first.layout.root
+    assert len(yes.questions) == 1
+
+
+def test_corrupt_metadata_of_other_executions_is_skipped_with_a_warning(
+    env: dict[str, Path],
+) -> None:
+    first = prepare(env)
+    first.layout.meta_path.write_text("{ not json")
+    fresh = prepare(env)
+    assert not fresh.resumed
+    assert fresh.layout.root != first.layout.root
+    assert any(str(first.layout.root) in w and "unreadable" in w for w in fresh.warnings)
+    assert first.layout.meta_path.read_text() == "{ not json"
+
+
+def test_slow_data_falls_back_to_a_metadata_hash(env: dict[str, Path]) -> None:
+    prepared = prepare(env, data_hash_time_limit=0.0)
+    assert prepared.meta.data_hash_mode == "metadata"
+    assert any("modification times" in w for w in prepared.warnings)
+    again = prepare(env, data_hash_time_limit=0.0)
+    assert again.resumed
+    assert again.layout.root == prepared.layout.root
+
+
+# --------------------------------------------------------------------------- explicit directory
+
+
+def test_an_explicit_missing_directory_is_created_then_resumed(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "runs" / "mine"
+    created = prepare(env, execution_dir=target)
+    assert not created.resumed
+    assert created.layout.root == target.resolve()
+    assert not env["base"].exists()
+    resumed = prepare(env, execution_dir=target)
+    assert resumed.resumed
+    assert resumed.layout.root == target.resolve()
+
+
+def test_an_explicit_resume_without_data_uses_the_recorded_data(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    prepare(env, execution_dir=target)
+    resumed = prepare(env, execution_dir=target, data=None)
+    assert resumed.resumed
+    assert resumed.data_path == env["data"].resolve()
+    resumed.layout.data_link.unlink()
+    repaired = prepare(env, execution_dir=target, data=None)
+    assert repaired.layout.data_link.is_symlink()
+    assert any("relinked" in w for w in repaired.warnings)
+
+
+def test_an_explicit_resume_whose_data_vanished_asks_for_it(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    prepare(env, execution_dir=target)
+    env["data"].rename(tmp_path / "moved")
+    with pytest.raises(DataMismatchError, match="no longer exists; pass the data again"):
+        prepare(env, execution_dir=target, data=None)
+
+
+def test_different_data_in_an_explicit_execution_needs_force(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    first = prepare(env, execution_dir=target)
+    other = make_data(tmp_path / "other", {"z": "new"})
+    with pytest.raises(DataMismatchError, match=r"--force.*--new --force.*drop --execution"):
+        prepare(env, execution_dir=target, data=other)
+    assert read_meta(first.layout.meta_path).data_hash == first.meta.data_hash
+    forced = prepare(env, execution_dir=target, data=other, force=True)
+    assert forced.resumed
+    assert Path(os.readlink(forced.layout.data_link)) == other.resolve()
+    assert forced.meta.data_hash == hash_data(other).value
+    assert any("instead of" in w for w in forced.warnings)
+    assert (env["data"] / "a.csv").exists()
+
+
+def test_relinking_copied_data_keeps_the_old_copy(env: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "exe"
+    prepare(env, execution_dir=target, copy=True)
+    other = make_data(tmp_path / "other", {"z": "new"})
+    forced = prepare(env, execution_dir=target, data=other, force=True)
+    parked = list(forced.layout.weft_dir.glob("replaced-data-*"))
+    assert len(parked) == 1
+    assert (parked[0] / "a.csv").read_text() == "x,y\n1,2\n"
+
+
+def test_a_foreign_non_empty_directory_needs_confirmation(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = make_data(tmp_path / "busy", {"notes.md": "mine", "src/x.py": "1"})
+    with pytest.raises(ExecutionSetupError, match=r"1 files, 1 folders.*--yes"):
+        prepare(env, execution_dir=target)
+    assert not (target / ".weft").exists()
+    with pytest.raises(ExecutionSetupError, match="not creating"):
+        prepare(env, execution_dir=target, interactive=True, prompt=Answers(False))
+    created = prepare(env, execution_dir=target, interactive=True, prompt=Answers(True))
+    assert not created.resumed
+    assert (target / "notes.md").read_text() == "mine"
+    assert (target / "src" / "x.py").read_text() == "1"
+
+
+def test_the_managed_root_only_allows_resuming(env: dict[str, Path]) -> None:
+    first = prepare(env)
+    with pytest.raises(ExecutionSetupError, match="managed root"):
+        prepare(env, execution_dir=env["base"] / "made-up")
+    with pytest.raises(ExecutionSetupError, match="managed root"):
+        prepare(env, execution_dir=first.layout.root, new=True, force=True)
+    assert prepare(env, execution_dir=first.layout.root).resumed
+
+
+def test_new_on_an_existing_execution_needs_force(env: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "exe"
+    prepare(env, execution_dir=target)
+    with pytest.raises(ExecutionSetupError, match="add --force"):
+        prepare(env, execution_dir=target, new=True)
+    assert (target / ".weft" / META_FILE).exists()
+
+
+def test_new_force_sets_the_old_execution_aside(env: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "exe"
+    old = prepare(env, execution_dir=target)
+    (old.layout.workspace / "work.txt").write_text("agent output")
+    (old.layout.weft_dir / "state.json").write_text("{}")
+    fresh = prepare(env, execution_dir=target, new=True, force=True)
+    assert not fresh.resumed
+    assert fresh.backup is not None
+    backup = fresh.backup
+    assert re.fullmatch(r"\.weft\.backup-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d", backup.name)
+    assert (backup / "state.json").read_text() == "{}"
+    assert (backup / META_FILE).exists()
+    assert (backup / "agentRoot" / "work.txt").read_text() == "agent output"
+    assert not (fresh.layout.workspace / "work.txt").exists()
+    assert not (fresh.layout.weft_dir / "state.json").exists()
+    assert fresh.layout.data_link.is_symlink()
+    assert any(str(backup) in w for w in fresh.warnings)
+
+
+def test_new_force_can_keep_the_workspace(env: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "exe"
+    old = prepare(env, execution_dir=target)
+    (old.layout.workspace / "work.txt").write_text("keep me")
+    fresh = prepare(env, execution_dir=target, new=True, force=True, keep_workspace=True)
+    assert (fresh.layout.workspace / "work.txt").read_text() == "keep me"
+    assert fresh.layout.data_link.is_symlink()
+    assert fresh.backup is not None
+    assert not (fresh.backup / "agentRoot").exists()
+
+
+def test_corrupt_metadata_in_an_explicit_directory_says_how_to_fix_it(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    prepared = prepare(env, execution_dir=target)
+    prepared.layout.meta_path.write_text('{"version": "1.0.0"}')
+    with pytest.raises(ExecutionMetaError, match=r"execution-meta.json.*--new --force"):
+        prepare(env, execution_dir=target)
+    recovered = prepare(env, execution_dir=target, new=True, force=True)
+    assert recovered.backup is not None
+    assert (recovered.backup / META_FILE).read_text() == '{"version": "1.0.0"}'
+
+
+def test_metadata_from_a_newer_major_version_is_refused(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    prepared = prepare(env, execution_dir=target)
+    meta = json.loads(prepared.layout.meta_path.read_text())
+    meta["version"] = "2.0.0"
+    meta["somethingNew"] = True
+    prepared.layout.meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ExecutionMetaError, match=r"version 2\.0\.0 is not supported"):
+        prepare(env, execution_dir=target)
+
+
+def test_an_interrupted_creation_is_completed(env: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "exe"
+    ExecutionLayout(target).create_dirs()
+    created = prepare(env, execution_dir=target)
+    assert not created.resumed
+    assert created.layout.meta_path.exists()
+
+
+def test_state_without_metadata_is_not_overwritten(env: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "exe"
+    layout = ExecutionLayout(target)
+    layout.create_dirs()
+    (layout.weft_dir / "weft.db").write_bytes(b"journal")
+    with pytest.raises(ExecutionMetaError, match=r"holds state.*--new --force"):
+        prepare(env, execution_dir=target)
+    assert (layout.weft_dir / "weft.db").read_bytes() == b"journal"
+
+
+def test_the_execution_may_not_live_inside_its_data(env: dict[str, Path]) -> None:
+    with pytest.raises(ExecutionSetupError, match="inside the data"):
+        prepare(env, execution_dir=env["data"] / "exe")
+    with pytest.raises(ExecutionSetupError, match="inside the data"):
+        prepare(env, execution_dir=env["data"])
+
+
+# --------------------------------------------------------------------------- hashes
+
+
+def test_the_data_hash_follows_contents_not_location(tmp_path: Path) -> None:
+    a = make_data(tmp_path / "a", {"x.txt": "1", "d/y.txt": "2"})
+    b = make_data(tmp_path / "b", {"d/y.txt": "2", "x.txt": "1"})
+    assert hash_data(a) == hash_data(b)
+    (b / "d" / "y.txt").write_text("3")
+    assert hash_data(a).value != hash_data(b).value
+    c = make_data(tmp_path / "c", {"x.txt": "1", "e/y.txt": "2"})
+    assert hash_data(a).value != hash_data(c).value
+    (tmp_path / "c" / "empty").mkdir()
+    assert (
+        hash_data(c).value
+        != hash_data(make_data(tmp_path / "c2", {"x.txt": "1", "e/y.txt": "2"})).value
+    )
+
+
+def test_a_single_file_hash_includes_its_name(tmp_path: Path) -> None:
+    (tmp_path / "one.csv").write_text("same")
+    (tmp_path / "two.csv").write_text("same")
+    assert hash_data(tmp_path / "one.csv").value != hash_data(tmp_path / "two.csv").value
+    assert hash_data(tmp_path / "one.csv").mode == "content"
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-c]{1,2}(/[a-c]{1,2})?", fullmatch=True),
+        st.binary(max_size=64),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_data_hash_is_independent_of_creation_order(files: dict[str, bytes]) -> None:
+    import tempfile
+
+    # A name cannot be both a file and a folder.
+    names = set(files)
+    files = {k: v for k, v in files.items() if not any(n.startswith(k + "/") for n in names)}
+    with tempfile.TemporaryDirectory() as tmp:
+        forward, backward = Path(tmp, "f"), Path(tmp, "b")
+        for root, order in ((forward, list(files)), (backward, list(reversed(files)))):
+            for name in order:
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                (root / name).write_bytes(files[name])
+        assert hash_data(forward) == hash_data(backward)
+
+
+def test_hank_hash_reports_invalid_json(tmp_path: Path) -> None:
+    bad = tmp_path / "hank.json"
+    bad.write_text("{")
+    with pytest.raises(InputPathError, match="not valid JSON"):
+        hank_hash(bad)
+
+
+# --------------------------------------------------------------------------- interaction
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("environ", "headless", "expected"),
+    [
+        ({}, False, True),
+        ({}, True, False),
+        ({"CI": "true"}, False, False),
+        ({"CI": "false"}, False, True),
+        ({"GITHUB_ACTIONS": "1"}, False, False),
+        ({"JENKINS_URL": "http://ci"}, False, False),
+        ({"GITLAB_CI": "0"}, False, True),
+    ],
+)
+def test_interactive_detection(environ: dict[str, str], headless: bool, expected: bool) -> None:
+    assert is_interactive(headless=headless, env=environ, stdin=Tty(), stdout=Tty()) is expected
+
+
+def test_a_pipe_is_not_interactive() -> None:
+    assert not is_interactive(env={}, stdin=io.StringIO(), stdout=Tty())
+    assert not is_interactive(env={}, stdin=Tty(), stdout=io.StringIO())
+
+
+@pytest.mark.parametrize(("typed", "expected"), [("y\n", True), ("YES\n", True), ("n\n", False)])
+def test_ask_yes_no_reads_an_answer(typed: str, expected: bool) -> None:
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, typed.encode())
+    out = io.StringIO()
+    with os.fdopen(read_fd) as source:
+        assert ask_yes_no("Go on?", stdin=source, stdout=out, timeout=5) is expected
+    os.close(write_fd)
+    assert out.getvalue() == "Go on? [y/N] "
+
+
+def test_ask_yes_no_takes_silence_as_no() -> None:
+    read_fd, write_fd = os.pipe()
+    out = io.StringIO()
+    with os.fdopen(read_fd) as source:
+        assert ask_yes_no("Go on?", stdin=source, stdout=out, timeout=0.05) is False
+    os.close(write_fd)
+    assert "taken as no" in out.getvalue()
+
+
+def test_file_data_keeps_its_slot_name(env: dict[str, Path], tmp_path: Path) -> None:
+    single = tmp_path / "t.csv"
+    single.write_text("1")
+    prepared = prepare(env, data=single, copy=True)
+    copied = prepared.layout.workspace / DATA_LINK / "t.csv"
+    assert copied.read_text() == "1"
+    assert not copied.is_symlink()
