@@ -1,0 +1,154 @@
+"""``weft run [hank] [data]``: run a hank, creating or resuming its execution.
+
+Exit codes: 0 when every codon finished (or there was nothing left to do),
+1 when the run failed, 2 for a usage or configuration error, 128 + the
+signal number when it was stopped by SIGINT or SIGTERM (run the same command
+again to continue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from weft.config import load_hank
+from weft.config.runtime import resolve_runtime_config
+from weft.runtime.execution import (
+    ExecutionSetupError,
+    is_interactive,
+    prepare_execution,
+    resolve_inputs,
+)
+from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
+
+
+def register(commands: Any) -> None:
+    """Adds the ``run`` command."""
+    parser = commands.add_parser(
+        "run",
+        help="run a hank (creates or resumes its execution)",
+        description=(
+            "Run a hank. The first path is the hank (a hank.json or a folder holding one; "
+            "default ./hank.json), the second the data it works on, linked read-only into the "
+            "agent's workspace. Running the same hank on the same data again resumes its "
+            "execution: finished codons are kept and the rest runs."
+        ),
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="hank, then data")
+    parser.add_argument("-e", "--execution", type=Path, help="use this execution directory")
+    parser.add_argument("-n", "--new", action="store_true", help="always start a new execution")
+    parser.add_argument(
+        "-f",
+        "--force",
+        action="store_true",
+        help="with --new and --execution: back the old execution up and start over; "
+        "with --execution: relink to different data",
+    )
+    parser.add_argument(
+        "-y", "--yes", action="store_true", help="answer yes (resume with a changed hank)"
+    )
+    parser.add_argument("--copy", action="store_true", help="copy the data instead of linking it")
+    parser.add_argument(
+        "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
+    )
+    parser.add_argument("-m", "--model", help="run every codon on this model")
+    parser.add_argument("--config", type=Path, help="a weft.json with runtime settings")
+    parser.add_argument(
+        "--no-autostart",
+        action="store_true",
+        help="wait for a codon.next command before each codon",
+    )
+    parser.add_argument(
+        "--ignore-rig-failures", action="store_true", help="treat every rig failure as allowed"
+    )
+    parser.add_argument(
+        "--shim-idle-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="end an agent session after this long without output (default 180)",
+    )
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument(
+        "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
+    )
+    output.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``weft run``."""
+    from weft.runtime.view import RunSummary, make_view
+
+    try:
+        hank_path, data_path = resolve_inputs(list(args.paths))
+    except ExecutionSetupError as exc:
+        print(f"weft: error: {exc}", file=sys.stderr)
+        return 2
+    loaded = load_hank(hank_path, model=args.model)
+    settings = resolve_runtime_config(
+        cli={
+            "model": args.model,
+            "shimIdleTimeout": args.shim_idle_timeout,
+            "autostart": False if args.no_autostart else None,
+        },
+        config_file=args.config,
+        hank=loaded.hank,
+    ).config
+    interactive = is_interactive(headless=args.headless or args.json)
+    try:
+        prepared = prepare_execution(
+            hank_path,
+            data_path,
+            execution_dir=args.execution,
+            new=args.new,
+            yes=args.yes,
+            force=args.force,
+            interactive=interactive,
+            base_dir=Path(os.path.expanduser(settings.execution_base_dir)),
+            copy=args.copy,
+            keep_workspace=args.no_wipe,
+            data_hash_time_limit=settings.data_hash_time_limit / 1000,
+        )
+    except ExecutionSetupError as exc:
+        print(f"weft: error: {exc}", file=sys.stderr)
+        return 2
+    mode = "json" if args.json else "headless" if args.headless else "live"
+    view = make_view(mode, sys.stdout)
+    verb = "Resuming" if prepared.resumed else "Created"
+    view.note(f"{verb} execution {prepared.layout.root}")
+    for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
+        view.note(f"warning: {warning}")
+    runtime = Runtime(
+        prepared,
+        loaded,
+        RuntimeOptions(
+            autostart=settings.autostart,
+            ignore_rig_failures=args.ignore_rig_failures,
+            idle_timeout=settings.shim_idle_timeout,
+        ),
+        listeners=(view.on_event,),
+    )
+    view.start()
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            outcome: RunOutcome = runner.run(runtime.run())
+    finally:
+        view.stop()
+    resume = f"weft run --execution {prepared.layout.root}"
+    view.summary(
+        RunSummary(
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            execution=prepared.layout.root,
+            resume_command=resume,
+            message=outcome.message,
+            duration_ms=outcome.duration_ms,
+        )
+    )
+    return outcome.exit_code

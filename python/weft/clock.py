@@ -1,0 +1,16 @@
+"""Wall-clock time as Weft writes it: ISO-8601 UTC to the millisecond, ``Z``.
+
+The compiled core never reads a clock; everything that stamps a transition
+or an event takes its time from here, so every stamp has the same shape.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def utc_now_iso() -> str:
+    """Now, as ``2026-11-21T10:00:00.123Z``."""
+    ns = time.time_ns()
+    seconds, ms = divmod(ns // 1_000_000, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{ms:03d}Z"
