@@ -1,0 +1,194 @@
+"""Runtime overhead per codon (issue 6): target at most 10 ms, checkpoint included.
+
+A 200-codon hank runs through the real runtime (store with fsync, shadow git
+checkpoints, the eight-state lifecycle, the Claude parser) with an agent that
+"finishes at once": an in-process session that replays a recorded one-tool
+Claude stream through the real :class:`~weft.agents.claude.ClaudeParser`.
+So the figure is Weft's own work per codon, without any agent process.
+
+The baseline, measured in the same run, is the cheapest real agent there is:
+the fake Claude CLI spawned through the real harness, doing nothing but its
+success stream (its process lifetime, which the overhead figure excludes).
+The breakdown splits the overhead into checkpoints, the journal (waiting
+for durable commits) and the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import uvloop
+
+from weft.agents.claude import ClaudeParser
+from weft.agents.events import AgentEvent, SessionExited
+from weft.agents.harness import ProcessEnd, SessionSpec, StopReason, route
+from weft.agents.registry import harness_for
+from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.config import load_hank
+from weft.runtime.execution import prepare_execution
+from weft.runtime.supervisor import Runtime, RuntimeOptions
+
+CODONS = 200
+GOLDEN = (
+    Path(__file__).parent.parent / "tests" / "agents" / "golden" / "claude" / "tool_round.jsonl"
+)
+
+
+class _ReplaySession:
+    """An agent session that is over as soon as it is read: a recorded stream
+    fed through the real parser, no process."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines = lines
+        self._exit: SessionExited | None = None
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        parser = ClaudeParser()
+        for line in self._lines:
+            for event in parser.feed(line):
+                yield event
+        for event in parser.finish(ProcessEnd(0, None, "", None)):
+            if isinstance(event, SessionExited):
+                self._exit = event
+            yield event
+
+    async def stop(self, reason: StopReason = StopReason.OPERATOR) -> None:
+        return None
+
+    async def kill(self) -> None:
+        return None
+
+    async def wait(self) -> SessionExited:
+        assert self._exit is not None
+        return self._exit
+
+
+class _ReplayHarness:
+    name = "claude"
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines = lines
+
+    def argv(self, spec: SessionSpec) -> list[str]:
+        return ["replay"]
+
+    async def start(self, spec: SessionSpec) -> _ReplaySession:
+        return _ReplaySession(self._lines)
+
+
+def _hank(tmp: Path) -> Path:
+    codons = [
+        {
+            "id": f"c{i}",
+            "name": f"codon {i}",
+            "model": "fake/sonnet",
+            "continuationMode": "fresh",
+            "promptText": f"step {i}",
+            "checkpointedFiles": ["src/**", "notes.md"],
+        }
+        for i in range(CODONS)
+    ]
+    path = tmp / "hank.json"
+    path.write_bytes(msgspec.json.encode({"hank": codons}))
+    return path
+
+
+class _Timed:
+    """Adds up the time spent inside wrapped coroutines."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, fn: Any) -> Any:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        return timed
+
+
+def _run_hank(tmp: Path, lines: list[bytes]) -> dict[str, float]:
+    hank_path = _hank(tmp)
+    loaded = load_hank(hank_path)
+    prepared = prepare_execution(
+        hank_path, None, interactive=False, base_dir=tmp / "managed", execution_dir=tmp / "exec"
+    )
+    runtime = Runtime(prepared, loaded, RuntimeOptions())
+    harness = _ReplayHarness(lines)
+    runtime._harness = lambda model: (harness, "sonnet")  # type: ignore[method-assign]
+    checkpoints = _Timed()
+    original_snapshot = AsyncCheckpointRepo.snapshot
+    AsyncCheckpointRepo.snapshot = checkpoints.wrap(original_snapshot)  # type: ignore[method-assign]
+    try:
+        started = time.perf_counter()
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            outcome = runner.run(runtime.run())
+        total = time.perf_counter() - started
+    finally:
+        AsyncCheckpointRepo.snapshot = original_snapshot  # type: ignore[method-assign]
+    assert outcome.status == "completed", outcome
+    assert len(outcome.codons) == CODONS
+    return {"total": total, "checkpoints": checkpoints.seconds}
+
+
+@pytest.mark.benchmark(group="codon-overhead")
+def test_runtime_overhead_per_codon(benchmark: Any, tmp_path: Path) -> None:
+    lines = [line for line in GOLDEN.read_bytes().splitlines() if line.strip()]
+    runs = iter(range(1000))
+    figures: list[dict[str, float]] = []
+
+    def one() -> None:
+        root = tmp_path / f"r{next(runs)}"
+        root.mkdir()
+        figures.append(_run_hank(root, lines))
+
+    benchmark.pedantic(one, rounds=3, iterations=1)
+    best = min(figures, key=lambda f: f["total"])
+    per_codon_ms = best["total"] / CODONS * 1000
+    checkpoint_ms = best["checkpoints"] / CODONS * 1000
+    benchmark.extra_info["items"] = CODONS
+    benchmark.extra_info["summary"] = (
+        f"{per_codon_ms:.2f} ms/codon (checkpoints {checkpoint_ms:.2f} ms, "
+        f"everything else {per_codon_ms - checkpoint_ms:.2f} ms; 200-codon hank, startup included)"
+    )
+    assert per_codon_ms > 0
+
+
+@pytest.mark.benchmark(group="codon-overhead")
+def test_baseline_fake_agent_process_lifetime(
+    benchmark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cheapest real agent session: the fake Claude CLI, spawned and read to its end."""
+    monkeypatch.setenv("FAKE_AGENT_LINE_DELAY_MS", "0")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
+    target = route("fake/sonnet")
+    harness = harness_for(target)
+    spec = SessionSpec(prompt="hello", model=target.model, cwd=tmp_path)
+
+    async def session() -> None:
+        running = await harness.start(spec)
+        async for _ in running.events():
+            pass
+        exited = await running.wait()
+        assert exited.ok, exited
+
+    def one() -> None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(session())
+
+    benchmark.pedantic(one, rounds=10, iterations=1)
+    benchmark.extra_info["items"] = 1
