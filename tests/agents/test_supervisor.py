@@ -55,7 +55,8 @@ from weft.agents.supervisor import (
 
 def seed_backoff_s(n: int) -> float:
     """The seed's cool-down after the n-th consecutive error, in seconds."""
-    return min(2000 * 2 ** (n - 1), 60000) / 1000
+    ms: int = min(2000 * 2 ** (n - 1), 60000)
+    return ms / 1000
 
 
 # -- doubles -------------------------------------------------------------------------
@@ -468,12 +469,12 @@ async def test_an_urgent_message_during_a_cooldown_waits_for_the_backoff() -> No
 
 async def test_an_urgent_message_after_success_starts_a_follow_up_session() -> None:
     run = make([Script("s1", OK), Script("s1", OK)])
-    # Deliver the message while session 1 ends: after its init, before its verdict.
-    late = []
+    # The message arrives with session 1's verdict, too late to interrupt it.
+    late: list[asyncio.Task[bool]] = []
 
     def on_event(event: AgentEvent | SupervisorEvent) -> None:
         run.events.append(event)
-        if isinstance(event, SessionStarted) and not late:
+        if isinstance(event, SessionExited) and not late:
             late.append(asyncio.get_running_loop().create_task(run.supervisor.urgent("also")))
 
     run.supervisor._on_event = on_event
@@ -481,7 +482,8 @@ async def test_an_urgent_message_after_success_starts_a_follow_up_session() -> N
     assert await late[0]
     assert result.ok
     assert result.sessions == 2
-    assert run.requests[1].reason in (PromptReason.FOLLOW_UP, PromptReason.INTERRUPT)
+    assert run.requests[1].reason is PromptReason.FOLLOW_UP
+    assert run.of(InterruptRequested) == []
     assert run.requests[1].urgent_messages == ("also",)
     assert run.harness.specs[1].resume_session_id == "s1"
 
@@ -818,15 +820,25 @@ async def test_real_agent_operator_stop_leaves_no_process(tmp_path: Path) -> Non
     assert real.of(SessionResult) == []
 
 
-async def test_real_agent_idle_timeout_is_retried_as_a_timeout(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "timeouts", "resumes"),
+    [
+        ("hang_after_init", Timeouts(first_output=10, idle=0.3, stop_grace=2), True),
+        ("hang_before_init", Timeouts(first_output=0.3, idle=10, stop_grace=2), False),
+    ],
+    ids=["idle", "first_output"],
+)
+async def test_real_agent_timeouts_are_retried_as_timeouts(
+    tmp_path: Path, scenario: str, timeouts: Timeouts, resumes: bool
+) -> None:
     clock = FakeClock()
-    real = await run_fake(
-        tmp_path,
-        ["hang_after_init", "success"],
-        timeouts=Timeouts(first_output=10, idle=0.3, flush_grace=0.1, stop_grace=2),
-        clock=clock,
-    )
+    real = await run_fake(tmp_path, [scenario, "success"], timeouts=timeouts, clock=clock)
     assert real.result.ok
     (cooldown,) = real.of(CooldownStarted)
     assert cooldown.outcome == "Timeout"
     assert clock.sleeps == [seed_backoff_s(1)]
+    assert real.result.errors == 1
+    # Resumed only when the timed-out session had reported its id.
+    argv = real.record["argv"]
+    assert isinstance(argv, list)
+    assert any(a.startswith("--resume=") for a in argv) == resumes

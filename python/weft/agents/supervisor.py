@@ -353,6 +353,12 @@ class SessionSupervisor:
     ) -> None:
         if interrupt_grace < 0:
             raise ValueError(f"interrupt_grace must be >= 0 seconds, not {interrupt_grace}")
+        for name, value in (
+            ("max_consecutive_errors", max_consecutive_errors),
+            ("max_total_errors", max_total_errors),
+        ):
+            if not 0 <= value < 2**32:
+                raise ValueError(f"{name} must be between 0 and 2**32 - 1, not {value}")
         self._harness = harness
         self._spec = spec
         self._build_prompt = build_prompt or _default_prompt(spec)
@@ -370,6 +376,7 @@ class SessionSupervisor:
         self._done = False
         self._failure: BaseException | None = None
         self._operator_stop = False
+        self._stopped_by_operator = False
         self._number = 0
         self._reason = PromptReason.INITIAL
         self._pending: list[str] = []
@@ -516,6 +523,7 @@ class SessionSupervisor:
             self._on_timer(item)
         elif item.kind == "stop" and not m.is_stopped:
             state = m.state
+            self._stopped_by_operator = True
             self._perform(m.operator_stop())
             self._emit(SupervisorStopped(state=state))
         # "urgent": the message is already pending; _advance delivers it.
@@ -608,7 +616,7 @@ class SessionSupervisor:
                 live = self._live
                 if live is not None:
                     live.stopping = True
-                    pass
+                    self._task(live.session.kill())
             elif kind == "LogFatal":
                 message = effect.message or ""
                 log.error("agent session supervisor stopped: %s", message)
@@ -810,7 +818,7 @@ class SessionSupervisor:
             last_exit=self._last_exit,
             session_ids=tuple(self._session_ids),
             fatal=self._fatal,
-            stopped_by_operator=self._operator_stop and self._fatal is None,
+            stopped_by_operator=self._stopped_by_operator,
         )
 
 

@@ -180,26 +180,31 @@ impl SessionMachine {
         }
     }
 
+    /// Errors since the last `SessionStarted` or successful exit.
     #[getter]
     fn consecutive_errors(&self) -> u32 {
         self.inner.consecutive_errors()
     }
 
+    /// Errors over the machine's lifetime (never reset).
     #[getter]
     fn total_errors(&self) -> u32 {
         self.inner.total_errors()
     }
 
+    /// The last `SessionStarted(seq)`, bumped by each `IncrementSession`.
     #[getter]
     fn session_seq(&self) -> u64 {
         self.inner.session_seq()
     }
 
+    /// The consecutive-error threshold (default 5).
     #[getter]
     fn max_consecutive_errors(&self) -> u32 {
         self.inner.config().max_consecutive_errors
     }
 
+    /// The total-error threshold (default 20).
     #[getter]
     fn max_total_errors(&self) -> u32 {
         self.inner.config().max_total_errors
