@@ -7,10 +7,9 @@ PIP := $(PYTHON) -m pip
 install:
 	$(PIP) install -q -e .
 
-# Weft's main job, offline: the version and the embedding example.
+# Weft's main job, offline: run the example hank on the built-in fake agent.
 demo: install
-	weft --version
-	$(PYTHON) examples/embedding.py
+	weft run examples/hello
 
 test-deps:
 	$(PIP) install -q -e ".[test]"

@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
             idle_timeout=settings.shim_idle_timeout,
         ),
         listeners=(view.on_event,),
+        on_state=view.progress.seed,
     )
     view.start()
     try:

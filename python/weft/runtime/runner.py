@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -83,6 +84,8 @@ from weft.plan import PlannedCodon
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.rig import run_rig
 from weft.state import StateManager
+
+_FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI_HOME": "gemini"}
 
 DEFAULT_IDLE_TIMEOUT = 180.0
 """Seconds without agent output before the session is ended (reference default)."""
@@ -380,7 +383,7 @@ class CodonRunner:
 
         try:
             harness, model = self._harness_for(codon.model)
-            spec = self._spec(a, prompt, model, harness.name)
+            spec = self._spec(a, prompt, model, harness)
             a.session = await harness.start(spec)
         except (AgentStartError, ValueError) as exc:
             return await self._fail(a, "agent_start", False, str(exc))
@@ -401,10 +404,20 @@ class CodonRunner:
         await self._stream(a, prompt, model, harness.name)
         return await self._finish(a)
 
-    def _spec(self, a: _Attempt, prompt: AssembledPrompt, model: str, harness: str) -> SessionSpec:
+    def _spec(
+        self, a: _Attempt, prompt: AssembledPrompt, model: str, harness: Harness
+    ) -> SessionSpec:
         req = a.request
         codon = req.planned.codon
         idle = codon.shim_idle_timeout or self.idle_timeout or DEFAULT_IDLE_TIMEOUT
+        env = dict(codon.env)
+        if getattr(harness, "fake", False):
+            # The fake agents keep transcripts where the real CLIs do (~/.claude...):
+            # give them the execution's own folder unless the user chose one.
+            home = self.layout.weft_dir / "fake-agents"
+            for name, folder in _FAKE_HOMES.items():
+                if name not in env and name not in (self.env or os.environ):
+                    env[name] = str(home / folder)
         return SessionSpec(
             prompt=prompt.text,
             model=model,
@@ -413,9 +426,9 @@ class CodonRunner:
                 req.previous_session_id if codon.continuation_mode == "continue-previous" else None
             ),
             append_system_prompt=prompt.system_prompt_append,
-            env=dict(codon.env),
+            env=env,
             log_path=session_log_path(
-                self.layout.weft_dir, req.run_id, req.planned.codon_id, harness
+                self.layout.weft_dir, req.run_id, req.planned.codon_id, harness.name
             ),
             timeouts=Timeouts(
                 first_output=self.first_output_timeout,

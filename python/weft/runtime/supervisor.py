@@ -154,6 +154,7 @@ class Runtime:
         options: RuntimeOptions | None = None,
         *,
         listeners: tuple[Listener, ...] = (),
+        on_state: Callable[[Mapping[str, Any]], None] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.prepared = prepared
@@ -162,6 +163,7 @@ class Runtime:
         self.options = options or RuntimeOptions()
         self.env = env
         self._listeners = listeners
+        self._on_state = on_state
         self._commands: asyncio.Queue[str] = asyncio.Queue()
         self._stopping = False
         self._forced = False
@@ -281,6 +283,8 @@ class Runtime:
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
         state = json.loads(manager.core.state_json())
+        if self._on_state is not None:
+            self._on_state(state)
         if state.get("initialCheckpoint") is None:
             manager.transition(InitialCheckpointSet(sha=checkpoints.initial_sha))
         if state["runs"]:
@@ -304,7 +308,12 @@ class Runtime:
             entries = plan.to_entries()
         else:
             source_run, after, sha = source
-            await checkpoints.restore(sha, plan.checkpoint_patterns(after))
+            # Everything the codon about to run may have touched goes back to
+            # the checkpoint, its own patterns included: a half-done attempt
+            # leaves nothing behind.
+            rerun = plan.next_codon(after)
+            assert rerun is not None
+            await checkpoints.restore(sha, plan.checkpoint_patterns(rerun.codon_id))
             conditions = Continuation(
                 source=ContinuationSource(run_id=source_run, after_codon=after, checkpoint_sha=sha),
                 reason="continue",
