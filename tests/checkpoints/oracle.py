@@ -26,6 +26,8 @@ def _expand(pattern: str) -> list[str]:
 def _components_match(pat: list[str], parts: list[str]) -> bool:
     if not pat:
         return not parts
+    if pat == ["**"]:
+        return bool(parts)  # a trailing ** is "everything inside": at least one component
     if pat[0] == "**":
         return _components_match(pat[1:], parts) or (
             bool(parts) and _components_match(pat, parts[1:])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.checkpoints.oracle import covered
@@ -123,11 +123,13 @@ pattern_lists = st.lists(globs, min_size=0, max_size=4)
 
 
 @given(pattern_lists, paths)
+@settings(max_examples=1000)
 def test_matching_agrees_with_the_reference_model(patterns: list[str], path: str) -> None:
     assert PatternSet.compile(patterns).matches(path) == covered(patterns, path)
 
 
 @given(pattern_lists, paths)
+@settings(max_examples=1000)
 def test_directory_pruning_never_hides_a_covered_file(patterns: list[str], path: str) -> None:
     pset = PatternSet.compile(patterns)
     if pset.matches(path):
@@ -137,6 +139,7 @@ def test_directory_pruning_never_hides_a_covered_file(patterns: list[str], path:
 
 
 @given(pattern_lists, paths, paths)
+@settings(max_examples=1000)
 def test_a_pruned_directory_has_no_covered_file(patterns: list[str], directory: str, rest: str) -> None:
     pset = PatternSet.compile(patterns)
     if not pset.could_cover_under(directory):
@@ -144,6 +147,7 @@ def test_a_pruned_directory_has_no_covered_file(patterns: list[str], directory: 
 
 
 @given(pattern_lists, paths)
+@settings(max_examples=1000)
 def test_every_covered_file_lies_under_a_scan_root(patterns: list[str], path: str) -> None:
     pset = PatternSet.compile(patterns)
     roots = pset.scan_roots()

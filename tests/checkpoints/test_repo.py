@@ -557,7 +557,9 @@ class WorkspaceModel(RuleBasedStateMachine):
             if prefix.is_symlink() or prefix.is_file():
                 prefix.unlink()
         target = self.ws / rel
-        if target.is_dir() and not target.is_symlink():
+        if target.is_symlink():
+            target.unlink()
+        elif target.is_dir():
             shutil.rmtree(target)
 
     @rule(rel=name_paths, data=st.binary(max_size=40), executable=st.booleans())
@@ -617,8 +619,8 @@ class WorkspaceModel(RuleBasedStateMachine):
 
 
 WorkspaceModel.TestCase.settings = settings(
-    max_examples=25,
-    stateful_step_count=25,
+    max_examples=60,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
