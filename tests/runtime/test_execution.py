@@ -158,7 +158,7 @@ def test_a_new_execution_has_the_layout_and_metadata(env: dict[str, Path]) -> No
     assert layout.root.name.endswith(prepared.meta.data_hash[:6])
     for path in (layout.workspace, layout.rig_archive, layout.runs, layout.logs):
         assert path.is_dir()
-    assert layout.checkpoints.is_dir()
+    assert not layout.checkpoints.exists()  # the checkpoint repository creates it atomically
     meta = json.loads(layout.meta_path.read_text())
     assert meta["hankPath"] == str(env["hank"].resolve())
     assert meta["hankHash"] == hank_hash(env["hank"])

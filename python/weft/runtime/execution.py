@@ -277,8 +277,9 @@ class ExecutionLayout:
         return self.weft_dir / META_FILE
 
     def create_dirs(self) -> None:
-        """Creates every directory of the layout that is missing."""
-        for path in (self.workspace, self.rig_archive, self.runs, self.logs, self.checkpoints):
+        """Creates every directory of the layout that is missing (the checkpoint
+        repository makes its own folder, atomically, when it is first opened)."""
+        for path in (self.workspace, self.rig_archive, self.runs, self.logs):
             path.mkdir(parents=True, exist_ok=True)
 
 

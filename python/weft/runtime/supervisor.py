@@ -406,6 +406,8 @@ class Runtime:
                 parent = result.checkpoint_sha
             ignored = result.status == "failed" and current.codon.on_failure == "ignore"
             if result.status == "failed" and not ignored:
+                if self._stopping:
+                    break  # stopped by request, not failed: reported below as interrupted
                 outcome.status, outcome.exit_code = "failed", 1
                 reason = result.failure.message if result.failure else "failed"
                 outcome.message = f"Codon {current.codon_id} failed: {reason}"

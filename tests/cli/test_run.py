@@ -1,0 +1,325 @@
+"""``weft run`` as a real subprocess: exit codes, SIGINT, SIGKILL and continuing.
+
+Every test runs ``python -m weft run`` on a small hank on the fake agent and
+checks the exit code, the output, and what the run left in the execution's
+store, checkpoints and workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.runtime.hanks import (
+    checkpoint_tree,
+    codon,
+    codon_records,
+    journal,
+    pid_running,
+    read_state,
+    runs_oldest_first,
+    scenario,
+    subprocess_environment,
+    wait_for,
+    workspace_files,
+    write_file,
+    write_hank,
+)
+
+from weft.store.lock import read_lock
+
+TIMEOUT = 60.0
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment of the ``weft`` children."""
+    return subprocess_environment(tmp_path)
+
+
+@pytest.fixture
+def children() -> Iterator[list[int]]:
+    """Pids of agent processes a test left orphaned on purpose; killed at the end
+    if they still run (a SIGKILLed weft cannot stop its agent)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if pid_running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def weft(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m weft`` to the end."""
+    return subprocess.run(
+        [sys.executable, "-m", "weft", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def start_weft(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """Starts ``python -m weft`` in the background (output to files in ``cwd``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "weft", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=(cwd / "weft.out").open("w"),
+        stderr=(cwd / "weft.err").open("w"),
+        text=True,
+    )
+
+
+def codon_state(execution: Path, codon_id: str) -> dict[str, Any] | None:
+    """The newest record of ``codon_id`` in the newest run, if the store has one yet."""
+    if not (execution / ".weft" / "weft.db").exists():
+        return None
+    state = read_state(execution)
+    if not state["runs"]:
+        return None
+    return {c["codonId"]: c for c in state["runs"][0]["codons"]}.get(codon_id)
+
+
+def wait_until_working(execution: Path, codon_id: str, marker: str) -> dict[str, Any]:
+    """Waits until ``codon_id`` runs and its agent has written ``marker``; returns its record."""
+    record: dict[str, Any] = wait_for(
+        lambda: (
+            (execution / "agentRoot" / marker).exists()
+            and (rec := codon_state(execution, codon_id)) is not None
+            and rec["status"] == "running"
+            and rec
+        ),
+        timeout=TIMEOUT,
+        what=f"{codon_id} running with {marker} written",
+    )
+    return record
+
+
+def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+
+
+def interrupt_hank(tmp_path: Path) -> Path:
+    """a writes a.md; b writes b/partial.md and then hangs; c writes c.md. b's prompt is
+    a file, so a test can let b succeed next time without changing the hank. Only b's
+    patterns cover b/partial.md."""
+    return write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "a"), files=["a.md"]),
+        codon("b", prompt_file="prompts/b.md", files=["b/**"]),
+        codon("c", write_file("c.md", "c")),
+        files={"prompts/b.md": write_file("b/partial.md", "half") + scenario("hang_after_init")},
+    )
+
+
+# --------------------------------------------------------------------------- exit codes
+
+
+def test_a_successful_run_exits_0_and_a_second_run_has_nothing_to_do(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "a")),
+        codon("b", write_file("b.md", "b"), mode="continue-previous"),
+    )
+    execution = tmp_path / "x"
+    result = weft("run", hank, "--execution", execution, "--headless", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    no_traceback(result)
+    assert workspace_files(execution) == {"a.md": "a", "b.md": "b"}
+
+    status = weft("status", "--json", execution, env=env, cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    doc = json.loads(status.stdout)
+    assert [r["status"] for r in doc["runs"]] == ["completed"]
+    assert [(c["codonId"], c["status"]) for c in doc["runs"][0]["codons"]] == [
+        ("a", "completed"),
+        ("b", "completed"),
+    ]
+
+    again = weft("run", hank, "--execution", execution, "--headless", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing to do" in again.stdout + again.stderr
+    assert len(read_state(execution)["runs"]) == 1
+
+
+def test_a_failed_run_exits_1(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "a")),
+        codon("b", scenario("auth_error")),
+        codon("c"),
+    )
+    execution = tmp_path / "x"
+    result = weft("run", hank, "--execution", execution, "--headless", env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    no_traceback(result)
+    assert "Invalid API key" in result.stdout + result.stderr
+    state = read_state(execution)
+    assert runs_oldest_first(state)[0]["status"] == "failed"
+    records = codon_records(state)
+    assert records["b"]["failureReason"]["type"] == "auth"
+    assert "c" not in records
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ('{"hank": [{"id": "a", "name": "A", "onFailur": "abort"}]}', "onFailur"),
+        ('{"hank": [', "invalid JSON"),
+        ('{"hank": []}', "hank"),
+    ],
+    ids=["unknown-key", "broken-json", "empty"],
+)
+def test_a_config_error_exits_2_with_a_message_and_no_execution(
+    tmp_path: Path, env: dict[str, str], doc: str, expected: str
+) -> None:
+    (tmp_path / "hank").mkdir()
+    (tmp_path / "hank" / "hank.json").write_text(doc)
+    execution = tmp_path / "x"
+    result = weft("run", "hank", "--execution", execution, "--headless", env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    no_traceback(result)
+    assert result.stderr.startswith("weft: error:")
+    assert "hank.json" in result.stderr
+    assert expected in result.stderr
+    assert not (execution / ".weft").exists()
+
+
+def test_a_missing_hank_exits_2(tmp_path: Path, env: dict[str, str]) -> None:
+    result = weft("run", tmp_path / "nowhere", "--headless", env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    no_traceback(result)
+    assert "nowhere" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- SIGINT
+
+
+def test_sigint_stops_the_codon_gracefully_and_the_same_command_continues(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = interrupt_hank(tmp_path)
+    execution = tmp_path / "x"
+    args = ("run", hank, "--execution", execution, "--headless")
+    proc = start_weft(*args, env=env, cwd=tmp_path)
+    try:
+        b = wait_until_working(execution, "b", "b/partial.md")
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Stopped by its own hand, not killed by the signal.
+    assert code > 0, (tmp_path / "weft.err").read_text()
+    assert "Traceback" not in (tmp_path / "weft.err").read_text()
+
+    state = read_state(execution)
+    (run,) = state["runs"]
+    assert run["status"] == "failed"
+    b = codon_records(state)["b"]
+    assert b["status"] == "failed"
+    assert b["failureReason"]["type"] == "interrupted"
+    assert b["failureReason"]["retriable"] is True
+    assert b["failedDuring"] == "running"
+    assert checkpoint_tree(execution, b["errorCheckpoint"]) == {
+        "a.md": b"a",
+        "b/partial.md": b"half",
+    }
+    assert not pid_running(b["claudePid"]), "the agent must be stopped"
+    assert "c" not in codon_records(state)
+    assert read_lock(execution / ".weft" / "runtime.lock") is None
+
+    (tmp_path / "hank" / "prompts" / "b.md").write_text(write_file("b/done.md", "whole"))
+    again = weft(*args, env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    state = read_state(execution)
+    second = runs_oldest_first(state)[1]
+    assert second["startingConditions"]["source"]["afterCodon"] == "a"
+    assert [c["codonId"] for c in second["codons"]] == ["b", "c"]
+    assert workspace_files(execution) == {"a.md": "a", "b/done.md": "whole", "c.md": "c"}
+
+
+def test_sigint_in_the_middle_of_a_codon_exits_130(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = interrupt_hank(tmp_path)
+    execution = tmp_path / "x"
+    proc = start_weft("run", hank, "--execution", execution, "--headless", env=env, cwd=tmp_path)
+    try:
+        wait_until_working(execution, "b", "b/partial.md")
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 128 + signal.SIGINT
+
+
+# --------------------------------------------------------------------------- SIGKILL
+
+
+def test_after_sigkill_the_next_run_marks_the_crash_and_continues_after_the_last_codon(
+    tmp_path: Path, env: dict[str, str], children: list[int]
+) -> None:
+    hank = interrupt_hank(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    # No --execution: the second run must find the managed execution by itself.
+    proc = start_weft("run", hank, "--headless", env=env, cwd=work)
+    managed = Path(env["WEFT_RUNTIME_EXECUTION_BASE_DIR"])
+    try:
+        execution = wait_for(
+            lambda: next(iter(managed.glob("*/.weft/weft.db")), None), what="the execution"
+        ).parent.parent
+        b = wait_until_working(execution, "b", "b/partial.md")
+        children.append(b["claudePid"])
+        proc.kill()
+    finally:
+        proc.wait(timeout=TIMEOUT)  # reaped: a zombie's pid would still look alive
+    assert proc.returncode == -signal.SIGKILL
+    lock = read_lock(execution / ".weft" / "runtime.lock")
+    assert lock is not None, "a killed weft leaves its lock behind"
+    assert lock.pid == proc.pid
+    a_checkpoint = codon_records(read_state(execution))["a"]["completionCheckpoint"]
+
+    (tmp_path / "hank" / "prompts" / "b.md").write_text(write_file("b/done.md", "whole"))
+    again = weft("run", hank, "--headless", env=env, cwd=work)
+    assert again.returncode == 0, again.stdout + again.stderr
+    no_traceback(again)
+    assert [p.parent.parent for p in managed.glob("*/.weft/weft.db")] == [execution]
+
+    state = read_state(execution)
+    first, second = runs_oldest_first(state)
+    assert first["status"] == "crashed"
+    crashed_b = {c["codonId"]: c for c in first["codons"]}["b"]
+    assert crashed_b["status"] == "failed"
+    assert crashed_b["failedDuring"] == "running"
+    assert crashed_b["failureReason"]["type"] == "crash"
+    assert second["status"] == "completed"
+    assert second["startingConditions"]["type"] == "continuation"
+    assert second["startingConditions"]["source"] == {
+        "runId": first["runId"],
+        "afterCodon": "a",
+        "checkpointSha": a_checkpoint,
+    }
+    # a is not run again; b starts from a's files (its half-done work is gone).
+    assert [c["codonId"] for c in second["codons"]] == ["b", "c"]
+    assert workspace_files(execution) == {"a.md": "a", "b/done.md": "whole", "c.md": "c"}
+    infos = [d["message"] for kind, d in journal(execution) if kind == "info"]
+    assert any(first["runId"] in m and "crashed" in m for m in infos), infos
+    assert read_lock(execution / ".weft" / "runtime.lock") is None
