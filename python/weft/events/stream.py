@@ -14,8 +14,6 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from weft.events.transitions import TokenUsage
-
 
 class StreamData(
     msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True, kw_only=True
@@ -188,13 +186,3 @@ class CodonRetryEvent(StreamData):
     max_attempts: int
     delay_ms: int
     reason: str
-
-
-def tokens_of(usage: TokenUsage) -> dict[str, int]:
-    """The four token counts of a :class:`TokenUsage`, as event fields."""
-    return {
-        "inputTokens": usage.input_tokens,
-        "outputTokens": usage.output_tokens,
-        "cacheCreationTokens": usage.cache_creation_tokens,
-        "cacheReadTokens": usage.cache_read_tokens,
-    }

@@ -193,6 +193,26 @@ def _usage(tokens: Tokens) -> TokenUsage:
     )
 
 
+def _token_usage(
+    codon_id: str,
+    tokens: Tokens,
+    cost: float | None,
+    *,
+    model: str | None = None,
+    final: bool = False,
+) -> TokenUsageEvent:
+    return TokenUsageEvent(
+        codon_id=codon_id,
+        input_tokens=tokens.input,
+        output_tokens=tokens.output,
+        cache_creation_tokens=tokens.cache_creation,
+        cache_read_tokens=tokens.cache_read,
+        total_cost=cost,
+        final=final,
+        model_id=model,
+    )
+
+
 def _exit_code(exit: SessionExited | None) -> int:
     if exit is None:
         return -1
@@ -585,15 +605,7 @@ class CodonRunner:
                     )
                 )
             self.emit(
-                TokenUsageEvent(
-                    codon_id=codon_id,
-                    input_tokens=event.tokens.input,
-                    output_tokens=event.tokens.output,
-                    cache_creation_tokens=event.tokens.cache_creation,
-                    cache_read_tokens=event.tokens.cache_read,
-                    total_cost=event.cost_usd,
-                    model_id=event.model,
-                ),
+                _token_usage(codon_id, event.tokens, event.cost_usd, model=event.model),
                 run_id,
                 codon_id,
             )
@@ -614,15 +626,7 @@ class CodonRunner:
                     )
                 )
                 self.emit(
-                    TokenUsageEvent(
-                        codon_id=codon_id,
-                        input_tokens=event.tokens.input,
-                        output_tokens=event.tokens.output,
-                        cache_creation_tokens=event.tokens.cache_creation,
-                        cache_read_tokens=event.tokens.cache_read,
-                        total_cost=event.cost_usd,
-                        final=True,
-                    ),
+                    _token_usage(codon_id, event.tokens, event.cost_usd, final=True),
                     run_id,
                     codon_id,
                 )
