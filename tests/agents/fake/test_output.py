@@ -7,6 +7,7 @@ import json
 import os
 import select
 import signal
+import time
 
 import pytest
 
@@ -17,6 +18,17 @@ from .wire import check_claude, check_codex, check_gemini
 
 FLAVOURS = ["claude", "codex", "gemini"]
 LONG_RUN = {"FAKE_AGENT_SCENARIO": "sigterm,interval_ms=50,lines=400"}
+
+
+def wait_for_handler(pid: int, signum: int) -> None:
+    """Wait until ``pid`` catches ``signum`` (Linux: the SigCgt mask)."""
+    for _ in range(500):
+        with open(f"/proc/{pid}/status") as fh:
+            caught = next(line for line in fh if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & (1 << (signum - 1)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never installed a handler for signal {signum}")
 
 
 def first_lines(proc: object, count: int) -> list[bytes]:
@@ -152,3 +164,20 @@ def test_a_stalled_line_arrives_in_two_halves(fake: Fake) -> None:
         proc.kill()
         proc.wait()
     check_claude([json.loads(init), line, *(json.loads(x) for x in tail.splitlines())])
+
+
+def test_a_signal_during_the_start_delay_is_handled(fake: Fake) -> None:
+    env = {"FAKE_AGENT_START_DELAY_MS": "30000", "FAKE_AGENT_SIGTERM": "graceful"}
+    proc = fake.spawn("claude", *BASE_ARGS["claude"], env=env)
+    try:
+        wait_for_handler(proc.pid, signal.SIGTERM)
+        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+        assert not ready
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 143
+    assert b"Traceback" not in err
+    assert json.loads(out.splitlines()[-1])["terminal_reason"] == "aborted_streaming"

@@ -18,6 +18,7 @@ step runner: line writing, delays, signals), :mod:`.argv` (CLI-style argument
 parsing with variadic flags), :mod:`.directives` (the prompt directive
 language and the file operations), :mod:`.script` (script mode),
 :mod:`.pricing` (the Claude price table), :mod:`.scenarios` (the transport
-scenarios shared by all flavours), :mod:`.claude`, :mod:`.codex`,
-:mod:`.gemini` (the flavours) and :mod:`.cli` (entry points).
+scenarios shared by all flavours), the flavours :mod:`.claude` (with
+:mod:`.claude_tools`, :mod:`.claude_session` and :mod:`.claude_stream`),
+:mod:`.codex` and :mod:`.gemini`, and :mod:`.cli` (entry points).
 """

@@ -49,7 +49,14 @@ from weft.agents.fake.pricing import (
     price_of,
     to_usd,
 )
-from weft.agents.fake.scenarios import Context, Flavour, ScenarioFn, choose_scenario, huge_line
+from weft.agents.fake.scenarios import (
+    Context,
+    Flavour,
+    ScenarioFn,
+    choose_scenario,
+    huge_line,
+    with_start_delay,
+)
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "delegate", "dontAsk", "plan")
 
@@ -1325,9 +1332,7 @@ def run_prompt(opts: ClaudeOptions, settings: Settings, argv: list[str], prompt:
         steps = _unknown_model(run)
     else:
         steps = run.steps()
-    if settings.start_delay_ms and scenario != "slow_start":
-        runner.sleep(settings.start_delay_ms)
-    code = runner.run(steps, run.abort)
+    code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
     if capture is not None:
         _print_captured(capture, opts)
     return code

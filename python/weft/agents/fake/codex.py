@@ -40,7 +40,14 @@ from weft.agents.fake.common import (
 )
 from weft.agents.fake.directives import Op, ToolError
 from weft.agents.fake.output import Chunks, Emit, Exit, Raw, Runner, Sleep, Stderr, Step, dumps
-from weft.agents.fake.scenarios import Context, Flavour, ScenarioFn, choose_scenario, huge_line
+from weft.agents.fake.scenarios import (
+    Context,
+    Flavour,
+    ScenarioFn,
+    choose_scenario,
+    huge_line,
+    with_start_delay,
+)
 
 SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 DEFAULT_MODEL = "gpt-5-codex"
@@ -758,9 +765,7 @@ def main(argv: list[str], settings: Settings) -> int:
         previous_prompt=previous_prompt,
     )
     steps = run.resume_missing() if missing and settings.script is None else run.steps()
-    if settings.start_delay_ms and scenario != "slow_start":
-        runner.sleep(settings.start_delay_ms)
-    code = runner.run(steps, run.abort)
+    code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
     if human is not None:
         _print_human(human, run)
     last_file = merged("last_message")

@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from weft.agents.fake import directives as dirs
@@ -46,7 +46,14 @@ from weft.agents.fake.common import (
 )
 from weft.agents.fake.directives import Op, ToolError
 from weft.agents.fake.output import Chunks, Emit, Exit, Raw, Runner, Sleep, Stderr, Step, dumps
-from weft.agents.fake.scenarios import Context, Flavour, ScenarioFn, choose_scenario, huge_line
+from weft.agents.fake.scenarios import (
+    Context,
+    Flavour,
+    ScenarioFn,
+    choose_scenario,
+    huge_line,
+    with_start_delay,
+)
 
 DEFAULT_MODEL = "gemini-2.5-pro"
 YOLO_BANNER = "YOLO mode is enabled. All tool calls will be automatically approved."
@@ -215,7 +222,7 @@ class GeminiRun(Flavour):
             return self.approval == "auto_edit"
         return name not in SHELL_TOOLS
 
-    def tool(self, name: str, parameters: JsonObj, perform: Any) -> Iterator[Step]:
+    def tool(self, name: str, parameters: JsonObj, perform: Callable[[], str]) -> Iterator[Step]:
         """A ``tool_use`` and, once the tool ran, its ``tool_result``."""
         tool_id = self._tool_id(name)
         yield Emit(self._event("tool_use", tool_name=name, tool_id=tool_id, parameters=parameters))
@@ -445,7 +452,7 @@ class GeminiRun(Flavour):
 
     # -- Gemini-only scenarios -------------------------------------------------
 
-    def own_scenarios(self) -> dict[str, Any]:
+    def own_scenarios(self) -> dict[str, ScenarioFn]:
         """§7.4's Gemini rows."""
         table: dict[str, ScenarioFn] = {
             "tool": self.sc_tool,
@@ -649,9 +656,7 @@ def main(argv: list[str], settings: Settings) -> int:
     if not prompt.strip() and scenario != "bad_input":
         raise run.empty_prompt_error()
     steps = run.resume_missing() if missing and settings.script is None else run.steps()
-    if settings.start_delay_ms and scenario != "slow_start":
-        runner.sleep(settings.start_delay_ms)
-    code = runner.run(steps, run.abort)
+    code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
     if capture is not None:
         _print_captured(capture, run, output_format)
     return code

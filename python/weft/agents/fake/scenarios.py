@@ -122,6 +122,14 @@ def choose_scenario(directives: Directives, settings: Settings) -> tuple[str, di
     return name, params
 
 
+def with_start_delay(steps: Iterator[Step], settings: Settings, scenario: str) -> Iterator[Step]:
+    """``steps`` after ``FAKE_AGENT_START_DELAY_MS`` of silence (``slow_start``
+    applies the delay itself). A step, so a signal during it is handled."""
+    if settings.start_delay_ms and scenario != "slow_start":
+        yield Sleep(settings.start_delay_ms)
+    yield from steps
+
+
 class Flavour:
     """Base class of the three fake CLIs' run logic."""
 
