@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -524,6 +525,37 @@ async def test_skip_mid_codon_costs_nothing_checkpoints_and_goes_on(tmp_path: Pa
     assert outcome.cost == pytest.approx(b["finalCost"])
     assert b["status"] == "completed"
     assert checkpoint_parent(execution, b["completionCheckpoint"]) == a["skipCheckpoint"]
+
+
+async def test_skip_during_a_long_rig_command_stops_it_at_once(tmp_path: Path) -> None:
+    marker = tmp_path / "rig-finished"
+    hank = write_hank(
+        tmp_path / "hank",
+        codon(
+            "a",
+            write_file("a.md", "never written"),
+            rigSetup=[
+                {
+                    "type": "command",
+                    "command": {"run": f"echo started; sleep 30; touch {marker}"},
+                }
+            ],
+        ),
+        codon("b", write_file("b.md", "b")),
+    )
+    execution = tmp_path / "x"
+    started = time.monotonic()
+    outcome, _ = await run(
+        hank, execution, hooks=(when("rig.output", "a", lambda rt: rt.command("codon.skip")),)
+    )
+
+    assert time.monotonic() - started < 15
+    assert outcome.codons == {"a": "skipped", "b": "completed"}
+    a = codon_records(read_state(execution))["a"]
+    assert a["skippedDuring"] == "preparing"
+    assert "claudePid" not in a  # the agent never started
+    assert not marker.exists()
+    assert workspace_files(execution) == {"b.md": "b"}
 
 
 # --------------------------------------------------------------------------- loops

@@ -82,7 +82,7 @@ from weft.events.transitions import (
 )
 from weft.plan import PlannedCodon
 from weft.runtime.execution import ExecutionLayout
-from weft.runtime.rig import run_rig
+from weft.runtime.rig import RigResult, run_rig
 from weft.state import StateManager
 
 _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI_HOME": "gemini"}
@@ -177,6 +177,17 @@ class CodonResult:
     context_exceeded: bool = False
     duration_ms: int = 0
     exit: SessionExited | None = None
+    assistant_messages: int = 0
+
+    @property
+    def continuable(self) -> bool:
+        """Whether a ``continue-previous`` successor may resume this session
+        (seed 003: completed, or skipped after at least one assistant message)."""
+        if self.session_id is None:
+            return False
+        return self.status == "completed" or (
+            self.status == "skipped" and self.assistant_messages > 0
+        )
 
     @property
     def retriable(self) -> bool:
@@ -255,6 +266,7 @@ class _Attempt:
         self.messages: set[str] = set()
         self.tools: dict[str, tuple[str, float]] = {}
         self.interrupt: Interrupt | None = None
+        self.rig: asyncio.Task[RigResult] | None = None
 
     @property
     def duration_ms(self) -> int:
@@ -330,6 +342,8 @@ class CodonRunner:
             return False
         if a.interrupt is None:
             a.interrupt = why
+        if a.rig is not None:
+            a.rig.cancel()  # run_rig kills a running command's process group
         if a.session is not None:
             await a.session.stop(
                 StopReason.SHUTDOWN if why is Interrupt.SHUTDOWN else StopReason.OPERATOR
@@ -471,14 +485,24 @@ class CodonRunner:
             req.run_id,
             codon_id,
         )
-        result = await run_rig(
-            req.planned.codon.rig_setup,
-            hank_dir=self.hank.directory,
-            workspace=self.layout.workspace,
-            emit=emit,
-            ignore_failures=self.ignore_rig_failures,
-            codon_id=codon_id,
+        a.rig = asyncio.ensure_future(
+            run_rig(
+                req.planned.codon.rig_setup,
+                hank_dir=self.hank.directory,
+                workspace=self.layout.workspace,
+                emit=emit,
+                ignore_failures=self.ignore_rig_failures,
+                codon_id=codon_id,
+            )
         )
+        try:
+            result = await a.rig
+        except asyncio.CancelledError:
+            if a.interrupt is None:
+                raise  # cancelled from outside, not by interrupt()
+            return await self._interrupted(a)
+        finally:
+            a.rig = None
         if not result.ok:
             reason = result.reason or "Rig setup failed"
             return await self._fail(a, "rig_setup", True, reason)
@@ -746,6 +770,7 @@ class CodonRunner:
             context_exceeded=context_exceeded,
             duration_ms=a.duration_ms,
             exit=a.exit,
+            assistant_messages=len(a.messages),
         )
         self.emit(
             CodonCompletedEvent(

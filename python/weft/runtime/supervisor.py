@@ -412,9 +412,7 @@ class Runtime:
                 reason = result.failure.message if result.failure else "failed"
                 outcome.message = f"Codon {current.codon_id} failed: {reason}"
                 break
-            if result.session_id and (
-                result.status == "completed" or (result.status == "skipped" and result.exit)
-            ):
+            if result.continuable and result.session_id is not None:
                 history.sessions[current.codon_id] = result.session_id
             change = plan.on_codon_finished(
                 current.codon_id, context_exceeded=result.context_exceeded
