@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pygit2
-
 from tests.checkpoints.oracle import covered
-from weft.checkpoints import CheckpointRepo
+
+from weft.checkpoints import CheckpointRepo, run_branch
 
 #: (mode, blob sha) of one file, in git's notation.
 FileState = tuple[str, str]
@@ -75,3 +75,30 @@ def write(workspace: Path, rel: str, data: bytes | str = b"x", *, executable: bo
     path.write_bytes(data.encode() if isinstance(data, str) else data)
     path.chmod(0o755 if executable else 0o644)
     return path
+
+
+def snap(
+    repo: CheckpointRepo,
+    patterns: list[str],
+    *,
+    run: str = "r1",
+    codon: str = "c1",
+    kind: str = "completed",
+    parent: str | None = None,
+    timestamp: str | None = None,
+) -> str:
+    """A checkpoint on ``run-<run>``, on top of its tip (or of the initial commit)."""
+    branch = run_branch(run)
+    if parent is None:
+        parent = repo.branch_tip(branch) or repo.initial_sha
+    return repo.snapshot(
+        patterns,
+        branch=branch,
+        parent_expected=parent,
+        kind=kind,
+        codon_id=codon,
+        run_id=run,
+        codon_name=f"Codon {codon}",
+        duration_ms=5,
+        timestamp=timestamp,
+    )

@@ -4,7 +4,7 @@ It follows the rules in docs/checkpoints.md one by one, with the standard
 library's ``fnmatchcase`` for single components and plain recursion for
 ``**``: slow, obviously right, and independent of the regex translation in
 ``weft.checkpoints.patterns``. It supports the subset the tests generate:
-``*``, ``?``, ``[...]``/``[!...]``, ``**``, one level of ``{a,b}``, ``!``
+``*``, ``?``, ``[...]``/``[!...]``, ``**``, unnested ``{a,b}`` groups, ``!``
 negation and a trailing ``/``.
 """
 
@@ -20,7 +20,7 @@ def _expand(pattern: str) -> list[str]:
     if start < 0 or end < 0 or "," not in pattern[start:end]:
         return [pattern]
     head, body, tail = pattern[:start], pattern[start + 1 : end], pattern[end + 1 :]
-    return [head + option + tail for option in body.split(",")]
+    return [out for option in body.split(",") for out in _expand(head + option + tail)]
 
 
 def _components_match(pat: list[str], parts: list[str]) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tests.checkpoints.oracle import covered
+
 from weft.checkpoints import CheckpointPatternError, PatternSet, is_excluded
 
 # (pattern, path, covered?) straight from the rules in docs/checkpoints.md.
@@ -68,9 +68,20 @@ def test_negation_removes_from_the_union_whatever_its_position() -> None:
         assert not pset.could_cover_under("src/gen")
 
 
+def test_a_directory_only_exclusion_keeps_direct_children() -> None:
+    pset = PatternSet.compile(["a", "!a/a/**/"])
+    assert pset.matches("a/a/a")  # a file directly in a/a: not inside a directory under it
+    assert not pset.matches("a/a/b/c")
+    assert pset.could_cover_under("a/a")
+    assert not pset.could_cover_under("a/a/b")
+
+
 def test_runtime_paths_fold_case_and_unicode() -> None:
-    assert is_excluded("ＲＩＧＡＲＣＨＩＶＥ/x")  # fullwidth letters
-    assert is_excluded("a/.Ｗｅｆｔ/b")
+    fullwidth = str.maketrans(
+        "ACEGHIRVWeft", "\uff21\uff23\uff25\uff27\uff28\uff29\uff32\uff36\uff37\uff45\uff46\uff54"
+    )
+    assert is_excluded("RIGARCHIVE/x".translate(fullwidth))
+    assert is_excluded("a/.Weft/b".translate(fullwidth))
     assert is_excluded("a/.GiT")
     assert not is_excluded("a/.weftish/b")
     assert not is_excluded("a/rigArchive/b")
@@ -140,7 +151,9 @@ def test_directory_pruning_never_hides_a_covered_file(patterns: list[str], path:
 
 @given(pattern_lists, paths, paths)
 @settings(max_examples=1000)
-def test_a_pruned_directory_has_no_covered_file(patterns: list[str], directory: str, rest: str) -> None:
+def test_a_pruned_directory_has_no_covered_file(
+    patterns: list[str], directory: str, rest: str
+) -> None:
     pset = PatternSet.compile(patterns)
     if not pset.could_cover_under(directory):
         assert not covered(patterns, f"{directory}/{rest}")

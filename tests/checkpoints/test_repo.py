@@ -26,59 +26,31 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-
-import weft.checkpoints.repo as repo_module
 from tests.checkpoints.helpers import (
     FileState,
     covered_state,
     disk_state,
-    file_state,
     git,
+    snap,
     tree_state,
     write,
 )
 from tests.checkpoints.oracle import covered
+
 from weft.checkpoints import (
     AmbiguousCheckpointError,
     CheckpointConflictError,
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointRepo,
-    run_branch,
 )
-
-
-def snap(
-    repo: CheckpointRepo,
-    patterns: list[str],
-    *,
-    run: str = "r1",
-    codon: str = "c1",
-    kind: str = "completed",
-    parent: str | None = None,
-    timestamp: str | None = None,
-) -> str:
-    """A checkpoint on ``run-<run>``, on top of its tip (or of the initial commit)."""
-    branch = run_branch(run)
-    if parent is None:
-        parent = repo.branch_tip(branch) or repo.initial_sha
-    return repo.snapshot(
-        patterns,
-        branch=branch,
-        parent_expected=parent,
-        kind=kind,
-        codon_id=codon,
-        run_id=run,
-        codon_name=f"Codon {codon}",
-        duration_ms=5,
-        timestamp=timestamp,
-    )
-
 
 # ------------------------------------------------------------------ snapshot
 
 
-def test_a_checkpoint_holds_exactly_the_covered_files(repo: CheckpointRepo, workspace: Path) -> None:
+def test_a_checkpoint_holds_exactly_the_covered_files(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
     write(workspace, "notes/a.md", "a")
     write(workspace, "notes/deep/b.txt", "b")
     write(workspace, "README.md", "readme")
@@ -105,46 +77,14 @@ def test_deletions_are_recorded(repo: CheckpointRepo, workspace: Path) -> None:
     assert changes == ["D", "notes/a.md", "D", "notes/sub/c.md"]
 
 
-def test_modes_symlinks_empty_and_binary_files(repo: CheckpointRepo, workspace: Path) -> None:
-    write(workspace, "bin/run.sh", "#!/bin/sh\n", executable=True)
-    write(workspace, "bin/empty", b"")
-    write(workspace, "bin/blob", bytes(range(256)) * 10)
-    os.symlink("run.sh", workspace / "bin/link")
-    os.symlink("../nowhere", workspace / "bin/dangling")
-    sha = snap(repo, ["bin/"])
-    tree = tree_state(repo, sha)
-    assert tree == covered_state(workspace, ["bin/"])
-    assert tree["bin/run.sh"][0] == "100755"
-    assert tree["bin/link"][0] == tree["bin/dangling"][0] == "120000"
-
-
-def test_line_endings_and_bytes_are_kept_exactly(repo: CheckpointRepo, workspace: Path) -> None:
-    data = b"one\r\ntwo\rthree\n\xff\xfe"
-    write(workspace, "a.txt", data)
-    write(workspace, ".gitattributes", "* text eol=crlf filter=nope\n")
-    sha = snap(repo, ["a.txt"])
-    assert repo.files(sha) == {"a.txt": data}
-
-
 def test_unchanged_workspace_gives_the_same_tree(repo: CheckpointRepo, workspace: Path) -> None:
     write(workspace, "notes/a.md", "a")
     first = snap(repo, ["notes/**"])
     second = snap(repo, ["notes/**"])
-    assert git(repo, "rev-parse", f"{first}^{{tree}}") == git(repo, "rev-parse", f"{second}^{{tree}}")
-    assert git(repo, "rev-parse", f"{second}^") .strip() == first
-
-
-def test_patterns_that_grow_pick_up_files_that_already_existed(
-    repo: CheckpointRepo, workspace: Path
-) -> None:
-    write(workspace, "notes/a.md", "a")
-    write(workspace, "src/main.py", "x")
-    first = snap(repo, ["notes/**"])
-    second = snap(repo, ["notes/**", "src/**"])
-    third = snap(repo, ["src/**"])
-    assert set(tree_state(repo, first)) == {"notes/a.md"}
-    assert set(tree_state(repo, second)) == {"notes/a.md", "src/main.py"}
-    assert set(tree_state(repo, third)) == {"src/main.py"}
+    assert git(repo, "rev-parse", f"{first}^{{tree}}") == git(
+        repo, "rev-parse", f"{second}^{{tree}}"
+    )
+    assert git(repo, "rev-parse", f"{second}^").strip() == first
 
 
 def test_no_patterns_give_an_empty_tree(repo: CheckpointRepo, workspace: Path) -> None:
@@ -153,82 +93,9 @@ def test_no_patterns_give_an_empty_tree(repo: CheckpointRepo, workspace: Path) -
     assert tree_state(repo, sha) == {}
 
 
-def test_runtime_paths_are_never_checkpointed(repo: CheckpointRepo, workspace: Path, tmp_path: Path) -> None:
-    data = tmp_path / "input-data"
-    data.mkdir()
-    (data / "big.csv").write_text("1,2\n")
-    os.symlink(data, workspace / "read_only_data_source")
-    write(workspace, "rigArchive/loop-0/notes/a.md", "archived")
-    write(workspace, ".weft/state.json", "{}")
-    write(workspace, "sub/.Weft/x", "x")
-    write(workspace, ".weft.backup-2025/state.json", "{}")
-    write(workspace, "work/rigArchive/kept.md", "not at the root: kept")
-    sha = snap(repo, ["**"])
-    assert set(tree_state(repo, sha)) == {"work/rigArchive/kept.md"}
-
-
-def test_ignored_untracked_files_stay_out_until_the_rules_change(
+def test_the_commit_message_names_status_codon_and_run(
     repo: CheckpointRepo, workspace: Path
 ) -> None:
-    write(workspace, ".gitignore", "*.log\nbuild/\n")
-    write(workspace, "app.py", "x")
-    write(workspace, "debug.log", "noise")
-    write(workspace, "build/out.bin", "noise")
-    first = snap(repo, ["**"])
-    assert set(tree_state(repo, first)) == {".gitignore", "app.py"}
-    write(workspace, ".gitignore", "build/\n")
-    second = snap(repo, ["**"])
-    assert set(tree_state(repo, second)) == {".gitignore", "app.py", "debug.log"}
-
-
-def test_nested_git_repositories_contribute_their_files(repo: CheckpointRepo, workspace: Path) -> None:
-    nested = workspace / "project"
-    nested.mkdir()
-    subprocess.run(["git", "init", "-q", str(nested)], check=True, env=repo.git_env() | {"GIT_DIR": str(nested / ".git")})
-    write(workspace, "project/src/app.py", "x")
-    sha = snap(repo, ["project/**"])
-    assert set(tree_state(repo, sha)) == {"project/src/app.py"}
-    write(workspace, "project/src/app.py", "y")
-    second = snap(repo, ["project/**"])
-    assert tree_state(repo, second)["project/src/app.py"] == file_state(workspace / "project/src/app.py")
-
-
-def test_a_file_that_becomes_a_directory_and_back(repo: CheckpointRepo, workspace: Path) -> None:
-    write(workspace, "out", "file")
-    first = snap(repo, ["out"])
-    (workspace / "out").unlink()
-    write(workspace, "out/inner.txt", "now a directory")
-    second = snap(repo, ["out"])
-    shutil.rmtree(workspace / "out")
-    os.symlink("elsewhere", workspace / "out")
-    third = snap(repo, ["out"])
-    assert set(tree_state(repo, first)) == {"out"}
-    assert set(tree_state(repo, second)) == {"out/inner.txt"}
-    assert tree_state(repo, third)["out"][0] == "120000"
-
-
-def test_large_files_are_stored_through_libgit2(
-    repo: CheckpointRepo, workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(repo_module, "LARGE_FILE", 1000)
-    write(workspace, "data/big.bin", os.urandom(5000))
-    write(workspace, "data/small.bin", os.urandom(10))
-    sha = snap(repo, ["data/**"])
-    assert tree_state(repo, sha) == covered_state(workspace, ["data/**"])
-
-
-def test_unreadable_files_fail_the_checkpoint_with_a_hint(
-    repo: CheckpointRepo, workspace: Path
-) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads every file")
-    path = write(workspace, "secret.txt", "s")
-    path.chmod(0)
-    with pytest.raises(CheckpointError, match=r"cannot read secret.txt .*'!secret.txt'"):
-        snap(repo, ["*.txt"])
-
-
-def test_the_commit_message_names_status_codon_and_run(repo: CheckpointRepo, workspace: Path) -> None:
     write(workspace, "a.md", "a")
     sha = repo.snapshot(
         ["*.md"],
@@ -257,8 +124,15 @@ def test_bad_arguments_are_refused_before_anything_is_written(
     with pytest.raises(CheckpointError, match="unknown checkpoint type"):
         snap(repo, ["*.md"], kind="done")
     with pytest.raises(CheckpointError, match="not a valid branch name"):
-        repo.snapshot(["*.md"], branch="run x..", parent_expected=repo.initial_sha, kind="completed",
-                      codon_id="c", run_id="r", codon_name="n")
+        repo.snapshot(
+            ["*.md"],
+            branch="run x..",
+            parent_expected=repo.initial_sha,
+            kind="completed",
+            codon_id="c",
+            run_id="r",
+            codon_name="n",
+        )
     with pytest.raises(CheckpointNotFoundError):
         snap(repo, ["*.md"], parent="0" * 40)
     with pytest.raises(CheckpointError, match="not ISO 8601"):
@@ -279,11 +153,14 @@ def test_a_moved_branch_is_a_conflict_and_nothing_is_committed(
         snap(repo, ["*.md"], parent=repo.initial_sha)
     assert info.value.branch == "run-r1"
     assert info.value.actual == first
-    assert "run-r1" in str(info.value) and "retry" in str(info.value)
+    assert "run-r1" in str(info.value)
+    assert "retry" in str(info.value)
     assert repo.branch_tip("run-r1") == first
 
 
-def test_a_new_run_branch_starts_from_the_given_parent(repo: CheckpointRepo, workspace: Path) -> None:
+def test_a_new_run_branch_starts_from_the_given_parent(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
     write(workspace, "a.md", "1")
     first = snap(repo, ["*.md"], run="r1")
     write(workspace, "a.md", "2")
@@ -297,8 +174,15 @@ def test_list_reads_back_every_field_newest_first(repo: CheckpointRepo, workspac
     write(workspace, "a.md", "1")
     rig = snap(repo, ["*.md"], codon="c1", kind="rig-setup", timestamp="2025-01-01T00:00:01.000Z")
     done = snap(repo, ["*.md"], codon="c1", kind="completed", timestamp="2025-01-01T00:00:02.000Z")
-    other = snap(repo, ["*.md"], run="r2", parent=done, codon="c2", kind="skipped",
-                 timestamp="2025-01-01T00:00:03.000Z")
+    other = snap(
+        repo,
+        ["*.md"],
+        run="r2",
+        parent=done,
+        codon="c2",
+        kind="skipped",
+        timestamp="2025-01-01T00:00:03.000Z",
+    )
     every = repo.list()
     assert [c.sha for c in every] == [other, done, rig]
     assert [(c.checkpoint_type, c.codon_id, c.run_id, c.branch) for c in every] == [
@@ -314,7 +198,9 @@ def test_list_reads_back_every_field_newest_first(repo: CheckpointRepo, workspac
     assert repo.list("nope") == []
 
 
-def test_verify_and_exists_report_only_present_commits(repo: CheckpointRepo, workspace: Path) -> None:
+def test_verify_and_exists_report_only_present_commits(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
     write(workspace, "a.md", "1")
     sha = snap(repo, ["*.md"])
     blob = git(repo, "rev-parse", f"{sha}:a.md").strip()
@@ -342,8 +228,12 @@ def test_an_ambiguous_prefix_lists_the_candidates(repo: CheckpointRepo, workspac
     seen: dict[str, str] = {}
     pair: tuple[str, str] | None = None
     for i in range(4000):
-        sha = snap(repo, ["*.md"], timestamp=f"2025-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
-                   codon=f"c{i}")
+        sha = snap(
+            repo,
+            ["*.md"],
+            timestamp=f"2025-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
+            codon=f"c{i}",
+        )
         prefix = sha[:4]
         if prefix in seen:
             pair = (seen[prefix], sha)
@@ -353,7 +243,8 @@ def test_an_ambiguous_prefix_lists_the_candidates(repo: CheckpointRepo, workspac
     with pytest.raises(AmbiguousCheckpointError) as info:
         repo.resolve(pair[0][:4])
     assert set(pair) <= set(info.value.candidates)
-    assert "Ambiguous checkpoint SHA" in str(info.value) and "more characters" in str(info.value)
+    assert "Ambiguous checkpoint SHA" in str(info.value)
+    assert "more characters" in str(info.value)
     assert repo.resolve(pair[0][:12]) == pair[0]
 
 
@@ -382,10 +273,31 @@ def test_the_repository_stays_valid_for_git(repo: CheckpointRepo, workspace: Pat
     assert git(repo, "status", "--porcelain") == ""
 
 
+def test_maintenance_merges_packs_and_work_goes_on(repo: CheckpointRepo, workspace: Path) -> None:
+    shas = []
+    for i in range(6):
+        write(workspace, f"notes/{i}.md", str(i))
+        shas.append(snap(repo, ["notes/**"], codon=f"c{i}"))
+    pack_dir = repo.git_dir / "objects/pack"
+    before = len(list(pack_dir.glob("*.idx")))
+    assert repo.maintain(over=10) == 0
+    assert repo.maintain(over=3) == before - 1  # all but the largest pack
+    assert len(list(pack_dir.glob("*.idx"))) == 2
+    write(workspace, "notes/0.md", "after the merge")
+    after = snap(repo, ["notes/**"])
+    assert tree_state(repo, after) == covered_state(workspace, ["notes/**"])
+    repo.restore(shas[2], ["notes/**"])
+    assert sorted(p.name for p in (workspace / "notes").iterdir()) == ["0.md", "1.md", "2.md"]
+    repo.close()
+    assert git(repo, "fsck", "--full", "--strict", "--no-dangling") == ""
+
+
 # ------------------------------------------------------------------ restore
 
 
-def test_restore_makes_covered_files_exactly_the_target(repo: CheckpointRepo, workspace: Path) -> None:
+def test_restore_makes_covered_files_exactly_the_target(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
     patterns = ["notes/**", "*.md"]
     write(workspace, "notes/a.md", "a1")
     write(workspace, "notes/keep/b.md", "b1")
@@ -422,25 +334,9 @@ def test_restore_then_snapshot_starts_from_the_restored_tree(
     assert set(tree_state(repo, after)) == {"a.md", "c.md"}
 
 
-def test_restore_replaces_directories_files_and_links_as_the_target_has_them(
+def test_restore_accepts_a_prefix_and_rejects_unknown_shas(
     repo: CheckpointRepo, workspace: Path
 ) -> None:
-    write(workspace, "x/inner.txt", "dir version")
-    write(workspace, "tool", "#!/bin/sh\n", executable=True)
-    os.symlink("tool", workspace / "alias")
-    target = snap(repo, ["**"])
-    shutil.rmtree(workspace / "x")
-    write(workspace, "x", "now a file")
-    (workspace / "tool").chmod(0o644)
-    (workspace / "alias").unlink()
-    write(workspace, "alias", "now a file")
-    snap(repo, ["**"])
-    repo.restore(target, ["**"])
-    assert disk_state(workspace) == tree_state(repo, target)
-    assert os.readlink(workspace / "alias") == "tool"
-
-
-def test_restore_accepts_a_prefix_and_rejects_unknown_shas(repo: CheckpointRepo, workspace: Path) -> None:
     write(workspace, "a.md", "1")
     first = snap(repo, ["*.md"])
     write(workspace, "a.md", "2")
@@ -504,7 +400,9 @@ def test_a_process_that_dies_without_closing_leaves_a_usable_repository(
 ) -> None:
     result = subprocess.run(
         [sys.executable, "-c", CHILD, str(git_dir), str(workspace), "5"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     tip = result.stdout.strip()
     with CheckpointRepo.open_or_create(git_dir, workspace, watch=watch) as repo:
@@ -519,9 +417,22 @@ def test_a_process_that_dies_without_closing_leaves_a_usable_repository(
 # ------------------------------------------------------------------ model
 
 
-NAMES = ["a", "b", "c.md", "d.py", ".e", "rigArchive", ".weft", "notes", "src"]
-PATTERNS = ["**", "*.md", "**/*.md", "notes/**", "src/**/*.py", "a", "b/", "*/c.md", "!**/*.py",
-            "{a,b}/**", "[ab]/*", "?.md", "notes/*"]
+NAMES = ["a", "b", "c.md", "d.py", ".weft", "notes"]
+PATTERNS = [
+    "**",
+    "*.md",
+    "**/*.md",
+    "notes/**",
+    "src/**/*.py",
+    "a",
+    "b/",
+    "*/c.md",
+    "!**/*.py",
+    "{a,b}/**",
+    "[ab]/*",
+    "?.md",
+    "notes/*",
+]
 name_paths = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join)
 pattern_lists = st.lists(st.sampled_from(PATTERNS), min_size=0, max_size=3)
 
@@ -557,7 +468,7 @@ class WorkspaceModel(RuleBasedStateMachine):
             if prefix.is_symlink() or prefix.is_file():
                 prefix.unlink()
         target = self.ws / rel
-        if target.is_symlink():
+        if target.is_symlink() or target.is_file():
             target.unlink()
         elif target.is_dir():
             shutil.rmtree(target)
@@ -583,11 +494,38 @@ class WorkspaceModel(RuleBasedStateMachine):
         elif path.is_dir():
             shutil.rmtree(path)
 
+    @rule(src=name_paths, dst=name_paths)
+    def move(self, src: str, dst: str) -> None:
+        source = self.ws / src
+        related = dst == src or dst.startswith(src + "/") or src.startswith(dst + "/")
+        if related or not (source.exists() or source.is_symlink()):
+            return
+        self._clear_way(dst)
+        (self.ws / dst).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(source, self.ws / dst)
+
+    @rule(rel=name_paths, fill=st.integers(0, 255))
+    def rewrite_keeping_size_and_mtime(self, rel: str, fill: int) -> None:
+        path = self.ws / rel
+        if path.is_symlink() or not path.is_file():
+            return
+        before = path.stat()
+        path.write_bytes(bytes([fill]) * before.st_size)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
     @rule(target=checkpoints, patterns=pattern_lists)
     def snapshot(self, patterns: list[str]) -> str:
-        assert self.repo is not None and self.tip is not None
-        sha = self.repo.snapshot(patterns, branch="run-m", parent_expected=self.tip, kind="completed",
-                                 codon_id="c", run_id="m", codon_name="model")
+        assert self.repo is not None
+        assert self.tip is not None
+        sha = self.repo.snapshot(
+            patterns,
+            branch="run-m",
+            parent_expected=self.tip,
+            kind="completed",
+            codon_id="c",
+            run_id="m",
+            codon_name="model",
+        )
         self.tip = sha
         want = covered_state(self.ws, patterns)
         assert tree_state(self.repo, sha) == want
@@ -607,7 +545,9 @@ class WorkspaceModel(RuleBasedStateMachine):
         for path in after:
             if covered(patterns, path):
                 assert path in target, f"{path} is covered but not in the target"
-        conflicts = {p for p in before for t in target if t.startswith(p + "/") or p.startswith(t + "/")}
+        conflicts = {
+            p for p in before for t in target if t.startswith(p + "/") or p.startswith(t + "/")
+        }
         for path, state in before.items():
             if path not in target and not covered(patterns, path) and path not in conflicts:
                 assert after.get(path) == state, f"uncovered {path} changed"
@@ -619,8 +559,8 @@ class WorkspaceModel(RuleBasedStateMachine):
 
 
 WorkspaceModel.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=30,
+    max_examples=150,
+    stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -52,7 +52,7 @@ def test_hello_runs_offline_and_leaves_checkpoints_and_a_journal(tmp_path: Path)
     assert events > 50
     assert plan_extensions == 2  # draft#1 and draft#2, each added when the previous one finished
 
-    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints"))
+    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))
     for record in codons.values():
         assert repo.get(record["completionCheckpoint"]) is not None
     assert "rigSetupCheckpoint" in codons["greet"]

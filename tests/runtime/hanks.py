@@ -187,8 +187,8 @@ def attempts(state: Mapping[str, Any], run_index: int = 0) -> list[dict[str, Any
 
 def checkpoint_tree(execution: Path, sha: str) -> dict[str, bytes]:
     """path -> content of every blob in the tree of checkpoint ``sha``, read with
-    pygit2 straight from ``.weft/checkpoints``."""
-    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints"))
+    pygit2 straight from ``.weft/checkpoints/.weftcheckpoints``."""
+    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))
     commit = repo.get(sha)
     assert isinstance(commit, pygit2.Commit), f"{sha} is not a commit"
     out: dict[str, bytes] = {}
@@ -207,7 +207,7 @@ def checkpoint_tree(execution: Path, sha: str) -> dict[str, bytes]:
 
 def checkpoint_parent(execution: Path, sha: str) -> str | None:
     """The first parent of checkpoint ``sha``."""
-    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints"))
+    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))
     commit = repo.get(sha)
     assert isinstance(commit, pygit2.Commit)
     return str(commit.parent_ids[0]) if commit.parent_ids else None
@@ -215,7 +215,7 @@ def checkpoint_parent(execution: Path, sha: str) -> str | None:
 
 def checkpoint_message(execution: Path, sha: str) -> str:
     """The commit message of checkpoint ``sha``."""
-    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints"))
+    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))
     commit = repo.get(sha)
     assert isinstance(commit, pygit2.Commit)
     return commit.message

@@ -795,7 +795,7 @@ async def test_json_summary_is_one_last_line_with_the_figures() -> None:
     }
     assert nanos(data["totalCost"]) == nanos(rec.manager.core.run_cost(RUN) or 0)
     assert data["journal"] == "/work/exec/.weft/weft.db"
-    assert data["checkpointRepository"] == "/work/exec/.weft/checkpoints"
+    assert data["checkpointRepository"] == "/work/exec/.weft/checkpoints/.weftcheckpoints"
     assert data["failures"] == [{"codonId": "build", "reason": "rate_limit: 429 Too Many Requests"}]
     assert (data["exitCode"], data["wallTimeMs"]) == (0, 81_000)
 

@@ -4,8 +4,9 @@ Every call runs on one dedicated worker thread, in the order it was made. That
 keeps git work off the event loop, serialises mutations (a restore submitted
 before a snapshot finishes before the snapshot starts), and keeps each libgit2
 handle on a single thread. While the repository is open, a background task
-drains the change watcher's kernel queue once a second so that a busy agent
-does not overflow it between checkpoints.
+drains the change watcher's kernel queue once a second (so that a busy agent
+does not overflow it between checkpoints) and merges the small per-checkpoint
+packs when enough have accumulated.
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from weft.checkpoints.errors import CheckpointError
 from weft.checkpoints.messages import Checkpoint
 from weft.checkpoints.repo import CheckpointRepo, RecoverySnapshot, RestoreResult
 
+log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Seconds between background drains of the change watcher.
+#: Seconds between background drains of the change watcher (and pack merges).
 DRAIN_EVERY = 1.0
 
 
@@ -58,18 +62,24 @@ class AsyncCheckpointRepo:
             executor.shutdown(wait=False)
             raise
         opened = cls(repo, executor)
-        if drain_every and repo.watching:
-            opened._drainer = asyncio.create_task(opened._drain_loop(drain_every))
+        if drain_every:
+            opened._drainer = asyncio.create_task(opened._idle_loop(drain_every))
         return opened
 
     async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
-    async def _drain_loop(self, every: float) -> None:
+    async def _idle_loop(self, every: float) -> None:
         while True:
             await asyncio.sleep(every)
-            await self._run(self.repo.drain_changes)
+            try:
+                await self._run(self.repo.drain_changes)
+                await self._run(self.repo.maintain)
+            except CheckpointError as exc:
+                # Housekeeping only: the next checkpoint reports the problem to its caller.
+                log.warning("checkpoint maintenance stopped: %s", exc)
+                return
 
     @property
     def initial_sha(self) -> str:

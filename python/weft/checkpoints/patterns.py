@@ -267,15 +267,22 @@ class _Glob:
         return ancestor or bool(states)
 
     def covers_directory(self, parts: Sequence[str]) -> bool:
-        """Whether this glob matches directory ``parts`` or one of its ancestors."""
+        """Whether every path strictly inside directory ``parts`` matches this glob."""
         ancestor, states = self._advance(parts)
-        return ancestor or len(self.components) in states
+        n = len(self.components)
+        if ancestor or n in states:
+            return True  # the glob matched the directory or an ancestor
+        # What is left is a trailing "**", which takes any path below (dir-only: 2+ deep).
+        return not self.dir_only and n - 1 in states and self.components[n - 1] == "**"
 
     def _advance(self, parts: Sequence[str]) -> tuple[bool, set[int]]:
         """Runs the component automaton over ``parts``.
 
-        Returns whether the glob already matched a proper ancestor (which covers
-        the whole subtree), and the automaton states after the last part.
+        State ``i`` means the first ``i`` components have matched. A ``**`` in
+        the middle may match no component; a trailing ``**`` needs at least one
+        (``notes/**`` is what is inside ``notes``). Returns whether the glob
+        matched a proper ancestor (which covers the whole subtree), and the
+        states after the last part.
         """
         n = len(self.components)
         states = self._closure({0})
@@ -287,6 +294,8 @@ class _Glob:
                 comp_re = self.component_res[s]
                 if comp_re is None:
                     nxt.add(s)
+                    if s == n - 1:
+                        nxt.add(n)
                 elif comp_re.match(part):
                     nxt.add(s + 1)
             states = self._closure(nxt)
@@ -295,11 +304,12 @@ class _Glob:
         return False, states
 
     def _closure(self, states: set[int]) -> set[int]:
+        last = len(self.components) - 1
         out = set(states)
         todo = list(states)
         while todo:
             s = todo.pop()
-            if s < len(self.components) and self.components[s] == "**" and s + 1 not in out:
+            if s < last and self.components[s] == "**" and s + 1 not in out:
                 out.add(s + 1)
                 todo.append(s + 1)
         return out

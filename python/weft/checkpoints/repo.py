@@ -17,21 +17,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import stat
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffOption, SortMode
-from pygit2.errors import check_error
-from pygit2.ffi import C, ffi  # libgit2 through cffi: diff pathspecs and index entries
-from pygit2.utils import StrArray
+from pygit2.enums import RepositoryOpenFlag, SortMode
 
 from weft.checkpoints.errors import (
     AmbiguousCheckpointError,
@@ -40,6 +34,7 @@ from weft.checkpoints.errors import (
     CheckpointNotFoundError,
     CheckpointStorageError,
 )
+from weft.checkpoints.gitindex import StatIndex
 from weft.checkpoints.messages import (
     AUTHOR_EMAIL,
     AUTHOR_NAME,
@@ -49,8 +44,16 @@ from weft.checkpoints.messages import (
     format_recovery_message,
     parse_message,
 )
-from weft.checkpoints.packs import OBJ_BLOB, OBJ_COMMIT, object_id, write_pack
+from weft.checkpoints.packs import (
+    CONSOLIDATE_OVER,
+    OBJ_COMMIT,
+    consolidate_packs,
+    object_id,
+    small_packs,
+    write_pack,
+)
 from weft.checkpoints.patterns import PatternSet, is_excluded
+from weft.checkpoints.scan import Scan, WorkspaceScanner
 from weft.checkpoints.storage import (
     MAIN_BRANCH,
     git_environment,
@@ -58,34 +61,20 @@ from weft.checkpoints.storage import (
 )
 from weft.checkpoints.trees import (
     MODE_EXEC,
-    MODE_FILE,
     MODE_LINK,
-    MODE_TREE,
     Entry,
     TreeEditor,
     TreeError,
 )
 from weft.checkpoints.watch import ChangeWatcher
+from weft.checkpoints.worktree import remove_files, write_file
 
-#: Files larger than this are hashed and stored by libgit2 as loose objects, not read here.
-LARGE_FILE = 32 * 1024 * 1024
 #: The index is written back after this many snapshots, or sooner after many changes.
 INDEX_WRITE_EVERY = 16
 INDEX_WRITE_CHANGES = 512
 
-_BASE_FLAGS = int(
-    DiffOption.INCLUDE_UNTRACKED
-    | DiffOption.DISABLE_PATHSPEC_MATCH
-    | DiffOption.UPDATE_INDEX
-    | DiffOption.INCLUDE_TYPECHANGE
-    | DiffOption.SKIP_BINARY_CHECK
-    | DiffOption.IGNORE_SUBMODULES
-)
-_RECURSE_FLAGS = _BASE_FLAGS | int(DiffOption.RECURSE_UNTRACKED_DIRS)
 _HEX = re.compile(r"[0-9a-f]{4,40}")
 _FULL_HEX = re.compile(r"[0-9a-f]{40}")
-_GIT_ENOTFOUND = -3
-_MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
 
 
 # Aliases: inside CheckpointRepo, ``list`` names the method.
@@ -121,19 +110,6 @@ class RecoverySnapshot:
     sha: str
 
 
-@dataclass
-class _Scan:
-    """What differs between the index and the workspace, for the covered paths."""
-
-    changes: dict[str, Entry | None] = field(default_factory=dict)
-    blobs: list[tuple[int, bytes, bytes]] = field(default_factory=list)
-    stats: dict[str, os.stat_result] = field(default_factory=dict)
-
-
-def _i32(value: int) -> int:
-    return ((value + (1 << 31)) % (1 << 32)) - (1 << 31)
-
-
 class CheckpointRepo:
     """A shadow git repository whose work tree is the agent's workspace."""
 
@@ -166,16 +142,18 @@ class CheckpointRepo:
         self._snapshots_unsaved = 0
         self._changes_unsaved = 0
         self._head_unsaved = False
+        self._packs_unmerged = len(small_packs(self._pack_dir))
         self._closed = False
-        self._index = self._load_index()
+        index = self._load_index()
+        self._stat = StatIndex(repo, index, self._root)
         head = repo.head.peel(pygit2.Commit)
         self._head = str(head.id)
         self._known: set[str] = {self._head, initial_sha}
         self._base_tree: bytes = head.tree_id.raw
-        if len(head.tree.diff_to_index(self._index)) != 0:
+        if len(head.tree.diff_to_index(index)) != 0:
             # The index was saved lazily and lags HEAD (a crash): rebuild it from HEAD.
-            self._index.read_tree(head.tree)
-            self._index.write()
+            index.read_tree(head.tree)
+            index.write()
         self._watcher = ChangeWatcher.start(workspace, skip=is_excluded) if watch else None
 
     # ----------------------------------------------------------------- opening
@@ -256,6 +234,35 @@ class CheckpointRepo:
         watcher = self._watcher
         if watcher is not None:
             watcher.drain()
+
+    def maintain(self, *, over: int = CONSOLIDATE_OVER) -> int:
+        """Merges the small per-checkpoint packs once more than ``over`` accumulated.
+
+        Meant for idle moments (the async wrapper calls it between operations):
+        it takes a fraction of a second per hundred checkpoints. Returns how
+        many packs were merged.
+        """
+        with self._lock:
+            self._check_open()
+            if self._packs_unmerged <= over:
+                return 0
+            self._save_index(force=True)
+            merged = consolidate_packs(self._repo, over=over)
+            # libgit2 may still know the removed packs: start from a fresh handle.
+            self._repo.free()
+            try:
+                self._repo = pygit2.Repository(str(self.git_dir), RepositoryOpenFlag.NO_SEARCH)
+            except pygit2.GitError as exc:
+                self._closed = True
+                raise CheckpointStorageError(
+                    f"checkpoint repository {self.git_dir} could not be reopened after "
+                    f"merging packs ({exc}); restart Weft to repair it"
+                ) from exc
+            self._repo.workdir = self._root
+            self._stat = StatIndex(self._repo, self._repo.index, self._root)
+            self._editor = TreeEditor(self._repo)
+            self._packs_unmerged = 0
+            return merged
 
     @property
     def watching(self) -> bool:
@@ -461,15 +468,15 @@ class CheckpointRepo:
             result = RestoreResult(sha=full)
             result.removed = sorted(p for p in current if p not in target and pset.matches(p))
             result.written = sorted(p for p, v in target.items() if current.get(p) != v)
-            self._remove_files(result.removed)
+            remove_files(self._root, result.removed)
             for path in result.written:
-                self._write_file(path, target[path])
+                self._restore_file(path, target[path])
             for path in base:
                 if path not in target:
-                    self._index_remove(path)
+                    self._stat.remove(path)
             for path, entry in target.items():
                 if path in result.written or base.get(path) != entry or path in scan.changes:
-                    self._index_add_from_disk(path, entry)
+                    self._stat.add_from_disk(path, entry)
             self._base_tree = target_tree
             self._head = full
             self._head_unsaved = True
@@ -577,6 +584,7 @@ class CheckpointRepo:
         sha = object_id(OBJ_COMMIT, body)
         try:
             write_pack(self._pack_dir, [*objects, (OBJ_COMMIT, sha, body)])
+            self._packs_unmerged += 1
         except OSError as exc:
             raise CheckpointStorageError(
                 f"could not write checkpoint objects to {self._pack_dir}: "
@@ -585,9 +593,9 @@ class CheckpointRepo:
         # The objects are in place: the index now describes this commit's tree.
         for path, value in scan.changes.items():
             if value is None:
-                self._index_remove(path)
+                self._stat.remove(path)
             else:
-                self._index_add(path, value, scan.stats[path])
+                self._stat.add(path, value, scan.stats[path])
         commit = sha.hex()
         self._base_tree = tree
         self._synced = pset
@@ -620,168 +628,35 @@ class CheckpointRepo:
                 f"Check the disk and {self.git_dir}."
             ) from exc
 
-    def _scan(self, pset: PatternSet, *, keep_content: bool) -> _Scan:
-        scan = _Scan()
+    def _scan(self, pset: PatternSet, *, keep_content: bool) -> Scan:
+        """What differs between the index and the workspace, for the files ``pset`` covers."""
+        scan = Scan()
         synced = self._synced
         full = synced is None or synced.patterns != pset.patterns
         if full and (synced is None or not pset.is_superset_of(synced)):
-            for path in self._index_paths():
+            for path in self._stat.paths():
                 if not pset.matches(path):
                     scan.changes[path] = None
         dirty = self._watcher.take() if self._watcher is not None else None
+        scanner = WorkspaceScanner(self._stat, pset, scan, keep_content=keep_content)
         if full or dirty is None or any(p.rsplit("/", 1)[-1] == ".gitignore" for p in dirty):
             # New ignore rules can un-ignore files that raised no event: compare everything.
-            roots = pset.scan_roots()
-            if roots is None or roots:
-                self._collect(self._diff(roots, _BASE_FLAGS), pset, scan, keep_content)
-        elif dirty:
-            self._collect(self._diff(sorted(dirty), _BASE_FLAGS), pset, scan, keep_content)
+            scanner.compare_all()
+        else:
+            scanner.compare_paths(dirty)
         return scan
 
-    def _collect(self, diff: pygit2.Diff, pset: PatternSet, scan: _Scan, keep: bool) -> None:
-        for delta in diff.deltas:
-            status = delta.status
-            if status == DeltaStatus.DELETED:
-                pass
-            elif status == DeltaStatus.UNTRACKED:
-                path = delta.new_file.path
-                if path.endswith("/"):
-                    directory = path[:-1]
-                    if pset.could_cover_under(directory):
-                        self._collect_untracked_dir(directory, pset, scan, keep)
-                elif pset.matches(path):
-                    self._stage(path, scan, keep)
-            elif status in (DeltaStatus.MODIFIED, DeltaStatus.TYPECHANGE):
-                path = delta.new_file.path
-                if pset.matches(path):
-                    self._stage(path, scan, keep)
-                else:
-                    scan.changes[path] = None
-
-    def _collect_untracked_dir(
-        self, directory: str, pset: PatternSet, scan: _Scan, keep: bool
-    ) -> None:
-        for delta in self._diff([directory], _RECURSE_FLAGS).deltas:
-            if delta.status != DeltaStatus.UNTRACKED:
-                continue
-            path = delta.new_file.path
-            if path.endswith("/"):
-                # libgit2 does not descend into nested repositories; their files still count.
-                self._walk_plain(path[:-1], pset, scan, keep)
-            elif pset.matches(path):
-                self._stage(path, scan, keep)
-
-    def _walk_plain(self, directory: str, pset: PatternSet, scan: _Scan, keep: bool) -> None:
-        stack = [directory]
-        while stack:
-            current = stack.pop()
-            try:
-                entries = list(os.scandir(os.path.join(self._root, current)))
-            except OSError:
-                continue
-            for entry in entries:
-                rel = f"{current}/{entry.name}"
-                if entry.name == ".git" or is_excluded(rel):
-                    continue
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                except OSError:
-                    continue
-                if is_dir:
-                    if pset.could_cover_under(rel) and not self._repo.path_is_ignored(rel):
-                        stack.append(rel)
-                elif pset.matches(rel) and not self._repo.path_is_ignored(rel):
-                    self._stage(rel, scan, keep)
-
-    def _stage(self, path: str, scan: _Scan, keep: bool) -> None:
-        full = os.path.join(self._root, path)
-        try:
-            st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode):
-                data: bytes | None = os.fsencode(os.readlink(full))
-                mode = MODE_LINK
-            elif stat.S_ISREG(st.st_mode):
-                mode = MODE_EXEC if st.st_mode & 0o100 else MODE_FILE
-                if st.st_size > LARGE_FILE:
-                    data = None
-                else:
-                    with open(full, "rb") as fh:
-                        data = fh.read()
-            else:
-                scan.changes[path] = None  # sockets, fifos, devices: git cannot hold them
-                return
-        except (FileNotFoundError, NotADirectoryError):
-            scan.changes[path] = None
-            return
-        except OSError as exc:
-            raise CheckpointError(
-                f"cannot read {path} for the checkpoint: {exc.strerror or exc}. Make it "
-                f"readable, or exclude it from checkpointedFiles with '!{path}'."
-            ) from exc
-        if data is None:
-            sha = self._repo.create_blob_fromdisk(full).raw
-        else:
-            sha = object_id(OBJ_BLOB, data)
-            if keep:
-                scan.blobs.append((OBJ_BLOB, sha, data))
-        scan.changes[path] = (mode, sha)
-        scan.stats[path] = st
-
-    def _diff(self, pathspec: _Paths | None, flags: int) -> pygit2.Diff:
-        copts = ffi.new("git_diff_options *")
-        check_error(C.git_diff_options_init(copts, 1))
-        copts.flags = flags
-        cdiff = ffi.new("git_diff **")
-        with StrArray(pathspec) as arr:
-            if pathspec is not None:
-                arr.assign_to(copts.pathspec)
-            err = C.git_diff_index_to_workdir(
-                cdiff,
-                self._repo._repo,
-                self._index._index,
-                copts,
+    def _restore_file(self, path: str, entry: Entry) -> None:
+        mode, sha = entry
+        blob = self._repo.get(pygit2.Oid(raw=sha))
+        if not isinstance(blob, pygit2.Blob):
+            raise CheckpointStorageError(
+                f"checkpoint object {sha.hex()} for {path} is missing: the checkpoint "
+                f"repository {self.git_dir} is damaged; restart Weft to repair it"
             )
-            check_error(err)
-        diff: pygit2.Diff = pygit2.Diff.from_c(bytes(ffi.buffer(cdiff)[:]), self._repo)
-        return diff
-
-    def _index_paths(self) -> _Paths:
-        index = self._index._index
-        count = C.git_index_entrycount(index)
-        paths = []
-        for i in range(count):
-            entry = C.git_index_get_byindex(index, i)
-            paths.append(os.fsdecode(ffi.string(entry.path)))
-        return paths
-
-    def _index_add(self, path: str, value: Entry, st: os.stat_result) -> None:
-        entry: Any = ffi.new("git_index_entry *")
-        entry.ctime.seconds = _i32(st.st_ctime_ns // 1_000_000_000)
-        entry.ctime.nanoseconds = st.st_ctime_ns % 1_000_000_000
-        entry.mtime.seconds = _i32(st.st_mtime_ns // 1_000_000_000)
-        entry.mtime.nanoseconds = st.st_mtime_ns % 1_000_000_000
-        entry.dev = st.st_dev & 0xFFFFFFFF
-        entry.ino = st.st_ino & 0xFFFFFFFF
-        entry.mode = _MODE_INT[value[0]]
-        entry.uid = st.st_uid & 0xFFFFFFFF
-        entry.gid = st.st_gid & 0xFFFFFFFF
-        entry.file_size = st.st_size & 0xFFFFFFFF
-        ffi.memmove(entry.id.id, value[1], 20)
-        cpath = ffi.new("char[]", os.fsencode(path))
-        entry.path = cpath
-        check_error(C.git_index_add(self._index._index, entry))
-
-    def _index_add_from_disk(self, path: str, value: Entry) -> None:
-        try:
-            st = os.lstat(os.path.join(self._root, path))
-        except OSError:
-            st = os.stat_result((0,) * 10)  # zero stat: the next comparison rehashes it
-        self._index_add(path, value, st)
-
-    def _index_remove(self, path: str) -> None:
-        err = C.git_index_remove(self._index._index, os.fsencode(path), 0)
-        if err < 0 and err != _GIT_ENOTFOUND:
-            check_error(err)
+        write_file(
+            self._root, path, blob.data, executable=mode == MODE_EXEC, link=mode == MODE_LINK
+        )
 
     def _save_index(self, *, force: bool = False) -> None:
         """Writes the index and HEAD back, every few snapshots (they are caches of memory).
@@ -794,7 +669,7 @@ class CheckpointRepo:
             and self._changes_unsaved < INDEX_WRITE_CHANGES
         ):
             return
-        self._index.write()
+        self._stat.write()
         if self._head_unsaved:
             self._repo.set_head(pygit2.Oid(hex=self._head))
             self._head_unsaved = False
@@ -817,87 +692,6 @@ class CheckpointRepo:
         for commit in walker:
             seen.add(str(commit.id))
         return seen
-
-    # ------------------------------------------------------------- restoring
-
-    def _remove_files(self, paths: _Paths) -> None:
-        parents: set[str] = set()
-        for path in paths:
-            full = os.path.join(self._root, path)
-            try:
-                if os.path.isdir(full) and not os.path.islink(full):
-                    shutil.rmtree(full)
-                else:
-                    os.unlink(full)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                raise CheckpointError(
-                    f"restore could not remove {path}: {exc.strerror or exc}; "
-                    "check its permissions and retry"
-                ) from exc
-            head = path.rpartition("/")[0]
-            while head:
-                parents.add(head)
-                head = head.rpartition("/")[0]
-        # Deepest first, so emptied parents go too; a directory with other content stays.
-        for directory in sorted(parents, key=lambda d: d.count("/"), reverse=True):
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.join(self._root, directory))
-
-    def _write_file(self, path: str, entry: Entry) -> None:
-        mode, sha = entry
-        if mode == MODE_TREE:
-            return
-        blob = self._repo.get(pygit2.Oid(raw=sha))
-        if not isinstance(blob, pygit2.Blob):
-            raise CheckpointStorageError(
-                f"checkpoint object {sha.hex()} for {path} is missing: the checkpoint "
-                f"repository {self.git_dir} is damaged"
-            )
-        full = os.path.join(self._root, path)
-        self._make_parents(path)
-        if os.path.isdir(full) and not os.path.islink(full):
-            shutil.rmtree(full)
-        directory = os.path.dirname(full)
-        tmp = os.path.join(
-            directory, f".weftcheckpoints.restore-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
-        try:
-            if mode == MODE_LINK:
-                os.symlink(os.fsdecode(blob.data), tmp)
-            else:
-                perms = 0o777 if mode == MODE_EXEC else 0o666
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, perms)
-                try:
-                    view = memoryview(blob.data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                finally:
-                    os.close(fd)
-            os.replace(tmp, full)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise CheckpointError(
-                f"restore could not write {path}: {exc.strerror or exc}; "
-                "check the workspace's permissions and free space, then retry"
-            ) from exc
-
-    def _make_parents(self, path: str) -> None:
-        parts = path.split("/")[:-1]
-        current = self._root
-        for part in parts:
-            current = os.path.join(current, part)
-            try:
-                st = os.lstat(current)
-            except FileNotFoundError:
-                os.mkdir(current)
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                # A file (or link) stands where the checkpoint has a directory.
-                os.unlink(current)
-                os.mkdir(current)
 
 
 def _commit_body(tree: bytes, parent: str, message: str, moment: datetime) -> bytes:

@@ -267,8 +267,9 @@ def _structural_problem(git_dir: Path, repairs: list[str]) -> str | None:
     except (pygit2.GitError, KeyError, ValueError, OSError):
         ok = False
     if not ok:
-        _write_text(config, _CONFIG)
         repairs.append(f"rewrote the unreadable repository config {config}")
+    # Always the pinned settings: an edited config could change what checkpoints hold.
+    _write_text(config, _CONFIG)
     head = git_dir / "HEAD"
     try:
         text = head.read_text("utf-8")

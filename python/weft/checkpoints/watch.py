@@ -69,6 +69,24 @@ MAX_DIRECTORIES = 50_000
 MAX_DIRTY = 4_096
 
 
+#: statfs(2) magic numbers of filesystems whose changes may come from another kernel
+#: (NFS, SMB/CIFS, FUSE incl. virtiofs and Docker Desktop mounts, 9p, Ceph, AFS, Coda):
+#: inotify never hears about those changes, so the watcher is not used there.
+REMOTE_FILESYSTEMS = frozenset(
+    {
+        0x6969,  # NFS
+        0x517B,  # SMB
+        0xFF534D42,  # CIFS
+        0xFE534D42,  # SMB2
+        0x65735546,  # FUSE
+        0x01021997,  # 9p
+        0x00C36400,  # Ceph
+        0x5346414F,  # AFS
+        0x73757245,  # Coda
+    }
+)
+
+
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -77,6 +95,7 @@ def _libc() -> ctypes.CDLL | None:
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.statfs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     except (OSError, AttributeError):
         return None
     return libc
@@ -87,6 +106,16 @@ _LIBC = _libc()
 
 class _WatchLimitError(Exception):
     pass
+
+
+def filesystem_type(path: Path) -> int | None:
+    """The statfs(2) ``f_type`` of the filesystem holding ``path`` (Linux), or None."""
+    if _LIBC is None:
+        return None
+    buf = ctypes.create_string_buffer(512)  # struct statfs is ~120 bytes; f_type comes first
+    if _LIBC.statfs(os.fsencode(path), buf) != 0:
+        return None
+    return int(ctypes.c_ulong.from_buffer(buf).value) & 0xFFFFFFFF
 
 
 class ChangeWatcher:
@@ -107,9 +136,10 @@ class ChangeWatcher:
     def start(cls, root: Path, *, skip: Callable[[str], bool]) -> ChangeWatcher | None:
         """Watches every directory under ``root`` except those ``skip`` names.
 
-        Returns ``None`` where inotify is unavailable or the tree is too big to watch.
+        Returns ``None`` where inotify is unavailable, the workspace is on a
+        network or FUSE filesystem, or the tree is too big to watch.
         """
-        if _LIBC is None:
+        if _LIBC is None or filesystem_type(root) in REMOTE_FILESYSTEMS:
             return None
         fd = _LIBC.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
@@ -153,6 +183,11 @@ class ChangeWatcher:
         """Moves pending kernel events into the dirty set (keeps the kernel queue short)."""
         with self._lock:
             self._drain_locked()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._fd >= 0:
+                os.close(self._fd)
 
     def close(self) -> None:
         """Stops watching."""

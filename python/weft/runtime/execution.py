@@ -56,6 +56,7 @@ from typing import Any, Literal, TextIO
 import msgspec
 import orjson
 
+from weft.checkpoints.storage import checkpoint_git_dir
 from weft.errors import WeftError
 
 __all__ = [
@@ -268,8 +269,8 @@ class ExecutionLayout:
 
     @property
     def checkpoints(self) -> Path:
-        """``.weft/checkpoints/``: the shadow git repository."""
-        return self.weft_dir / "checkpoints"
+        """``.weft/checkpoints/.weftcheckpoints``: the shadow git repository."""
+        return checkpoint_git_dir(self.weft_dir)
 
     @property
     def meta_path(self) -> Path:

@@ -1,0 +1,160 @@
+"""Finding what changed in the workspace since the last checkpoint, for the covered files.
+
+libgit2 compares the index (the last checkpoint, with each file's stat data)
+against the workspace: every covered path, or only the paths the change
+watcher reported. Changed and new covered files are read and hashed here;
+unchanged ones never are. Untracked folders are entered only when a pattern
+can reach inside them, and ignored files stay out, as with ``git add``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pygit2
+from pygit2.enums import DeltaStatus
+
+from weft.checkpoints.errors import CheckpointError
+from weft.checkpoints.gitindex import StatIndex
+from weft.checkpoints.packs import OBJ_BLOB, object_id
+from weft.checkpoints.patterns import PatternSet, is_excluded
+from weft.checkpoints.trees import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
+
+#: Files larger than this are hashed and stored by libgit2 as loose objects, not read here.
+LARGE_FILE = 32 * 1024 * 1024
+
+
+@dataclass
+class Scan:
+    """Changes against the index: path -> new entry, or None for a file that is gone."""
+
+    changes: dict[str, Entry | None] = field(default_factory=dict)
+    #: The new blobs to store, as ``(kind, sha, data)`` (when content is kept).
+    blobs: list[tuple[int, bytes, bytes]] = field(default_factory=list)
+    #: The stat data of each changed file, taken before it was read.
+    stats: dict[str, os.stat_result] = field(default_factory=dict)
+
+
+class WorkspaceScanner:
+    """Fills a :class:`Scan` for one pattern set."""
+
+    def __init__(
+        self, index: StatIndex, pset: PatternSet, scan: Scan, *, keep_content: bool
+    ) -> None:
+        self._index = index
+        self._repo = index.repo
+        self._root = index.root
+        self._pset = pset
+        self._scan = scan
+        self._keep = keep_content
+
+    def compare_all(self) -> None:
+        """Compares every path a pattern can cover."""
+        roots = self._pset.scan_roots()
+        if roots is None:
+            # Untracked folders come back whole and are entered only if covered.
+            self._collect(self._index.diff(None, recurse=False))
+        elif roots:
+            self._collect(self._index.diff(roots, recurse=True))
+
+    def compare_paths(self, paths: Iterable[str]) -> None:
+        """Compares only ``paths`` (and what is under them).
+
+        Every indexed path is covered, so a path no pattern can cover changed nothing.
+        """
+        pset = self._pset
+        relevant = sorted(p for p in paths if pset.matches(p) or pset.could_cover_under(p))
+        if relevant:
+            self._collect(self._index.diff(relevant, recurse=True))
+
+    def _collect(self, diff: pygit2.Diff) -> None:
+        pset = self._pset
+        for delta in diff.deltas:
+            status = delta.status
+            if status == DeltaStatus.DELETED:
+                self._scan.changes[delta.old_file.path] = None
+            elif status == DeltaStatus.UNTRACKED:
+                path = delta.new_file.path
+                if path.endswith("/"):
+                    if pset.could_cover_under(path[:-1]):
+                        self._collect_untracked_dir(path[:-1])
+                elif pset.matches(path):
+                    self._stage(path)
+            elif status in (DeltaStatus.MODIFIED, DeltaStatus.TYPECHANGE):
+                path = delta.new_file.path
+                if pset.matches(path):
+                    self._stage(path)
+                else:
+                    self._scan.changes[path] = None
+
+    def _collect_untracked_dir(self, directory: str) -> None:
+        for delta in self._index.diff([directory], recurse=True).deltas:
+            if delta.status != DeltaStatus.UNTRACKED:
+                continue
+            path = delta.new_file.path
+            if path.endswith("/"):
+                # libgit2 does not descend into nested repositories; their files still count.
+                self._walk(path[:-1])
+            elif self._pset.matches(path):
+                self._stage(path)
+
+    def _walk(self, directory: str) -> None:
+        stack = [directory]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self._root, current)))
+            except OSError:
+                continue
+            for entry in entries:
+                rel = f"{current}/{entry.name}"
+                if entry.name == ".git" or is_excluded(rel):
+                    continue
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if is_dir:
+                    if self._pset.could_cover_under(rel) and not self._repo.path_is_ignored(rel):
+                        stack.append(rel)
+                elif self._pset.matches(rel) and not self._repo.path_is_ignored(rel):
+                    self._stage(rel)
+
+    def _stage(self, path: str) -> None:
+        scan = self._scan
+        full = os.path.join(self._root, path)
+        try:
+            # Stat before reading: a write after this shows up as a stat change next time.
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                data: bytes | None = os.fsencode(os.readlink(full))
+                mode = MODE_LINK
+            elif stat.S_ISREG(st.st_mode):
+                mode = MODE_EXEC if st.st_mode & 0o100 else MODE_FILE
+                if st.st_size > LARGE_FILE:
+                    data = None
+                else:
+                    with open(full, "rb") as fh:
+                        data = fh.read()
+            else:
+                scan.changes[path] = None  # sockets, fifos, devices: git cannot hold them
+                return
+        except (FileNotFoundError, NotADirectoryError):
+            scan.changes[path] = None
+            return
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot read {path} for the checkpoint: {exc.strerror or exc}. Make it "
+                f"readable, or exclude it from checkpointedFiles with '!{path}'."
+            ) from exc
+        if data is None:
+            sha = self._repo.create_blob_fromdisk(full).raw
+        else:
+            sha = object_id(OBJ_BLOB, data)
+            if self._keep:
+                scan.blobs.append((OBJ_BLOB, sha, data))
+        scan.changes[path] = (mode, sha)
+        scan.stats[path] = st

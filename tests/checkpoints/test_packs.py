@@ -1,0 +1,83 @@
+"""Pack files written by Weft are packs git itself accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pygit2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from weft.checkpoints.packs import (
+    OBJ_BLOB,
+    OBJ_TREE,
+    consolidate_packs,
+    object_id,
+    pack_object_ids,
+    write_pack,
+)
+
+
+def _bare(path: Path) -> pygit2.Repository:
+    return pygit2.init_repository(str(path), bare=True)
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"PATH": os.environ["PATH"], "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(
+        ["git", f"--git-dir={repo}", *args], env=env, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_object_ids_are_gits(tmp_path: Path) -> None:
+    for data in (b"", b"hello\n", os.urandom(5000)):
+        assert object_id(OBJ_BLOB, data) == pygit2.hash(data).raw
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.binary(max_size=40_000), min_size=1, max_size=12))
+def test_git_reads_and_verifies_a_written_pack(blobs: list[bytes]) -> None:
+    path = Path(tempfile.mkdtemp(prefix="weft-pack-"))
+    repo = _bare(path / "r.git")
+    objects = [(OBJ_BLOB, object_id(OBJ_BLOB, b), b) for b in blobs]
+    name = write_pack(path / "r.git/objects/pack", [*objects, *objects[:1]])
+    assert name is not None
+    listed = _git(path / "r.git", "verify-pack", "-v", str(path / f"r.git/objects/pack/{name}.idx"))
+    assert sum(1 for line in listed.splitlines() if " blob " in line) == len(
+        {o[1] for o in objects}
+    )
+    for _kind, sha, data in objects:
+        blob = repo.get(pygit2.Oid(raw=sha))
+        assert isinstance(blob, pygit2.Blob)
+        assert blob.data == data
+    assert sorted(pack_object_ids(path / f"r.git/objects/pack/{name}.idx")) == sorted(
+        {o[1].hex() for o in objects}
+    )
+
+
+def test_nothing_to_write_writes_nothing(tmp_path: Path) -> None:
+    _bare(tmp_path / "r.git")
+    assert write_pack(tmp_path / "r.git/objects/pack", []) is None
+    assert list((tmp_path / "r.git/objects/pack").iterdir()) == []
+
+
+def test_consolidation_merges_small_packs_and_keeps_every_object(tmp_path: Path) -> None:
+    repo = _bare(tmp_path / "r.git")
+    pack_dir = tmp_path / "r.git/objects/pack"
+    shas = []
+    for i in range(8):
+        body = f"blob number {i}\n".encode() * 50
+        sha = object_id(OBJ_BLOB, body)
+        tree = b"100644 f\x00" + sha
+        write_pack(pack_dir, [(OBJ_BLOB, sha, body), (OBJ_TREE, object_id(OBJ_TREE, tree), tree)])
+        shas.append(sha)
+    assert consolidate_packs(repo, over=10) == 0, "below the threshold nothing happens"
+    assert consolidate_packs(repo, over=3) == 7
+    repo.free()
+    assert len(list(pack_dir.glob("*.idx"))) == 2
+    fresh = pygit2.Repository(str(tmp_path / "r.git"))
+    for sha in shas:
+        assert fresh.get(pygit2.Oid(raw=sha)) is not None

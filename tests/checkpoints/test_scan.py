@@ -1,0 +1,153 @@
+"""What a snapshot reads from the workspace: file kinds, bytes, ignores, nested repositories.
+
+Checked through the public snapshot API, reading the result back with the git CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.checkpoints.helpers import covered_state, file_state, snap, tree_state, write
+
+import weft.checkpoints.scan as scan_module
+from weft.checkpoints import CheckpointError, CheckpointRepo
+
+
+def test_modes_symlinks_empty_and_binary_files(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "bin/run.sh", "#!/bin/sh\n", executable=True)
+    write(workspace, "bin/empty", b"")
+    write(workspace, "bin/blob", bytes(range(256)) * 10)
+    os.symlink("run.sh", workspace / "bin/link")
+    os.symlink("../nowhere", workspace / "bin/dangling")
+    sha = snap(repo, ["bin/"])
+    tree = tree_state(repo, sha)
+    assert tree == covered_state(workspace, ["bin/"])
+    assert tree["bin/run.sh"][0] == "100755"
+    assert tree["bin/link"][0] == tree["bin/dangling"][0] == "120000"
+
+
+def test_line_endings_and_bytes_are_kept_exactly(repo: CheckpointRepo, workspace: Path) -> None:
+    data = b"one\r\ntwo\rthree\n\xff\xfe"
+    write(workspace, "a.txt", data)
+    write(workspace, ".gitattributes", "* text eol=crlf filter=nope\n")
+    sha = snap(repo, ["a.txt"])
+    assert repo.files(sha) == {"a.txt": data}
+
+
+def test_a_lone_new_file_in_a_tracked_folder_is_seen(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "notes/a.md", "a")
+    snap(repo, ["notes/**"])
+    write(workspace, "notes/b.md", "b")
+    second = snap(repo, ["notes/**"])
+    assert set(tree_state(repo, second)) == {"notes/a.md", "notes/b.md"}
+
+
+def test_a_literal_file_pattern_finds_an_untracked_file(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "README.md", "r")
+    write(workspace, "docs/guide.md", "g")
+    sha = snap(repo, ["README.md", "docs/guide.md"])
+    assert set(tree_state(repo, sha)) == {"README.md", "docs/guide.md"}
+
+
+def test_patterns_that_grow_pick_up_files_that_already_existed(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "notes/a.md", "a")
+    write(workspace, "src/main.py", "x")
+    first = snap(repo, ["notes/**"])
+    second = snap(repo, ["notes/**", "src/**"])
+    third = snap(repo, ["src/**"])
+    assert set(tree_state(repo, first)) == {"notes/a.md"}
+    assert set(tree_state(repo, second)) == {"notes/a.md", "src/main.py"}
+    assert set(tree_state(repo, third)) == {"src/main.py"}
+
+
+def test_runtime_paths_are_never_checkpointed(
+    repo: CheckpointRepo, workspace: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "input-data"
+    data.mkdir()
+    (data / "big.csv").write_text("1,2\n")
+    os.symlink(data, workspace / "read_only_data_source")
+    write(workspace, "rigArchive/loop-0/notes/a.md", "archived")
+    write(workspace, ".weft/state.json", "{}")
+    write(workspace, "sub/.Weft/x", "x")
+    write(workspace, ".weft.backup-2025/state.json", "{}")
+    write(workspace, "work/rigArchive/kept.md", "not at the root: kept")
+    sha = snap(repo, ["**"])
+    assert set(tree_state(repo, sha)) == {"work/rigArchive/kept.md"}
+
+
+def test_ignored_untracked_files_stay_out_until_the_rules_change(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, ".gitignore", "*.log\nbuild/\n")
+    write(workspace, "app.py", "x")
+    write(workspace, "debug.log", "noise")
+    write(workspace, "build/out.bin", "noise")
+    first = snap(repo, ["**"])
+    assert set(tree_state(repo, first)) == {".gitignore", "app.py"}
+    write(workspace, ".gitignore", "build/\n")
+    second = snap(repo, ["**"])
+    assert set(tree_state(repo, second)) == {".gitignore", "app.py", "debug.log"}
+
+
+def test_nested_git_repositories_contribute_their_files(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    nested = workspace / "project"
+    nested.mkdir()
+    subprocess.run(
+        ["git", "init", "-q", str(nested)],
+        check=True,
+        env=repo.git_env() | {"GIT_DIR": str(nested / ".git")},
+    )
+    write(workspace, "project/src/app.py", "x")
+    sha = snap(repo, ["project/**"])
+    assert set(tree_state(repo, sha)) == {"project/src/app.py"}
+    write(workspace, "project/src/app.py", "y")
+    second = snap(repo, ["project/**"])
+    assert tree_state(repo, second)["project/src/app.py"] == file_state(
+        workspace / "project/src/app.py"
+    )
+
+
+def test_a_file_that_becomes_a_directory_and_back(repo: CheckpointRepo, workspace: Path) -> None:
+    write(workspace, "out", "file")
+    first = snap(repo, ["out"])
+    (workspace / "out").unlink()
+    write(workspace, "out/inner.txt", "now a directory")
+    second = snap(repo, ["out"])
+    shutil.rmtree(workspace / "out")
+    os.symlink("elsewhere", workspace / "out")
+    third = snap(repo, ["out"])
+    assert set(tree_state(repo, first)) == {"out"}
+    assert set(tree_state(repo, second)) == {"out/inner.txt"}
+    assert tree_state(repo, third)["out"][0] == "120000"
+
+
+def test_large_files_are_stored_through_libgit2(
+    repo: CheckpointRepo, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan_module, "LARGE_FILE", 1000)
+    write(workspace, "data/big.bin", os.urandom(5000))
+    write(workspace, "data/small.bin", os.urandom(10))
+    sha = snap(repo, ["data/**"])
+    assert tree_state(repo, sha) == covered_state(workspace, ["data/**"])
+
+
+def test_unreadable_files_fail_the_checkpoint_with_a_hint(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads every file")
+    path = write(workspace, "secret.txt", "s")
+    path.chmod(0)
+    with pytest.raises(CheckpointError, match=r"cannot read secret.txt .*'!secret.txt'"):
+        snap(repo, ["*.txt"])
