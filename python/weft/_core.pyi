@@ -1,6 +1,7 @@
 """Type stubs of the compiled core ``weft._core`` (hand-written, checked by mypy.stubtest)."""
 
-from typing import Literal, final
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal, final, overload
 
 __all__ = [
     "BACKOFF_BASE_MS",
@@ -12,15 +13,21 @@ __all__ = [
     "SESSION_STATES",
     "TRANSITION_TYPES",
     "BatchResult",
+    "CheckpointInfo",
     "Core",
+    "ExecutionThread",
     "Issue",
     "Outcome",
     "SessionEffect",
     "SessionMachine",
     "StateValidation",
+    "ThreadCodon",
+    "ThreadCodons",
     "__version__",
     "allowed_transitions",
+    "analyze_execution_thread",
     "backoff_ms",
+    "find_continuation_session_id",
     "is_terminal",
     "validate_state",
     "validate_transition",
@@ -179,6 +186,102 @@ class Core:
         """getCodonCost of a codon's latest record in a run, or None. O(1)."""
     def codon_status(self, run_id: str, codon_id: str) -> str | None:
         """Status of a codon's latest record in a run, or None."""
+    def execution_thread(
+        self,
+        checkpoints: Iterable[str] | None = None,
+        target_run_id: str | None = None,
+        validate_checkpoints: bool = True,
+    ) -> ExecutionThread:
+        """The execution thread of the live state (no JSON round trip)."""
+
+def analyze_execution_thread(
+    state_json: str | bytes,
+    checkpoints: Iterable[str] | None = None,
+    target_run_id: str | None = None,
+    validate_checkpoints: bool = True,
+) -> ExecutionThread:
+    """The execution thread of a state document, ending in ``target_run_id`` or the latest run."""
+
+def find_continuation_session_id(thread: ExecutionThread, codon_id: str) -> str | None:
+    """The session a continue-previous ``codon_id`` resumes, or None."""
+
+_CheckpointType = Literal["rig-setup", "completed", "error", "skipped"]
+_RunStatus = Literal["running", "completed", "failed", "crashed"]
+
+@final
+class CheckpointInfo:
+    """A checkpoint of a thread codon that exists in git."""
+
+    @property
+    def type(self) -> _CheckpointType: ...
+    @property
+    def sha(self) -> str: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class ThreadCodon:
+    """One codon of an execution thread, with its run and its place in the history."""
+
+    @property
+    def codon(self) -> dict[str, Any]: ...
+    @property
+    def codon_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def run_status(self) -> _RunStatus: ...
+    @property
+    def run_start_time(self) -> str: ...
+    @property
+    def run_end_time(self) -> str | None: ...
+    @property
+    def git_branch(self) -> str: ...
+    @property
+    def global_index(self) -> int: ...
+    @property
+    def run_index(self) -> int: ...
+    @property
+    def codon_index_in_run(self) -> int: ...
+    @property
+    def validated_checkpoints(self) -> tuple[CheckpointInfo, ...]: ...
+    @property
+    def continuation_session_id(self) -> str | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class ThreadCodons:
+    """The codons of a thread, newest first: a read-only sequence whose items are made when read."""
+
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, key: int, /) -> ThreadCodon: ...
+    @overload
+    def __getitem__(self, key: slice, /) -> list[ThreadCodon]: ...
+    def __iter__(self) -> Iterator[ThreadCodon]: ...
+
+@final
+class ExecutionThread:
+    """The execution thread: every codon of a continuation chain, newest first."""
+
+    @property
+    def codons(self) -> ThreadCodons: ...
+    @property
+    def total_runs(self) -> int: ...
+    @property
+    def has_running_codon(self) -> bool: ...
+    @property
+    def next_codon_id(self) -> str | None: ...
+    @property
+    def failed(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def find_continuation_session_id(self, codon_id: str) -> str | None:
+        """The session a continue-previous ``codon_id`` resumes, or None."""
+    def to_json(self) -> bytes:
+        """The whole thread as JSON, in the seed's camelCase shape."""
 
 def backoff_ms(n: int) -> int:
     """Cool-down after the ``n``-th consecutive error: ``min(2000 * 2**(n-1), 60000)`` ms."""

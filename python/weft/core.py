@@ -21,6 +21,20 @@ Services that embed Weft use this module. It has three layers:
   cool-down formula. :class:`weft.agents.supervisor.SessionSupervisor` drives
   it with real agent processes.
 
+* **The execution thread** (seed 003): :func:`analyze_execution_thread` of a
+  state document, or :meth:`Core.execution_thread` of the live state (through
+  a :class:`StateManager`: ``manager.core.execution_thread()``), walks the
+  continuation chain from the latest (or a target) run back to a fresh run
+  and returns an :class:`ExecutionThread`: its codons newest first
+  (:class:`ThreadCodon`, each with its run, its positions and its
+  :class:`CheckpointInfo` list of checkpoints confirmed to exist in git),
+  ``total_runs``, ``has_running_codon``, ``next_codon_id`` and ``failed``.
+  :func:`find_continuation_session_id` finds the session a continue-previous
+  codon resumes. The analysis releases the GIL and copies no record, so a
+  history of 100,000 codons is analysed in milliseconds; ``codons`` is a lazy
+  sequence (:class:`ThreadCodons`) and each codon's dict and checkpoints are
+  built when read. See ``docs/thread.md``.
+
 Transitions are the msgspec Structs re-exported here (``RunStarted``,
 ``CodonTransitioned``, ...); :func:`encode` turns one into the bytes the core,
 the journal and clients share. See ``docs/embedding.md`` for a walk-through.
@@ -38,14 +52,20 @@ from weft._core import (
     SESSION_STATES,
     TRANSITION_TYPES,
     BatchResult,
+    CheckpointInfo,
     Core,
+    ExecutionThread,
     Issue,
     Outcome,
     SessionEffect,
     SessionMachine,
     StateValidation,
+    ThreadCodon,
+    ThreadCodons,
     allowed_transitions,
+    analyze_execution_thread,
     backoff_ms,
+    find_continuation_session_id,
     is_terminal,
     validate_state,
     validate_transition,
@@ -97,6 +117,7 @@ __all__ = [
     "BatchResult",
     "BudgetExceeded",
     "CheckpointCreated",
+    "CheckpointInfo",
     "CodonFinalCostSet",
     "CodonStarted",
     "CodonStatus",
@@ -106,6 +127,7 @@ __all__ = [
     "Core",
     "CostsIncremented",
     "CostsUpdated",
+    "ExecutionThread",
     "ExtensionCountUpdated",
     "FailureReason",
     "Fresh",
@@ -129,13 +151,17 @@ __all__ = [
     "SessionMachine",
     "StateManager",
     "StateValidation",
+    "ThreadCodon",
+    "ThreadCodons",
     "TokenUsage",
     "Transition",
     "TransitionMetadata",
     "allowed_transitions",
+    "analyze_execution_thread",
     "backoff_ms",
     "decode",
     "encode",
+    "find_continuation_session_id",
     "is_terminal",
     "validate_state",
     "validate_transition",

@@ -25,6 +25,7 @@
 pub mod machine;
 pub mod queue;
 pub mod state;
+pub mod thread;
 
 #[cfg(feature = "python")]
 mod py;

@@ -219,7 +219,7 @@ pub struct Core {
 }
 
 impl Core {
-    fn state<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, State>> {
+    pub(super) fn state<'a>(&'a self, py: Python<'_>) -> PyResult<MutexGuard<'a, State>> {
         self.state
             .lock_py_attached(py)
             .map_err(|_| errors::poisoned(py))
@@ -475,6 +475,25 @@ impl Core {
     #[getter]
     fn codon_record_count(&self, py: Python<'_>) -> PyResult<usize> {
         Ok(self.state(py)?.codon_record_count())
+    }
+
+    /// The execution thread (seed 003) of the live state, ending in
+    /// `target_run_id` or the latest run: `analyze_execution_thread` without
+    /// the JSON round trip. The thread is a snapshot: transitions applied
+    /// later do not change it. The analysis runs without the GIL.
+    #[pyo3(signature = (checkpoints = None, target_run_id = None, validate_checkpoints = true))]
+    fn execution_thread(
+        slf: &Bound<'_, Self>,
+        checkpoints: Option<Bound<'_, PyAny>>,
+        target_run_id: Option<&str>,
+        validate_checkpoints: bool,
+    ) -> PyResult<super::thread::ExecutionThread> {
+        super::thread::of_core(
+            slf,
+            checkpoints.as_ref(),
+            target_run_id,
+            validate_checkpoints,
+        )
     }
 }
 

@@ -9,6 +9,7 @@ mod codon;
 mod core;
 mod errors;
 mod session;
+mod thread;
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -42,5 +43,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::Issue>()?;
     m.add_class::<core::StateValidation>()?;
     session::register(m)?;
+    thread::register(m)?;
     Ok(())
 }
