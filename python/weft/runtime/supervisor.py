@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -33,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from weft._core import ExecutionThread
 from weft.agents.harness import Harness, route
 from weft.agents.registry import harness_for
 from weft.checkpoints.aio import AsyncCheckpointRepo
@@ -57,9 +57,9 @@ from weft.events.transitions import (
     RunCompleted,
     RunFailed,
     RunStarted,
-    StartingConditions,
 )
 from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
+from weft.runtime import rollback
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.policy import Action, decide
 from weft.runtime.runner import CodonRequest, CodonResult, CodonRunner, Interrupt
@@ -106,41 +106,10 @@ def new_run_id() -> str:
 
 @dataclass(slots=True)
 class _History:
-    """What earlier runs left: which codons finished, with which checkpoint
-    and session, and in which run."""
+    """Sessions this run's codons established, for ``continue-previous``
+    successors (earlier runs' sessions come from the execution thread)."""
 
-    finished: dict[str, tuple[str, str | None]] = field(default_factory=dict)
-    """Codon id -> (run id, its completion or skip checkpoint)."""
     sessions: dict[str, str] = field(default_factory=dict)
-    """Codon id -> the agent session a ``continue-previous`` successor resumes."""
-
-
-def _read_history(state: Mapping[str, Any], plan: ExecutionPlan) -> _History:
-    history = _History()
-    for run in reversed(state["runs"]):  # oldest first, so later records win
-        for rec in run["codons"]:
-            codon_id = rec["codonId"]
-            status = rec["status"]
-            planned = plan.get(codon_id)
-            ignored = (
-                status == "failed" and planned is not None and planned.codon.on_failure == "ignore"
-            )
-            if status in _FINISHED or ignored:
-                sha = (
-                    rec.get("completionCheckpoint")
-                    or rec.get("skipCheckpoint")
-                    or rec.get("errorCheckpoint")
-                )
-                history.finished[codon_id] = (run["runId"], sha)
-            else:
-                history.finished.pop(codon_id, None)
-            session = rec.get("claudeSessionId")
-            if session and (
-                status == "completed"
-                or (status == "skipped" and rec.get("assistantMessageCount", 0) > 0)
-            ):
-                history.sessions[codon_id] = session
-    return history
 
 
 class Runtime:
@@ -172,6 +141,7 @@ class Runtime:
         self._manager: StateManager | None = None
         self._sleep: asyncio.Future[None] | None = None
         self._signal = 0
+        self._thread: ExecutionThread | None = None
         self._iterations: dict[tuple[str, int], list[float]] = {}
         """(loop id, iteration) -> [cost, milliseconds, tokens] so far."""
 
@@ -282,7 +252,7 @@ class Runtime:
         return outcome
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
-        state = json.loads(manager.core.state_json())
+        state, thread = await rollback.analyze(manager, checkpoints)
         if self._on_state is not None:
             self._on_state(state)
         if state.get("initialCheckpoint") is None:
@@ -291,51 +261,14 @@ class Runtime:
             plan = ExecutionPlan.from_state(state["executionPlan"], self.hank.hank)
         else:
             plan = ExecutionPlan.from_hank(self.hank.hank)
-        history = _read_history(state, plan)
-
-        start_after, source = self._resume_point(plan, history)
-        if state["runs"] and plan.next_codon(start_after) is None:
+        self._thread = thread
+        run_id = new_run_id()
+        start = await self._start_run(manager, checkpoints, state, thread, plan, run_id)
+        if start is None:
             message = f"Execution {self.layout.root} is complete: nothing to do"
             self._emit(InfoEvent(message=message))
             return RunOutcome("nothing_to_do", 0, None, message)
-
-        run_id = new_run_id()
-        branch = run_branch(run_id)
-        conditions: StartingConditions
-        if source is None:
-            conditions = Fresh(initial_checkpoint_sha=checkpoints.initial_sha)
-            parent = checkpoints.initial_sha
-            entries = plan.to_entries()
-        else:
-            source_run, after, sha = source
-            # Everything the codon about to run may have touched goes back to
-            # the checkpoint, its own patterns included: a half-done attempt
-            # leaves nothing behind.
-            rerun = plan.next_codon(after)
-            assert rerun is not None
-            await checkpoints.restore(sha, plan.checkpoint_patterns(rerun.codon_id))
-            conditions = Continuation(
-                source=ContinuationSource(run_id=source_run, after_codon=after, checkpoint_sha=sha),
-                reason="continue",
-            )
-            parent = sha
-            entries = None
-        manager.transition(
-            RunStarted(
-                run_id=run_id,
-                run_folder=str(self.layout.runs / run_id),
-                git_branch=branch,
-                starting_conditions=conditions,
-                server_pid=os.getpid(),
-                start_time=utc_now_iso(),
-                execution_plan=entries,
-            )
-        )
-        if source is not None:
-            self._emit(
-                InfoEvent(message=f"Continuing after {source[1]} (checkpoint {source[2][:10]})"),
-                run_id,
-            )
+        plan, current, parent = start
         runner = CodonRunner(
             manager,
             checkpoints,
@@ -350,27 +283,125 @@ class Runtime:
         )
         self._runner = runner
         return await self._codons(
-            manager, runner, plan, history, run_id, branch, parent, start_after
+            manager, runner, plan, _History(), run_id, run_branch(run_id), parent, current
         )
 
-    def _resume_point(
-        self, plan: ExecutionPlan, history: _History
-    ) -> tuple[str | None, tuple[str, str, str] | None]:
-        """The codon after which to go on, and (run, codon, checkpoint) to continue from."""
-        after: str | None = None
-        source: tuple[str, str, str] | None = None
-        for entry in plan:
-            done = history.finished.get(entry.codon_id)
-            if done is None:
-                break
-            after = entry.codon_id
-            run_id, sha = done
-            if sha is not None:
-                source = (run_id, entry.codon_id, sha)
-        if source is not None and source[1] != after:
-            # The newest finished codon has no checkpoint: go on from the last one that has.
-            after = source[1]
-        return after, source
+    async def _start_run(
+        self,
+        manager: StateManager,
+        checkpoints: AsyncCheckpointRepo,
+        state: Mapping[str, Any],
+        thread: ExecutionThread,
+        plan: ExecutionPlan,
+        run_id: str,
+    ) -> tuple[ExecutionPlan, PlannedCodon | None, str] | None:
+        """Starts the run (seed 003 recovery); returns the plan, the first
+        codon and the checkpoint the run starts from, or None when the
+        execution has nothing left to do."""
+        if not state["runs"]:
+            return await self._fresh(manager, checkpoints, plan, run_id, None)
+        if thread.failed:
+            target = rollback.last_success(thread)
+            if target is None:
+                return await self._fresh(
+                    manager,
+                    checkpoints,
+                    ExecutionPlan.from_hank(self.hank.hank),
+                    run_id,
+                    "the execution thread ended in failure and has no git-confirmed success",
+                )
+            self._emit(
+                InfoEvent(message="The last run ended in failure: rolling back to its last success")
+            )
+            await rollback.execute(
+                target,
+                thread=thread,
+                manager=manager,
+                checkpoints=checkpoints,
+                plan=plan,
+                layout=self.layout,
+                current_run_id=None,
+                new_run_id=run_id,
+                server_pid=os.getpid(),
+                emit=self._emit,
+            )
+            current = plan.get(target.codon_id) if target.after_codon is None else None
+            return plan, current or plan.next_codon(target.codon_id), target.sha
+        next_id = thread.next_codon_id
+        if next_id is None:
+            return None
+        newest = thread.codons[0] if len(thread.codons) else None
+        terminal = [
+            cp.sha
+            for cp in (newest.validated_checkpoints if newest else ())
+            if cp.type != "rig-setup"
+        ]
+        if newest is None or not terminal:
+            return await self._fresh(
+                manager,
+                checkpoints,
+                ExecutionPlan.from_hank(self.hank.hank),
+                run_id,
+                None if newest is None else f"{newest.codon_id} has no git-confirmed checkpoint",
+            )
+        sha = terminal[-1]
+        current = plan.get(next_id)
+        if current is not None:
+            # Everything the codon about to run may touch goes back to the
+            # checkpoint, its own patterns included: a half-done attempt leaves nothing.
+            await checkpoints.restore(sha, plan.checkpoint_patterns(current.codon_id))
+        manager.transition(
+            RunStarted(
+                run_id=run_id,
+                run_folder=str(self.layout.runs / run_id),
+                git_branch=run_branch(run_id),
+                starting_conditions=Continuation(
+                    source=ContinuationSource(
+                        run_id=newest.run_id, after_codon=newest.codon_id, checkpoint_sha=sha
+                    ),
+                    reason="continue",
+                ),
+                server_pid=os.getpid(),
+                start_time=utc_now_iso(),
+            )
+        )
+        self._emit(InfoEvent(message=f"Continuing after {newest.codon_id} ({sha[:10]})"), run_id)
+        return plan, current, sha
+
+    async def _fresh(
+        self,
+        manager: StateManager,
+        checkpoints: AsyncCheckpointRepo,
+        plan: ExecutionPlan,
+        run_id: str,
+        degraded: str | None,
+    ) -> tuple[ExecutionPlan, PlannedCodon | None, str]:
+        """A fresh run with the whole plan. ``degraded`` says why an execution
+        with history starts over: its work tree is saved to a recovery branch first."""
+        if degraded is not None:
+            saved = await checkpoints.recovery_snapshot(
+                rollback.all_patterns(plan), reason=degraded
+            )
+            self._emit(
+                InfoEvent(
+                    message=(
+                        f"Recovery degraded: {degraded}. The work tree was saved to "
+                        f"{saved.branch} ({saved.sha[:10]}); starting a fresh run"
+                    )
+                )
+            )
+        manager.transition(
+            RunStarted(
+                run_id=run_id,
+                run_folder=str(self.layout.runs / run_id),
+                git_branch=run_branch(run_id),
+                starting_conditions=Fresh(initial_checkpoint_sha=checkpoints.initial_sha),
+                server_pid=os.getpid(),
+                start_time=utc_now_iso(),
+                execution_plan=plan.to_entries(),
+            )
+        )
+        return plan, plan.next_codon(None), checkpoints.initial_sha
 
     def _harness(self, model: str) -> tuple[Harness, str]:
         target = route(model)
@@ -385,10 +416,9 @@ class Runtime:
         run_id: str,
         branch: str,
         parent: str,
-        after: str | None,
+        current: PlannedCodon | None,
     ) -> RunOutcome:
         outcome = RunOutcome("completed", 0, run_id, "")
-        current = plan.next_codon(after)
         while current is not None and not self._stopping and self._fatal is None:
             if not self.options.autostart and not await self._wait_for_next(run_id, current):
                 break
@@ -469,7 +499,10 @@ class Runtime:
                 patterns=plan.checkpoint_patterns(current.codon_id),
                 parent_sha=parent,
                 previous_session_id=(
-                    None if previous is None else history.sessions.get(previous.codon_id)
+                    None
+                    if previous is None
+                    else history.sessions.get(previous.codon_id)
+                    or self._thread_session(current.codon_id)
                 ),
                 accepts_context_exceeded=self._accepts_context_exceeded(plan, current),
                 attempt=attempt,
@@ -517,6 +550,10 @@ class Runtime:
                 return result
             parent = runner.tips.get(branch, parent)
             attempt += 1
+
+    def _thread_session(self, codon_id: str) -> str | None:
+        thread = self._thread
+        return None if thread is None else thread.find_continuation_session_id(codon_id)
 
     def _accepts_context_exceeded(self, plan: ExecutionPlan, current: PlannedCodon) -> bool:
         if current.codon.exhaust_with_prompt is not None:

@@ -1,0 +1,287 @@
+"""Rollback: return the work tree to a checkpoint and continue from there.
+
+A rollback never deletes history. It picks a target on the execution thread
+(the newest git-confirmed success, a codon's checkpoint, or a checkpoint SHA
+or unique prefix), removes the rig copies of the codons it rolls back,
+restores every file the plan's checkpoints cover to the target exactly (files
+the target does not hold are removed), ends the current run if one is open,
+and starts a continuation run from the target (reason ``rollback``). The
+thread analyzer of the compiled core then makes that run the history's new
+head: the rolled-back codons are superseded, not erased.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from weft._core import ExecutionThread, ThreadCodon
+from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.checkpoints.repo import run_branch
+from weft.clock import utc_now_iso
+from weft.errors import WeftError
+from weft.events.stream import InfoEvent, StreamData
+from weft.events.transitions import (
+    Continuation,
+    ContinuationSource,
+    RunCompleted,
+    RunStarted,
+)
+from weft.plan import ExecutionPlan
+from weft.runtime.execution import ExecutionLayout
+from weft.state import StateManager
+
+CheckpointType = Literal["rig-setup", "completed", "error", "skipped"]
+CodonEnd = Literal["start", "end", "rig-setup", "completed", "error", "skipped"]
+
+_SHA_FIELDS = {
+    "rigSetupCheckpoint": "rig-setup",
+    "completionCheckpoint": "completed",
+    "errorCheckpoint": "error",
+    "skipCheckpoint": "skipped",
+}
+
+
+class RollbackError(WeftError):
+    """A rollback that cannot be done: no target, an ambiguous or unknown
+    checkpoint, a codon still running. Nothing was changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RollbackTarget:
+    """Where a rollback goes: a checkpoint of a codon record of a run."""
+
+    run_id: str
+    codon_id: str
+    checkpoint_type: str
+    sha: str
+
+    @property
+    def after_codon(self) -> str | None:
+        """The continuation's ``afterCodon``: none for a rig-setup target, whose
+        codon runs again from its rig-setup checkpoint."""
+        return None if self.checkpoint_type == "rig-setup" else self.codon_id
+
+
+def recorded_shas(state: Mapping[str, Any]) -> set[str]:
+    """Every checkpoint SHA the state records."""
+    shas = {state["initialCheckpoint"]} if state.get("initialCheckpoint") else set()
+    for run in state["runs"]:
+        for record in run["codons"]:
+            shas.update(record[f] for f in _SHA_FIELDS if record.get(f))
+    return shas
+
+
+async def analyze(
+    manager: StateManager, checkpoints: AsyncCheckpointRepo
+) -> tuple[dict[str, Any], ExecutionThread]:
+    """The state and its execution thread, with the checkpoints git confirms."""
+    await manager.flush()
+    state: dict[str, Any] = json.loads(manager.core.state_json())
+    confirmed = await checkpoints.verify(recorded_shas(state))
+    return state, manager.core.execution_thread(checkpoints=confirmed)
+
+
+def _checkpoints(tc: ThreadCodon) -> list[tuple[str, str]]:
+    """(type, sha) of a thread codon's confirmed checkpoints, rig-setup first."""
+    order = {"rig-setup": 0, "completed": 1, "error": 1, "skipped": 1}
+    found = [(str(cp.type), cp.sha) for cp in tc.validated_checkpoints]
+    return sorted(found, key=lambda item: order[item[0]])
+
+
+def last_success(thread: ExecutionThread) -> RollbackTarget | None:
+    """The newest completed codon of the thread with a confirmed completion checkpoint."""
+    for tc in thread.codons:
+        if tc.status != "completed":
+            continue
+        for kind, sha in _checkpoints(tc):
+            if kind == "completed":
+                return RollbackTarget(tc.run_id, tc.codon_id, kind, sha)
+    return None
+
+
+def codon_target(thread: ExecutionThread, codon_id: str, end: CodonEnd = "end") -> RollbackTarget:
+    """A checkpoint of ``codon_id``'s newest record on the thread: ``start``
+    (its first checkpoint: the rig-setup one when it has one), ``end`` (its
+    last), or exactly one type."""
+    for tc in thread.codons:
+        if tc.codon_id != codon_id:
+            continue
+        found = _checkpoints(tc)
+        if not found:
+            raise RollbackError(
+                f"codon {codon_id} has no confirmed checkpoint on the execution thread; "
+                "see `weft checkpoints` for the ones that exist"
+            )
+        if end == "start":
+            kind, sha = found[0]
+        elif end == "end":
+            kind, sha = found[-1]
+        else:
+            matching = [item for item in found if item[0] == end]
+            if not matching:
+                kinds = ", ".join(kind for kind, _ in found)
+                raise RollbackError(f"codon {codon_id} has no {end} checkpoint (it has: {kinds})")
+            kind, sha = matching[0]
+        return RollbackTarget(tc.run_id, tc.codon_id, kind, sha)
+    raise RollbackError(
+        f"codon {codon_id!r} is not on the execution thread; `weft thread` lists its codons"
+    )
+
+
+def checkpoint_target(
+    thread: ExecutionThread, state: Mapping[str, Any], prefix: str, confirmed: Iterable[str]
+) -> RollbackTarget:
+    """The checkpoint whose SHA is ``prefix`` or starts with it: looked up on
+    the thread first, then in every run. Ambiguous and unknown prefixes are errors."""
+    prefix = prefix.strip().lower()
+    if len(prefix) < 4:
+        raise RollbackError(f"checkpoint {prefix!r}: give at least 4 characters of the SHA")
+    on_thread = {
+        (tc.run_id, tc.codon_id, kind, sha)
+        for tc in thread.codons
+        for kind, sha in _checkpoints(tc)
+        if sha.startswith(prefix)
+    }
+    candidates = on_thread
+    if not candidates:
+        known = set(confirmed)
+        candidates = {
+            (run["runId"], record["codonId"], kind, record[field])
+            for run in state["runs"]
+            for record in run["codons"]
+            for field, kind in _SHA_FIELDS.items()
+            if record.get(field, "").startswith(prefix) and record[field] in known
+        }
+    shas = {c[3] for c in candidates}
+    if not shas:
+        raise RollbackError(
+            f"no confirmed checkpoint starts with {prefix!r}; `weft checkpoints` lists them"
+        )
+    if len(shas) > 1:
+        listed = ", ".join(sorted(sha[:12] for sha in shas))
+        raise RollbackError(f"checkpoint {prefix!r} is ambiguous ({listed}); give more characters")
+    run_id, codon_id, kind, sha = min(candidates)
+    return RollbackTarget(run_id, codon_id, kind, sha)
+
+
+def rolled_back(thread: ExecutionThread, target: RollbackTarget) -> list[ThreadCodon]:
+    """The thread codons a rollback to ``target`` undoes, newest first."""
+    out: list[ThreadCodon] = []
+    for tc in thread.codons:
+        if tc.run_id == target.run_id and tc.codon_id == target.codon_id:
+            if target.checkpoint_type == "rig-setup":
+                out.append(tc)
+            break
+        out.append(tc)
+    return out
+
+
+def _remove_rig_copies(
+    layout: ExecutionLayout, plan: ExecutionPlan, codons: Iterable[ThreadCodon]
+) -> list[str]:
+    removed: list[str] = []
+    workspace = layout.workspace.resolve()
+    for tc in codons:
+        entry = plan.get(tc.codon_id)
+        if entry is None:
+            continue
+        for op in entry.codon.rig_setup:
+            copy = getattr(op, "copy", None)
+            if copy is None:
+                continue
+            target = (workspace / copy.to).resolve()
+            if workspace not in target.parents:
+                continue  # never outside the workspace, whatever the hank says
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            elif target.exists() or target.is_symlink():
+                target.unlink(missing_ok=True)
+            else:
+                continue
+            removed.append(copy.to)
+    return removed
+
+
+def all_patterns(plan: ExecutionPlan) -> list[str]:
+    """Every checkpointed-file pattern of the plan: what a rollback restores exactly."""
+    if not len(plan):
+        return []
+    last = plan.entries[-1].codon_id
+    return plan.checkpoint_patterns(last)
+
+
+async def execute(
+    target: RollbackTarget,
+    *,
+    thread: ExecutionThread,
+    manager: StateManager,
+    checkpoints: AsyncCheckpointRepo,
+    plan: ExecutionPlan,
+    layout: ExecutionLayout,
+    current_run_id: str | None,
+    new_run_id: str,
+    server_pid: int,
+    emit: Callable[[StreamData, str | None], None],
+) -> str:
+    """Rolls back to ``target`` and starts the continuation run ``new_run_id``."""
+    if thread.has_running_codon:
+        raise RollbackError(
+            "Cannot roll back while a codon is running: stop it first (codon.forceStop)"
+        )
+    undone = rolled_back(thread, target)
+    emit(
+        InfoEvent(
+            message=(
+                f"Rolling back to the {target.checkpoint_type} checkpoint {target.sha[:10]} of "
+                f"{target.codon_id} (run {target.run_id}): {len(undone)} codon(s) superseded"
+            )
+        ),
+        current_run_id,
+    )
+    removed = _remove_rig_copies(layout, plan, undone)
+    if removed:
+        emit(InfoEvent(message=f"Removed rig copies: {', '.join(removed)}"), current_run_id)
+    await checkpoints.restore(target.sha, all_patterns(plan))
+    if current_run_id is not None:
+        manager.transition(RunCompleted(run_id=current_run_id, end_time=utc_now_iso()))
+    manager.transition(
+        RunStarted(
+            run_id=new_run_id,
+            run_folder=str(layout.runs / new_run_id),
+            git_branch=run_branch(new_run_id),
+            starting_conditions=Continuation(
+                source=ContinuationSource(
+                    run_id=target.run_id,
+                    after_codon=target.after_codon,
+                    checkpoint_sha=target.sha,
+                ),
+                reason="rollback",
+            ),
+            server_pid=server_pid,
+            start_time=utc_now_iso(),
+        )
+    )
+    emit(
+        InfoEvent(message=f"Rolled back; run {new_run_id} continues from {target.sha[:10]}"),
+        new_run_id,
+    )
+    await manager.flush()
+    return new_run_id
+
+
+__all__ = [
+    "RollbackError",
+    "RollbackTarget",
+    "all_patterns",
+    "analyze",
+    "checkpoint_target",
+    "codon_target",
+    "execute",
+    "last_success",
+    "recorded_shas",
+    "rolled_back",
+]
