@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from weft import __version__
 from weft._core import BUILD_PROFILE
-from weft.cli import agents, init, run, schema, status, store, validate
+from weft.cli import agents, init, run, schema, status, store, thread, validate
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
 
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run.register(commands)
     status.register(commands)
+    thread.register(commands)
     store.register(commands)
     validate.register(commands)
     schema.register(commands)

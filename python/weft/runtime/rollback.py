@@ -37,7 +37,7 @@ from weft.state import StateManager
 CheckpointType = Literal["rig-setup", "completed", "error", "skipped"]
 CodonEnd = Literal["start", "end", "rig-setup", "completed", "error", "skipped"]
 
-_SHA_FIELDS = {
+SHA_FIELDS = {
     "rigSetupCheckpoint": "rig-setup",
     "completionCheckpoint": "completed",
     "errorCheckpoint": "error",
@@ -71,7 +71,7 @@ def recorded_shas(state: Mapping[str, Any]) -> set[str]:
     shas = {state["initialCheckpoint"]} if state.get("initialCheckpoint") else set()
     for run in state["runs"]:
         for record in run["codons"]:
-            shas.update(record[f] for f in _SHA_FIELDS if record.get(f))
+            shas.update(record[f] for f in SHA_FIELDS if record.get(f))
     return shas
 
 
@@ -153,7 +153,7 @@ def checkpoint_target(
             (run["runId"], record["codonId"], kind, record[field])
             for run in state["runs"]
             for record in run["codons"]
-            for field, kind in _SHA_FIELDS.items()
+            for field, kind in SHA_FIELDS.items()
             if record.get(field, "").startswith(prefix) and record[field] in known
         }
     shas = {c[3] for c in candidates}
@@ -274,6 +274,7 @@ async def execute(
 
 
 __all__ = [
+    "SHA_FIELDS",
     "RollbackError",
     "RollbackTarget",
     "all_patterns",

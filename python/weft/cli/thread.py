@@ -1,0 +1,254 @@
+"""``weft thread``, ``weft checkpoints`` and ``weft rollback``: an execution's
+history, its checkpoints, and going back to one of them.
+
+``thread`` and ``checkpoints`` only read (no lock; safe beside a live run).
+``rollback`` takes the execution's lock, so it refuses while ``weft run`` is
+working on it; it restores the files, records a continuation run that starts
+at the target, and the next ``weft run`` goes on from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from weft._core import ExecutionThread
+from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.checkpoints.storage import checkpoint_git_dir
+from weft.clock import utc_now_iso
+from weft.config import load_hank
+from weft.config.loader import LoadedHank
+from weft.events.transitions import RunCompleted
+from weft.plan import ExecutionPlan
+from weft.runtime import rollback
+from weft.runtime.execution import ExecutionLayout, read_meta
+from weft.runtime.supervisor import new_run_id
+from weft.store import ExecutionStore
+
+
+def register(commands: Any) -> None:
+    """Adds ``thread``, ``checkpoints`` and ``rollback``."""
+    thread = commands.add_parser(
+        "thread",
+        help="show the execution thread: the history that counts, run by run",
+        description=(
+            "Show the execution thread (seed 003): every run of the continuation chain, newest "
+            "first, with its codons, their checkpoints and the codons later runs superseded."
+        ),
+    )
+    _execution_arg(thread)
+    thread.add_argument("--json", action="store_true", help="print the thread as JSON")
+    thread.set_defaults(run=run_thread)
+
+    checkpoints = commands.add_parser(
+        "checkpoints", help="list an execution's checkpoints, newest first"
+    )
+    _execution_arg(checkpoints)
+    checkpoints.add_argument("--json", action="store_true", help="print JSON")
+    checkpoints.set_defaults(run=run_checkpoints)
+
+    back = commands.add_parser(
+        "rollback",
+        help="return the work tree to a checkpoint and continue from there",
+        description=(
+            "Restore the files to a checkpoint and record a continuation run starting there; "
+            "the next `weft run` continues from it. History is never deleted."
+        ),
+    )
+    _execution_arg(back)
+    target = back.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--last-success", action="store_true", help="the newest git-confirmed success"
+    )
+    target.add_argument("--codon", metavar="ID", help="a codon of the execution thread")
+    target.add_argument("--checkpoint", metavar="SHA", help="a checkpoint SHA or unique prefix")
+    back.add_argument(
+        "--type",
+        default="end",
+        choices=["start", "end", "rig-setup", "completed", "error", "skipped"],
+        help="with --codon: which of its checkpoints (default: end, its last)",
+    )
+    back.set_defaults(run=run_rollback)
+
+
+def _execution_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
+    )
+
+
+def _run(coro: Any) -> Any:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+async def _confirmed(store: ExecutionStore, state: dict[str, Any]) -> set[str]:
+    layout = ExecutionLayout(store.weft_dir.parent)
+    git_dir = checkpoint_git_dir(store.weft_dir)
+    if not git_dir.exists():
+        return set()
+    repo = await AsyncCheckpointRepo.open(git_dir, layout.workspace, watch=False)
+    try:
+        return await repo.verify(rollback.recorded_shas(state))
+    finally:
+        await repo.close()
+
+
+def _read(execution: Path) -> tuple[dict[str, Any], ExecutionThread]:
+    store = ExecutionStore.open(execution, readonly=True)
+    try:
+        state: dict[str, Any] = json.loads(store.core.state_json())
+        confirmed = _run(_confirmed(store, state))
+        return state, store.core.execution_thread(checkpoints=confirmed)
+    finally:
+        store.journal.close()
+
+
+def run_thread(args: argparse.Namespace) -> int:
+    """Prints the execution thread."""
+    state, thread = _read(args.execution)
+    if args.json:
+        sys.stdout.write(thread.to_json().decode() + "\n")
+        return 0
+    on_thread = {(tc.run_id, tc.codon_id, tc.codon_index_in_run) for tc in thread.codons}
+    runs = {run["runId"]: run for run in state["runs"]}
+    print(
+        f"{thread.total_runs} run(s) on the thread; next codon: {thread.next_codon_id or '-'}"
+        + ("; FAILED: roll back or fix, then run again" if thread.failed else "")
+    )
+    shown: list[str] = []
+    for tc in thread.codons:
+        if tc.run_id not in shown:
+            shown.append(tc.run_id)
+    for run_id in shown:
+        run = runs[run_id]
+        conditions = run["startingConditions"]
+        origin = (
+            "fresh"
+            if conditions["type"] == "fresh"
+            else f"continues {conditions['source']['runId']} after "
+            f"{conditions['source']['afterCodon'] or '(rig setup)'}"
+        )
+        print(f"run {run_id}  {run['status']}  {origin}")
+        for index, record in enumerate(run["codons"]):
+            mark = " " if (run_id, record["codonId"], index) in on_thread else "~"
+            shas = [
+                f"{kind}:{record[field][:10]}"
+                for field, kind in rollback.SHA_FIELDS.items()
+                if record.get(field)
+            ]
+            print(f"  {mark} {record['codonId']:<24} {record['status']:<22} {' '.join(shas)}")
+    print("(~ superseded by a later run)")
+    return 0
+
+
+def run_checkpoints(args: argparse.Namespace) -> int:
+    """Lists the checkpoints the state records, newest first, with their git status."""
+    state, thread = _read(args.execution)
+    confirmed = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
+    exists = _run(_all_confirmed(args.execution, state))
+    rows = []
+    for run in state["runs"]:
+        for record in reversed(run["codons"]):
+            for field, kind in reversed(list(rollback.SHA_FIELDS.items())):
+                sha = record.get(field)
+                if sha:
+                    rows.append(
+                        {
+                            "sha": sha,
+                            "type": kind,
+                            "codonId": record["codonId"],
+                            "runId": run["runId"],
+                            "status": record["status"],
+                            "onThread": sha in confirmed,
+                            "exists": sha in exists,
+                        }
+                    )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        flags = ("thread " if row["onThread"] else "") + ("" if row["exists"] else "MISSING")
+        print(
+            f"{row['sha'][:12]}  {row['type']:<10} {row['codonId']:<24} run {row['runId']}  {flags}"
+        )
+    return 0
+
+
+async def _all_confirmed(execution: Path, state: dict[str, Any]) -> set[str]:
+    store = ExecutionStore.open(execution, readonly=True)
+    try:
+        return await _confirmed(store, state)
+    finally:
+        store.journal.close()
+
+
+def run_rollback(args: argparse.Namespace) -> int:
+    """Rolls back and records the continuation run."""
+    try:
+        return int(_run(_rollback(args)))
+    except rollback.RollbackError as exc:
+        print(f"weft: error: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _rollback(args: argparse.Namespace) -> int:
+    store = await asyncio.to_thread(ExecutionStore.open, args.execution)
+    layout = ExecutionLayout(store.weft_dir.parent)
+    manager = store.state_manager()
+    repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)
+    try:
+        await store.mark_crashed_runs(manager)
+        state, thread = await rollback.analyze(manager, repo)
+        if not state["runs"]:
+            raise rollback.RollbackError("this execution has no run yet: nothing to roll back")
+        if args.last_success:
+            target = rollback.last_success(thread)
+            if target is None:
+                raise rollback.RollbackError(
+                    "the execution thread has no git-confirmed success to roll back to"
+                )
+        elif args.codon:
+            target = rollback.codon_target(thread, args.codon, args.type)
+        else:
+            confirmed = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
+            confirmed |= await repo.verify(rollback.recorded_shas(state))
+            target = rollback.checkpoint_target(thread, state, args.checkpoint, confirmed)
+        plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
+        run_id = new_run_id()
+
+        def say(event: Any, _run_id: str | None) -> None:
+            print(event.message)
+
+        await rollback.execute(
+            target,
+            thread=thread,
+            manager=manager,
+            checkpoints=repo,
+            plan=plan,
+            layout=layout,
+            current_run_id=None,
+            new_run_id=run_id,
+            server_pid=os.getpid(),
+            emit=say,
+        )
+        # The run that records the rollback ends at once; `weft run` continues from it.
+        await manager.transition_and_wait(RunCompleted(run_id=run_id, end_time=utc_now_iso()))
+        print(f"Continue with: weft run --execution {layout.root}")
+        return 0
+    finally:
+        await repo.close()
+        await store.close(manager)
+
+
+def _hank_of(layout: ExecutionLayout) -> LoadedHank:
+    """The hank this execution runs (its path is in execution-meta.json)."""
+    meta = read_meta(layout.meta_path)
+    return load_hank(meta.hank_path, check_environment=False)
