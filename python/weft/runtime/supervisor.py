@@ -39,7 +39,7 @@ from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
-from weft.config.schema import ContextExceeded
+from weft.config.schema import ContextExceeded, Loop
 from weft.errors import PersistenceError
 from weft.events.stream import (
     CodonRetryEvent,
@@ -142,6 +142,11 @@ class Runtime:
         self._sleep: asyncio.Future[None] | None = None
         self._signal = 0
         self._thread: ExecutionThread | None = None
+        self._codons_by_id = {
+            codon.id: codon
+            for item in hank.hank.hank
+            for codon in (item.codons if isinstance(item, Loop) else [item])
+        }
         self._iterations: dict[tuple[str, int], list[float]] = {}
         """(loop id, iteration) -> [cost, milliseconds, tokens] so far."""
 
@@ -422,6 +427,7 @@ class Runtime:
         while current is not None and not self._stopping and self._fatal is None:
             if not self.options.autostart and not await self._wait_for_next(run_id, current):
                 break
+            current = self._configured(current)
             result = await self._attempts(runner, plan, history, current, run_id, branch, parent)
             outcome.codons[current.codon_id] = result.status
             outcome.cost += result.cost
@@ -550,6 +556,16 @@ class Runtime:
                 return result
             parent = runner.tips.get(branch, parent)
             attempt += 1
+
+    def _configured(self, planned: PlannedCodon) -> PlannedCodon:
+        """``planned`` with its codon as the hank file says now: a resumed
+        execution whose hank changed (accepted with --yes) runs the codons it
+        has not finished with their new configuration, while the stored plan
+        keeps the order and the loop iterations."""
+        codon = self._codons_by_id.get(planned.codon.id)
+        if codon is None or codon == planned.codon:
+            return planned
+        return PlannedCodon(planned.codon_id, codon, planned.loop_context)
 
     def _thread_session(self, codon_id: str) -> str | None:
         thread = self._thread
