@@ -25,6 +25,11 @@ from weft.checkpoints.storage import checkpoint_git_dir
 from weft.clock import utc_now_iso
 from weft.config import load_hank
 from weft.config.loader import LoadedHank
+from weft.events.stream import (
+    RollbackCompletedEvent,
+    RollbackProgressEvent,
+    RollbackStartedEvent,
+)
 from weft.events.transitions import RunCompleted
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback
@@ -225,7 +230,17 @@ async def _rollback(args: argparse.Namespace) -> int:
         run_id = new_run_id()
 
         def say(event: Any, _run_id: str | None) -> None:
-            print(event.message)
+            manager.emit(event.TYPE, event, run_id=_run_id)
+            if isinstance(event, RollbackStartedEvent):
+                undone = ", ".join(event.codons_to_process) or "nothing"
+                print(
+                    f"Rolling back to the {event.checkpoint_type} checkpoint "
+                    f"{event.to_checkpoint[:10]} of {event.to_codon}; superseded: {undone}"
+                )
+            elif isinstance(event, RollbackProgressEvent):
+                print(event.message)
+            elif isinstance(event, RollbackCompletedEvent):
+                print(f"Rolled back; run {event.to_run} continues from {event.checkpoint[:10]}")
 
         await rollback.execute(
             target,

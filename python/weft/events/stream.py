@@ -186,3 +186,35 @@ class CodonRetryEvent(StreamData):
     max_attempts: int
     delay_ms: int
     reason: str
+
+
+class RollbackStartedEvent(StreamData):
+    """A rollback began: where from, where to, and the codons it undoes."""
+
+    TYPE: ClassVar[str] = "rollback.started"
+    from_run: str | None
+    to_run: str
+    to_codon: str
+    to_checkpoint: str
+    checkpoint_type: str
+    codons_to_process: list[str]
+
+
+class RollbackProgressEvent(StreamData):
+    """One step of a rollback (``totalSteps`` = codons undone + the final restore)."""
+
+    TYPE: ClassVar[str] = "rollback.progress"
+    current_step: int
+    total_steps: int
+    message: str
+
+
+class RollbackCompletedEvent(StreamData):
+    """A rollback finished; ``toRun`` is the continuation run it started."""
+
+    TYPE: ClassVar[str] = "rollback.completed"
+    from_run: str | None
+    to_run: str
+    checkpoint: str
+    codon_id: str
+    checkpoint_type: str

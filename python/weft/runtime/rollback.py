@@ -23,7 +23,12 @@ from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.clock import utc_now_iso
 from weft.errors import WeftError
-from weft.events.stream import InfoEvent, StreamData
+from weft.events.stream import (
+    RollbackCompletedEvent,
+    RollbackProgressEvent,
+    RollbackStartedEvent,
+    StreamData,
+)
 from weft.events.transitions import (
     Continuation,
     ContinuationSource,
@@ -233,19 +238,38 @@ async def execute(
             "Cannot roll back while a codon is running: stop it first (codon.forceStop)"
         )
     undone = rolled_back(thread, target)
+    total = len(undone) + 1
     emit(
-        InfoEvent(
-            message=(
-                f"Rolling back to the {target.checkpoint_type} checkpoint {target.sha[:10]} of "
-                f"{target.codon_id} (run {target.run_id}): {len(undone)} codon(s) superseded"
-            )
+        RollbackStartedEvent(
+            from_run=current_run_id,
+            to_run=target.run_id,
+            to_codon=target.codon_id,
+            to_checkpoint=target.sha,
+            checkpoint_type=target.checkpoint_type,
+            codons_to_process=[tc.codon_id for tc in undone],
         ),
         current_run_id,
     )
-    removed = _remove_rig_copies(layout, plan, undone)
-    if removed:
-        emit(InfoEvent(message=f"Removed rig copies: {', '.join(removed)}"), current_run_id)
+    for step, tc in enumerate(undone, start=1):
+        removed = _remove_rig_copies(layout, plan, [tc])
+        detail = f"; removed rig copies {', '.join(removed)}" if removed else ""
+        emit(
+            RollbackProgressEvent(
+                current_step=step,
+                total_steps=total,
+                message=f"Rolling back through {tc.codon_id} (run {tc.run_id}){detail}",
+            ),
+            current_run_id,
+        )
     await checkpoints.restore(target.sha, all_patterns(plan))
+    emit(
+        RollbackProgressEvent(
+            current_step=total,
+            total_steps=total,
+            message=f"Applied checkpoint {target.sha[:10]} of {target.codon_id}",
+        ),
+        current_run_id,
+    )
     if current_run_id is not None:
         manager.transition(RunCompleted(run_id=current_run_id, end_time=utc_now_iso()))
     manager.transition(
@@ -266,7 +290,13 @@ async def execute(
         )
     )
     emit(
-        InfoEvent(message=f"Rolled back; run {new_run_id} continues from {target.sha[:10]}"),
+        RollbackCompletedEvent(
+            from_run=current_run_id,
+            to_run=new_run_id,
+            checkpoint=target.sha,
+            codon_id=target.codon_id,
+            checkpoint_type=target.checkpoint_type,
+        ),
         new_run_id,
     )
     await manager.flush()

@@ -1,0 +1,116 @@
+"""Reading journaled events for replay, as wire envelopes, off the event loop.
+
+The server reads the journal through its own read-only SQLite connection (the
+journal is in WAL mode, so reads never block the writer and see only committed
+batches), on one dedicated thread. SQLite builds each envelope
+(``{"id","seq","timestamp",...payload}``, the same bytes the live fan-out
+sends), and a page comes back as one string of envelopes joined by commas,
+ready to be spliced into a ``history.batch`` message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from weft.errors import StoreError
+
+# The live side strips the same JSON whitespace before splicing (fanout.envelope).
+_ENVELOPE = (
+    '\'{"id":"\' || id || \'","seq":\' || seq || \',"timestamp":"\' || timestamp || \'",\' '
+    "|| substr(ltrim(payload, char(32, 9, 10, 13)), 2)"
+)
+_PAGE = f"SELECT seq, {_ENVELOPE} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Consecutive journaled events: their envelopes joined by commas."""
+
+    events: bytes
+    count: int
+    last_seq: int
+    """The newest seq in the page (the ``after`` it was read from when empty)."""
+
+
+class HistorySource(Protocol):
+    """Where replayed events come from."""
+
+    async def page(self, after: int, upto: int, limit: int, max_bytes: int) -> Page:
+        """Events in ``(after, upto]``, oldest first: at most ``limit`` of them,
+        and no more than ``max_bytes`` unless a single event is bigger."""
+
+    async def tail(self, upto: int, n: int) -> list[tuple[int, bytes]]:
+        """The ``n`` newest events up to ``upto``, oldest first, as (seq, envelope)."""
+
+    async def close(self) -> None:
+        """Releases the source."""
+
+
+class JournalHistory:
+    """A :class:`HistorySource` over an execution's journal database."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-history")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            if not self.path.exists():
+                raise StoreError(f"{self.path}: no journal to replay from")
+            try:
+                self._conn = sqlite3.connect(
+                    f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=10
+                )
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: cannot open the journal to replay: {e}") from e
+        return self._conn
+
+    def _page(self, after: int, upto: int, limit: int, max_bytes: int) -> Page:
+        rows = self._connection().execute(_PAGE, (after, upto, limit)).fetchall()
+        if not rows:
+            return Page(b"", 0, after)
+        size = 0
+        count = 0
+        for _, env in rows:
+            size += len(env) + 1
+            count += 1
+            if size >= max_bytes:
+                break
+        if count < len(rows):
+            rows = rows[:count]
+        text = ",".join([env for _, env in rows])
+        return Page(text.encode(), count, rows[-1][0])
+
+    def _tail(self, upto: int, n: int) -> list[tuple[int, bytes]]:
+        if n <= 0 or upto <= 0:
+            return []
+        rows = self._connection().execute(_PAGE, (max(upto - n, 0), upto, n)).fetchall()
+        return [(seq, env.encode()) for seq, env in rows]
+
+    async def page(self, after: int, upto: int, limit: int, max_bytes: int) -> Page:
+        """See :meth:`HistorySource.page`."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._page, after, upto, limit, max_bytes)
+
+    async def tail(self, upto: int, n: int) -> list[tuple[int, bytes]]:
+        """See :meth:`HistorySource.tail` (seqs are contiguous from 1, the journal checks it)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._tail, upto, n)
+
+    async def close(self) -> None:
+        """Closes the connection and stops the reader thread."""
+
+        def close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, close)
+        self._executor.shutdown(wait=False)

@@ -1,0 +1,614 @@
+"""The WebSocket server: the protocol of :mod:`weft.server.session` on websockets.
+
+One server runs beside each run, on the run's event loop::
+
+    server = await ProtocolServer.start(manager, JournalHistory(journal_path), token=token,
+                                        commands=runtime, config=ServerConfig(port=0))
+    server.port, server.url
+    ...
+    await server.close()          # after the run's last event; clients get them all first
+
+Each connection has a :class:`~weft.server.session.Session` that decides and
+this adapter that acts: it joins clients to the live :class:`~weft.server.fanout.Fanout`,
+streams history pages from the journal (with flow control: a replaying client
+sets its own pace), runs commands as tasks (a slow ``server.shutdown`` never
+blocks a later ``server.force_shutdown``) and answers plain HTTP requests with
+a 400 JSON body saying how to connect.
+
+Resuming (``afterSeq`` in the handshake) is a catch-up: journal pages are sent
+until the client is within the fan-out's ring of recent events; then the rest
+comes from the ring and the client goes live in the same loop step, so the
+stream it gets is gap-free, duplicate-free and in order, however fast the
+run is producing events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import logging
+import secrets
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+
+from weft.errors import WeftError
+from weft.server.auth import ensure_token, is_loopback
+from weft.server.fanout import Fanout, text_frame
+from weft.server.history import HistorySource, JournalHistory
+from weft.server.protocol import (
+    CLOSE_GOING_AWAY,
+    CLOSE_TOO_SLOW,
+    CLOSE_TOO_SLOW_REASON,
+    DEFAULT_PAGE_SIZE,
+    HISTORY_LIMIT,
+    PAGE_BYTES,
+    CheckpointListData,
+    Code,
+    CommandAck,
+    HandshakeResponse,
+    Pong,
+    ServerReady,
+    encode_message,
+    history_page,
+    now_iso,
+)
+from weft.server.session import (
+    Action,
+    Join,
+    Ping,
+    Reply,
+    Run,
+    SendHistory,
+    ServerView,
+    Session,
+    error_message,
+)
+from weft.state import StateManager
+
+if TYPE_CHECKING:
+    from weft.store.execution import ExecutionStore
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeCommands(Protocol):
+    """What the server calls for ``codon.*`` and ``server.*`` commands
+    (:class:`weft.runtime.supervisor.Runtime` is one)."""
+
+    async def command(self, name: str) -> bool:
+        """Carries out ``name``; False when it does not apply now."""
+
+
+class RollbackHandler(Protocol):
+    """What the server calls for ``checkpoint.list`` and ``rollback.*``.
+
+    Both methods return once the work is under way or done; what happens is
+    told by journaled events (``checkpoint.list``, ``rollback.*``). A refusal
+    ("Checkpoint X not found in any run") is a :class:`~weft.errors.WeftError`
+    whose message the client gets.
+    """
+
+    @property
+    def rolling_back(self) -> bool:
+        """Whether a rollback is running (other steering commands are refused)."""
+
+    async def checkpoint_list(self, run_id: str | None) -> None:
+        """Emits a ``checkpoint.list`` event (all runs, or one)."""
+
+    async def rollback(self, command: str, data: msgspec.Struct) -> None:
+        """Starts ``rollback.toCheckpoint``, ``rollback.toCodon`` or ``rollback.toLastSuccess``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """How the server listens and what it allows."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0: a free port is chosen (read it from :attr:`ProtocolServer.port`)."""
+    max_message_size: int = 1 << 20
+    """Bytes; a bigger client message closes the connection (code 1009)."""
+    send_limit: int = 16 << 20
+    """Bytes a live client may have waiting before it is dropped as too slow."""
+    ring_size: int = 4096
+    """Recent events kept in memory for handshakes and short catch-ups."""
+    page_size: int = DEFAULT_PAGE_SIZE
+    page_bytes: int = PAGE_BYTES
+    ping_interval: float | None = 20.0
+    close_timeout: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What ``server.ready`` tells clients about the execution."""
+
+    execution_path: str = ""
+    agent_root_path: str = ""
+    data_path: str | None = None
+    server_version: str = ""
+
+
+LAGGING_CLOSE_TIMEOUT = 30.0
+
+_REJECTED_HINTS = {
+    "codon.skip": "no codon is running",
+    "codon.forceStop": "no codon is running",
+    "codon.redo": "this runtime cannot redo a codon (not supported yet, or a codon is running)",
+    "codon.start": "the runtime is not waiting for a codon to start",
+    "codon.next": "the runtime is not waiting for a codon to start",
+}
+
+
+class _Peer:
+    """One connection: its session, its live cursor and its background tasks."""
+
+    __slots__ = ("cursor", "live_batches", "session", "tasks", "ws")
+
+    def __init__(self, ws: ServerConnection, session: Session) -> None:
+        self.ws = ws
+        self.session = session
+        self.cursor = 0
+        self.live_batches = False
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def open(self) -> bool:
+        return self.ws.protocol.state is State.OPEN
+
+    def write(self, data: bytes) -> int:
+        """Writes complete frames now (the fan-out's and replies' path)."""
+        if not self.open:
+            return 0
+        transport = self.ws.transport
+        transport.write(data)
+        return transport.get_write_buffer_size()
+
+    def send(self, message: bytes) -> None:
+        """Sends one message now, ahead of anything not yet written."""
+        self.write(text_frame(message))
+
+    def lagging(self) -> None:
+        # The close frame queues behind up to send_limit bytes; give a slow
+        # reader time to reach it, so it learns why and how to resume.
+        self.ws.close_timeout = LAGGING_CLOSE_TIMEOUT
+        self.spawn(self.ws.close(CLOSE_TOO_SLOW, CLOSE_TOO_SLOW_REASON))
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(_quietly(work))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+async def _quietly(work: Coroutine[Any, Any, None]) -> None:
+    """Runs a connection's background work; its connection closing ends it quietly."""
+    try:
+        await work
+    except ConnectionClosed:
+        pass
+    except Exception:
+        log.exception("a WebSocket connection task failed")
+
+
+class ServerError(WeftError):
+    """The WebSocket server could not start."""
+
+
+class ProtocolServer:
+    """A running server. Use :meth:`start`; stop with :meth:`close`."""
+
+    def __init__(
+        self,
+        manager: StateManager,
+        fanout: Fanout,
+        history: HistorySource,
+        *,
+        token: str,
+        commands: RuntimeCommands | None,
+        rollback: RollbackHandler | None,
+        config: ServerConfig,
+        info: ServerInfo,
+    ) -> None:
+        self.token = token
+        self.config = config
+        self.info = info
+        self._manager = manager
+        self._fanout = fanout
+        self._history = history
+        self._commands = commands
+        self._rollback = rollback
+        self._peers: dict[_Peer, None] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._server: Server | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._shutting_down = False
+        self.port = 0
+        self.host = config.host
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @classmethod
+    async def start(
+        cls,
+        manager: StateManager,
+        history: HistorySource,
+        *,
+        token: str | None = None,
+        commands: RuntimeCommands | None = None,
+        rollback: RollbackHandler | None = None,
+        config: ServerConfig | None = None,
+        info: ServerInfo | None = None,
+    ) -> ProtocolServer:
+        """Subscribes to ``manager`` and starts listening.
+
+        ``token`` is what read-write clients must present; a random one is
+        made when none is given (read it back from :attr:`token`).
+        ``commands`` and ``rollback`` carry out steering commands; without
+        them those commands are answered with ``NOT_AVAILABLE``.
+        """
+        config = config or ServerConfig()
+        if info is None or not info.server_version:
+            from weft import __version__
+
+            base = info or ServerInfo()
+            info = ServerInfo(
+                base.execution_path, base.agent_root_path, base.data_path, __version__
+            )
+        ring = max(config.ring_size, HISTORY_LIMIT)
+        head = manager.last_seq
+        fanout = Fanout(head, ring_size=ring, send_limit=config.send_limit)
+        self = cls(
+            manager,
+            fanout,
+            history,
+            token=token or secrets.token_urlsafe(32),
+            commands=commands,
+            rollback=rollback,
+            config=config,
+            info=info,
+        )
+        # Subscribe first, then read what came before: nothing falls between.
+        self._unsubscribe = manager.add_listener(fanout.on_processed)
+        try:
+            fanout.seed(await history.tail(head, ring))
+            self._server = await _listen(
+                config,
+                self._handle,
+                self._http,
+            )
+        except BaseException:
+            self._unsubscribe()
+            raise
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    @property
+    def url(self) -> str:
+        """``ws://host:port`` to connect to (loopback when bound to every interface)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"ws://{host}:{self.port}"
+
+    @property
+    def clients(self) -> int:
+        """Connections open now (handshaken or not)."""
+        return len(self._peers)
+
+    @property
+    def live_clients(self) -> int:
+        """Connections receiving live events now."""
+        return self._fanout.subscribers
+
+    def mark_shutting_down(self) -> None:
+        """From now on steering commands are refused (``SHUTTING_DOWN``),
+        except ``server.force_shutdown``."""
+        self._shutting_down = True
+
+    async def close(self) -> None:
+        """Sends every event seen so far, then closes every connection (1001)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self._fanout.flush()
+        if self._server is not None:
+            self._server.close(close_connections=False)
+            for peer in list(self._peers):
+                task = asyncio.get_running_loop().create_task(
+                    _quietly(peer.ws.close(CLOSE_GOING_AWAY, "Weft run ended"))
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            await self._server.wait_closed()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._history.close()
+
+    # -- connections -----------------------------------------------------------
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        upgrade = request.headers.get("Upgrade", "")
+        if upgrade.lower() == "websocket":
+            return None
+        body = msgspec.json.encode(
+            {
+                "error": "HTTP API not available",
+                "message": "This is Weft's WebSocket endpoint: connect with a WebSocket client "
+                'and send {"type": "handshake", "data": {"mode": "readonly"}} first.',
+                "websocket": self.url,
+                "help": "See docs/protocol.md, or run `weft attach` to watch the run.",
+            }
+        )
+        headers = Headers(
+            [
+                ("Connection", "close"),
+                ("Content-Length", str(len(body))),
+                ("Content-Type", "application/json"),
+                ("Access-Control-Allow-Origin", "*"),
+            ]
+        )
+        status = http.HTTPStatus.BAD_REQUEST
+        return Response(status.value, status.phrase, headers, body)
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        session = Session(
+            secrets.token_hex(6),
+            token=self.token,
+            loopback=is_loopback(ws.remote_address),
+            page_size=self.config.page_size,
+        )
+        peer = _Peer(ws, session)
+        self._peers[peer] = None
+        try:
+            async for message in ws:
+                view = ServerView(
+                    rolling_back=self._rollback is not None and self._rollback.rolling_back,
+                    shutting_down=self._shutting_down,
+                )
+                self._perform(peer, session.receive(message, view))
+        except ConnectionClosed:
+            pass
+        finally:
+            self._fanout.remove(peer)
+            self._peers.pop(peer, None)
+            for task in list(peer.tasks):
+                task.cancel()
+
+    def _perform(self, peer: _Peer, action: Action) -> None:
+        if isinstance(action, Reply):
+            peer.send(action.message)
+        elif isinstance(action, Join):
+            self._join(peer, action)
+        elif isinstance(action, Run):
+            # Commands outlive their connection: a client may send
+            # server.shutdown and hang up.
+            task = asyncio.get_running_loop().create_task(self._run(peer, action))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif isinstance(action, SendHistory):
+            peer.spawn(self._send_history(peer, action))
+        elif isinstance(action, Ping):
+            self._ping(peer, action)
+
+    def _join(self, peer: _Peer, join: Join) -> None:
+        fanout = self._fanout
+        head = fanout.head
+        history = (
+            fanout.last(HISTORY_LIMIT) if join.send_previous and join.after_seq is None else []
+        )
+        peer.live_batches = join.live_batches
+        response = HandshakeResponse(
+            client_id=peer.session.client_id,
+            mode=join.mode,
+            event_history=[msgspec.Raw(env) for _, env in history],
+            total_events=head,
+            last_seq=head,
+            live_batches=join.live_batches,
+        )
+        peer.send(encode_message("handshake.response", response))
+        peer.send(
+            encode_message(
+                "server.ready",
+                ServerReady(
+                    server_version=self.info.server_version,
+                    execution_path=self.info.execution_path,
+                    agent_root_path=self.info.agent_root_path,
+                    data_path=self.info.data_path,
+                    port=self.port,
+                ),
+            )
+        )
+        if join.after_seq is None:
+            peer.cursor = head
+            peer.session.joined(history[0][0] if history else head + 1)
+            fanout.add(peer)
+            return
+        # A cursor past the journal's end cannot be honoured: start from the end.
+        peer.cursor = min(join.after_seq, head)
+        peer.session.joined(peer.cursor + 1)
+        peer.spawn(self._catch_up(peer, join.page_size))
+
+    async def _catch_up(self, peer: _Peer, page_size: int) -> None:
+        fanout = self._fanout
+        while peer.open:
+            tail = fanout.since(peer.cursor)
+            if tail is not None:
+                # The ring holds the rest: send it and go live in this same step,
+                # so no event can fall between the pages and the live stream.
+                self._send_rows(peer, tail, page_size, None, peer.cursor)
+                peer.cursor = fanout.head
+                fanout.add(peer)
+                return
+            page = await self._history.page(
+                peer.cursor, fanout.head, page_size, self.config.page_bytes
+            )
+            if page.count == 0:
+                log.error("the journal has no events after %d for a catch-up", peer.cursor)
+                await peer.ws.close(CLOSE_GOING_AWAY, "journal unreadable")
+                return
+            await peer.ws.send(history_page(page.events, True, page.last_seq, None), text=True)
+            peer.cursor = page.last_seq
+
+    def _send_rows(
+        self,
+        peer: _Peer,
+        rows: list[tuple[int, bytes]],
+        page_size: int,
+        command_id: str | int | None,
+        after: int,
+        more_after: bool = False,
+    ) -> None:
+        """Sends ring rows as pages now; the last one says ``hasMore: more_after``."""
+        if not rows:
+            peer.send(history_page(b"", more_after, after, command_id))
+            return
+        for start in range(0, len(rows), page_size):
+            chunk = rows[start : start + page_size]
+            last = start + page_size >= len(rows)
+            events = b",".join(env for _, env in chunk)
+            peer.send(history_page(events, more_after or not last, chunk[-1][0], command_id))
+
+    async def _send_history(self, peer: _Peer, request: SendHistory) -> None:
+        cursor, upto = request.after, request.upto
+        sent = False
+        while cursor < upto and peer.open:
+            rows = self._fanout.since(cursor, upto)
+            if rows is not None:
+                self._send_rows(peer, rows, request.page_size, request.command_id, cursor)
+                return
+            page = await self._history.page(cursor, upto, request.page_size, self.config.page_bytes)
+            if page.count == 0:
+                break
+            more = page.last_seq < upto
+            await peer.ws.send(
+                history_page(page.events, more, page.last_seq, request.command_id), text=True
+            )
+            sent = True
+            cursor = page.last_seq
+            if not more:
+                return
+        if not sent or cursor < upto:
+            peer.send(history_page(b"", False, cursor, request.command_id))
+
+    def _ping(self, peer: _Peer, ping: Ping) -> None:
+        _, stamp = now_iso()
+        if not ping.everyone:
+            pong = Pong(message="pong", timestamp=stamp, command_id=ping.command_id)
+            peer.send(encode_message("pong", pong))
+            return
+        message = encode_message(
+            "pong", Pong(message="pong", timestamp=stamp, client_id=peer.session.client_id)
+        )
+        for other in self._peers:
+            if other.session.handshaken:
+                other.send(message)
+
+    async def _run(self, peer: _Peer, run: Run) -> None:
+        name, command_id = run.command, run.command_id
+
+        def fail(code: str, message: str) -> None:
+            peer.send(error_message(code, message, command=name, command_id=command_id))
+
+        try:
+            if run.route == "runtime":
+                if self._commands is None:
+                    fail(Code.NOT_AVAILABLE, f"{name}: no runtime is attached to this server")
+                    return
+                if name in ("server.shutdown", "server.force_shutdown"):
+                    self._shutting_down = True
+                accepted = await self._commands.command(name)
+            else:
+                if self._rollback is None:
+                    fail(
+                        Code.NOT_AVAILABLE,
+                        f"{name}: checkpoints and rollback are not available from this server yet",
+                    )
+                    return
+                if isinstance(run.data, CheckpointListData):
+                    await self._rollback.checkpoint_list(run.data.run_id)
+                else:
+                    await self._rollback.rollback(name, run.data)
+                accepted = True
+        except WeftError as exc:
+            fail(Code.COMMAND_FAILED, str(exc))
+            return
+        except Exception as exc:
+            log.exception("command %s failed", name)
+            fail(Code.COMMAND_FAILED, f"Command execution failed: {exc}")
+            return
+        if accepted:
+            peer.send(
+                encode_message("command.ack", CommandAck(command_id=command_id, command=name))
+            )
+        else:
+            hint = _REJECTED_HINTS.get(name, "it does not apply now")
+            fail(Code.COMMAND_REJECTED, f"{name} refused: {hint}")
+
+
+async def _listen(
+    config: ServerConfig,
+    handler: Callable[[ServerConnection], Coroutine[Any, Any, None]],
+    http_handler: Callable[[ServerConnection, Request], Response | None],
+) -> Server:
+    try:
+        return await serve(
+            handler,
+            config.host,
+            config.port,
+            process_request=http_handler,
+            compression=None,
+            max_size=config.max_message_size,
+            ping_interval=config.ping_interval,
+            close_timeout=config.close_timeout,
+            server_header=None,
+        )
+    except OSError as e:
+        raise ServerError(
+            f"cannot listen on {config.host}:{config.port}: {e.strerror or e}; "
+            "choose another --port (0 picks a free one) or --host"
+        ) from e
+
+
+async def start_server(
+    manager: StateManager,
+    store: ExecutionStore,
+    *,
+    commands: RuntimeCommands | None = None,
+    rollback: RollbackHandler | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    info: ServerInfo | None = None,
+) -> ProtocolServer:
+    """The server of a run: the execution's token (made if missing), replay from
+    its journal, the chosen port written to the lock file."""
+    token = await asyncio.to_thread(ensure_token, store.weft_dir)
+    server = await ProtocolServer.start(
+        manager,
+        JournalHistory(Path(store.journal.path)),
+        token=token,
+        commands=commands,
+        rollback=rollback,
+        config=ServerConfig(host=host, port=port),
+        info=info,
+    )
+    if store.lock is not None:
+        lock = store.lock
+        try:
+            await asyncio.to_thread(lock.update, port=server.port)
+        except BaseException:
+            await server.close()
+            raise
+    return server
