@@ -274,3 +274,14 @@ async def test_a_manager_continues_the_sequence_of_a_loaded_core() -> None:
     outcome = await resumed.transition_and_wait(core.RunCompleted(run_id=RUN, end_time="t9"))
     assert outcome.seq == 2
     assert resumed.core.current_run_id is None
+
+
+async def test_the_execution_thread_sees_every_transition_submitted_before_it() -> None:
+    manager = StateManager(core.Core())
+    manager.transition(run_started("r1"))
+    for move in lifecycle("r1", "a"):
+        manager.transition(move)
+    thread = await manager.execution_thread()
+    assert [tc.codon_id for tc in thread.codons] == ["a"]
+    assert thread.codons[0].status == "completed"
+    await manager.close()

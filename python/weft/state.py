@@ -22,13 +22,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
 
-from weft._core import Core, Outcome
+from weft._core import Core, ExecutionThread, Outcome
 from weft.errors import PersistenceError, rejection_error
 from weft.events.transitions import Transition, encode
 
@@ -201,6 +201,14 @@ class StateManager:
         if not outcome.ok:
             raise rejection_error(outcome)
         return outcome
+
+    async def execution_thread(
+        self, checkpoints: Iterable[str] | None = None, target_run_id: str | None = None
+    ) -> ExecutionThread:
+        """The execution thread (seed 003) of the state once everything submitted
+        so far has been applied; ``checkpoints`` are the SHAs git confirms."""
+        await self.flush()
+        return self._core.execution_thread(checkpoints=checkpoints, target_run_id=target_run_id)
 
     async def flush(self) -> None:
         """Waits until everything submitted so far reached the listeners."""

@@ -87,7 +87,7 @@ async def analyze(
     await manager.flush()
     state: dict[str, Any] = json.loads(manager.core.state_json())
     confirmed = await checkpoints.verify(recorded_shas(state))
-    return state, manager.core.execution_thread(checkpoints=confirmed)
+    return state, await manager.execution_thread(checkpoints=confirmed)
 
 
 def _checkpoints(tc: ThreadCodon) -> list[tuple[str, str]]:
