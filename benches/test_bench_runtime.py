@@ -16,7 +16,9 @@ for durable commits) and the rest.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,9 +33,11 @@ from weft.agents.events import AgentEvent, SessionExited
 from weft.agents.harness import ProcessEnd, SessionSpec, StopReason, route
 from weft.agents.registry import harness_for
 from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.cli import main
 from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
 from weft.runtime.supervisor import Runtime, RuntimeOptions
+from weft.store import ExecutionStore
 
 CODONS = 200
 GOLDEN = (
@@ -77,17 +81,23 @@ class _ReplaySession:
 class _ReplayHarness:
     name = "claude"
 
-    def __init__(self, lines: list[bytes]) -> None:
+    def __init__(self, lines: list[bytes], *, writes: bool = False) -> None:
         self._lines = lines
+        self._writes = writes
+        self._count = 0
 
     def argv(self, spec: SessionSpec) -> list[str]:
         return ["replay"]
 
     async def start(self, spec: SessionSpec) -> _ReplaySession:
+        if self._writes:  # each session leaves a file behind, as agents do
+            self._count += 1
+            (spec.cwd / "src").mkdir(exist_ok=True)
+            (spec.cwd / "src" / f"f{self._count}.py").write_text(f"x = {self._count}\n" * 50)
         return _ReplaySession(self._lines)
 
 
-def _hank(tmp: Path) -> Path:
+def _hank(tmp: Path, count: int = CODONS) -> Path:
     codons = [
         {
             "id": f"c{i}",
@@ -97,7 +107,7 @@ def _hank(tmp: Path) -> Path:
             "promptText": f"step {i}",
             "checkpointedFiles": ["src/**", "notes.md"],
         }
-        for i in range(CODONS)
+        for i in range(count)
     ]
     path = tmp / "hank.json"
     path.write_bytes(msgspec.json.encode({"hank": codons}))
@@ -121,14 +131,16 @@ class _Timed:
         return timed
 
 
-def _run_hank(tmp: Path, lines: list[bytes]) -> dict[str, float]:
-    hank_path = _hank(tmp)
+def _run_hank(
+    tmp: Path, lines: list[bytes], *, count: int = CODONS, writes: bool = False
+) -> dict[str, float]:
+    hank_path = _hank(tmp, count)
     loaded = load_hank(hank_path)
     prepared = prepare_execution(
         hank_path, None, interactive=False, base_dir=tmp / "managed", execution_dir=tmp / "exec"
     )
     runtime = Runtime(prepared, loaded, RuntimeOptions())
-    harness = _ReplayHarness(lines)
+    harness = _ReplayHarness(lines, writes=writes)
     runtime._harness = lambda model: (harness, "sonnet")  # type: ignore[method-assign]
     checkpoints = _Timed()
     original_snapshot = AsyncCheckpointRepo.snapshot
@@ -141,7 +153,7 @@ def _run_hank(tmp: Path, lines: list[bytes]) -> dict[str, float]:
     finally:
         AsyncCheckpointRepo.snapshot = original_snapshot  # type: ignore[method-assign]
     assert outcome.status == "completed", outcome
-    assert len(outcome.codons) == CODONS
+    assert len(outcome.codons) == count
     return {"total": total, "checkpoints": checkpoints.seconds}
 
 
@@ -192,3 +204,70 @@ def test_baseline_fake_agent_process_lifetime(
 
     benchmark.pedantic(one, rounds=10, iterations=1)
     benchmark.extra_info["items"] = 1
+
+
+def _history(tmp: Path) -> tuple[Path, str]:
+    """A 50-codon execution whose codons each added a file; the first codon's checkpoint."""
+    lines = [line for line in GOLDEN.read_bytes().splitlines() if line.strip()]
+    _run_hank(tmp, lines, count=50, writes=True)
+    execution = tmp / "exec"
+    store = ExecutionStore.open(execution, readonly=True)
+    try:
+        state = json.loads(store.core.state_json())
+    finally:
+        store.journal.close()
+    first = state["runs"][0]["codons"][0]
+    assert first["codonId"] == "c0"
+    return execution, first["completionCheckpoint"]
+
+
+@pytest.mark.benchmark(group="rollback across 50 codons")
+def test_rollback_50_codons(benchmark: Any, tmp_path: Path) -> None:
+    runs = iter(range(1000))
+
+    def setup() -> tuple[tuple[Path], dict[str, Any]]:
+        root = tmp_path / f"r{next(runs)}"
+        root.mkdir()
+        execution, _ = _history(root)
+        return (execution,), {}
+
+    def rollback(execution: Path) -> None:
+        assert main(["rollback", str(execution), "--codon", "c0"]) == 0
+
+    benchmark.pedantic(rollback, setup=setup, rounds=3, iterations=1)
+    benchmark.extra_info["summary"] = (
+        "weft rollback --codon c0 (whole command: lock, thread, restore, run)"
+    )
+
+
+@pytest.mark.benchmark(group="rollback across 50 codons")
+def test_rollback_baseline_git_cli_read_tree(benchmark: Any, tmp_path: Path) -> None:
+    """The git CLI restoring the same tree in the same repository: the work of
+    step 2 alone, without the thread, the lock or the journal."""
+    runs = iter(range(1000))
+
+    def setup() -> tuple[tuple[Path, str], dict[str, Any]]:
+        root = tmp_path / f"r{next(runs)}"
+        root.mkdir()
+        execution, sha = _history(root)
+        return (execution, sha), {}
+
+    def restore(execution: Path, sha: str) -> None:
+        git_dir = execution / ".weft" / "checkpoints" / ".weftcheckpoints"
+        work_tree = execution / "agentRoot"
+        subprocess.run(
+            [
+                "git",
+                f"--git-dir={git_dir}",
+                f"--work-tree={work_tree}",
+                "read-tree",
+                "-u",
+                "--reset",
+                sha,
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)},
+        )
+
+    benchmark.pedantic(restore, setup=setup, rounds=3, iterations=1)
