@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pygit2
 import pytest
 from tests.runtime.hanks import (
     checkpoint_tree,
     codon,
     codon_records,
     fake_environment,
+    journal,
     read_state,
     runs_oldest_first,
     scenario,
@@ -184,3 +186,28 @@ async def test_thread_and_checkpoints_commands_print_the_history(
     listed = capsys.readouterr().out.splitlines()
     assert len(listed) == 3
     assert all("thread" in line for line in listed)
+
+
+async def test_without_any_confirmed_success_the_tree_is_saved_and_a_fresh_run_starts(
+    tmp_path: Path,
+) -> None:
+    failing = write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "A") + scenario("auth_error"), files=["*.md"]),
+    )
+    execution = tmp_path / "x"
+    assert (await run(failing, execution)).status == "failed"
+    (execution / "agentRoot" / "draft.md").write_text("work worth keeping")
+
+    fixed = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "A"), files=["*.md"]))
+    outcome = await run(fixed, execution, changed=True)
+    assert outcome.codons == {"a": "completed"}
+    runs = runs_oldest_first(read_state(execution))
+    assert runs[1]["startingConditions"]["type"] == "fresh"
+    events = [data["message"] for kind, data in journal(execution) if kind == "info"]
+    (degraded,) = [m for m in events if m.startswith("Recovery degraded")]
+    branch = degraded.split("saved to ")[1].split(" ")[0]
+    assert branch.startswith("recovery/")
+    repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))
+    saved = repo.branches[branch].peel(pygit2.Commit).tree
+    assert saved["draft.md"].data == b"work worth keeping"
