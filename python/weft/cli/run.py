@@ -100,6 +100,14 @@ def run(args: argparse.Namespace) -> int:
         config_file=args.config,
         hank=loaded.hank,
     ).config
+    if not settings.autostart and not sys.stdin.isatty():
+        # Until the WebSocket server carries codon.next, the terminal is the only way to send it.
+        print(
+            "weft: error: --no-autostart needs a terminal to read commands from "
+            "(Enter: next codon, s: skip, q: stop)",
+            file=sys.stderr,
+        )
+        return 2
     interactive = is_interactive(headless=args.headless or args.json)
     try:
         prepared = prepare_execution(
@@ -135,10 +143,12 @@ def run(args: argparse.Namespace) -> int:
         listeners=(view.on_event,),
         on_state=view.progress.seed,
     )
+    if not settings.autostart:
+        view.note("Manual mode: press Enter to start the next codon, s to skip, q to stop")
     view.start()
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            outcome: RunOutcome = runner.run(runtime.run())
+            outcome: RunOutcome = runner.run(_run(runtime, keys=not settings.autostart))
     finally:
         view.stop()
     resume = f"weft run --execution {prepared.layout.root}"
@@ -153,3 +163,28 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return outcome.exit_code
+
+
+_KEYS = {"": "codon.next", "n": "codon.next", "s": "codon.skip", "q": "server.shutdown"}
+
+
+async def _run(runtime: Runtime, *, keys: bool) -> RunOutcome:
+    """Runs ``runtime``; with ``keys``, lines typed on the terminal become commands."""
+    if not keys:
+        return await runtime.run()
+    loop = asyncio.get_running_loop()
+    pending: set[asyncio.Task[bool]] = set()
+
+    def on_line() -> None:
+        line = sys.stdin.readline()
+        command = _KEYS.get(line.strip().lower())
+        if command is not None:
+            task = loop.create_task(runtime.command(command))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    loop.add_reader(sys.stdin.fileno(), on_line)
+    try:
+        return await runtime.run()
+    finally:
+        loop.remove_reader(sys.stdin.fileno())
