@@ -205,9 +205,11 @@ class Runner:
 
     def interruptible_call(self, fn: Callable[[], T]) -> T:
         """Run a blocking call (a stdin read) that a graceful stop may cut short."""
-        self._check()
+        # Interruptible before the check: a signal landing between the two
+        # would otherwise only be noticed after the blocking call returns.
         self._interruptible = True
         try:
+            self._check()
             return fn()
         finally:
             self._interruptible = False
@@ -283,9 +285,9 @@ class Runner:
         if ms <= 0:
             return
         self.clock.advance(ms)
-        self._check()
-        self._interruptible = True
+        self._interruptible = True  # before the check, as in interruptible_call
         try:
+            self._check()
             time.sleep(ms / 1000)
         finally:
             self._interruptible = False
