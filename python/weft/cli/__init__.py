@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from weft import __version__
 from weft._core import BUILD_PROFILE
-from weft.cli import agents, init, run, schema, status, store, thread, validate
+from weft.cli import agents, attach, init, run, schema, status, store, thread, validate
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
 
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.register(commands)
     init.register(commands)
     agents.register(commands)
+    attach.register(commands)
     return parser
 
 

@@ -26,6 +26,11 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "-o", "--output", type=Path, default=None, help="write it to this file instead"
     )
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help="print the schema of the WebSocket server's events instead",
+    )
     parser.set_defaults(run=run)
 
 
@@ -34,9 +39,16 @@ def schema_text() -> str:
     return json.dumps(json_schema(), indent=2) + "\n"
 
 
+def events_schema_text() -> str:
+    """The schema of the server's events (``--events``), as indented JSON text."""
+    from weft.server.schema import events_json_schema
+
+    return json.dumps(events_json_schema(), indent=2) + "\n"
+
+
 def run(args: argparse.Namespace) -> int:
     """Prints (or writes) the schema."""
-    text = schema_text()
+    text = events_schema_text() if args.events else schema_text()
     if args.output is None:
         sys.stdout.write(text)
         return 0

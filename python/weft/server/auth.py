@@ -4,7 +4,9 @@ Read-write clients (they can skip codons, stop the run, roll back) must
 present the execution's token in their handshake. The token is made once per
 execution, kept in ``.weft/server.token`` with mode 0600 so only its owner can
 read it; Weft's own commands read it from there, other clients get it with
-``--token``. Read-only clients need no token when they connect over loopback.
+``--token``. Read-only clients need no token when they connect over loopback,
+unless they are a web page from elsewhere (a browser sends its ``Origin``):
+any site the user visits could otherwise read the run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from weft.errors import StoreError
 
@@ -88,3 +91,17 @@ def is_loopback(address: object) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped.is_loopback
     return ip.is_loopback
+
+
+def is_local_origin(origin: str | None) -> bool:
+    """Whether a WebSocket request's ``Origin`` is this machine: none at all (not
+    a browser), or a page served from localhost or a loopback address."""
+    if origin is None:
+        return True
+    try:
+        host = urlsplit(origin).hostname
+    except ValueError:
+        return False
+    if host is None:
+        return False
+    return host == "localhost" or host.endswith(".localhost") or is_loopback(host)

@@ -9,9 +9,11 @@ frame per event, ``liveBatches`` clients one ``live.batch`` frame, and both
 chunks are framed once and written as-is to every client that wants them.
 
 Nothing here waits for a client. A client's send queue is its transport's
-write buffer; a client that lets it grow past ``send_limit`` bytes is dropped
-(:meth:`Subscriber.lagging`) and resumes from its cursor later, so a slow
-client never slows the run or the other clients.
+write buffer: when new events are due and more than ``send_limit`` bytes sent
+earlier are still waiting, the client is behind and is dropped
+(:meth:`Subscriber.lagging`); it resumes from its cursor later. So a slow
+client never slows the run or the other clients, and holds at most
+``send_limit`` bytes plus one batch.
 
 A ring of the newest envelopes serves handshake history and short catch-ups
 without touching the journal.
@@ -85,8 +87,11 @@ class Subscriber(Protocol):
     """The newest seq it has been sent."""
     live_batches: bool
 
-    def write(self, data: bytes) -> int:
-        """Writes complete frames; returns how many bytes are now waiting to be sent."""
+    def waiting(self) -> int:
+        """Bytes written to it earlier that are still waiting to be sent."""
+
+    def write(self, data: bytes) -> None:
+        """Writes complete frames."""
 
     def lagging(self) -> None:
         """Called once, after it was removed for falling too far behind."""
@@ -199,13 +204,15 @@ class Fanout:
                 if cached is None:
                     cached = shared[batched] = self._chunk(envs, batched)
                 chunk = cached
-            sub.cursor = last
             try:
-                waiting = sub.write(chunk)
+                if sub.waiting() > self.send_limit:
+                    # It has not taken what it was sent before: it is behind.
+                    dropped.append(sub)
+                    continue
+                sub.cursor = last
+                sub.write(chunk)
             except Exception:
                 log.exception("writing to a live client failed; dropping it")
-                waiting = self.send_limit + 1
-            if waiting > self.send_limit:
                 dropped.append(sub)
         for sub in dropped:
             self._subscribers.pop(sub, None)

@@ -57,6 +57,7 @@ class JournalHistory:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
+        self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-history")
 
     def _connection(self) -> sqlite3.Connection:
@@ -104,7 +105,10 @@ class JournalHistory:
         return await loop.run_in_executor(self._executor, self._tail, upto, n)
 
     async def close(self) -> None:
-        """Closes the connection and stops the reader thread."""
+        """Closes the connection and stops the reader thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
 
         def close() -> None:
             if self._conn is not None:

@@ -83,7 +83,8 @@ class CommandEnvelope(msgspec.Struct, kw_only=True):
 
     type: str
     id: str | int | None = None
-    data: msgspec.Raw | None = None
+    data: msgspec.Raw = msgspec.Raw(b"null")
+    """Kept undecoded until the command's own type is known."""
 
 
 PageSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE_SIZE)]

@@ -42,7 +42,7 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from weft.errors import WeftError
-from weft.server.auth import ensure_token, is_loopback
+from weft.server.auth import ensure_token, is_local_origin, is_loopback
 from weft.server.fanout import Fanout, text_frame
 from weft.server.history import HistorySource, JournalHistory
 from weft.server.protocol import (
@@ -165,16 +165,17 @@ class _Peer:
     def open(self) -> bool:
         return self.ws.protocol.state is State.OPEN
 
-    def write(self, data: bytes) -> int:
+    def waiting(self) -> int:
+        """Bytes written but not yet sent (the send queue)."""
+        return self.ws.transport.get_write_buffer_size() if self.open else 0
+
+    def write(self, data: bytes) -> None:
         """Writes complete frames now (the fan-out's and replies' path)."""
-        if not self.open:
-            return 0
-        transport = self.ws.transport
-        transport.write(data)
-        return transport.get_write_buffer_size()
+        if self.open:
+            self.ws.transport.write(data)
 
     def send(self, message: bytes) -> None:
-        """Sends one message now, ahead of anything not yet written."""
+        """Sends one message now, behind everything written before it."""
         self.write(text_frame(message))
 
     def lagging(self) -> None:
@@ -231,6 +232,7 @@ class ProtocolServer:
         self._server: Server | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._shutting_down = False
+        self._closed = False
         self.port = 0
         self.host = config.host
 
@@ -315,7 +317,11 @@ class ProtocolServer:
         self._shutting_down = True
 
     async def close(self) -> None:
-        """Sends every event seen so far, then closes every connection (1001)."""
+        """Sends every event seen so far, then closes every connection (1001).
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -364,10 +370,13 @@ class ProtocolServer:
         return Response(status.value, status.phrase, headers, body)
 
     async def _handle(self, ws: ServerConnection) -> None:
+        origin = ws.request.headers.get("Origin") if ws.request is not None else None
         session = Session(
             secrets.token_hex(6),
             token=self.token,
-            loopback=is_loopback(ws.remote_address),
+            # A web page the user happens to visit may connect to a loopback port
+            # too; only a loopback page (a local dashboard) counts as local.
+            loopback=is_loopback(ws.remote_address) and is_local_origin(origin),
             page_size=self.config.page_size,
         )
         peer = _Peer(ws, session)

@@ -112,7 +112,8 @@ def error_message(
 
 def _invalid(exc: msgspec.MsgspecError, where: str) -> str:
     # msgspec paths are relative to what it decoded; say where that was.
-    text = str(exc).replace("`$", f"`{where}")
+    text = str(exc)
+    text = text.replace("`$", f"`{where}") if "`$" in text else f"{text} - at `{where}`"
     return f"Invalid command format: {text}"
 
 
@@ -211,8 +212,7 @@ class Session:
                 )
             )
         try:
-            raw = bytes(envelope.data) if envelope.data is not None else b"null"
-            data = _handshake_decoder.decode(raw)
+            data = _handshake_decoder.decode(bytes(envelope.data))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return Reply(
                 error_message(
@@ -227,7 +227,8 @@ class Session:
             why = (
                 "read-write access needs the execution's token"
                 if data.mode == "readandwrite"
-                else "connections from other machines need the execution's token"
+                else "connections from other machines, or from web pages of other sites, "
+                "need the execution's token"
             )
             given = "a wrong token was given" if data.token is not None else "none was given"
             return Reply(
@@ -241,6 +242,8 @@ class Session:
                 )
             )
         self.mode = data.mode
+        if data.page_size is not None:
+            self._page_size = data.page_size  # the connection's default from now on
         return Join(
             mode=data.mode,
             send_previous=data.send_previous_events,
@@ -271,11 +274,10 @@ class Session:
             )
         return None
 
-    def _data(self, name: str, raw: msgspec.Raw | None) -> msgspec.Struct:
-        # A command without data may leave it out or send null.
-        text = b"{}" if raw is None else bytes(raw)
+    def _data(self, name: str, raw: msgspec.Raw) -> msgspec.Struct:
+        text = bytes(raw)
         if text.strip() == b"null":
-            text = b"{}"
+            text = b"{}"  # a command without data may leave it out or send null
         result: msgspec.Struct = _data_decoders[name].decode(text)
         return result
 

@@ -1,0 +1,239 @@
+"""A real server over a real store, raw protocol clients, and a TCP proxy that cuts.
+
+Every server test runs :class:`~weft.server.ProtocolServer` on 127.0.0.1 port
+0 over a real :class:`~weft.state.StateManager` whose persistence is a real
+:class:`~weft.store.ExecutionStore` in ``tmp_path``: live events are what the
+manager commits, replay reads the real journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from tests.builders import lifecycle, run_started
+from websockets.asyncio.client import ClientConnection, connect
+
+from weft.server import JournalHistory, ProtocolServer, ServerConfig
+from weft.server.server import RollbackHandler, RuntimeCommands
+from weft.state import StateManager
+from weft.store import ExecutionStore, Journal
+
+TOKEN = "test-token-0123456789"
+
+
+class Recorder:
+    """Runtime commands that are recorded and answered with ``answer``."""
+
+    def __init__(self, answer: bool | Exception = True) -> None:
+        self.calls: list[str] = []
+        self.answer = answer
+
+    async def command(self, name: str) -> bool:
+        self.calls.append(name)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+class Rollbacks:
+    """A rollback handler that records calls; ``rolling_back`` is settable."""
+
+    def __init__(self) -> None:
+        self.rolling_back = False
+        self.calls: list[tuple[str, Any]] = []
+
+    async def checkpoint_list(self, run_id: str | None) -> None:
+        self.calls.append(("checkpoint.list", run_id))
+
+    async def rollback(self, command: str, data: msgspec.Struct) -> None:
+        self.calls.append((command, msgspec.to_builtins(data)))
+
+
+def emit(manager: StateManager, n: int, prefix: str = "e") -> None:
+    """Queues ``n`` info events."""
+    for i in range(n):
+        manager.emit("info", {"message": f"{prefix}{i}"})
+
+
+@dataclass
+class Harness:
+    """A running server and what it serves."""
+
+    store: ExecutionStore
+    manager: StateManager
+    server: ProtocolServer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def emit(self, n: int, prefix: str = "e") -> None:
+        """Queues ``n`` info events."""
+        emit(self.manager, n, prefix)
+
+    def journal(self) -> list[tuple[int, str]]:
+        """(seq, id) of every journal row, read through a separate connection."""
+        journal = Journal.open(self.store.journal.path, readonly=True, check=False)
+        try:
+            return [(e.seq, e.id) for page in journal.pages() for e in page]
+        finally:
+            journal.close()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    tmp_path: Path,
+    *,
+    events: int = 0,
+    config: ServerConfig | None = None,
+    commands: RuntimeCommands | None = None,
+    rollback: RollbackHandler | None = None,
+    token: str = TOKEN,
+    transitions: bool = False,
+) -> AsyncIterator[Harness]:
+    """A server with ``events`` info events journaled before it starts (and,
+    with ``transitions``, a run with two codon lifecycles and a refused transition)."""
+    store = await asyncio.to_thread(ExecutionStore.open, tmp_path / "execution")
+    manager = store.state_manager()
+    if transitions:
+        manager.transition(run_started("r1"))
+        for codon in ("a", "b"):
+            for t in lifecycle("r1", codon):
+                manager.transition(t)
+        # Refused (the codon is completed): journaled as an error event.
+        manager.transition(lifecycle("r1", "a")[1])
+    emit(manager, events, "before")
+    await manager.flush()
+    server = await ProtocolServer.start(
+        manager,
+        JournalHistory(store.journal.path),
+        token=token,
+        commands=commands,
+        rollback=rollback,
+        config=config or ServerConfig(ping_interval=None),
+    )
+    harness = Harness(store, manager, server)
+    try:
+        yield harness
+    finally:
+        await server.close()
+        await store.close(manager)
+
+
+@dataclass
+class Raw:
+    """A protocol client speaking JSON by hand (no weft.client), for protocol tests."""
+
+    ws: ClientConnection
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+    async def send(self, message: Any) -> None:
+        await self.ws.send(message if isinstance(message, str | bytes) else json.dumps(message))
+
+    async def recv(self, timeout: float = 10.0) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            message: dict[str, Any] = json.loads(await self.ws.recv())
+        self.received.append(message)
+        return message
+
+    async def handshake(self, **data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        data.setdefault("mode", "readonly")
+        await self.send({"type": "handshake", "data": data})
+        response = await self.recv()
+        if response["type"] != "handshake.response":
+            raise AssertionError(f"handshake refused: {response}")
+        ready = await self.recv()
+        assert ready["type"] == "server.ready", ready
+        return response, ready
+
+    async def until(self, kind: str, timeout: float = 10.0, **match: Any) -> dict[str, Any]:
+        """Reads until a message of ``kind`` whose data has ``match``."""
+        while True:
+            message = await self.recv(timeout)
+            data = message.get("data") or {}
+            if message["type"] == kind and all(data.get(k) == v for k, v in match.items()):
+                return message
+
+
+@contextlib.asynccontextmanager
+async def raw(url: str, **kwargs: Any) -> AsyncIterator[Raw]:
+    """A raw protocol connection."""
+    kwargs.setdefault("max_size", None)
+    async with connect(url, **kwargs) as ws:
+        yield Raw(ws)
+
+
+def seqs_of(message: dict[str, Any]) -> list[int]:
+    """The seqs a message carries: one event, or a page/batch of them."""
+    if "seq" in message:
+        return [message["seq"]]
+    data = message.get("data") or {}
+    events = data.get("events", data.get("eventHistory", []))
+    return [e["seq"] for e in events]
+
+
+class Proxy:
+    """A TCP proxy in front of the server whose connections can be cut at will
+    (the network failing, as a client sees it)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.cuts = 0
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    async def start(self) -> Proxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        self._pipes |= {writer, up_writer}
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.get_running_loop().create_task(self._pipe(src, dst))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(1 << 16):
+                dst.write(data)
+                await dst.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self._pipes.discard(dst)
+            dst.close()
+
+    def cut(self) -> None:
+        """Drops every connection through the proxy at once."""
+        self.cuts += 1
+        for writer in list(self._pipes):
+            writer.transport.abort()
+        self._pipes.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()

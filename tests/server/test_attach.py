@@ -1,0 +1,176 @@
+"""``weft attach``: a real ``python -m weft attach`` process against a real server.
+
+(The command lives in weft/cli/attach.py; its tests sit with the server's
+because they need the server harness.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import sys
+import time
+from pathlib import Path
+
+from tests.builders import run_started
+from tests.server.helpers import Recorder, running
+
+from weft import core
+from weft.server import start_server
+from weft.store.lock import LOCK
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def weft(*args: str, stdin: int | None = None) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "weft",
+        *args,
+        stdin=stdin if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+async def line_with(process: asyncio.subprocess.Process, text: str, lines: list[str]) -> str:
+    assert process.stdout is not None
+    async with asyncio.timeout(30):
+        while True:
+            raw = await process.stdout.readline()
+            if not raw:
+                raise AssertionError(f"attach ended before {text!r}: {lines}")
+            line = raw.decode()
+            lines.append(line)
+            if text in line:
+                return line
+
+
+async def test_attach_json_replays_the_journal_then_follows_until_the_run_ends(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path, events=20, transitions=True) as h:
+        server = await start_server(h.manager, h.store)
+        try:
+            attach = await weft("attach", str(h.store.weft_dir.parent), "--json")
+            lines: list[str] = []
+            await line_with(attach, '"before19"', lines)  # the replay reached the end
+            h.emit(5, "live")
+            await h.manager.transition_and_wait(core.RunCompleted(run_id="r1", end_time="t"))
+            await line_with(attach, '"RunCompleted"', lines)
+            await server.close()  # the run ended: attach prints the summary and exits
+            out, err = await asyncio.wait_for(attach.communicate(), 30)
+            lines += out.decode().splitlines(keepends=True)
+            journal = h.journal()
+        finally:
+            await server.close()
+    assert attach.returncode == 0, err.decode()
+    docs = [json.loads(line) for line in lines]
+    events = [d for d in docs if "seq" in d]
+    assert [(d["seq"], d["id"]) for d in events] == journal
+    summary = docs[-1]
+    assert summary["type"] == "run.summary"
+    assert (summary["data"]["status"], summary["data"]["codons"]["completed"]) == ("completed", 2)
+
+
+async def test_attach_keys_steer_the_run_with_the_execution_s_token(tmp_path: Path) -> None:
+    recorder = Recorder()
+    async with running(tmp_path, events=3) as h:
+        server = await start_server(h.manager, h.store, commands=recorder)
+        master, slave = pty.openpty()
+        try:
+            attach = await weft("attach", str(h.store.weft_dir.parent), "--headless", stdin=slave)
+            lines: list[str] = []
+            await line_with(attach, "read-write", lines)
+            await line_with(attach, "keys:", lines)
+            for key, expected in (("n", "next codon requested"), ("s", "skip requested")):
+                os.write(master, key.encode())
+                await line_with(attach, expected, lines)
+            os.write(master, b"r")
+            await line_with(attach, "press y to confirm", lines)
+            os.write(master, b"n")  # anything but y cancels
+            await line_with(attach, "cancelled", lines)
+            os.write(master, b"x")
+            await line_with(attach, "press y to confirm", lines)
+            os.write(master, b"y")
+            await line_with(attach, "stop requested", lines)
+            os.write(master, b"q")
+            out, err = await asyncio.wait_for(attach.communicate(), 30)
+        finally:
+            os.close(master)
+            os.close(slave)
+            await server.close()
+    assert attach.returncode == 0, err.decode()
+    assert "detached" in out.decode()
+    assert recorder.calls == ["codon.next", "codon.skip", "server.shutdown"]
+
+
+async def test_attach_read_only_can_watch_but_not_steer(tmp_path: Path) -> None:
+    recorder = Recorder()
+    async with running(tmp_path) as h:
+        server = await start_server(h.manager, h.store, commands=recorder)
+        master, slave = pty.openpty()
+        try:
+            attach = await weft(
+                "attach", str(h.store.weft_dir.parent), "--headless", "--readonly", stdin=slave
+            )
+            lines: list[str] = []
+            await line_with(attach, "read-only", lines)
+            await line_with(attach, "keys:", lines)
+            h.manager.transition(run_started("r9"))
+            await line_with(attach, "run r9 started", lines)
+            os.write(master, b"n")
+            await line_with(attach, "steering needs the execution's token", lines)
+            os.write(master, b"q")
+            await asyncio.wait_for(attach.communicate(), 30)
+        finally:
+            os.close(master)
+            os.close(slave)
+            await server.close()
+    assert attach.returncode == 0
+    assert recorder.calls == []
+
+
+async def test_attach_says_why_there_is_nothing_to_attach_to(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    dead = tmp_path / "dead" / ".weft"
+    dead.mkdir(parents=True)
+    (dead / LOCK).write_text(
+        json.dumps(
+            {"pid": 2**22 + 17, "lockId": "x", "startTime": "t", "lastHeartbeat": time.time()}
+        )
+    )
+    idle = tmp_path / "idle" / ".weft"
+    idle.mkdir(parents=True)
+    for where, expected in (
+        (plain, "not an execution directory"),
+        (dead.parent, "is gone"),
+        (idle.parent, "no run is active"),
+    ):
+        attach = await weft("attach", str(where))
+        _, err = await asyncio.wait_for(attach.communicate(), 30)
+        assert attach.returncode == 2
+        assert expected in err.decode()
+        assert "Traceback" not in err.decode()
+
+
+async def test_a_refused_token_falls_back_to_read_only(tmp_path: Path) -> None:
+    async with running(tmp_path, events=2) as h:
+        server = await start_server(h.manager, h.store)
+        try:
+            attach = await weft(
+                "attach", str(h.store.weft_dir.parent), "--headless", "--token", "not-it"
+            )
+            lines: list[str] = []
+            await line_with(attach, "the token was refused; attaching read-only", lines)
+            await line_with(attach, "(read-only)", lines)
+        finally:
+            await server.close()
+        await asyncio.wait_for(attach.communicate(), 30)
+    assert attach.returncode == 1  # the run never started, so it did not complete
