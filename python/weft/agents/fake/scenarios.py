@@ -12,6 +12,7 @@ flavour adds its own scenarios in :meth:`Flavour.own_scenarios`.
 
 from __future__ import annotations
 
+import abc
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -130,7 +131,7 @@ def with_start_delay(steps: Iterator[Step], settings: Settings, scenario: str) -
     yield from steps
 
 
-class Flavour:
+class Flavour(abc.ABC):
     """Base class of the three fake CLIs' run logic."""
 
     name = "agent"
@@ -176,53 +177,53 @@ class Flavour:
 
     # -- primitives (overridden by flavours) -----------------------------------
 
+    @abc.abstractmethod
     def opening(self) -> Iterator[Step]:
         """Lines up to and including the one that names the session."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def work(self) -> Iterator[Step]:
         """The tool calls the prompt's directives ask for, performed for real."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def closing(self) -> Iterator[Step]:
         """The final reply and the terminal success event."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def progress(self, index: int, total: int) -> Iterator[Step]:
         """One visible unit of work (an assistant message or an item)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def dangling_tool(self) -> Iterator[Step]:
         """A tool call whose result never comes (the process dies first)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def huge(self, nbytes: int, events: int) -> Iterator[Step]:
         """A tool result line of about ``nbytes`` and ``events`` small lines."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def noise(self) -> Iterator[Step]:
         """Unknown but valid lines of this flavour (after the opening)."""
-        raise NotImplementedError
 
     def abort(self, signum: int) -> Iterable[Step]:
         """What a graceful stop prints (after SIGTERM or SIGINT)."""
         return ()
 
+    @abc.abstractmethod
     def resume_missing(self) -> Iterator[Step]:
         """The output for a resume id that has no session."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def empty_prompt_error(self) -> CliError:
         """The real CLI's error for an empty prompt."""
-        raise NotImplementedError
 
     def hooks(self) -> Iterator[Step]:
         """Lines a start-up hook prints before the opening (Claude only)."""
         return iter(())
 
+    @abc.abstractmethod
     def crash_trace(self) -> str:
         """What the CLI prints on stderr when it crashes."""
-        raise NotImplementedError
 
     def own_scenarios(self) -> dict[str, ScenarioFn]:
         """This flavour's scenarios beyond the shared ones."""
