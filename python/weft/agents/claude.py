@@ -59,7 +59,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, StopReason
+from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.process import (
     MAX_LINE_BYTES,
     EnvPolicy,
@@ -547,8 +547,7 @@ class ClaudeParser:
             if ok:
                 error_class, retriable, message = None, False, None
             elif end.stopped is not None:
-                error_class, retriable = _stopped_class(end.stopped)
-                message = _stopped_message(end.stopped)
+                error_class, retriable, message = stopped_verdict(end.stopped)
             else:
                 error_class, retriable = ev.error_class or ErrorClass.ERROR_RESULT, False
                 retriable = self._retriable(error_class, ev)
@@ -877,8 +876,7 @@ class ClaudeParser:
 
     def _no_result_verdict(self, end: ProcessEnd) -> tuple[ErrorClass, bool, str]:
         if end.stopped is not None:
-            error_class, retriable = _stopped_class(end.stopped)
-            return error_class, retriable, _stopped_message(end.stopped)
+            return stopped_verdict(end.stopped)
         notes = " ".join(self._stderr_notes) + "\n" + end.stderr_tail
         last = _last_line(end.stderr_tail)
         if _NO_CONVERSATION.search(notes):
@@ -1022,24 +1020,6 @@ def _result_text(content: Any) -> str:
                 parts.append(str(part))
         return "\n".join(parts)
     return _encode(content).decode()
-
-
-def _stopped_class(reason: StopReason) -> tuple[ErrorClass, bool]:
-    if reason in (
-        StopReason.FIRST_OUTPUT_TIMEOUT,
-        StopReason.IDLE_TIMEOUT,
-        StopReason.WALL_TIMEOUT,
-    ):
-        return ErrorClass.TIMEOUT, True
-    return ErrorClass.STOPPED, False
-
-
-def _stopped_message(reason: StopReason) -> str:
-    return {
-        StopReason.FIRST_OUTPUT_TIMEOUT: "no session started before the first-output deadline",
-        StopReason.IDLE_TIMEOUT: "the stream went idle past the idle deadline",
-        StopReason.WALL_TIMEOUT: "the session ran past its wall-clock deadline",
-    }.get(reason, f"stopped by Weft ({reason})")
 
 
 _ERROR_LINE = re.compile(r"^\s*(?:[A-Z]\w*)?(?:Error|Exception)\b|^\s*error:", re.I)

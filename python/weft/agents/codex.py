@@ -63,7 +63,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, StopReason
+from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.process import EnvPolicy, SubprocessSession, build_env, spawn
 
 _log = logging.getLogger(__name__)
@@ -216,18 +216,6 @@ def default_retriable(cls: ErrorClass) -> bool:
     """Whether a retry may help a session of class ``cls`` when no message
     says otherwise."""
     return cls in _RETRIABLE
-
-
-def stopped_verdict(reason: StopReason) -> tuple[ErrorClass, bool, str]:
-    """Class, retriability and message of a session Weft ended itself."""
-    messages = {
-        StopReason.FIRST_OUTPUT_TIMEOUT: "no session started before the first-output deadline",
-        StopReason.IDLE_TIMEOUT: "the stream went idle past the idle deadline",
-        StopReason.WALL_TIMEOUT: "the session ran past its wall-clock deadline",
-    }
-    if reason in messages:
-        return ErrorClass.TIMEOUT, True, messages[reason]
-    return ErrorClass.STOPPED, False, f"stopped by Weft ({reason})"
 
 
 def last_line(text: str) -> str:

@@ -44,7 +44,6 @@ from weft.agents.codex import (
     last_line,
     retry_after_ms,
     session_ids,
-    stopped_verdict,
     warn_unsupported,
     with_system_prompt,
 )
@@ -62,7 +61,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec
+from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.process import EnvPolicy, SubprocessSession, build_env, spawn
 
 _log = logging.getLogger(__name__)

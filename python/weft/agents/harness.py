@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from weft.agents.events import AgentEvent, SessionExited
+from weft.agents.events import AgentEvent, ErrorClass, SessionExited
 from weft.errors import WeftError
 
 
@@ -89,6 +89,22 @@ class StopReason(enum.StrEnum):
     FIRST_OUTPUT_TIMEOUT = "first_output_timeout"
     IDLE_TIMEOUT = "idle_timeout"
     WALL_TIMEOUT = "wall_timeout"
+
+
+_DEADLINES = {
+    StopReason.FIRST_OUTPUT_TIMEOUT: "no session started before the first-output deadline",
+    StopReason.IDLE_TIMEOUT: "the stream went idle past the idle deadline",
+    StopReason.WALL_TIMEOUT: "the session ran past its wall-clock deadline",
+}
+
+
+def stopped_verdict(reason: StopReason) -> tuple[ErrorClass, bool, str]:
+    """Class, retriability and message of a session Weft ended itself: a
+    missed deadline is a retriable timeout, a requested stop is not an error
+    to retry. Every adapter reports Weft's own stops the same way."""
+    if reason in _DEADLINES:
+        return ErrorClass.TIMEOUT, True, _DEADLINES[reason]
+    return ErrorClass.STOPPED, False, f"stopped by Weft ({reason})"
 
 
 @dataclass(frozen=True, slots=True)
