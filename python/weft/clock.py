@@ -9,8 +9,12 @@ from __future__ import annotations
 import time
 
 
+def iso_from_ms(ms: int) -> str:
+    """A time in milliseconds since the epoch, as ``2026-11-21T10:00:00.123Z``."""
+    seconds, rest = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest:03d}Z"
+
+
 def utc_now_iso() -> str:
     """Now, as ``2026-11-21T10:00:00.123Z``."""
-    ns = time.time_ns()
-    seconds, ms = divmod(ns // 1_000_000, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{ms:03d}Z"
+    return iso_from_ms(time.time_ns() // 1_000_000)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import msgspec
 
 from weft._core import Core, ExecutionThread, Outcome
+from weft.clock import iso_from_ms
 from weft.errors import PersistenceError, rejection_error
 from weft.events.transitions import Transition, encode
 
@@ -52,8 +53,7 @@ def _stamp(ms: int) -> str:
     """ISO-8601 UTC for a millisecond; consecutive events mostly share one."""
     global _last_stamp
     if _last_stamp[0] != ms:
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000))
-        _last_stamp = (ms, f"{text}.{ms % 1000:03d}Z")
+        _last_stamp = (ms, iso_from_ms(ms))
     return _last_stamp[1]
 
 

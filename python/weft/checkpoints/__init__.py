@@ -19,7 +19,6 @@ from weft.checkpoints.repo import (
     CheckpointRepo,
     RecoverySnapshot,
     RestoreResult,
-    now_iso,
     run_branch,
 )
 from weft.checkpoints.storage import (
@@ -48,6 +47,5 @@ __all__ = [
     "checkpoint_git_dir",
     "git_environment",
     "is_excluded",
-    "now_iso",
     "run_branch",
 ]

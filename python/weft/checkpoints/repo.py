@@ -68,6 +68,7 @@ from weft.checkpoints.trees import (
 )
 from weft.checkpoints.watch import ChangeWatcher
 from weft.checkpoints.worktree import remove_files, write_file
+from weft.clock import utc_now_iso
 
 #: The index is written back after this many snapshots, or sooner after many changes.
 INDEX_WRITE_EVERY = 16
@@ -86,11 +87,6 @@ _Found = list[tuple[int, int, Checkpoint]]
 def run_branch(run_id: str) -> str:
     """The history branch of a run: ``run-<runId>``."""
     return f"run-{run_id}"
-
-
-def now_iso() -> str:
-    """The current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -404,7 +400,7 @@ class CheckpointRepo:
             raise CheckpointError(
                 f"unknown checkpoint type {kind!r}: use one of {', '.join(CHECKPOINT_TYPES)}"
             )
-        when = timestamp or now_iso()
+        when = timestamp or utc_now_iso()
         moment = _parse_time(when)
         with self._lock:
             self._check_open()
@@ -430,7 +426,7 @@ class CheckpointRepo:
 
         Its parent is the current checkpoint (:meth:`head`). Nothing else moves.
         """
-        when = now_iso()
+        when = utc_now_iso()
         moment = _parse_time(when)
         stamp = when.replace(":", "-").replace(".", "-")
         branch = f"recovery/{stamp}-{uuid.uuid4().hex[:8]}"
@@ -716,6 +712,5 @@ __all__ = [
     "CheckpointRepo",
     "RecoverySnapshot",
     "RestoreResult",
-    "now_iso",
     "run_branch",
 ]

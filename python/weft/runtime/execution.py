@@ -57,6 +57,7 @@ import msgspec
 import orjson
 
 from weft.checkpoints.storage import checkpoint_git_dir
+from weft.clock import utc_now_iso
 from weft.errors import WeftError
 
 __all__ = [
@@ -370,10 +371,6 @@ def write_meta(path: Path, meta: ExecutionMeta) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _environment() -> ExecutionEnvironment:
@@ -873,7 +870,7 @@ def _create(root: Path, ctx: _Context) -> PreparedExecution:
     layout.create_dirs()
     _park_data(layout)  # a kept or foreign workspace may hold an old data slot
     link_type = _link_data(layout, ctx.data_path, copy=ctx.copy, warnings=ctx.warnings)
-    now = _now_iso()
+    now = utc_now_iso()
     data = ctx.data_path
     meta = ExecutionMeta(
         version=META_VERSION,
@@ -986,7 +983,11 @@ def _resume(
                 ctx.warnings.append(f"relinked {layout.data_link} to {data_path}")
     layout.create_dirs()
     meta = msgspec.structs.replace(
-        meta, last_used=_now_iso(), hank_path=str(ctx.hank_path), hank_hash=ctx.hank_hash, **updates
+        meta,
+        last_used=utc_now_iso(),
+        hank_path=str(ctx.hank_path),
+        hank_hash=ctx.hank_hash,
+        **updates,
     )
     write_meta(layout.meta_path, meta)
     return PreparedExecution(

@@ -28,6 +28,8 @@ from typing import Annotated, Any, Final, Generic, Literal, TypeAlias, TypeVar
 
 import msgspec
 
+from weft.clock import iso_from_ms
+
 PROTOCOL_VERSION: Final = 1
 """Bumped when a message changes incompatibly; sent in ``handshake.response``."""
 
@@ -317,8 +319,7 @@ _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 def now_iso() -> tuple[int, str]:
     """(milliseconds since the epoch, the same as ISO-8601 UTC)."""
     ms = time.time_ns() // 1_000_000
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000))
-    return ms, f"{text}.{ms % 1000:03d}Z"
+    return ms, iso_from_ms(ms)
 
 
 def message_id(ms: int) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from weft._core import Core
+from weft.clock import utc_now_iso
 from weft.errors import LockLostError, StoreError
 from weft.events.transitions import RunCrashed
 from weft.state import StateManager
@@ -33,10 +33,6 @@ def weft_dir_of(path: Path) -> Path:
     """The ``.weft`` folder of an execution directory (or ``path`` if it is one)."""
     path = path.resolve()
     return path if path.name == WEFT_DIR else path / WEFT_DIR
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class ExecutionStore:
@@ -142,7 +138,7 @@ class ExecutionStore:
             await manager.transition_and_wait(
                 RunCrashed(
                     run_id=run["runId"],
-                    detected_at=_now(),
+                    detected_at=utc_now_iso(),
                     last_codon_status=active[-1]["status"] if active else "unknown",
                 )
             )
