@@ -21,7 +21,6 @@ import uvloop
 
 from weft._core import ExecutionThread
 from weft.checkpoints.aio import AsyncCheckpointRepo
-from weft.checkpoints.storage import checkpoint_git_dir
 from weft.clock import utc_now_iso
 from weft.config import load_hank
 from weft.config.loader import LoadedHank
@@ -96,29 +95,29 @@ def _run(coro: Any) -> Any:
 
 async def _confirmed(store: ExecutionStore, state: dict[str, Any]) -> set[str]:
     layout = ExecutionLayout(store.weft_dir.parent)
-    git_dir = checkpoint_git_dir(store.weft_dir)
-    if not git_dir.exists():
+    if not layout.checkpoints.exists():
         return set()
-    repo = await AsyncCheckpointRepo.open(git_dir, layout.workspace, watch=False)
+    repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)
     try:
         return await repo.verify(rollback.recorded_shas(state))
     finally:
         await repo.close()
 
 
-def _read(execution: Path) -> tuple[dict[str, Any], ExecutionThread]:
+def _read(execution: Path) -> tuple[dict[str, Any], ExecutionThread, set[str]]:
+    """The state, its thread, and the recorded checkpoints git confirms."""
     store = ExecutionStore.open(execution, readonly=True)
     try:
         state: dict[str, Any] = json.loads(store.core.state_json())
         confirmed = _run(_confirmed(store, state))
-        return state, store.core.execution_thread(checkpoints=confirmed)
+        return state, store.core.execution_thread(checkpoints=confirmed), confirmed
     finally:
         store.journal.close()
 
 
 def run_thread(args: argparse.Namespace) -> int:
     """Prints the execution thread."""
-    state, thread = _read(args.execution)
+    state, thread, _ = _read(args.execution)
     if args.json:
         sys.stdout.write(thread.to_json().decode() + "\n")
         return 0
@@ -156,9 +155,8 @@ def run_thread(args: argparse.Namespace) -> int:
 
 def run_checkpoints(args: argparse.Namespace) -> int:
     """Lists the checkpoints the state records, newest first, with their git status."""
-    state, thread = _read(args.execution)
+    state, thread, exists = _read(args.execution)
     confirmed = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
-    exists = _run(_all_confirmed(args.execution, state))
     rows = []
     for run in state["runs"]:
         for record in reversed(run["codons"]):
@@ -187,14 +185,6 @@ def run_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _all_confirmed(execution: Path, state: dict[str, Any]) -> set[str]:
-    store = ExecutionStore.open(execution, readonly=True)
-    try:
-        return await _confirmed(store, state)
-    finally:
-        store.journal.close()
-
-
 def run_rollback(args: argparse.Namespace) -> int:
     """Rolls back and records the continuation run."""
     try:
@@ -211,7 +201,7 @@ async def _rollback(args: argparse.Namespace) -> int:
     repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)
     try:
         await store.mark_crashed_runs(manager)
-        state, thread = await rollback.analyze(manager, repo)
+        state, thread, confirmed = await rollback.analyze(manager, repo)
         if not state["runs"]:
             raise rollback.RollbackError("this execution has no run yet: nothing to roll back")
         if args.last_success:
@@ -223,8 +213,6 @@ async def _rollback(args: argparse.Namespace) -> int:
         elif args.codon:
             target = rollback.codon_target(thread, args.codon, args.type)
         else:
-            confirmed = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
-            confirmed |= await repo.verify(rollback.recorded_shas(state))
             target = rollback.checkpoint_target(thread, state, args.checkpoint, confirmed)
         plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
         run_id = new_run_id()

@@ -82,12 +82,12 @@ def recorded_shas(state: Mapping[str, Any]) -> set[str]:
 
 async def analyze(
     manager: StateManager, checkpoints: AsyncCheckpointRepo
-) -> tuple[dict[str, Any], ExecutionThread]:
-    """The state and its execution thread, with the checkpoints git confirms."""
+) -> tuple[dict[str, Any], ExecutionThread, set[str]]:
+    """The state, its execution thread, and the recorded checkpoints git confirms."""
     await manager.flush()
     state: dict[str, Any] = json.loads(manager.core.state_json())
     confirmed = await checkpoints.verify(recorded_shas(state))
-    return state, await manager.execution_thread(checkpoints=confirmed)
+    return state, await manager.execution_thread(checkpoints=confirmed), confirmed
 
 
 def _checkpoints(tc: ThreadCodon) -> list[tuple[str, str]]:

@@ -257,7 +257,7 @@ class Runtime:
         return outcome
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
-        state, thread = await rollback.analyze(manager, checkpoints)
+        state, thread, _ = await rollback.analyze(manager, checkpoints)
         if self._on_state is not None:
             self._on_state(state)
         if state.get("initialCheckpoint") is None:
