@@ -8,11 +8,13 @@ entry point the server will call). Then runs a dead process left ``running``
 are marked crashed, and the run is chosen:
 
 * no run yet: a fresh run with the whole plan;
-* otherwise: a continuation after the newest codon that finished (completed,
-  skipped, or failed under ``onFailure: ignore``) with its checkpoint; the
-  checkpointed files are restored to it first, so a codon that crashed or
-  failed half-way starts again from clean files. When every codon has
-  finished there is nothing to do.
+* the execution thread (seed 003) ended in failure: roll back to its last
+  git-confirmed success (:mod:`weft.runtime.rollback`) and continue after it;
+* otherwise: a continuation after the thread's newest codon with a confirmed
+  checkpoint; the files the next codon covers are restored to it first, so a
+  half-done attempt leaves nothing behind;
+* no confirmed checkpoint at all: the work tree goes to a recovery branch and
+  a fresh run starts; with nothing left to run, there is nothing to do.
 
 Then codons run one at a time, in plan order, under their failure policy;
 loops grow lazily as iterations finish. The first SIGINT or SIGTERM stops
@@ -67,8 +69,6 @@ from weft.state import Processed, StateManager
 from weft.store.execution import ExecutionStore
 
 Listener = Callable[[Processed], None]
-
-_FINISHED = ("completed", "skipped")
 
 
 @dataclass(frozen=True, slots=True)
