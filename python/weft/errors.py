@@ -164,6 +164,13 @@ class CoreStateError(WeftError):
     """The in-memory state can no longer be trusted (an internal failure)."""
 
 
+class CommandRejectedError(WeftError):
+    """A steering command (``codon.next``, ``codon.redo``, ``rollback.*``...)
+    does not apply now; nothing changed. The message says why and what to do
+    instead, e.g. ``Cannot rollback while codon is running. Use
+    'codon.forceStop' first.``"""
+
+
 class SessionTransitionError(WeftError):
     """The agent-session machine (seed 002) has no row for ``event`` in ``state``.
 

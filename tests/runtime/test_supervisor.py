@@ -182,7 +182,7 @@ async def test_three_codons_fresh_then_continue_previous_then_fresh(tmp_path: Pa
     assert workspace_files(execution) == {"notes.md": "one", "more.md": "two", "review.md": "three"}
     started = [d["codonId"] for d in seen.of("CodonStarted")]
     assert started == ["a", "b", "c"]
-    assert seen.types()[-2:] == ["RunCompleted", "server.idle"]
+    assert seen.types()[-3:] == ["RunCompleted", "state.snapshot", "server.idle"]
 
 
 async def test_checkpoints_hold_exactly_the_covered_files_deletions_included(
@@ -687,7 +687,7 @@ async def test_a_stop_between_codons_ends_the_run_as_interrupted(tmp_path: Path)
 
         def on(kind: str, data: dict[str, Any]) -> None:
             nonlocal waits
-            if kind == "server.idle" and data["reason"] == "codon-completed":
+            if kind == "server.idle":
                 waits += 1
                 spawn(runtime.command("codon.next") if waits == 1 else runtime.stop())
 
@@ -721,7 +721,12 @@ async def test_without_autostart_each_codon_waits_for_codon_next(tmp_path: Path)
 
     def step(runtime: Runtime) -> Callable[[str, dict[str, Any]], None]:
         def on(kind: str, data: dict[str, Any]) -> None:
-            if kind == "server.idle" and data["reason"] == "codon-completed":
+            if kind != "server.idle":
+                return
+            if data["reason"] == "all-codons-completed":
+                # Manual mode stays up until it is told to stop.
+                spawn(runtime.command("server.shutdown"))
+            else:
                 # Nothing starts until the command comes.
                 asyncio.get_running_loop().call_later(
                     0.05, lambda: spawn(runtime.command("codon.next"))
@@ -734,6 +739,9 @@ async def test_without_autostart_each_codon_waits_for_codon_next(tmp_path: Path)
     assert outcome.status == "completed"
     kinds = [k for k in seen.types() if k in ("server.idle", "CodonStarted")]
     assert kinds == ["server.idle", "CodonStarted", "server.idle", "CodonStarted", "server.idle"]
+    idle = [d["reason"] for d in seen.of("server.idle")]
+    assert idle == ["startup", "codon-completed", "all-codons-completed"]
+    assert outcome.exit_code == 0
 
 
 async def test_every_event_reaches_the_journal_in_listener_order(tmp_path: Path) -> None:

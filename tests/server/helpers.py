@@ -35,7 +35,7 @@ class Recorder:
         self.calls: list[str] = []
         self.answer = answer
 
-    async def command(self, name: str) -> bool:
+    async def command(self, name: str, data: Any = None) -> bool:
         self.calls.append(name)
         if isinstance(self.answer, Exception):
             raise self.answer

@@ -1,25 +1,38 @@
-"""The server beside a real run: manual mode driven by codon.next from a client.
+"""The server a real run starts: clients steer it through the protocol.
 
-The runtime runs real codons on the fake agent. The server is started the way
-the supervisor starts it (after the journal, before the first codon) from the
-``on_state`` hook, which the supervisor calls at exactly that point.
+Each test runs real codons on the fake agent with the server the supervisor
+starts itself (``Runtime.server``), connects the real client with the token
+the run wrote under ``.weft/``, and checks what the run did: the journal, the
+state's runs, the files in the workspace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runtime.hanks import codon, fake_environment, write_file, write_hank
-from tests.server.helpers import TOKEN
+from tests.runtime.hanks import (
+    codon,
+    fake_environment,
+    read_state,
+    runs_oldest_first,
+    scenario,
+    workspace_files,
+    write_file,
+    write_hank,
+)
 
 import weft.client
 from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
-from weft.runtime.supervisor import Runtime, RuntimeOptions
-from weft.server import JournalHistory, ProtocolServer
+from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
+from weft.server import ProtocolServer, read_token
 from weft.store import Journal
 from weft.store.execution import DATABASE
 
@@ -29,12 +42,57 @@ def _fake_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake_environment(monkeypatch, tmp_path)
 
 
-async def test_manual_mode_runs_each_codon_when_a_client_sends_codon_next(
+@dataclass
+class Watch:
+    """Every event a client received, and a way to wait for the next one that matches."""
+
+    client: weft.client.Client
+    events: list[weft.client.Event] = field(default_factory=list)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _read: int = 0
+
+    async def follow(self) -> None:
+        async for event in self.client.events(replay=True):
+            self.events.append(event)
+            self._changed.set()
+
+    async def next(
+        self, kind: str, where: Callable[[dict[str, Any]], bool] = lambda _: True
+    ) -> weft.client.Event:
+        """The first event of ``kind`` after the last one returned."""
+        async with asyncio.timeout(60):
+            while True:
+                for index in range(self._read, len(self.events)):
+                    event = self.events[index]
+                    if event.type == kind and where(event.data):
+                        self._read = index + 1
+                        return event
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def idle(self, reason: str) -> weft.client.Event:
+        return await self.next("server.idle", lambda d: d["reason"] == reason)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e.data for e in self.events if e.type == kind]
+
+
+@dataclass
+class Live:
+    runtime: Runtime
+    server: ProtocolServer
+    execution: Path
+    run: asyncio.Task[RunOutcome]
+
+
+@contextlib.asynccontextmanager
+async def live_run(
     tmp_path: Path,
-) -> None:
-    hank = write_hank(
-        tmp_path / "hank", codon("a", write_file("a.md", "a")), codon("b", write_file("b.md", "b"))
-    )
+    *codons: dict[str, Any],
+    autostart: bool = False,
+    files: dict[str, str] | None = None,
+) -> AsyncIterator[Live]:
+    hank = write_hank(tmp_path / "hank", *codons, files=files)
     prepared = await asyncio.to_thread(
         prepare_execution,
         hank,
@@ -43,64 +101,300 @@ async def test_manual_mode_runs_each_codon_when_a_client_sends_codon_next(
         interactive=False,
         base_dir=tmp_path / "managed",
     )
-    journal_path = prepared.layout.weft_dir / DATABASE
     servers: asyncio.Queue[ProtocolServer] = asyncio.Queue()
-    runtime: Runtime | None = None
-
-    def on_state(_: Any) -> None:
-        assert runtime is not None
-        manager = runtime._manager  # the seam the supervisor will wire the server to
-        assert manager is not None
-
-        async def start() -> None:
-            server = await ProtocolServer.start(
-                manager, JournalHistory(journal_path), token=TOKEN, commands=runtime
-            )
-            servers.put_nowait(server)
-
-        asyncio.get_running_loop().create_task(start())
-
-    runtime = Runtime(prepared, load_hank(hank), RuntimeOptions(autostart=False), on_state=on_state)
+    runtime = Runtime(
+        prepared,
+        load_hank(hank),
+        RuntimeOptions(autostart=autostart),
+        on_server=servers.put_nowait,
+    )
     run = asyncio.get_running_loop().create_task(runtime.run())
     server = await asyncio.wait_for(servers.get(), 30)
-    seen: list[weft.client.Event] = []
-    nexts = 0
-    commanded_at: list[int] = []
+    assert runtime.server is server
     try:
-        async with weft.client.connect(server.url, token=TOKEN) as c:
-            async with asyncio.timeout(60):
-                async for event in c.events(replay=True):
-                    seen.append(event)
-                    if event.type != "server.idle":
-                        continue
-                    if event.data["reason"] == "all-codons-completed":
-                        break
-                    # The runtime waits: nothing may start until the command comes.
-                    await asyncio.sleep(0.2)
-                    assert runtime._manager is not None
-                    commanded_at.append(runtime._manager.last_seq)
-                    nexts += 1
-                    await c.command("codon.next")
-        outcome = await asyncio.wait_for(run, 60)
+        yield Live(runtime, server, prepared.layout.root, run)
     finally:
-        await server.close()
-    assert outcome.status == "completed", outcome.message
-    assert nexts == 2
+        if not run.done():
+            await runtime.stop(force=True)
+        await asyncio.wait_for(run, 60)
+
+
+@contextlib.asynccontextmanager
+async def watching(live: Live) -> AsyncIterator[Watch]:
+    token = read_token(live.execution / ".weft")
+    async with weft.client.connect(live.server.url, token=token) as c:
+        watch = Watch(c)
+        task = asyncio.get_running_loop().create_task(watch.follow())
+        try:
+            yield watch
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, weft.client.ClientError):
+                await task
+
+
+def two_codons() -> tuple[dict[str, Any], dict[str, Any]]:
+    return codon("a", write_file("a.md", "from a")), codon("b", write_file("b.md", "from b"))
+
+
+async def test_manual_mode_runs_each_codon_when_a_client_sends_codon_next(
+    tmp_path: Path,
+) -> None:
+    async with live_run(tmp_path, *two_codons()) as live, watching(live) as w:
+        startup = await w.idle("startup")
+        await asyncio.sleep(0.2)  # nothing may start until the command comes
+        assert w.of("CodonStarted") == []
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+        assert [d["codonId"] for d in w.of("CodonStarted")] == ["a"]
+        await w.client.command("codon.next")
+        done = await w.idle("all-codons-completed")
+        # Manual mode stays up when the codons are done, until told to stop.
+        await asyncio.sleep(0.2)
+        assert not live.run.done()
+        await w.client.command("server.shutdown")
+        outcome = await asyncio.wait_for(live.run, 60)
+    assert (outcome.status, outcome.exit_code) == ("completed", 0)
+    assert startup.seq < done.seq
     kinds = [
-        (e.type, e.data.get("codonId")) for e in seen if e.type in ("server.idle", "CodonStarted")
+        (e.type, e.data.get("reason") or e.data.get("codonId"))
+        for e in w.events
+        if e.type in ("server.idle", "CodonStarted", "RunCompleted")
     ]
-    started = [e.seq for e in seen if e.type == "CodonStarted"]
-    assert all(start > at for start, at in zip(started, commanded_at, strict=True))
     assert kinds == [
-        ("server.idle", None),
+        ("server.idle", "startup"),
         ("CodonStarted", "a"),
-        ("server.idle", None),
+        ("server.idle", "codon-completed"),
         ("CodonStarted", "b"),
-        ("server.idle", None),
+        ("RunCompleted", None),
+        ("server.idle", "all-codons-completed"),
     ]
-    journal = Journal.open(journal_path, readonly=True, check=False)
+    snapshots = w.of("state.snapshot")
+    assert [[c["codonId"] for c in s["completedCodons"]] for s in snapshots] == [["a"], ["a", "b"]]
+    assert snapshots[-1]["totalCost"] == pytest.approx(
+        sum(c["cost"] for c in snapshots[-1]["completedCodons"])
+    )
+    journal = Journal.open(live.execution / ".weft" / DATABASE, readonly=True, check=False)
     try:
         rows = [(e.seq, e.id) for page in journal.pages() for e in page]
     finally:
         journal.close()
-    assert [(e.seq, e.id) for e in seen] == rows[: len(seen)]
+    assert [(e.seq, e.id) for e in w.events] == rows
+
+
+async def test_the_port_is_in_the_lock_file_while_the_run_lasts(tmp_path: Path) -> None:
+    async with live_run(tmp_path, *two_codons()) as live:
+        lock = json.loads((live.execution / ".weft" / "runtime.lock").read_text())
+        assert lock["port"] == live.server.port > 0
+        # A read-only client needs no token on loopback; it may not steer.
+        async with weft.client.connect(live.server.url) as c:
+            with pytest.raises(weft.client.CommandError) as refused:
+                await c.command("codon.next")
+            assert refused.value.code == "INSUFFICIENT_PERMISSIONS"
+        await live.runtime.stop()
+    assert not (live.execution / ".weft" / "runtime.lock").exists()
+
+
+async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: Path) -> None:
+    a = codon("a", write_file("a.md", "from a"))
+    b = codon("b", write_file("b.md", "from b") + write_file("a.md", "changed by b"))
+    async with live_run(tmp_path, a, b) as live, watching(live) as w:
+        await w.idle("startup")
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+        await w.client.command("codon.next")
+        await w.idle("all-codons-completed")
+        assert workspace_files(live.execution)["a.md"] == "changed by b"
+
+        await w.client.command("checkpoint.list")
+        listing = await w.next("checkpoint.list")
+        assert [(c["codonId"], c["checkpointType"]) for c in listing.data["checkpoints"]] == [
+            ("b", "completed"),
+            ("a", "completed"),
+        ]
+        assert all(c["onThread"] for c in listing.data["checkpoints"])
+        a_end = listing.data["checkpoints"][1]["sha"]
+
+        await w.client.command("rollback.toCodon", {"codonId": "a", "checkpointType": "end"})
+        started = await w.next("rollback.started")
+        completed = await w.next("rollback.completed")
+        await w.idle("rollback-completed")
+        files = workspace_files(live.execution)
+        assert files["a.md"] == "from a"
+        assert "b.md" not in files
+        assert started.data["codonsToProcess"] == ["b"]
+        assert completed.data["checkpoint"] == a_end
+        progress = [d["currentStep"] for d in w.of("rollback.progress")]
+        assert progress == [1, 2]
+
+        # The continuation run goes on with b, on command.
+        await w.client.command("codon.next")
+        await w.idle("all-codons-completed")
+        await w.client.command("server.shutdown")
+        outcome = await asyncio.wait_for(live.run, 60)
+    assert (outcome.status, outcome.exit_code) == ("completed", 0)
+    runs = runs_oldest_first(read_state(live.execution))
+    assert [r["status"] for r in runs] == ["completed", "completed"]
+    source = runs[1]["startingConditions"]
+    assert (source["reason"], source["source"]["afterCodon"]) == ("rollback", "a")
+    assert [c["codonId"] for c in runs[1]["codons"]] == ["b"]
+    assert workspace_files(live.execution)["a.md"] == "changed by b"
+
+
+async def test_rollback_with_auto_restart_runs_the_next_codon_at_once(tmp_path: Path) -> None:
+    async with live_run(tmp_path, *two_codons()) as live, watching(live) as w:
+        await w.idle("startup")
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+        await w.client.command("codon.next")
+        await w.idle("all-codons-completed")
+        await w.client.command("rollback.toLastSuccess", {"autoRestart": True})
+        # The last success is b's end: nothing is left to run after it.
+        await w.next("rollback.completed")
+        await w.idle("all-codons-completed")
+        await w.client.command(
+            "rollback.toCodon", {"codonId": "a", "checkpointType": "completed", "autoRestart": True}
+        )
+        await w.next("rollback.completed")
+        started = await w.next("CodonStarted")
+        assert started.data["codonId"] == "b"
+        await w.idle("all-codons-completed")
+        await w.client.command("server.shutdown")
+        await asyncio.wait_for(live.run, 60)
+    assert len(read_state(live.execution)["runs"]) == 3
+
+
+async def test_rollback_is_refused_while_a_codon_runs(tmp_path: Path) -> None:
+    slow = codon("a", write_file("a.md", "a") + scenario("hang_after_init"))
+    async with live_run(tmp_path, slow, autostart=True) as live, watching(live) as w:
+        await w.next("CodonStarted")
+        with pytest.raises(weft.client.CommandError) as refused:
+            await w.client.command("rollback.toLastSuccess")
+        assert refused.value.code == "COMMAND_REJECTED"
+        assert str(refused.value).endswith(
+            "Cannot rollback while codon is running. Use 'codon.forceStop' first."
+        )
+        with pytest.raises(weft.client.CommandError) as next_refused:
+            await w.client.command("codon.next")
+        assert "codon a is running" in str(next_refused.value)
+        await w.client.command("codon.forceStop", {"reason": "enough"})
+        outcome = await asyncio.wait_for(live.run, 60)
+    assert outcome.status == "failed"
+    assert read_state(live.execution)["runs"][0]["codons"][0]["status"] == "failed"
+
+
+async def test_a_rollback_to_an_unknown_checkpoint_is_an_error_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    async with live_run(tmp_path, *two_codons()) as live, watching(live) as w:
+        await w.idle("startup")
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+        with pytest.raises(weft.client.CommandError) as unknown:
+            await w.client.command("rollback.toCheckpoint", {"checkpointSha": "deadbeef"})
+        assert "no confirmed checkpoint starts with 'deadbeef'" in str(unknown.value)
+        with pytest.raises(weft.client.CommandError) as no_codon:
+            await w.client.command("rollback.toCodon", {"codonId": "b", "checkpointType": "end"})
+        assert "not on the execution thread" in str(no_codon.value)
+        # The runtime still waits and still obeys.
+        await w.client.command("codon.next")
+        await w.idle("all-codons-completed")
+        await w.client.command("server.shutdown")
+        await asyncio.wait_for(live.run, 60)
+    assert len(read_state(live.execution)["runs"]) == 1
+    assert w.of("rollback.started") == []
+
+
+async def test_codon_redo_runs_the_newest_codon_again_in_a_retry_run(tmp_path: Path) -> None:
+    async with live_run(tmp_path, *two_codons()) as live, watching(live) as w:
+        await w.idle("startup")
+        with pytest.raises(weft.client.CommandError) as nothing:
+            await w.client.command("codon.redo")
+        assert "no codon has run yet" in str(nothing.value)
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+        await w.client.command("codon.next")
+        await w.idle("all-codons-completed")
+        with pytest.raises(weft.client.CommandError) as past_end:
+            await w.client.command("codon.next")
+        assert "every codon has run" in str(past_end.value)
+        await w.client.command("codon.redo")
+        await w.idle("all-codons-completed")
+        await w.client.command("server.shutdown")
+        await asyncio.wait_for(live.run, 60)
+    runs = runs_oldest_first(read_state(live.execution))
+    assert len(runs) == 2
+    retry = runs[1]["startingConditions"]
+    assert (retry["reason"], retry["source"]["afterCodon"]) == ("retry", "a")
+    assert [c["codonId"] for c in runs[1]["codons"]] == ["b"]
+    assert [d["codonId"] for d in w.of("CodonStarted")] == ["a", "b", "b"]
+
+
+async def test_codon_start_goes_back_to_a_finished_codon_and_refuses_to_jump_ahead(
+    tmp_path: Path,
+) -> None:
+    three = (*two_codons(), codon("c", write_file("c.md", "from c")))
+    async with live_run(tmp_path, *three) as live, watching(live) as w:
+        await w.idle("startup")
+        with pytest.raises(weft.client.CommandError) as ahead:
+            await w.client.command("codon.start", {"codonId": "c"})
+        assert "codons run in plan order and the next one is a" in str(ahead.value)
+        with pytest.raises(weft.client.CommandError) as unknown:
+            await w.client.command("codon.start", {"codonId": "zz"})
+        assert "the plan has no codon 'zz'" in str(unknown.value)
+        await w.client.command("codon.start", {"codonId": "a"})
+        await w.idle("codon-completed")
+        await w.client.command("codon.start", {"codonId": "b"})
+        await w.idle("codon-completed")
+        assert sorted(workspace_files(live.execution)) == ["a.md", "b.md"]
+        # Back to a: a fresh run from the initial state, then a runs again.
+        await w.client.command("codon.start", {"codonId": "a"})
+        await w.idle("codon-completed")
+        assert sorted(workspace_files(live.execution)) == ["a.md"]
+        await w.client.command("server.shutdown")
+        outcome = await asyncio.wait_for(live.run, 60)
+    assert outcome.status == "interrupted"
+    runs = runs_oldest_first(read_state(live.execution))
+    assert [r["startingConditions"]["type"] for r in runs] == ["fresh", "fresh"]
+    assert [c["codonId"] for c in runs[1]["codons"]] == ["a"]
+
+
+async def test_a_failed_codon_parks_manual_mode_until_it_is_redone(tmp_path: Path) -> None:
+    a = codon("a", write_file("a.md", "a"))
+    b = codon("b", prompt_file="flaky.md")
+    files = {"flaky.md": scenario("error_result")}
+    async with live_run(tmp_path, a, b, files=files) as live, watching(live) as w:
+        await w.idle("startup")
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+        await w.client.command("codon.next")
+        parked = await w.idle("codon-completed")
+        assert parked.data["message"].startswith("Codon b failed")
+        with pytest.raises(weft.client.CommandError) as refused:
+            await w.client.command("codon.next")
+        assert "Send codon.redo to run it again" in str(refused.value)
+        (tmp_path / "hank" / "flaky.md").write_text(write_file("b.md", "b"))
+        await w.client.command("codon.redo")
+        await w.idle("all-codons-completed")
+        await w.client.command("server.shutdown")
+        outcome = await asyncio.wait_for(live.run, 60)
+    assert (outcome.status, outcome.exit_code) == ("completed", 0)
+    runs = runs_oldest_first(read_state(live.execution))
+    assert [r["status"] for r in runs] == ["failed", "completed"]
+    assert workspace_files(live.execution)["b.md"] == "b"
+
+
+async def test_skip_pre_commands_runs_the_codon_without_its_rig(tmp_path: Path) -> None:
+    rigged = codon(
+        "a",
+        write_file("a.md", "a"),
+        rigSetup=[{"type": "command", "command": {"run": "echo rigged > rig.md"}}],
+    )
+    async with live_run(tmp_path, rigged) as live, watching(live) as w:
+        await w.idle("startup")
+        await w.client.command("codon.start", {"codonId": "a", "skipPreCommands": True})
+        await w.idle("all-codons-completed")
+        await w.client.command("server.shutdown")
+        await asyncio.wait_for(live.run, 60)
+    assert "rig.md" not in workspace_files(live.execution)
+    assert any("skipped (skipPreCommands)" in d["message"] for d in w.of("info"))

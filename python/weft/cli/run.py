@@ -26,6 +26,17 @@ from weft.runtime.execution import (
     resolve_inputs,
 )
 from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
+from weft.server import ServerError
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535; 0 picks a free one)")
+    return port
 
 
 def register(commands: Any) -> None:
@@ -62,7 +73,19 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--no-autostart",
         action="store_true",
-        help="wait for a codon.next command before each codon",
+        help="wait for a command before each codon (codon.next from a WebSocket client, "
+        "or Enter on the terminal) and stay up when the codons are done",
+    )
+    parser.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help="the WebSocket server's port (default 0: a free one, printed and in the lock file)",
+    )
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="the address the WebSocket server listens on (default 127.0.0.1)",
     )
     parser.add_argument(
         "--ignore-rig-failures", action="store_true", help="treat every rig failure as allowed"
@@ -96,18 +119,11 @@ def run(args: argparse.Namespace) -> int:
             "model": args.model,
             "shimIdleTimeout": args.shim_idle_timeout,
             "autostart": False if args.no_autostart else None,
+            "port": args.port,
         },
         config_file=args.config,
         hank=loaded.hank,
     ).config
-    if not settings.autostart and not sys.stdin.isatty():
-        # Until the WebSocket server carries codon.next, the terminal is the only way to send it.
-        print(
-            "weft: error: --no-autostart needs a terminal to read commands from "
-            "(Enter: next codon, s: skip, q: stop)",
-            file=sys.stderr,
-        )
-        return 2
     interactive = is_interactive(headless=args.headless or args.json)
     try:
         prepared = prepare_execution(
@@ -139,18 +155,33 @@ def run(args: argparse.Namespace) -> int:
             autostart=settings.autostart,
             ignore_rig_failures=args.ignore_rig_failures,
             idle_timeout=settings.shim_idle_timeout,
+            host=args.host or "127.0.0.1",
+            port=settings.port,
         ),
         listeners=(view.on_event,),
         on_state=view.progress.seed,
+        on_server=lambda server: view.note(
+            f"WebSocket server on {server.url} (weft attach {prepared.layout.root})"
+        ),
     )
-    if not settings.autostart:
+    keys = not settings.autostart and sys.stdin.isatty()
+    if keys:
         view.note("Manual mode: press Enter to start the next codon, s to skip, q to stop")
+    elif not settings.autostart:
+        view.note("Manual mode: waiting for commands from WebSocket clients (weft attach)")
     view.start()
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            outcome: RunOutcome = runner.run(_run(runtime, keys=not settings.autostart))
+            outcome: RunOutcome = runner.run(_run(runtime, keys=keys))
+    except ServerError as exc:
+        unserved: ServerError | None = exc
+    else:
+        unserved = None
     finally:
         view.stop()
+    if unserved is not None:
+        print(f"weft: error: {unserved}", file=sys.stderr)
+        return 2
     resume = f"weft run --execution {prepared.layout.root}"
     view.summary(
         RunSummary(

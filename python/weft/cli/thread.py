@@ -156,24 +156,8 @@ def run_thread(args: argparse.Namespace) -> int:
 def run_checkpoints(args: argparse.Namespace) -> int:
     """Lists the checkpoints the state records, newest first, with their git status."""
     state, thread, exists = _read(args.execution)
-    confirmed = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
-    rows = []
-    for run in state["runs"]:
-        for record in reversed(run["codons"]):
-            for field, kind in reversed(list(rollback.SHA_FIELDS.items())):
-                sha = record.get(field)
-                if sha:
-                    rows.append(
-                        {
-                            "sha": sha,
-                            "type": kind,
-                            "codonId": record["codonId"],
-                            "runId": run["runId"],
-                            "status": record["status"],
-                            "onThread": sha in confirmed,
-                            "exists": sha in exists,
-                        }
-                    )
+    on_thread = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
+    rows = rollback.checkpoint_rows(state, on_thread, exists)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -202,18 +186,14 @@ async def _rollback(args: argparse.Namespace) -> int:
     try:
         await store.mark_crashed_runs(manager)
         state, thread, confirmed = await rollback.analyze(manager, repo)
-        if not state["runs"]:
-            raise rollback.RollbackError("this execution has no run yet: nothing to roll back")
-        if args.last_success:
-            target = rollback.last_success(thread)
-            if target is None:
-                raise rollback.RollbackError(
-                    "the execution thread has no git-confirmed success to roll back to"
-                )
-        elif args.codon:
-            target = rollback.codon_target(thread, args.codon, args.type)
-        else:
-            target = rollback.checkpoint_target(thread, state, args.checkpoint, confirmed)
+        target = rollback.target_for(
+            thread,
+            state,
+            confirmed,
+            checkpoint=args.checkpoint,
+            codon=args.codon,
+            end=args.type,
+        )
         plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
         run_id = new_run_id()
 

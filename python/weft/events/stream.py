@@ -188,6 +188,57 @@ class CodonRetryEvent(StreamData):
     reason: str
 
 
+class CodonSummary(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    """A finished codon of the execution thread, in ``state.snapshot``."""
+
+    codon_id: str
+    run_id: str
+    status: str
+    cost: float = 0.0
+    start_time: str | None = None
+    end_time: str | None = None
+
+
+class StateSnapshotEvent(StreamData):
+    """Where the execution stands: sent after every codon and every rollback.
+
+    ``completedCodons`` are the finished codons of the execution thread,
+    oldest first; ``fileTree`` stays empty (``file.updated`` carries file
+    changes); ``totalTime`` is milliseconds since this process started.
+    """
+
+    TYPE: ClassVar[str] = "state.snapshot"
+    completed_codons: list[CodonSummary]
+    total_cost: float
+    total_time: int
+    is_rolling_back: bool = False
+    current_codon: str | None = None
+    file_tree: list[Any] = msgspec.field(default_factory=list)
+
+
+class CheckpointEntry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    """One checkpoint in a ``checkpoint.list`` event."""
+
+    codon_id: str
+    codon_name: str
+    checkpoint_type: Literal["rig-setup", "completed", "error", "skipped"]
+    sha: str
+    status: str
+    run_id: str
+    on_thread: bool
+    timestamp: str | None = None
+
+
+class CheckpointListEvent(StreamData):
+    """The checkpoints of every run (or of ``runId``), newest first, as asked
+    for by a ``checkpoint.list`` command."""
+
+    TYPE: ClassVar[str] = "checkpoint.list"
+    checkpoints: list[CheckpointEntry]
+    current_branch: str | None
+    run_id: str | None = None
+
+
 class RollbackStartedEvent(StreamData):
     """A rollback began: where from, where to, and the codons it undoes."""
 

@@ -32,6 +32,7 @@ from weft.events.stream import (
 from weft.events.transitions import (
     Continuation,
     ContinuationSource,
+    Fresh,
     RunCompleted,
     RunStarted,
 )
@@ -173,10 +174,88 @@ def checkpoint_target(
     return RollbackTarget(run_id, codon_id, kind, sha)
 
 
-def rolled_back(thread: ExecutionThread, target: RollbackTarget) -> list[ThreadCodon]:
-    """The thread codons a rollback to ``target`` undoes, newest first."""
+def target_for(
+    thread: ExecutionThread,
+    state: Mapping[str, Any],
+    confirmed: Iterable[str],
+    *,
+    checkpoint: str | None = None,
+    codon: str | None = None,
+    end: CodonEnd = "end",
+) -> RollbackTarget:
+    """The target a rollback request names: a checkpoint SHA (or prefix), a
+    codon's checkpoint, or (neither given) the thread's last success."""
+    if not state["runs"]:
+        raise RollbackError("this execution has no run yet: nothing to roll back")
+    if checkpoint is not None:
+        return checkpoint_target(thread, state, checkpoint, confirmed)
+    if codon is not None:
+        return codon_target(thread, codon, end)
+    target = last_success(thread)
+    if target is None:
+        raise RollbackError("the execution thread has no git-confirmed success to roll back to")
+    return target
+
+
+def redo_target(thread: ExecutionThread, codon_id: str) -> RollbackTarget | None:
+    """The checkpoint ``codon_id``'s newest attempt on the thread started
+    from: the end of the thread codon before it, or None when it was the
+    thread's first codon (a redo then starts from the initial checkpoint)."""
+    codons = list(thread.codons)
+    for index, tc in enumerate(codons):
+        if tc.codon_id != codon_id:
+            continue
+        if index + 1 == len(codons):
+            return None
+        before = codons[index + 1]
+        ends = [(kind, sha) for kind, sha in _checkpoints(before) if kind != "rig-setup"]
+        if not ends:
+            raise RollbackError(
+                f"cannot redo {codon_id}: {before.codon_id} before it has no confirmed "
+                "checkpoint to start from; roll back further (rollback.toCodon)"
+            )
+        kind, sha = ends[-1]
+        return RollbackTarget(before.run_id, before.codon_id, kind, sha)
+    raise RollbackError(
+        f"codon {codon_id!r} has not run on the execution thread: there is nothing to redo"
+    )
+
+
+def checkpoint_rows(
+    state: Mapping[str, Any], on_thread: Iterable[str], exists: Iterable[str]
+) -> list[dict[str, Any]]:
+    """Every checkpoint the state records, newest first: SHA, type, codon, run,
+    the codon's status and end time, whether it is on the thread and in git."""
+    thread_shas, known = set(on_thread), set(exists)
+    rows: list[dict[str, Any]] = []
+    for run in reversed(state["runs"]):
+        for record in reversed(run["codons"]):
+            for field, kind in reversed(SHA_FIELDS.items()):
+                sha = record.get(field)
+                if sha:
+                    rows.append(
+                        {
+                            "sha": sha,
+                            "type": kind,
+                            "codonId": record["codonId"],
+                            "runId": run["runId"],
+                            "status": record["status"],
+                            "timestamp": record.get("endTime") or record.get("startTime"),
+                            "onThread": sha in thread_shas,
+                            "exists": sha in known,
+                        }
+                    )
+    return rows
+
+
+def rolled_back(thread: ExecutionThread, target: RollbackTarget | None) -> list[ThreadCodon]:
+    """The thread codons a rollback to ``target`` undoes, newest first (all of
+    them for None, the initial checkpoint)."""
     out: list[ThreadCodon] = []
     for tc in thread.codons:
+        if target is None:
+            out.append(tc)
+            continue
         if tc.run_id == target.run_id and tc.codon_id == target.codon_id:
             if target.checkpoint_type == "rig-setup":
                 out.append(tc)
@@ -220,7 +299,7 @@ def all_patterns(plan: ExecutionPlan) -> list[str]:
 
 
 async def execute(
-    target: RollbackTarget,
+    target: RollbackTarget | None,
     *,
     thread: ExecutionThread,
     manager: StateManager,
@@ -231,74 +310,92 @@ async def execute(
     new_run_id: str,
     server_pid: int,
     emit: Callable[[StreamData, str | None], None],
+    reason: Literal["rollback", "retry"] = "rollback",
 ) -> str:
-    """Rolls back to ``target`` and starts the continuation run ``new_run_id``."""
+    """Rolls back to ``target`` and starts the run ``new_run_id`` from it.
+
+    ``reason="rollback"`` reports ``rollback.*`` events; ``"retry"`` (a redo)
+    says one ``info``. A None target is the initial checkpoint: the new run
+    is a fresh one with the whole plan.
+    """
     if thread.has_running_codon:
         raise RollbackError(
             "Cannot roll back while a codon is running: stop it first (codon.forceStop)"
         )
     undone = rolled_back(thread, target)
+    sha = checkpoints.initial_sha if target is None else target.sha
+    to_codon = "" if target is None else target.codon_id
+    kind = "initial" if target is None else target.checkpoint_type
+    report = reason == "rollback"
     total = len(undone) + 1
-    emit(
-        RollbackStartedEvent(
-            from_run=current_run_id,
-            to_run=target.run_id,
-            to_codon=target.codon_id,
-            to_checkpoint=target.sha,
-            checkpoint_type=target.checkpoint_type,
-            codons_to_process=[tc.codon_id for tc in undone],
-        ),
-        current_run_id,
-    )
-    for step, tc in enumerate(undone, start=1):
-        removed = _remove_rig_copies(layout, plan, [tc])
-        detail = f"; removed rig copies {', '.join(removed)}" if removed else ""
+    if report:
         emit(
-            RollbackProgressEvent(
-                current_step=step,
-                total_steps=total,
-                message=f"Rolling back through {tc.codon_id} (run {tc.run_id}){detail}",
+            RollbackStartedEvent(
+                from_run=current_run_id,
+                to_run=new_run_id if target is None else target.run_id,
+                to_codon=to_codon,
+                to_checkpoint=sha,
+                checkpoint_type=kind,
+                codons_to_process=[tc.codon_id for tc in undone],
             ),
             current_run_id,
         )
-    await checkpoints.restore(target.sha, all_patterns(plan))
-    emit(
-        RollbackProgressEvent(
-            current_step=total,
-            total_steps=total,
-            message=f"Applied checkpoint {target.sha[:10]} of {target.codon_id}",
-        ),
-        current_run_id,
-    )
+    for step, tc in enumerate(undone, start=1):
+        removed = _remove_rig_copies(layout, plan, [tc])
+        detail = f"; removed rig copies {', '.join(removed)}" if removed else ""
+        if report:
+            emit(
+                RollbackProgressEvent(
+                    current_step=step,
+                    total_steps=total,
+                    message=f"Rolling back through {tc.codon_id} (run {tc.run_id}){detail}",
+                ),
+                current_run_id,
+            )
+    await checkpoints.restore(sha, all_patterns(plan))
+    if report:
+        emit(
+            RollbackProgressEvent(
+                current_step=total,
+                total_steps=total,
+                message=f"Applied checkpoint {sha[:10]} of {to_codon or 'the initial state'}",
+            ),
+            current_run_id,
+        )
     if current_run_id is not None:
         manager.transition(RunCompleted(run_id=current_run_id, end_time=utc_now_iso()))
+    conditions: Fresh | Continuation = (
+        Fresh(initial_checkpoint_sha=sha)
+        if target is None
+        else Continuation(
+            source=ContinuationSource(
+                run_id=target.run_id, after_codon=target.after_codon, checkpoint_sha=sha
+            ),
+            reason=reason,
+        )
+    )
     manager.transition(
         RunStarted(
             run_id=new_run_id,
             run_folder=str(layout.runs / new_run_id),
             git_branch=run_branch(new_run_id),
-            starting_conditions=Continuation(
-                source=ContinuationSource(
-                    run_id=target.run_id,
-                    after_codon=target.after_codon,
-                    checkpoint_sha=target.sha,
-                ),
-                reason="rollback",
-            ),
+            starting_conditions=conditions,
             server_pid=server_pid,
             start_time=utc_now_iso(),
+            execution_plan=plan.to_entries() if target is None else None,
         )
     )
-    emit(
-        RollbackCompletedEvent(
-            from_run=current_run_id,
-            to_run=new_run_id,
-            checkpoint=target.sha,
-            codon_id=target.codon_id,
-            checkpoint_type=target.checkpoint_type,
-        ),
-        new_run_id,
-    )
+    if report:
+        emit(
+            RollbackCompletedEvent(
+                from_run=current_run_id,
+                to_run=new_run_id,
+                checkpoint=sha,
+                codon_id=to_codon,
+                checkpoint_type=kind,
+            ),
+            new_run_id,
+        )
     await manager.flush()
     return new_run_id
 
@@ -309,10 +406,13 @@ __all__ = [
     "RollbackTarget",
     "all_patterns",
     "analyze",
+    "checkpoint_rows",
     "checkpoint_target",
     "codon_target",
     "execute",
     "last_success",
     "recorded_shas",
+    "redo_target",
     "rolled_back",
+    "target_for",
 ]

@@ -161,6 +161,8 @@ class CodonRequest:
     """Running out of context completes the codon (an ``exhaustWithPrompt``
     codon, or one inside a ``contextExceeded`` loop)."""
     attempt: int = 1
+    skip_rig: bool = False
+    """``codon.start`` with ``skipPreCommands``: no rig setup this time."""
 
 
 @dataclass(slots=True)
@@ -381,7 +383,13 @@ class CodonRunner:
         )
 
         rig_sha: str | None = None
-        if codon.rig_setup:
+        if codon.rig_setup and req.skip_rig:
+            self.emit(
+                InfoEvent(message=f"Rig setup of {planned.codon_id} skipped (skipPreCommands)"),
+                req.run_id,
+                planned.codon_id,
+            )
+        elif codon.rig_setup:
             failed = await self._rig(a)
             if failed is not None:
                 return failed

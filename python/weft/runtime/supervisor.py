@@ -32,7 +32,9 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
+
+import msgspec
 
 from weft._core import ExecutionThread
 from weft.agents.harness import Harness, route
@@ -42,13 +44,17 @@ from weft.checkpoints.repo import run_branch
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.schema import ContextExceeded, Loop
-from weft.errors import PersistenceError
+from weft.errors import CommandRejectedError, PersistenceError, WeftError
 from weft.events.stream import (
+    CheckpointEntry,
+    CheckpointListEvent,
     CodonRetryEvent,
+    CodonSummary,
     ErrorEvent,
     InfoEvent,
     LoopIterationCompletedEvent,
     ServerIdleEvent,
+    StateSnapshotEvent,
     StreamData,
 )
 from weft.events.transitions import (
@@ -65,6 +71,13 @@ from weft.runtime import rollback
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.policy import Action, decide
 from weft.runtime.runner import CodonRequest, CodonResult, CodonRunner, Interrupt
+from weft.server import ProtocolServer, ServerInfo, start_server
+from weft.server.protocol import (
+    CodonStartData,
+    RollbackToCheckpointData,
+    RollbackToCodonData,
+    RollbackToLastSuccessData,
+)
 from weft.state import Processed, StateManager
 from weft.store.execution import ExecutionStore
 
@@ -80,6 +93,11 @@ class RuntimeOptions:
     idle_timeout: float | None = None
     first_output_timeout: float | None = 60.0
     stop_grace: float = 5.0
+    serve: bool = True
+    """Start the WebSocket server beside the run."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0: a free port (the lock file and ``Runtime.server`` tell which)."""
 
 
 @dataclass(slots=True)
@@ -105,16 +123,69 @@ def new_run_id() -> str:
 
 
 @dataclass(slots=True)
-class _History:
+class _Cursor:
+    """Where the runtime stands: the run it records into and what runs next."""
+
+    run_id: str
+    plan: ExecutionPlan
+    current: PlannedCodon | None
+    parent: str
+    """The checkpoint the next codon starts from."""
+    open: bool = True
+    """The run is still ``running`` (not yet completed or failed)."""
+    failure: str | None = None
+    """Why the last codon failed for good (manual mode parks on it)."""
+    sessions: dict[str, str] = field(default_factory=dict)
     """Sessions this run's codons established, for ``continue-previous``
     successors (earlier runs' sessions come from the execution thread)."""
 
-    sessions: dict[str, str] = field(default_factory=dict)
+    @property
+    def branch(self) -> str:
+        return run_branch(self.run_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Next:
+    """Run the cursor's codon (``codon.next``, ``codon.start``)."""
+
+    skip_rig: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Rewind:
+    """Start a new run from a checkpoint: a rollback, or a redo (``retry``)
+    that then runs ``codon_id`` again."""
+
+    target: rollback.RollbackTarget | None
+    reason: Literal["rollback", "retry"]
+    codon_id: str | None = None
+    run_next: bool = False
+    skip_rig: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Shutdown:
+    pass
+
+
+_Request: TypeAlias = _Next | _Rewind | _Shutdown
+
+IdleReason: TypeAlias = Literal[
+    "startup", "codon-completed", "all-codons-completed", "rollback-completed"
+]
 
 
 class Runtime:
     """Runs one execution's codons until they are done, a codon fails for
-    good, or someone stops it."""
+    good, or someone stops it; in manual mode (``autostart=False``) it waits
+    for a command before each codon and stays up when the codons are done,
+    until ``server.shutdown``.
+
+    It is both the server's :class:`~weft.server.RuntimeCommands` and its
+    :class:`~weft.server.RollbackHandler`. Steering commands that do not
+    apply now raise :class:`~weft.errors.CommandRejectedError` with a message
+    saying why and what to do instead.
+    """
 
     def __init__(
         self,
@@ -124,6 +195,7 @@ class Runtime:
         *,
         listeners: tuple[Listener, ...] = (),
         on_state: Callable[[Mapping[str, Any]], None] | None = None,
+        on_server: Callable[[ProtocolServer], None] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.prepared = prepared
@@ -131,16 +203,25 @@ class Runtime:
         self.hank = hank
         self.options = options or RuntimeOptions()
         self.env = env
+        self.server: ProtocolServer | None = None
+        """The WebSocket server, once started."""
         self._listeners = listeners
         self._on_state = on_state
-        self._commands: asyncio.Queue[str] = asyncio.Queue()
+        self._on_server = on_server
+        self._requests: asyncio.Queue[_Request] = asyncio.Queue()
+        self._waiting = False
+        """The run loop waits for a command (manual mode, or parked)."""
+        self._rolling_back = False
         self._stopping = False
         self._forced = False
         self._fatal: str | None = None
         self._runner: CodonRunner | None = None
         self._manager: StateManager | None = None
+        self._checkpoints: AsyncCheckpointRepo | None = None
+        self._cursor: _Cursor | None = None
         self._sleep: asyncio.Future[None] | None = None
         self._signal = 0
+        self._started = time.monotonic()
         self._thread: ExecutionThread | None = None
         self._codons_by_id = {
             codon.id: codon
@@ -152,18 +233,28 @@ class Runtime:
 
     # ------------------------------------------------------------------ control
 
-    async def command(self, name: str) -> bool:
-        """Steers the run: ``codon.next``/``codon.start``, ``codon.skip``,
+    async def command(self, name: str, data: msgspec.Struct | None = None) -> bool:
+        """Steers the run: ``codon.next``, ``codon.start`` (``data.codon_id``,
+        ``data.skip_pre_commands``), ``codon.redo``, ``codon.skip``,
         ``codon.forceStop``, ``server.shutdown``, ``server.force_shutdown``.
-        Returns False when the command does not apply now."""
-        if name in ("codon.next", "codon.start"):
-            self._commands.put_nowait(name)
-            return True
+
+        Returns False when ``name`` is not a command; raises
+        :class:`~weft.errors.CommandRejectedError` when it does not apply now.
+        """
         runner = self._runner
+        if name in ("codon.next", "codon.start", "codon.redo"):
+            start = data if isinstance(data, CodonStartData) else CodonStartData()
+            request = await self._start(name, start.codon_id, start.skip_pre_commands)
+            self._requests.put_nowait(request)
+            return True
         if name == "codon.skip":
-            return runner is not None and await runner.interrupt(Interrupt.SKIP)
+            if runner is None or not await runner.interrupt(Interrupt.SKIP):
+                raise CommandRejectedError("codon.skip refused: no codon is running")
+            return True
         if name == "codon.forceStop":
-            return runner is not None and await runner.interrupt(Interrupt.FORCE_STOP)
+            if runner is None or not await runner.interrupt(Interrupt.FORCE_STOP):
+                raise CommandRejectedError("codon.forceStop refused: no codon is running")
+            return True
         if name == "server.shutdown":
             await self.stop()
             return True
@@ -172,14 +263,166 @@ class Runtime:
             return True
         return False
 
+    @property
+    def rolling_back(self) -> bool:
+        """A rollback was accepted and has not finished."""
+        return self._rolling_back
+
+    async def checkpoint_list(self, run_id: str | None) -> None:
+        """Emits a ``checkpoint.list`` event: the checkpoints of every run (or
+        of ``run_id``), newest first."""
+        manager, checkpoints = self._manager, self._checkpoints
+        if manager is None or checkpoints is None:
+            raise CommandRejectedError("checkpoint.list refused: the run has not started yet")
+        state, thread, confirmed = await rollback.analyze(manager, checkpoints)
+        if run_id is not None and all(run["runId"] != run_id for run in state["runs"]):
+            known = ", ".join(run["runId"] for run in state["runs"]) or "none"
+            raise CommandRejectedError(f"checkpoint.list: no run {run_id!r} (runs: {known})")
+        on_thread = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
+        names = {cid: codon.name or cid for cid, codon in self._codons_by_id.items()}
+        entries = [
+            CheckpointEntry(
+                codon_id=row["codonId"],
+                codon_name=names.get(row["codonId"].split("#")[0], row["codonId"]),
+                checkpoint_type=row["type"],
+                sha=row["sha"],
+                status=row["status"],
+                run_id=row["runId"],
+                on_thread=row["onThread"],
+                timestamp=row["timestamp"],
+            )
+            for row in rollback.checkpoint_rows(state, on_thread, confirmed)
+            if run_id is None or row["runId"] == run_id
+        ]
+        cursor = self._cursor
+        self._emit(
+            CheckpointListEvent(
+                run_id=run_id,
+                checkpoints=entries,
+                current_branch=None if cursor is None else cursor.branch,
+            ),
+            None if cursor is None else cursor.run_id,
+        )
+
+    async def rollback(self, command: str, data: msgspec.Struct) -> None:
+        """Accepts ``rollback.toCheckpoint``, ``rollback.toCodon`` or
+        ``rollback.toLastSuccess``; the run loop carries it out (events
+        ``rollback.*``, then ``server.idle{rollback-completed}`` or, with
+        ``autoRestart``, the next codon)."""
+        if self._rolling_back:
+            raise CommandRejectedError(f"{command} refused: a rollback is already in progress")
+        self._claim(command, rollback=True)
+        try:
+            _, manager, checkpoints = self._parts()
+            state, thread, confirmed = await rollback.analyze(manager, checkpoints)
+            if isinstance(data, RollbackToCheckpointData):
+                target = rollback.target_for(
+                    thread, state, confirmed, checkpoint=data.checkpoint_sha
+                )
+            elif isinstance(data, RollbackToCodonData):
+                target = rollback.target_for(
+                    thread, state, confirmed, codon=data.codon_id, end=data.checkpoint_type
+                )
+            elif isinstance(data, RollbackToLastSuccessData):
+                target = rollback.target_for(thread, state, confirmed)
+            else:
+                raise CommandRejectedError(f"{command}: not a rollback command")
+        except BaseException:
+            self._waiting = True
+            raise
+        self._rolling_back = True
+        self._requests.put_nowait(
+            _Rewind(target, "rollback", run_next=getattr(data, "auto_restart", False))
+        )
+
+    def _parts(self) -> tuple[_Cursor, StateManager, AsyncCheckpointRepo]:
+        cursor, manager, checkpoints = self._cursor, self._manager, self._checkpoints
+        if cursor is None or manager is None or checkpoints is None:
+            raise CommandRejectedError("the run has not started yet; try again")
+        return cursor, manager, checkpoints
+
+    def _claim(self, command: str, *, rollback: bool = False) -> None:
+        """Takes the waiting run loop for ``command``, or says why it cannot be."""
+        if self._stopping:
+            raise CommandRejectedError(f"{command} refused: the runtime is shutting down")
+        if self._waiting:
+            self._waiting = False
+            return
+        runner = self._runner
+        running = None if runner is None else runner.current_codon
+        if running is not None:
+            if rollback:
+                raise CommandRejectedError(
+                    "Cannot rollback while codon is running. Use 'codon.forceStop' first."
+                )
+            raise CommandRejectedError(
+                f"{command} refused: codon {running} is running; wait for it to finish, "
+                "or send codon.skip / codon.forceStop"
+            )
+        if self.options.autostart:
+            raise CommandRejectedError(
+                f"{command} refused: this run starts its codons itself (autostart); "
+                "start `weft run` with --no-autostart to step through codons"
+            )
+        raise CommandRejectedError(f"{command} refused: the runtime is busy; try again")
+
+    async def _start(self, name: str, codon_id: str | None, skip_rig: bool) -> _Request:
+        """The request for ``codon.next`` / ``codon.start`` / ``codon.redo``:
+        the next codon, or one that already ran, again from the checkpoint it
+        started from (a new run, reason ``retry``)."""
+        self._claim(name)
+        try:
+            cursor, manager, checkpoints = self._parts()
+            upcoming = cursor.current
+            if (
+                name != "codon.redo"
+                and cursor.failure is None
+                and upcoming is not None
+                and codon_id in (None, upcoming.codon_id)
+            ):
+                return _Next(skip_rig)
+            if name != "codon.redo" and codon_id is None:
+                if cursor.failure is not None:
+                    raise CommandRejectedError(
+                        f"{name} refused: {cursor.failure}. Send codon.redo to run it again, "
+                        "a rollback.* command to go back, or server.shutdown"
+                    )
+                raise CommandRejectedError(
+                    f"{name} refused: every codon has run; send codon.redo, a rollback.* "
+                    "command, or server.shutdown"
+                )
+            _, thread, _ = await rollback.analyze(manager, checkpoints)
+            if codon_id is None:
+                if not len(thread.codons):
+                    raise CommandRejectedError(f"{name} refused: no codon has run yet")
+                codon_id = thread.codons[0].codon_id
+            if cursor.plan.get(codon_id) is None:
+                raise CommandRejectedError(f"{name}: the plan has no codon {codon_id!r}")
+            if all(tc.codon_id != codon_id for tc in thread.codons):
+                raise CommandRejectedError(
+                    f"{name} {codon_id} refused: codons run in plan order and the next one is "
+                    f"{'none' if upcoming is None else upcoming.codon_id}; start that one, or "
+                    "go back with codon.redo / rollback.toCodon"
+                )
+            target = rollback.redo_target(thread, codon_id)
+        except rollback.RollbackError as exc:
+            self._waiting = True
+            raise CommandRejectedError(f"{name} refused: {exc}") from exc
+        except BaseException:
+            self._waiting = True
+            raise
+        return _Rewind(target, "retry", codon_id=codon_id, run_next=True, skip_rig=skip_rig)
+
     async def stop(self, *, force: bool = False) -> None:
         """Graceful stop (the agent is stopped, a checkpoint taken); ``force``
         kills the agent at once. A second graceful stop forces."""
         force = force or self._stopping
         self._stopping = True
+        if self.server is not None:
+            self.server.mark_shutting_down()
         if self._sleep is not None:
             self._sleep.cancel()
-        self._commands.put_nowait("server.shutdown")
+        self._requests.put_nowait(_Shutdown())
         runner = self._runner
         if runner is None:
             return
@@ -206,6 +449,7 @@ class Runtime:
             # The runtime is the only writer; a refusal means its picture of
             # the state is wrong, and going on would only make it worse.
             self._fatal = f"internal error: {item.outcome.kind} was refused: {item.outcome.message}"
+            self._requests.put_nowait(_Shutdown())  # wakes a waiting run loop
             runner = self._runner
             if runner is not None:
                 asyncio.get_running_loop().create_task(runner.interrupt(Interrupt.FORCE_STOP))
@@ -213,8 +457,12 @@ class Runtime:
     # ------------------------------------------------------------------ run
 
     async def run(self) -> RunOutcome:
-        """Starts, runs the codons, shuts down. Never leaves the lock held."""
-        started = time.monotonic()
+        """Starts, runs the codons, shuts down. Never leaves the lock held.
+
+        Raises :class:`~weft.server.ServerError` (before anything runs) when
+        the WebSocket server cannot listen where it was asked to.
+        """
+        self._started = time.monotonic()
         loop = asyncio.get_running_loop()
         installed: list[int] = []
         for signum in (int(signal.SIGINT), int(signal.SIGTERM)):
@@ -228,11 +476,30 @@ class Runtime:
             checkpoints = await AsyncCheckpointRepo.open(
                 self.layout.checkpoints, self.layout.workspace
             )
+            self._checkpoints = checkpoints
             manager = store.state_manager()
             self._manager = manager
             manager.add_listener(self._on_processed)
             for listener in self._listeners:
                 manager.add_listener(listener)
+            if self.options.serve:
+                self.server = await start_server(
+                    manager,
+                    store,
+                    commands=self,
+                    rollback=self,
+                    host=self.options.host,
+                    port=self.options.port,
+                    info=ServerInfo(
+                        execution_path=str(self.layout.root),
+                        agent_root_path=str(self.layout.workspace),
+                        data_path=None
+                        if self.prepared.data_path is None
+                        else str(self.prepared.data_path),
+                    ),
+                )
+                if self._on_server is not None:
+                    self._on_server(self.server)
             for repair in checkpoints.repairs:
                 self._emit(InfoEvent(message=f"Checkpoint repository: {repair}"))
             crashed = await store.mark_crashed_runs(manager)
@@ -249,11 +516,14 @@ class Runtime:
         finally:
             for signum in installed:
                 loop.remove_signal_handler(signum)
+            if self.server is not None:
+                # After the run's last event: clients get everything first.
+                await self.server.close()
             if checkpoints is not None:
                 await checkpoints.close()
             with contextlib.suppress(PersistenceError):
                 await store.close(manager)
-        outcome.duration_ms = int((time.monotonic() - started) * 1000)
+        outcome.duration_ms = int((time.monotonic() - self._started) * 1000)
         return outcome
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
@@ -274,7 +544,7 @@ class Runtime:
             self._emit(InfoEvent(message=message))
             return RunOutcome("nothing_to_do", 0, None, message)
         plan, current, parent = start
-        runner = CodonRunner(
+        self._runner = CodonRunner(
             manager,
             checkpoints,
             self.hank,
@@ -286,10 +556,8 @@ class Runtime:
             stop_grace=self.options.stop_grace,
             env=self.env,
         )
-        self._runner = runner
-        return await self._codons(
-            manager, runner, plan, _History(), run_id, run_branch(run_id), parent, current
-        )
+        self._cursor = _Cursor(run_id, plan, current, parent)
+        return await self._drive(manager, self._runner)
 
     async def _start_run(
         self,
@@ -412,89 +680,223 @@ class Runtime:
         target = route(model)
         return harness_for(target, self.env), target.model
 
-    async def _codons(
+    async def _drive(self, manager: StateManager, runner: CodonRunner) -> RunOutcome:
+        """The run loop: codons one after another (autostart), or as commands
+        ask (manual mode, which also stays up when the codons are done)."""
+        cursor = self._cursor
+        assert cursor is not None
+        outcome = RunOutcome("completed", 0, cursor.run_id, "")
+        idle: IdleReason = "startup"
+        while not self._stopping and self._fatal is None:
+            request: _Request
+            if not self.options.autostart:
+                request = await self._wait(cursor, idle)
+            elif cursor.current is not None and cursor.failure is None:
+                request = _Next()
+            else:
+                break
+            if isinstance(request, _Shutdown):
+                break
+            skip_rig = request.skip_rig
+            if isinstance(request, _Rewind):
+                rewound = await self._rewind(manager, cursor, request)
+                if rewound is None:
+                    idle = "codon-completed"
+                    continue
+                cursor = self._cursor = rewound
+                outcome.run_id = cursor.run_id
+                idle = "rollback-completed"
+                if not request.run_next or cursor.current is None:
+                    continue
+            await self._step(manager, runner, cursor, outcome, skip_rig)
+            idle = "codon-completed"
+        return await self._finish(manager, cursor, outcome)
+
+    async def _wait(self, cursor: _Cursor, reason: IdleReason) -> _Request:
+        """Waits for a command; says so with ``server.idle`` first."""
+        if cursor.current is None and cursor.failure is None:
+            reason = "all-codons-completed"
+            message = "All codons completed: send codon.redo, rollback.* or server.shutdown"
+        elif cursor.failure is not None:
+            message = f"{cursor.failure}: send codon.redo, rollback.* or server.shutdown"
+        else:
+            assert cursor.current is not None
+            message = f"Waiting for codon.next to start {cursor.current.codon_id}"
+        self._waiting = True
+        self._emit(ServerIdleEvent(reason=reason, message=message), cursor.run_id)
+        try:
+            return await self._requests.get()
+        finally:
+            self._waiting = False
+
+    async def _rewind(
+        self, manager: StateManager, cursor: _Cursor, request: _Rewind
+    ) -> _Cursor | None:
+        """Carries out a rollback or a redo: a new run from its target. None
+        when it could not be done (an ``error`` event says why)."""
+        checkpoints = self._checkpoints
+        assert checkpoints is not None
+        new_id = new_run_id()
+        try:
+            _, thread, _ = await rollback.analyze(manager, checkpoints)
+            if request.reason == "retry":
+                origin = (
+                    "the initial state"
+                    if request.target is None
+                    else f"the {request.target.checkpoint_type} checkpoint of "
+                    f"{request.target.codon_id} ({request.target.sha[:10]})"
+                )
+                self._emit(
+                    InfoEvent(message=f"Redoing {request.codon_id} from {origin}"),
+                    cursor.run_id,
+                )
+            await rollback.execute(
+                request.target,
+                thread=thread,
+                manager=manager,
+                checkpoints=checkpoints,
+                plan=cursor.plan,
+                layout=self.layout,
+                current_run_id=cursor.run_id if cursor.open else None,
+                new_run_id=new_id,
+                server_pid=os.getpid(),
+                emit=self._emit,
+                reason=request.reason,
+            )
+            _, self._thread, _ = await rollback.analyze(manager, checkpoints)
+        except (WeftError, OSError) as exc:
+            self._emit(
+                ErrorEvent(message=f"{request.reason} failed: {exc}", severity="operation"),
+                cursor.run_id,
+            )
+            return None
+        finally:
+            self._rolling_back = False
+        plan, target = cursor.plan, request.target
+        if request.codon_id is not None:
+            current = plan.get(request.codon_id)
+        elif target is None:
+            current = plan.next_codon(None)
+        elif target.after_codon is None:
+            current = plan.get(target.codon_id)
+        else:
+            current = plan.next_codon(target.codon_id)
+        parent = checkpoints.initial_sha if target is None else target.sha
+        await self._snapshot(manager, new_id)
+        return _Cursor(new_id, plan, current, parent)
+
+    async def _step(
         self,
         manager: StateManager,
         runner: CodonRunner,
-        plan: ExecutionPlan,
-        history: _History,
-        run_id: str,
-        branch: str,
-        parent: str,
-        current: PlannedCodon | None,
-    ) -> RunOutcome:
-        outcome = RunOutcome("completed", 0, run_id, "")
-        while current is not None and not self._stopping and self._fatal is None:
-            if not self.options.autostart and not await self._wait_for_next(run_id, current):
-                break
-            current = self._configured(current)
-            result = await self._attempts(runner, plan, history, current, run_id, branch, parent)
-            outcome.codons[current.codon_id] = result.status
-            outcome.cost += result.cost
-            if current.loop_context is not None:
-                key = (current.loop_context.loop_id, current.loop_context.iteration)
-                totals = self._iterations.setdefault(key, [0.0, 0.0, 0.0])
-                totals[0] += result.cost
-                totals[1] += result.duration_ms
-                totals[2] += result.tokens.input + result.tokens.output
-            if result.checkpoint_sha is not None:
-                outcome.checkpoints += 1
-                parent = result.checkpoint_sha
-            ignored = result.status == "failed" and current.codon.on_failure == "ignore"
-            if result.status == "failed" and not ignored:
-                if self._stopping:
-                    break  # stopped by request, not failed: reported below as interrupted
-                outcome.status, outcome.exit_code = "failed", 1
+        cursor: _Cursor,
+        outcome: RunOutcome,
+        skip_rig: bool,
+    ) -> None:
+        """Runs the cursor's codon under its failure policy and moves the cursor on."""
+        assert cursor.current is not None
+        current = self._configured(cursor.current)
+        result = await self._attempts(runner, cursor, current, skip_rig)
+        outcome.codons[current.codon_id] = result.status
+        outcome.cost += result.cost
+        if current.loop_context is not None:
+            key = (current.loop_context.loop_id, current.loop_context.iteration)
+            totals = self._iterations.setdefault(key, [0.0, 0.0, 0.0])
+            totals[0] += result.cost
+            totals[1] += result.duration_ms
+            totals[2] += result.tokens.input + result.tokens.output
+        if result.checkpoint_sha is not None:
+            outcome.checkpoints += 1
+            cursor.parent = result.checkpoint_sha
+        ignored = result.status == "failed" and current.codon.on_failure == "ignore"
+        if result.status == "failed" and not ignored:
+            if not self._stopping:
+                # Stopped by request is not failed: the run ends as interrupted.
                 reason = result.failure.message if result.failure else "failed"
-                outcome.message = f"Codon {current.codon_id} failed: {reason}"
-                break
-            if result.continuable and result.session_id is not None:
-                history.sessions[current.codon_id] = result.session_id
-            change = plan.on_codon_finished(
-                current.codon_id, context_exceeded=result.context_exceeded
+                cursor.failure = f"Codon {current.codon_id} failed: {reason}"
+                await self._end_run(manager, cursor, failed=True)
+            await self._snapshot(manager, cursor.run_id)
+            return
+        if result.continuable and result.session_id is not None:
+            cursor.sessions[current.codon_id] = result.session_id
+        change = cursor.plan.on_codon_finished(
+            current.codon_id, context_exceeded=result.context_exceeded
+        )
+        cursor.plan = self._apply_plan_change(manager, change, cursor.run_id)
+        cursor.current = cursor.plan.next_codon(current.codon_id)
+        if cursor.current is None:
+            await self._end_run(manager, cursor, failed=False)
+        await self._snapshot(manager, cursor.run_id)
+
+    async def _end_run(self, manager: StateManager, cursor: _Cursor, *, failed: bool) -> None:
+        if not cursor.open:
+            return
+        cursor.open = False
+        end = utc_now_iso()
+        ended = RunFailed(run_id=cursor.run_id, end_time=end) if failed else None
+        await manager.transition_and_wait(ended or RunCompleted(run_id=cursor.run_id, end_time=end))
+
+    async def _snapshot(self, manager: StateManager, run_id: str) -> None:
+        """Emits ``state.snapshot``: the thread's finished codons and the cost."""
+        thread = await manager.execution_thread()
+        done = [
+            CodonSummary(
+                codon_id=tc.codon_id,
+                run_id=tc.run_id,
+                status=tc.status,
+                cost=float(tc.codon.get("finalCost") or 0.0),
+                start_time=tc.codon.get("startTime"),
+                end_time=tc.codon.get("endTime"),
             )
-            plan = self._apply_plan_change(manager, change, run_id)
-            current = plan.next_codon(current.codon_id)
+            for tc in reversed(list(thread.codons))
+            if tc.status in ("completed", "failed", "skipped")
+        ]
+        cursor = self._cursor
+        self._emit(
+            StateSnapshotEvent(
+                completed_codons=done,
+                total_cost=manager.core.total_cost(),
+                total_time=int((time.monotonic() - self._started) * 1000),
+                is_rolling_back=self._rolling_back,
+                current_codon=None
+                if cursor is None or cursor.current is None
+                else cursor.current.codon_id,
+            ),
+            run_id,
+        )
+
+    async def _finish(
+        self, manager: StateManager, cursor: _Cursor, outcome: RunOutcome
+    ) -> RunOutcome:
+        """The outcome, with the run ended the way it went."""
+        outcome.run_id = cursor.run_id
         if self._fatal is not None:
             outcome.status, outcome.exit_code, outcome.message = "failed", 1, self._fatal
-            self._emit(ErrorEvent(message=self._fatal, fatal=True, severity="fatal"), run_id)
-        elif self._stopping and outcome.status == "completed" and current is not None:
+            self._emit(ErrorEvent(message=self._fatal, fatal=True, severity="fatal"), cursor.run_id)
+        elif cursor.failure is not None:
+            outcome.status, outcome.exit_code, outcome.message = "failed", 1, cursor.failure
+        elif cursor.current is not None:
             code = 128 + (self._signal or int(signal.SIGINT))
             outcome.status, outcome.exit_code = "interrupted", code
             outcome.message = "Stopped before the run finished; run the same command to continue"
         if outcome.status == "completed":
-            outcome.message = outcome.message or "All codons completed"
-            await manager.transition_and_wait(RunCompleted(run_id=run_id, end_time=utc_now_iso()))
-            self._emit(
-                ServerIdleEvent(reason="all-codons-completed", message=outcome.message), run_id
-            )
+            outcome.message = "All codons completed"
+            await self._end_run(manager, cursor, failed=False)
+            if self.options.autostart:
+                self._emit(
+                    ServerIdleEvent(reason="all-codons-completed", message=outcome.message),
+                    cursor.run_id,
+                )
         else:
-            await manager.transition_and_wait(RunFailed(run_id=run_id, end_time=utc_now_iso()))
+            await self._end_run(manager, cursor, failed=True)
         await manager.flush()
         return outcome
 
-    async def _wait_for_next(self, run_id: str, current: PlannedCodon) -> bool:
-        self._emit(
-            ServerIdleEvent(
-                reason="codon-completed",
-                message=f"Waiting for codon.next to start {current.codon_id}",
-            ),
-            run_id,
-        )
-        command = await self._commands.get()
-        return command in ("codon.next", "codon.start") and not self._stopping
-
     async def _attempts(
-        self,
-        runner: CodonRunner,
-        plan: ExecutionPlan,
-        history: _History,
-        current: PlannedCodon,
-        run_id: str,
-        branch: str,
-        parent: str,
+        self, runner: CodonRunner, cursor: _Cursor, current: PlannedCodon, skip_rig: bool
     ) -> CodonResult:
         """Runs ``current`` until it finishes or its failure policy gives up."""
+        plan, run_id, branch, parent = cursor.plan, cursor.run_id, cursor.branch, cursor.parent
         previous = plan.previous_codon(current.codon_id)
         attempt = 1
         while True:
@@ -507,11 +909,12 @@ class Runtime:
                 previous_session_id=(
                     None
                     if previous is None
-                    else history.sessions.get(previous.codon_id)
+                    else cursor.sessions.get(previous.codon_id)
                     or self._thread_session(current.codon_id)
                 ),
                 accepts_context_exceeded=self._accepts_context_exceeded(plan, current),
                 attempt=attempt,
+                skip_rig=skip_rig,
             )
             result = await runner.run(request)
             if result.status != "failed" or self._stopping or self._fatal is not None:

@@ -41,7 +41,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from weft.errors import WeftError
+from weft.errors import CommandRejectedError, WeftError
 from weft.server.auth import ensure_token, is_local_origin, is_loopback
 from weft.server.fanout import Fanout, text_frame
 from weft.server.history import HistorySource, JournalHistory
@@ -85,8 +85,9 @@ class RuntimeCommands(Protocol):
     """What the server calls for ``codon.*`` and ``server.*`` commands
     (:class:`weft.runtime.supervisor.Runtime` is one)."""
 
-    async def command(self, name: str) -> bool:
-        """Carries out ``name``; False when it does not apply now."""
+    async def command(self, name: str, data: msgspec.Struct | None = None) -> bool:
+        """Carries out ``name`` with its checked ``data``; False when it does
+        not apply now. A :class:`~weft.errors.CommandRejectedError` says why."""
 
 
 class RollbackHandler(Protocol):
@@ -538,7 +539,7 @@ class ProtocolServer:
                     return
                 if name in ("server.shutdown", "server.force_shutdown"):
                     self._shutting_down = True
-                accepted = await self._commands.command(name)
+                accepted = await self._commands.command(name, run.data)
             else:
                 if self._rollback is None:
                     fail(
@@ -551,6 +552,9 @@ class ProtocolServer:
                 else:
                     await self._rollback.rollback(name, run.data)
                 accepted = True
+        except CommandRejectedError as exc:
+            fail(Code.COMMAND_REJECTED, str(exc))
+            return
         except WeftError as exc:
             fail(Code.COMMAND_FAILED, str(exc))
             return
