@@ -174,3 +174,57 @@ async def test_a_refused_token_falls_back_to_read_only(tmp_path: Path) -> None:
             await server.close()
         await asyncio.wait_for(attach.communicate(), 30)
     assert attach.returncode == 1  # the run never started, so it did not complete
+
+
+async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Path) -> None:
+    execution = tmp_path / "x"
+    env = {**os.environ, "HOME": str(tmp_path), "FAKE_AGENT_LINE_DELAY_MS": "0"}
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    run = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "weft", "run", "examples/hello", "--no-autostart", "--headless"),
+        *("--execution", str(execution)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    lines: list[str] = []
+    await line_with(run, "WebSocket server on ws://", lines)
+    await line_with(run, "idle: Waiting for codon.next", lines)
+    master, slave = pty.openpty()
+    try:
+        attach = await weft("attach", str(execution), "--headless", stdin=slave)
+        seen: list[str] = []
+        await line_with(attach, "read-write", seen)
+        await line_with(attach, "keys:", seen)  # the replayed history is folded in quietly
+        os.write(master, b"n")
+        for _ in range(5):
+            await line_with(attach, "idle: Waiting for codon.next", seen)
+            os.write(master, b"n")
+        await line_with(attach, "idle: All codons completed", seen)
+        os.write(master, b"r")
+        await line_with(attach, "press y to confirm", seen)
+        os.write(master, b"y")
+        await line_with(attach, "idle: All codons completed", seen)
+        os.write(master, b"x")
+        await line_with(attach, "press y to confirm", seen)
+        os.write(master, b"y")
+        _, err = await asyncio.wait_for(attach.communicate(), 30)
+        _, run_err = await asyncio.wait_for(run.communicate(), 30)
+    finally:
+        os.close(master)
+        os.close(slave)
+        for process in (run,):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert run.returncode == 0, run_err.decode()[-800:]
+    assert attach.returncode == 0, err.decode()[-800:]
+    state = json.loads((execution / ".weft" / "state.json").read_text())
+    # The rollback to the last success started a continuation run with nothing left to run.
+    assert len(state["runs"]) == 2
+    kinds = sorted(r["startingConditions"].get("reason", "fresh") for r in state["runs"])
+    assert kinds == ["fresh", "rollback"]
+    assert sum(1 for line in seen if "idle: " in line) == 7
