@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -323,3 +325,61 @@ def test_after_sigkill_the_next_run_marks_the_crash_and_continues_after_the_last
     infos = [d["message"] for kind, d in journal(execution) if kind == "info"]
     assert any(first["runId"] in m and "crashed" in m for m in infos), infos
     assert read_lock(execution / ".weft" / "runtime.lock") is None
+
+
+def test_a_port_that_is_taken_exits_2_before_anything_runs(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "a")))
+    execution = tmp_path / "x"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = weft(
+            "run", hank, "--execution", execution, "--headless", "--port", str(port),
+            env=env, cwd=tmp_path,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    no_traceback(result)
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "--port" in result.stderr
+    assert read_state(execution)["runs"] == []
+    assert not (execution / ".weft" / "runtime.lock").exists()
+    # The same execution runs once the port is free.
+    again = weft("run", hank, "--execution", execution, "--headless", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_port_out_of_range_is_a_usage_error(
+    tmp_path: Path, env: dict[str, str], port: str
+) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "a")))
+    result = weft("run", hank, "--port", port, env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "is not a port (0-65535" in result.stderr
+    no_traceback(result)
+
+
+def test_the_run_prints_its_server_and_writes_the_port_to_the_lock(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = write_hank(
+        tmp_path / "hank", codon("a", write_file("a.md", "a") + scenario("hang_after_init"))
+    )
+    execution = tmp_path / "x"
+    child = start_weft("run", hank, "--execution", execution, "--headless", env=env, cwd=tmp_path)
+    try:
+        out = tmp_path / "weft.out"
+        deadline = time.monotonic() + TIMEOUT
+        while "WebSocket server on" not in out.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        url = out.read_text().split("WebSocket server on ", 1)[1].split()[0]
+        lock = read_lock(execution / ".weft" / "runtime.lock")
+        assert lock is not None
+        assert url == f"ws://127.0.0.1:{lock.port}"
+    finally:
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=TIMEOUT)
+    assert child.returncode == 130
