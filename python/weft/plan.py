@@ -37,6 +37,7 @@ supplies the loop definitions for iterations still to come.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -75,11 +76,17 @@ def _to_json(value: msgspec.Struct) -> Any:
     return _omit_unset(value, msgspec.to_builtins(value))
 
 
+@functools.cache
+def _fields(cls: type[msgspec.Struct]) -> tuple[msgspec.structs.FieldInfo, ...]:
+    # msgspec.structs.fields evaluates the annotations on every call (0.5 ms).
+    return msgspec.structs.fields(cls)
+
+
 def _omit_unset(value: Any, built: Any) -> Any:
     # Only fields whose default is None are dropped when None: a null that
     # means something (a sentinel condition comparing with null) is kept.
     if isinstance(value, msgspec.Struct):
-        for field in msgspec.structs.fields(value):
+        for field in _fields(type(value)):
             item = getattr(value, field.name)
             if item is None and field.default is None:
                 built.pop(field.encode_name, None)

@@ -218,7 +218,11 @@ async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: 
         await w.client.command("rollback.toCodon", {"codonId": "a", "checkpointType": "end"})
         started = await w.next("rollback.started")
         completed = await w.next("rollback.completed")
+        snapshot = await w.next("state.snapshot")
         await w.idle("rollback-completed")
+        # b is superseded: the thread's finished codons are a's alone again.
+        assert [c["codonId"] for c in snapshot.data["completedCodons"]] == ["a"]
+        assert snapshot.data["currentCodon"] == "b"
         files = workspace_files(live.execution)
         assert files["a.md"] == "from a"
         assert "b.md" not in files

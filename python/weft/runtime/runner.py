@@ -180,6 +180,7 @@ class CodonResult:
     duration_ms: int = 0
     exit: SessionExited | None = None
     assistant_messages: int = 0
+    start_time: str | None = None
 
     @property
     def continuable(self) -> bool:
@@ -258,6 +259,7 @@ class _Attempt:
         self.request = request
         self.status: CodonStatus = "preparing"
         self.started = time.monotonic()
+        self.start_time = utc_now_iso()
         self.session: AgentSession | None = None
         self.session_id: str | None = None
         self.result: SessionResult | None = None
@@ -377,7 +379,7 @@ class CodonRunner:
             CodonStarted(
                 run_id=req.run_id,
                 codon_id=planned.codon_id,
-                start_time=utc_now_iso(),
+                start_time=a.start_time,
                 loop_context=planned.loop_context,
             )
         )
@@ -779,6 +781,7 @@ class CodonRunner:
             duration_ms=a.duration_ms,
             exit=a.exit,
             assistant_messages=len(a.messages),
+            start_time=a.start_time,
         )
         self.emit(
             CodonCompletedEvent(

@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
-from weft._core import ExecutionThread
+from weft._core import ExecutionThread, ThreadCodon
 from weft.agents.harness import Harness, route
 from weft.agents.registry import harness_for
 from weft.checkpoints.aio import AsyncCheckpointRepo
@@ -175,6 +175,21 @@ IdleReason: TypeAlias = Literal[
 ]
 
 
+DONE = frozenset(("completed", "failed", "skipped"))
+
+
+def _summary(tc: ThreadCodon) -> CodonSummary:
+    record = tc.codon
+    return CodonSummary(
+        codon_id=tc.codon_id,
+        run_id=tc.run_id,
+        status=tc.status,
+        cost=float(record.get("finalCost") or 0.0),
+        start_time=record.get("startTime"),
+        end_time=record.get("endTime"),
+    )
+
+
 class Runtime:
     """Runs one execution's codons until they are done, a codon fails for
     good, or someone stops it; in manual mode (``autostart=False``) it waits
@@ -223,6 +238,11 @@ class Runtime:
         self._signal = 0
         self._started = time.monotonic()
         self._thread: ExecutionThread | None = None
+        self._finished: list[CodonSummary] = []
+        """The thread's finished codons, oldest first, for ``state.snapshot``."""
+        self._cost_base = 0.0
+        self._spent = 0.0
+        """Cost of the attempts since the thread was last read."""
         self._codons_by_id = {
             codon.id: codon
             for item in hank.hank.hank
@@ -557,6 +577,7 @@ class Runtime:
             env=self.env,
         )
         self._cursor = _Cursor(run_id, plan, current, parent)
+        await self._read_thread(manager)
         return await self._drive(manager, self._runner)
 
     async def _start_run(
@@ -782,8 +803,10 @@ class Runtime:
         else:
             current = plan.next_codon(target.codon_id)
         parent = checkpoints.initial_sha if target is None else target.sha
-        await self._snapshot(manager, new_id)
-        return _Cursor(new_id, plan, current, parent)
+        await self._read_thread(manager)
+        self._cursor = _Cursor(new_id, plan, current, parent)
+        self._snapshot(new_id)
+        return self._cursor
 
     async def _step(
         self,
@@ -797,6 +820,16 @@ class Runtime:
         assert cursor.current is not None
         current = self._configured(cursor.current)
         result = await self._attempts(runner, cursor, current, skip_rig)
+        self._finished.append(
+            CodonSummary(
+                codon_id=current.codon_id,
+                run_id=cursor.run_id,
+                status=result.status,
+                cost=result.cost,
+                start_time=result.start_time,
+                end_time=utc_now_iso(),
+            )
+        )
         outcome.codons[current.codon_id] = result.status
         outcome.cost += result.cost
         if current.loop_context is not None:
@@ -815,7 +848,7 @@ class Runtime:
                 reason = result.failure.message if result.failure else "failed"
                 cursor.failure = f"Codon {current.codon_id} failed: {reason}"
                 await self._end_run(manager, cursor, failed=True)
-            await self._snapshot(manager, cursor.run_id)
+            self._snapshot(cursor.run_id)
             return
         if result.continuable and result.session_id is not None:
             cursor.sessions[current.codon_id] = result.session_id
@@ -826,7 +859,7 @@ class Runtime:
         cursor.current = cursor.plan.next_codon(current.codon_id)
         if cursor.current is None:
             await self._end_run(manager, cursor, failed=False)
-        await self._snapshot(manager, cursor.run_id)
+        self._snapshot(cursor.run_id)
 
     async def _end_run(self, manager: StateManager, cursor: _Cursor, *, failed: bool) -> None:
         if not cursor.open:
@@ -836,26 +869,22 @@ class Runtime:
         ended = RunFailed(run_id=cursor.run_id, end_time=end) if failed else None
         await manager.transition_and_wait(ended or RunCompleted(run_id=cursor.run_id, end_time=end))
 
-    async def _snapshot(self, manager: StateManager, run_id: str) -> None:
-        """Emits ``state.snapshot``: the thread's finished codons and the cost."""
+    async def _read_thread(self, manager: StateManager) -> None:
+        """Reads the finished codons and the cost from the execution thread:
+        at the start and after a rollback or a redo. Between those, codons
+        are only added, and ``_step`` adds them without a read (a read waits
+        for the journal's commit)."""
         thread = await manager.execution_thread()
-        done = [
-            CodonSummary(
-                codon_id=tc.codon_id,
-                run_id=tc.run_id,
-                status=tc.status,
-                cost=float(tc.codon.get("finalCost") or 0.0),
-                start_time=tc.codon.get("startTime"),
-                end_time=tc.codon.get("endTime"),
-            )
-            for tc in reversed(list(thread.codons))
-            if tc.status in ("completed", "failed", "skipped")
-        ]
+        self._finished = [_summary(tc) for tc in reversed(list(thread.codons)) if tc.status in DONE]
+        self._cost_base, self._spent = manager.core.total_cost(), 0.0
+
+    def _snapshot(self, run_id: str) -> None:
+        """Emits ``state.snapshot``: the thread's finished codons and the cost."""
         cursor = self._cursor
         self._emit(
             StateSnapshotEvent(
-                completed_codons=done,
-                total_cost=manager.core.total_cost(),
+                completed_codons=self._finished,
+                total_cost=self._cost_base + self._spent,
                 total_time=int((time.monotonic() - self._started) * 1000),
                 is_rolling_back=self._rolling_back,
                 current_codon=None
@@ -917,6 +946,7 @@ class Runtime:
                 skip_rig=skip_rig,
             )
             result = await runner.run(request)
+            self._spent += result.cost
             if result.status != "failed" or self._stopping or self._fatal is not None:
                 return result
             failure = result.failure
