@@ -168,7 +168,14 @@ class CommandRejectedError(WeftError):
     """A steering command (``codon.next``, ``codon.redo``, ``rollback.*``...)
     does not apply now; nothing changed. The message says why and what to do
     instead, e.g. ``Cannot rollback while codon is running. Use
-    'codon.forceStop' first.``"""
+    'codon.forceStop' first.``
+
+    ``code`` is the protocol error code when it is more precise than
+    ``COMMAND_REJECTED`` (``ROLLBACK_IN_PROGRESS``)."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class SessionTransitionError(WeftError):

@@ -402,3 +402,22 @@ async def test_skip_pre_commands_runs_the_codon_without_its_rig(tmp_path: Path) 
         await asyncio.wait_for(live.run, 60)
     assert "rig.md" not in workspace_files(live.execution)
     assert any("skipped (skipPreCommands)" in d["message"] for d in w.of("info"))
+
+
+async def test_a_second_rollback_while_one_runs_is_refused(tmp_path: Path) -> None:
+    async with live_run(tmp_path, *two_codons()) as live, watching(live) as w:
+        await w.idle("startup")
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+        first, second = await asyncio.gather(
+            w.client.command("rollback.toLastSuccess"),
+            w.client.command("rollback.toCodon", {"codonId": "a", "checkpointType": "end"}),
+            return_exceptions=True,
+        )
+        assert first is None
+        assert isinstance(second, weft.client.CommandError)
+        assert second.code == "ROLLBACK_IN_PROGRESS"
+        await w.idle("rollback-completed")
+        assert len(w.of("rollback.started")) == 1
+        await w.client.command("server.shutdown")
+        await asyncio.wait_for(live.run, 60)

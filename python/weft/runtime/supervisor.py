@@ -329,9 +329,8 @@ class Runtime:
         ``rollback.toLastSuccess``; the run loop carries it out (events
         ``rollback.*``, then ``server.idle{rollback-completed}`` or, with
         ``autoRestart``, the next codon)."""
-        if self._rolling_back:
-            raise CommandRejectedError(f"{command} refused: a rollback is already in progress")
         self._claim(command, rollback=True)
+        self._rolling_back = True  # from here on other steering commands are refused
         try:
             _, manager, checkpoints = self._parts()
             state, thread, confirmed = await rollback.analyze(manager, checkpoints)
@@ -347,10 +346,12 @@ class Runtime:
                 target = rollback.target_for(thread, state, confirmed)
             else:
                 raise CommandRejectedError(f"{command}: not a rollback command")
+        except rollback.RollbackError as exc:
+            self._waiting, self._rolling_back = True, False
+            raise CommandRejectedError(f"{command} refused: {exc}") from exc
         except BaseException:
-            self._waiting = True
+            self._waiting, self._rolling_back = True, False
             raise
-        self._rolling_back = True
         self._requests.put_nowait(
             _Rewind(target, "rollback", run_next=getattr(data, "auto_restart", False))
         )
@@ -365,6 +366,10 @@ class Runtime:
         """Takes the waiting run loop for ``command``, or says why it cannot be."""
         if self._stopping:
             raise CommandRejectedError(f"{command} refused: the runtime is shutting down")
+        if self._rolling_back:
+            raise CommandRejectedError(
+                f"{command} refused: a rollback is in progress", code="ROLLBACK_IN_PROGRESS"
+            )
         if self._waiting:
             self._waiting = False
             return

@@ -144,7 +144,7 @@ LAGGING_CLOSE_TIMEOUT = 30.0
 _REJECTED_HINTS = {
     "codon.skip": "no codon is running",
     "codon.forceStop": "no codon is running",
-    "codon.redo": "this runtime cannot redo a codon (not supported yet, or a codon is running)",
+    "codon.redo": "there is no codon to redo now",
     "codon.start": "the runtime is not waiting for a codon to start",
     "codon.next": "the runtime is not waiting for a codon to start",
 }
@@ -553,7 +553,7 @@ class ProtocolServer:
                     await self._rollback.rollback(name, run.data)
                 accepted = True
         except CommandRejectedError as exc:
-            fail(Code.COMMAND_REJECTED, str(exc))
+            fail(exc.code or Code.COMMAND_REJECTED, str(exc))
             return
         except WeftError as exc:
             fail(Code.COMMAND_FAILED, str(exc))
