@@ -133,6 +133,21 @@ async def watching(live: Live) -> AsyncIterator[Watch]:
                 await task
 
 
+async def shut_down(w: Watch, live: Live) -> RunOutcome:
+    await w.client.command("server.shutdown")
+    return await asyncio.wait_for(live.run, 60)
+
+
+async def run_all(w: Watch, codons: int) -> None:
+    """Steps a manual run through its ``codons`` with codon.next."""
+    await w.idle("startup")
+    for _ in range(codons - 1):
+        await w.client.command("codon.next")
+        await w.idle("codon-completed")
+    await w.client.command("codon.next")
+    await w.idle("all-codons-completed")
+
+
 def two_codons() -> tuple[dict[str, Any], dict[str, Any]]:
     return codon("a", write_file("a.md", "from a")), codon("b", write_file("b.md", "from b"))
 
@@ -152,8 +167,7 @@ async def test_manual_mode_runs_each_codon_when_a_client_sends_codon_next(
         # Manual mode stays up when the codons are done, until told to stop.
         await asyncio.sleep(0.2)
         assert not live.run.done()
-        await w.client.command("server.shutdown")
-        outcome = await asyncio.wait_for(live.run, 60)
+        outcome = await shut_down(w, live)
     assert (outcome.status, outcome.exit_code) == ("completed", 0)
     assert startup.seq < done.seq
     kinds = [
@@ -199,11 +213,7 @@ async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: 
     a = codon("a", write_file("a.md", "from a"))
     b = codon("b", write_file("b.md", "from b") + write_file("a.md", "changed by b"))
     async with live_run(tmp_path, a, b) as live, watching(live) as w:
-        await w.idle("startup")
-        await w.client.command("codon.next")
-        await w.idle("codon-completed")
-        await w.client.command("codon.next")
-        await w.idle("all-codons-completed")
+        await run_all(w, 2)
         assert workspace_files(live.execution)["a.md"] == "changed by b"
 
         await w.client.command("checkpoint.list")
@@ -234,8 +244,7 @@ async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: 
         # The continuation run goes on with b, on command.
         await w.client.command("codon.next")
         await w.idle("all-codons-completed")
-        await w.client.command("server.shutdown")
-        outcome = await asyncio.wait_for(live.run, 60)
+        outcome = await shut_down(w, live)
     assert (outcome.status, outcome.exit_code) == ("completed", 0)
     runs = runs_oldest_first(read_state(live.execution))
     assert [r["status"] for r in runs] == ["completed", "completed"]
@@ -247,11 +256,7 @@ async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: 
 
 async def test_rollback_with_auto_restart_runs_the_next_codon_at_once(tmp_path: Path) -> None:
     async with live_run(tmp_path, *two_codons()) as live, watching(live) as w:
-        await w.idle("startup")
-        await w.client.command("codon.next")
-        await w.idle("codon-completed")
-        await w.client.command("codon.next")
-        await w.idle("all-codons-completed")
+        await run_all(w, 2)
         await w.client.command("rollback.toLastSuccess", {"autoRestart": True})
         # The last success is b's end: nothing is left to run after it.
         await w.next("rollback.completed")
@@ -263,8 +268,7 @@ async def test_rollback_with_auto_restart_runs_the_next_codon_at_once(tmp_path: 
         started = await w.next("CodonStarted")
         assert started.data["codonId"] == "b"
         await w.idle("all-codons-completed")
-        await w.client.command("server.shutdown")
-        await asyncio.wait_for(live.run, 60)
+        await shut_down(w, live)
     assert len(read_state(live.execution)["runs"]) == 3
 
 
@@ -303,8 +307,7 @@ async def test_a_rollback_to_an_unknown_checkpoint_is_an_error_and_changes_nothi
         # The runtime still waits and still obeys.
         await w.client.command("codon.next")
         await w.idle("all-codons-completed")
-        await w.client.command("server.shutdown")
-        await asyncio.wait_for(live.run, 60)
+        await shut_down(w, live)
     assert len(read_state(live.execution)["runs"]) == 1
     assert w.of("rollback.started") == []
 
@@ -324,8 +327,7 @@ async def test_codon_redo_runs_the_newest_codon_again_in_a_retry_run(tmp_path: P
         assert "every codon has run" in str(past_end.value)
         await w.client.command("codon.redo")
         await w.idle("all-codons-completed")
-        await w.client.command("server.shutdown")
-        await asyncio.wait_for(live.run, 60)
+        await shut_down(w, live)
     runs = runs_oldest_first(read_state(live.execution))
     assert len(runs) == 2
     retry = runs[1]["startingConditions"]
@@ -355,8 +357,7 @@ async def test_codon_start_goes_back_to_a_finished_codon_and_refuses_to_jump_ahe
         await w.client.command("codon.start", {"codonId": "a"})
         await w.idle("codon-completed")
         assert sorted(workspace_files(live.execution)) == ["a.md"]
-        await w.client.command("server.shutdown")
-        outcome = await asyncio.wait_for(live.run, 60)
+        outcome = await shut_down(w, live)
     assert outcome.status == "interrupted"
     runs = runs_oldest_first(read_state(live.execution))
     assert [r["startingConditions"]["type"] for r in runs] == ["fresh", "fresh"]
@@ -380,8 +381,7 @@ async def test_a_failed_codon_parks_manual_mode_until_it_is_redone(tmp_path: Pat
         (tmp_path / "hank" / "flaky.md").write_text(write_file("b.md", "b"))
         await w.client.command("codon.redo")
         await w.idle("all-codons-completed")
-        await w.client.command("server.shutdown")
-        outcome = await asyncio.wait_for(live.run, 60)
+        outcome = await shut_down(w, live)
     assert (outcome.status, outcome.exit_code) == ("completed", 0)
     runs = runs_oldest_first(read_state(live.execution))
     assert [r["status"] for r in runs] == ["failed", "completed"]
@@ -398,8 +398,7 @@ async def test_skip_pre_commands_runs_the_codon_without_its_rig(tmp_path: Path) 
         await w.idle("startup")
         await w.client.command("codon.start", {"codonId": "a", "skipPreCommands": True})
         await w.idle("all-codons-completed")
-        await w.client.command("server.shutdown")
-        await asyncio.wait_for(live.run, 60)
+        await shut_down(w, live)
     assert "rig.md" not in workspace_files(live.execution)
     assert any("skipped (skipPreCommands)" in d["message"] for d in w.of("info"))
 
@@ -419,5 +418,4 @@ async def test_a_second_rollback_while_one_runs_is_refused(tmp_path: Path) -> No
         assert second.code == "ROLLBACK_IN_PROGRESS"
         await w.idle("rollback-completed")
         assert len(w.of("rollback.started")) == 1
-        await w.client.command("server.shutdown")
-        await asyncio.wait_for(live.run, 60)
+        await shut_down(w, live)
