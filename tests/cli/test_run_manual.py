@@ -60,6 +60,13 @@ def test_manual_mode_starts_each_codon_on_enter(tmp_path: Path) -> None:
     while b"All codons completed" not in output and time.monotonic() < deadline:
         read(0.1)
     assert b"All codons completed" in output, output.decode(errors="replace")[-800:]
+    # One more Enter: refused with a reason, not a traceback.
+    os.write(fd, b"\n")
+    deadline = time.monotonic() + 20
+    while b"every codon has run" not in output and time.monotonic() < deadline:
+        read(0.1)
+    assert b"every codon has run" in output, output.decode(errors="replace")[-800:]
+    assert b"Traceback" not in output
     os.write(fd, b"q\n")
     read(0)
     _, status = os.waitpid(pid, 0)

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import uvloop
 
 from weft.config import load_hank
 from weft.config.runtime import resolve_runtime_config
+from weft.errors import CommandRejectedError
 from weft.runtime.execution import (
     ExecutionSetupError,
     is_interactive,
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     view.start()
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            outcome: RunOutcome = runner.run(_run(runtime, keys=keys))
+            outcome: RunOutcome = runner.run(_run(runtime, keys=keys, say=view.note))
     except ServerError as exc:
         unserved: ServerError | None = exc
     else:
@@ -199,18 +201,25 @@ def run(args: argparse.Namespace) -> int:
 _KEYS = {"": "codon.next", "n": "codon.next", "s": "codon.skip", "q": "server.shutdown"}
 
 
-async def _run(runtime: Runtime, *, keys: bool) -> RunOutcome:
-    """Runs ``runtime``; with ``keys``, lines typed on the terminal become commands."""
+async def _run(runtime: Runtime, *, keys: bool, say: Callable[[str], None] = print) -> RunOutcome:
+    """Runs ``runtime``; with ``keys``, lines typed on the terminal become
+    commands (a refused one is said with ``say``)."""
     if not keys:
         return await runtime.run()
     loop = asyncio.get_running_loop()
-    pending: set[asyncio.Task[bool]] = set()
+    pending: set[asyncio.Task[None]] = set()
+
+    async def send(command: str) -> None:
+        try:
+            await runtime.command(command)
+        except CommandRejectedError as exc:
+            say(str(exc))
 
     def on_line() -> None:
         line = sys.stdin.readline()
         command = _KEYS.get(line.strip().lower())
         if command is not None:
-            task = loop.create_task(runtime.command(command))
+            task = loop.create_task(send(command))
             pending.add(task)
             task.add_done_callback(pending.discard)
 
