@@ -3,9 +3,9 @@
 Startup follows seed 001's order: the lock (taken by the store), the
 checkpoint repository, the state manager, the event journal (the same
 store), the sentinel host (a seam: :class:`~weft.runtime.runner.NoSentinels`
-until sentinels exist), the WebSocket server (a seam: ``command()`` is the
-entry point the server will call). Then runs a dead process left ``running``
-are marked crashed, and the run is chosen:
+until sentinels exist), the WebSocket server (:mod:`weft.server`; the runtime
+carries out its steering commands). Then runs a dead process left
+``running`` are marked crashed, and the run is chosen:
 
 * no run yet: a fresh run with the whole plan;
 * the execution thread (seed 003) ended in failure: roll back to its last
@@ -17,7 +17,11 @@ are marked crashed, and the run is chosen:
   a fresh run starts; with nothing left to run, there is nothing to do.
 
 Then codons run one at a time, in plan order, under their failure policy;
-loops grow lazily as iterations finish. The first SIGINT or SIGTERM stops
+loops grow lazily as iterations finish. In manual mode (``autostart=False``)
+the run loop waits for a command before each codon, parks on a failed codon
+and stays up when the codons are done; while it waits, a rollback or a redo
+ends the current run and starts a new one from a checkpoint, and the loop
+goes on in that run. The first SIGINT or SIGTERM stops
 gracefully (the agent gets its stop sequence, an error checkpoint is taken,
 the run ends as failed and can be continued); the second kills the agent.
 """
