@@ -748,6 +748,32 @@ class RunProgress:
             return Note("info", f"{prefix}{_clip(message, 300)}", codon_id)
         if kind == "server.idle":
             return Note("idle", f"idle: {_clip(str(data.get('message', '')), 200)}")
+        if kind == "rollback.started":
+            undone = ", ".join(map(str, data.get("codonsToProcess") or ())) or "nothing"
+            target = str(data.get("toCodon") or "the initial state")
+            sha = str(data.get("toCheckpoint", ""))[:10]
+            return Note(
+                "info",
+                f"rolling back to the {data.get('checkpointType')} checkpoint {sha} of {target}; "
+                f"undoing {_clip(undone, 200)}",
+            )
+        if kind == "rollback.progress":
+            step = f"{data.get('currentStep')}/{data.get('totalSteps')}"
+            return Note("info", f"rollback {step}: {_clip(str(data.get('message', '')), 200)}")
+        if kind == "rollback.completed":
+            return Note(
+                "info",
+                f"rolled back: run {data.get('toRun')} continues from "
+                f"{str(data.get('checkpoint', ''))[:10]}",
+            )
+        if kind == "checkpoint.list":
+            rows = data.get("checkpoints") or []
+            listed = "; ".join(
+                f"{str(r.get('sha', ''))[:10]} {r.get('checkpointType')} {r.get('codonId')}"
+                for r in rows[:20]
+            )
+            more = f"; {len(rows) - 20} more" if len(rows) > 20 else ""
+            return Note("info", f"{len(rows)} checkpoint(s), newest first: {listed}{more}")
         return None
 
 
