@@ -61,6 +61,7 @@ from weft.agents.events import (
 )
 from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.process import (
+    FAKE_AGENT_PREFIX,
     MAX_LINE_BYTES,
     EnvPolicy,
     SubprocessSession,
@@ -1074,7 +1075,6 @@ CLAUDE_ENV = EnvPolicy(
 """What the Claude CLI gets from Weft's environment (besides the base set)."""
 _BEDROCK_PREFIXES = ("AWS_",)
 _VERTEX_NAMES = frozenset({"CLOUD_ML_REGION", "GOOGLE_APPLICATION_CREDENTIALS", "GCLOUD_PROJECT"})
-FAKE_AGENT_PREFIX = "FAKE_AGENT_"
 
 
 def claude_env_policy(parent: Mapping[str, str], *, fake: bool = False) -> EnvPolicy:

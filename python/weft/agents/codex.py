@@ -27,26 +27,23 @@ from Claude and drives the design:
   ``turn.completed`` is failure; no terminal event at all is a crash.
   ``error`` events that announce a reconnect are retry notices, not failures.
 
-The error-text classifier here (:func:`classify_error_text`) is shared with
-the Gemini adapter: vendor phrases first, then the Claude adapter's API error
-vocabulary.
+Error texts are classified by :mod:`weft.agents.vendor_errors` (shared with
+the Gemini adapter).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import msgspec
 
-from weft.agents import claude, pricing
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -64,181 +61,22 @@ from weft.agents.events import (
     UsageDelta,
 )
 from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
-from weft.agents.process import EnvPolicy, SubprocessSession, build_env, spawn
+from weft.agents.pricing import Pricer, default_pricer
+from weft.agents.process import (
+    FAKE_AGENT_PREFIX,
+    EnvPolicy,
+    SubprocessSession,
+    build_env,
+    spawn,
+)
+from weft.agents.vendor_errors import (
+    classify_error_text,
+    error_lines,
+    last_line,
+    retry_after_ms,
+)
 
 _log = logging.getLogger(__name__)
-
-Pricer: TypeAlias = Callable[[str, Tokens], float | None]
-"""Prices tokens of one model in USD; ``None`` for a model it does not know."""
-
-
-def default_pricer(model: str, tokens: Tokens) -> float | None:
-    """Weft's pricing table (:func:`weft.agents.pricing.cost_usd`)."""
-    return pricing.cost_usd(model, tokens)
-
-
-# --------------------------------------------------------------------------
-# Error classification, shared by the Codex and Gemini parsers. The CLIs only
-# give free text (an HTTP status at best), so the class is found by words:
-# first the phrases only Codex and Gemini use, then the vocabulary of API
-# errors the Claude adapter already knows (one place for rate limits, billing,
-# auth, 5xx...), then the transport errors Codex names in its own words.
-# --------------------------------------------------------------------------
-
-_VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
-    (
-        ErrorClass.CANNOT_RESUME,
-        False,
-        re.compile(
-            r"no conversation found|no (?:saved )?sessions? found|no rollout found"
-            r"|invalid session identifier|error resuming session"
-            r"|(?:session|thread|conversation)\b[^\n]{0,80}\bnot found"
-            r"|could not find (?:a |the )?(?:session|thread|rollout)",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        ErrorClass.MAX_TURNS,
-        False,
-        re.compile(r"max(?:imum)? session turns|maxsessionturns|turn limit", re.IGNORECASE),
-    ),
-    (
-        ErrorClass.CONTEXT_EXCEEDED,
-        False,
-        re.compile(
-            r"context window|ran out of room|context_length_exceeded|maximum context"
-            r"|input token count[^\n]{0,40}exceeds",
-            re.IGNORECASE,
-        ),
-    ),
-    # OpenAI answers an exhausted plan with a 429 too; waiting does not help.
-    (ErrorClass.BILLING, False, re.compile(r"insufficient[_ ]quota", re.IGNORECASE)),
-    # Google's 429 (a per-minute or per-day quota, which does clear) speaks
-    # of quota too, which the shared rules would take for billing.
-    (
-        ErrorClass.RATE_LIMIT,
-        True,
-        re.compile(
-            r"resource[_ ]exhausted|resource has been exhausted|exhausted your capacity"
-            r"|\b429\b",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        ErrorClass.OVERLOADED,
-        True,
-        re.compile(r"at capacity|high demand|\bunavailable\b", re.IGNORECASE),
-    ),
-    (
-        ErrorClass.AUTH,
-        False,
-        re.compile(r"api key not valid|auth method|not logged in", re.IGNORECASE),
-    ),
-    (
-        ErrorClass.INPUT_ERROR,
-        False,
-        re.compile(
-            r"no (?:prompt|input) provided|unexpected argument|invalid value for"
-            r"|unrecognized subcommand|unknown argument|cannot use both",
-            re.IGNORECASE,
-        ),
-    ),
-)
-
-_VENDOR_LAST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
-    (
-        ErrorClass.API_ERROR,
-        True,
-        re.compile(r"stream disconnected|error sending request|reconnecting", re.IGNORECASE),
-    ),
-)
-
-_RETRY_AFTER = re.compile(
-    r"(?:try again in|retry (?:after|in)|retrydelay\"?\s*[:=]\s*\"?|reset after)\s*"
-    r"(?:(?P<h>\d+)h)?\s*(?:(?P<m>\d+)m(?!s))?\s*(?:(?P<n>\d+(?:\.\d+)?)\s*"
-    r"(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)?)?",
-    re.IGNORECASE,
-)
-
-_RETRIABLE = frozenset(
-    {
-        ErrorClass.RATE_LIMIT,
-        ErrorClass.OVERLOADED,
-        ErrorClass.CRASH_MID_RUN,
-        ErrorClass.TIMEOUT,
-        ErrorClass.ERROR_RESULT,
-    }
-)
-"""Classes a retry may cure when no message says otherwise (as for Claude)."""
-
-
-def classify_error_text(text: str) -> tuple[ErrorClass, bool] | None:
-    """The class and retriability a Codex or Gemini error message names, or
-    ``None`` when it names nothing specific."""
-    for cls, retriable, pattern in _VENDOR_FIRST:
-        if pattern.search(text):
-            return cls, retriable
-    found = claude.classify_error_text(text)
-    if found is not None:
-        return found
-    for cls, retriable, pattern in _VENDOR_LAST:
-        if pattern.search(text):
-            return cls, retriable
-    return None
-
-
-def retry_after_ms(text: str) -> int | None:
-    """The wait an error message asks for (``Please try again in 1.5s``,
-    ``"retryDelay": "27s"``, ``reset after 2h36m24s``, ``retry-after-ms: 900``),
-    in milliseconds."""
-    match = _RETRY_AFTER.search(text)
-    if match is None or not any(match.group("h", "m", "n")):
-        return claude.parse_retry_after(text)
-    hours, minutes, number = match.group("h", "m", "n")
-    total = 0.0
-    if hours is not None:
-        total += int(hours) * 3_600_000
-    if minutes is not None:
-        total += int(minutes) * 60_000
-    if number is not None:
-        unit = (match.group("unit") or "s").lower()
-        if unit.startswith(("ms", "milli")):
-            scale = 1.0
-        elif unit.startswith("m"):
-            scale = 60_000.0
-        else:
-            scale = 1000.0
-        total += float(number) * scale
-    return math.ceil(total)
-
-
-def default_retriable(cls: ErrorClass) -> bool:
-    """Whether a retry may help a session of class ``cls`` when no message
-    says otherwise."""
-    return cls in _RETRIABLE
-
-
-def last_line(text: str) -> str:
-    """The last non-blank line of ``text`` (for one-line messages)."""
-    for line in reversed(text.splitlines()):
-        if line.strip():
-            return line.strip()[:500]
-    return ""
-
-
-_ERRORISH = re.compile(
-    r"error|fatal|fail|denied|invalid|exceed|limit|quota|unauthori|forbidden|overload"
-    r"|unavailable|capacity|not found|no rollout|no conversation|auth|api key|login|turns"
-    r"|no (?:prompt|input) provided|unexpected argument|unknown argument|cannot use both",
-    re.IGNORECASE,
-)
-
-
-def error_lines(text: str) -> str:
-    """The lines of a stderr tail that read like error reports. Only these
-    are classified: stack traces carry numbers and words ("line 503",
-    "timeout.rs") that would otherwise pass for an API error."""
-    return "\n".join(line for line in text.splitlines() if _ERRORISH.search(line))
 
 
 def session_ids(requested: str | None, reported: list[str]) -> tuple[str | None, list[str]]:
@@ -860,7 +698,6 @@ CODEX_ENV = EnvPolicy(prefixes=("CODEX_", "OPENAI_"))
 """What Codex gets from Weft's environment besides the base set: its home
 (``CODEX_HOME``), keys (``CODEX_API_KEY``, ``OPENAI_API_KEY``) and endpoint
 settings (``OPENAI_BASE_URL``...)."""
-FAKE_AGENT_PREFIX = "FAKE_AGENT_"
 
 _SHARED_LEDGER = ThreadUsageLedger()
 

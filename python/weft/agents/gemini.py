@@ -34,19 +34,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from weft.agents.codex import (
-    FAKE_AGENT_PREFIX,
-    Pricer,
-    classify_error_text,
-    default_pricer,
-    default_retriable,
-    error_lines,
-    last_line,
-    retry_after_ms,
-    session_ids,
-    warn_unsupported,
-    with_system_prompt,
-)
+from weft.agents.codex import session_ids, warn_unsupported, with_system_prompt
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -62,7 +50,15 @@ from weft.agents.events import (
     UsageDelta,
 )
 from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
-from weft.agents.process import EnvPolicy, SubprocessSession, build_env, spawn
+from weft.agents.pricing import Pricer, default_pricer
+from weft.agents.process import FAKE_AGENT_PREFIX, EnvPolicy, SubprocessSession, build_env, spawn
+from weft.agents.vendor_errors import (
+    classify_error_text,
+    default_retriable,
+    error_lines,
+    last_line,
+    retry_after_ms,
+)
 
 _log = logging.getLogger(__name__)
 

@@ -24,10 +24,11 @@ import datetime as dt
 import functools
 import importlib.resources
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from weft.agents.events import Tokens
 from weft.errors import WeftError
@@ -302,3 +303,12 @@ def cost_usd(
     date the tokens were used (default today). ``per_request``: the tokens
     are one API request, so long-context tiers apply."""
     return default_table().cost_usd(model, tokens, at, per_request=per_request)
+
+
+Pricer: TypeAlias = Callable[[str, Tokens], float | None]
+"""Prices tokens of one model in USD; ``None`` for a model it does not know."""
+
+
+def default_pricer(model: str, tokens: Tokens) -> float | None:
+    """Weft's pricing table (:func:`cost_usd`)."""
+    return cost_usd(model, tokens)

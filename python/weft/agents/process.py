@@ -179,6 +179,10 @@ UNSET = "unset"
 """The value that deletes a variable in ``WEFT_<X>`` and codon env."""
 
 
+FAKE_AGENT_PREFIX = "FAKE_AGENT_"
+"""The fake agents' knobs (``FAKE_AGENT_SCENARIO``...): passed through when a fake runs."""
+
+
 @dataclass(frozen=True, slots=True)
 class EnvPolicy:
     """Which parent variables a harness lets through, and which it removes."""
