@@ -449,6 +449,7 @@ def test_resume_same_keeps_the_id_and_quotes_the_previous_prompt(fake: Fake) -> 
     assert run.session_id == first.session_id
     assert "heliotrope" in run.final_text
     assert "What was the word?" in run.final_text
+    assert run.final_text.startswith("Continuing our session (previous prompt was: ")
     entries = fake.transcript(first.session_id)
     prompts = [
         e["message"]["content"]

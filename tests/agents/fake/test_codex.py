@@ -103,6 +103,7 @@ def test_resume_keeps_the_thread_and_accumulates_usage(fake: Fake) -> None:
     assert two.thread_id == one.thread_id
     assert "4817" in two.final_text
     assert "What number?" in two.final_text
+    assert two.final_text.startswith("Continuing the thread (previous prompt was: ")
     assert one.usage is not None
     assert two.usage is not None
     for key in ("input_tokens", "cached_input_tokens", "output_tokens"):

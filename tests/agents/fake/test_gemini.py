@@ -100,6 +100,7 @@ def test_resume_latest_and_by_id(fake: Fake) -> None:
     by_id = check_gemini(fake.gemini("Which colour?", "--resume", first.session_id).lines)
     assert by_id.session_id == first.session_id
     assert "vermilion" in by_id.text
+    assert by_id.text.startswith("Resuming the session (previous prompt was: ")
     latest = check_gemini(fake.gemini("Again?", "--resume", "latest").lines)
     assert latest.session_id == first.session_id
     assert "Which colour?" in latest.text

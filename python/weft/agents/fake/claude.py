@@ -358,6 +358,7 @@ class ClaudeRun(Flavour):
             allowed=opts.allowed,
             disallowed=opts.disallowed,
         )
+        self.outcomes = self.toolbox.outcomes  # the toolbox records them
         self.init_sent = False
         self.session_ref = session_id
         self.model_ref = model
@@ -643,21 +644,6 @@ class ClaudeRun(Flavour):
                 yield from self.tool_round(lead, [call])
 
     # -- the reply and the result ----------------------------------------------
-
-    def final_text(self) -> str:
-        """The final reply: the ``say`` texts, else a deterministic summary
-        that quotes the prompt (and, on resume, the previous prompt)."""
-        says = self.ctx.directives.says
-        if says:
-            return "\n".join(says) + self.extra_text
-        text = f'Done. You asked: "{quote(self.ctx.directives.plain) or "(directives only)"}".'
-        if self.toolbox.outcomes:
-            failed = self.toolbox.outcomes.count(False)
-            text += f" I made {len(self.toolbox.outcomes)} tool call(s); {failed} failed."
-        if self.previous_prompt is not None:
-            previous = quote(dirs.plain_text(self.previous_prompt))
-            text = f'Continuing our session (previous prompt was: "{previous}"). ' + text
-        return text + self.extra_text
 
     def _total_cost(self) -> int:
         return sum(u.cost for u in self.model_usage.values())

@@ -32,7 +32,6 @@ from weft.agents.fake.common import (
     Settings,
     in_git_repo,
     make_rng,
-    quote,
     read_stdin,
     read_stdin_if_ready,
     stdin_is_tty,
@@ -185,6 +184,8 @@ class CodexRun(Flavour):
     """One fake ``codex exec`` process."""
 
     name = "codex"
+    work_said = "ran {count} step(s)"
+    resume_said = "Continuing the thread"
 
     def __init__(
         self,
@@ -207,7 +208,6 @@ class CodexRun(Flavour):
         self.items = 0
         self.turn_tokens = Totals()
         self.legacy = False
-        self.outcomes: list[bool] = []
         self.last_message: str | None = None
         self.session_ref = thread_id
         self.model_ref = model
@@ -369,19 +369,6 @@ class CodexRun(Flavour):
                 yield from self._command(op.text.strip(), self._writable())
             elif op.verb == "read":
                 yield from self._read(op.path or "")
-
-    def final_text(self) -> str:
-        """The ``say`` texts, else a summary that quotes the prompt."""
-        says = self.ctx.directives.says
-        if says:
-            return "\n".join(says) + self.extra_text
-        text = f'Done. You asked: "{quote(self.ctx.directives.plain) or "(directives only)"}".'
-        if self.outcomes:
-            text += f" I ran {len(self.outcomes)} step(s); {self.outcomes.count(False)} failed."
-        if self.previous_prompt is not None:
-            previous = quote(dirs.plain_text(self.previous_prompt))
-            text = f'Continuing the thread (previous prompt was: "{previous}"). ' + text
-        return text + self.extra_text
 
     def _thread_usage(self) -> Totals:
         return Totals(

@@ -136,6 +136,8 @@ class GeminiRun(Flavour):
     """One fake Gemini CLI process."""
 
     name = "gemini"
+    work_said = "used {count} tool(s)"
+    resume_said = "Resuming the session"
 
     def __init__(
         self,
@@ -161,7 +163,6 @@ class GeminiRun(Flavour):
         self.tokens_in = 0
         self.tokens_cached = 0
         self.tokens_out = 0
-        self.outcomes: list[bool] = []
         self.reply: list[str] = []
         self.session_ref = session_id
         self.model_ref = model
@@ -313,19 +314,6 @@ class GeminiRun(Flavour):
                 yield Sleep(op.ms)
             elif op.is_tool:
                 yield from self._op(op)
-
-    def final_text(self) -> str:
-        """The ``say`` texts, else a summary that quotes the prompt."""
-        says = self.ctx.directives.says
-        if says:
-            return "\n".join(says) + self.extra_text
-        text = f'Done. You asked: "{quote(self.ctx.directives.plain) or "(directives only)"}".'
-        if self.outcomes:
-            text += f" I used {len(self.outcomes)} tool(s); {self.outcomes.count(False)} failed."
-        if self.previous_prompt is not None:
-            previous = quote(dirs.plain_text(self.previous_prompt))
-            text = f'Resuming the session (previous prompt was: "{previous}"). ' + text
-        return text + self.extra_text
 
     def say(self, text: str) -> Iterator[Step]:
         """Assistant text as 2-5 delta chunks."""

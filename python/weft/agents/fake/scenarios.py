@@ -17,8 +17,16 @@ import json
 import random
 from collections.abc import Callable, Iterable, Iterator
 
-from weft.agents.fake.common import CliError, Clock, FakeConfigError, Ids, JsonObj, Settings
-from weft.agents.fake.directives import Directives, Workspace, parse_scenario
+from weft.agents.fake.common import (
+    CliError,
+    Clock,
+    FakeConfigError,
+    Ids,
+    JsonObj,
+    Settings,
+    quote,
+)
+from weft.agents.fake.directives import Directives, Workspace, parse_scenario, plain_text
 from weft.agents.fake.output import (
     Chunked,
     Exit,
@@ -145,6 +153,30 @@ class Flavour(abc.ABC):
         self.params = ctx.params
         self.extra_text = ""
         """Appended to the final reply (chunked_writes adds an emoji)."""
+        self.previous_prompt: str | None = None
+        """The prompt of the session this run resumes, if any (quoted in the reply)."""
+        self.outcomes: list[bool] = []
+        """Whether each tool call (or step) of this run succeeded."""
+
+    work_said = "made {count} tool call(s)"
+    """How the final reply counts the work: the real CLI's own word for it."""
+    resume_said = "Continuing our session"
+    """How the final reply opens on a resumed session."""
+
+    def final_text(self) -> str:
+        """The final reply: the ``say`` texts, else a deterministic summary
+        that quotes the prompt (and, on resume, the previous prompt)."""
+        says = self.ctx.directives.says
+        if says:
+            return "\n".join(says) + self.extra_text
+        text = f'Done. You asked: "{quote(self.ctx.directives.plain) or "(directives only)"}".'
+        if self.outcomes:
+            work = self.work_said.format(count=len(self.outcomes))
+            text += f" I {work}; {self.outcomes.count(False)} failed."
+        if self.previous_prompt is not None:
+            previous = quote(plain_text(self.previous_prompt))
+            text = f'{self.resume_said} (previous prompt was: "{previous}"). ' + text
+        return text + self.extra_text
 
     # -- parameters ------------------------------------------------------------
 
