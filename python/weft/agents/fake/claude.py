@@ -24,7 +24,7 @@ from typing import Any
 from weft.agents.fake import directives as dirs
 from weft.agents.fake.argv import FLAG, OPTIONAL, VALUE, VARIADIC, ArgvError, Option, split_list
 from weft.agents.fake.argv import parse as parse_argv
-from weft.agents.fake.claude_session import Transcript, resolve_session
+from weft.agents.fake.claude_session import Session, Transcript, resolve_session
 from weft.agents.fake.claude_tools import DEFAULT_TOOLS, Toolbox, ToolCall, bash_result, failure
 from weft.agents.fake.common import (
     CliError,
@@ -1284,30 +1284,7 @@ def run_prompt(opts: ClaudeOptions, settings: Settings, argv: list[str], prompt:
         scenario=scenario,
         params=params,
     )
-    session = resolve_session(
-        ctx.cwd,
-        resume=opts.resume,
-        continue_=opts.continue_,
-        session_id=opts.session_id,
-        fork=opts.fork,
-        resume_mode=settings.resume_mode,
-        new_id=ctx.ids.uuid4,
-    )
-    path = None if opts.no_persist else session.path
-    transcript = Transcript(
-        path, session.file_id, ctx.cwd, settings.version, clock, parent=session.parent
-    )
-    if session.copy_from and path is not None:
-        copies = [dumps(dict(e, sessionId=session.file_id)) for e in session.copy_from]
-        transcript.write_raw(copies)
-    run = ClaudeRun(
-        ctx,
-        opts,
-        model=model,
-        session_id=session.session_id,
-        transcript=transcript,
-        previous_prompt=session.previous_prompt,
-    )
+    session, run = open_run(ctx, opts, model)
     if settings.script is not None:
         steps: Iterator[Step] = run.script_steps()
     elif session.missing:
@@ -1322,6 +1299,36 @@ def run_prompt(opts: ClaudeOptions, settings: Settings, argv: list[str], prompt:
     if capture is not None:
         _print_captured(capture, opts)
     return code
+
+
+def open_run(ctx: Context, opts: ClaudeOptions, model: str) -> tuple[Session, ClaudeRun]:
+    """The session the flags select (its transcript opened, a forked
+    history copied in) and the run that continues it."""
+    settings = ctx.settings
+    session = resolve_session(
+        ctx.cwd,
+        resume=opts.resume,
+        continue_=opts.continue_,
+        session_id=opts.session_id,
+        fork=opts.fork,
+        resume_mode=settings.resume_mode,
+        new_id=ctx.ids.uuid4,
+    )
+    path = None if opts.no_persist else session.path
+    transcript = Transcript(
+        path, session.file_id, ctx.cwd, settings.version, ctx.clock, parent=session.parent
+    )
+    if session.copy_from and path is not None:
+        transcript.write_raw(dumps(dict(e, sessionId=session.file_id)) for e in session.copy_from)
+    run = ClaudeRun(
+        ctx,
+        opts,
+        model=model,
+        session_id=session.session_id,
+        transcript=transcript,
+        previous_prompt=session.previous_prompt,
+    )
+    return session, run
 
 
 def _unknown_model(run: ClaudeRun) -> Iterator[Step]:

@@ -15,8 +15,7 @@ import sys
 from collections.abc import Iterator
 
 from weft.agents.fake import directives as dirs
-from weft.agents.fake.claude import ClaudeOptions, ClaudeRun, resolve_model
-from weft.agents.fake.claude_session import Transcript, resolve_session
+from weft.agents.fake.claude import ClaudeOptions, open_run, resolve_model
 from weft.agents.fake.common import (
     Clock,
     JsonObj,
@@ -24,7 +23,7 @@ from weft.agents.fake.common import (
     make_rng,
     write_record,
 )
-from weft.agents.fake.output import Emit, Exit, Runner, Stderr, Step, dumps
+from weft.agents.fake.output import Emit, Exit, Runner, Stderr, Step
 from weft.agents.fake.scenarios import Context, choose_scenario
 
 
@@ -59,29 +58,7 @@ def run_stream_input(opts: ClaudeOptions, settings: Settings, argv: list[str]) -
         scenario="success",
         params={},
     )
-    session = resolve_session(
-        ctx.cwd,
-        resume=opts.resume,
-        continue_=opts.continue_,
-        session_id=opts.session_id,
-        fork=opts.fork,
-        resume_mode=settings.resume_mode,
-        new_id=ctx.ids.uuid4,
-    )
-    path = None if opts.no_persist else session.path
-    transcript = Transcript(
-        path, session.file_id, ctx.cwd, settings.version, clock, parent=session.parent
-    )
-    if session.copy_from and path is not None:
-        transcript.write_raw(dumps(dict(e, sessionId=session.file_id)) for e in session.copy_from)
-    run = ClaudeRun(
-        ctx,
-        opts,
-        model=resolve_model(opts.model_arg),
-        session_id=session.session_id,
-        transcript=transcript,
-        previous_prompt=session.previous_prompt,
-    )
+    session, run = open_run(ctx, opts, resolve_model(opts.model_arg))
     received: list[str] = []
     write_record(settings, "claude", argv, "", {"prompt": None})
 
