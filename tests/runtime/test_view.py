@@ -121,6 +121,20 @@ class Recorder:
     def emit(self, kind: str, data: Any, codon: str | None = None) -> None:
         self.manager.emit(kind, data, run_id=self.run_id, codon_id=codon)
 
+    def start_run(self, plan: list[core.PlanEntry] | None = None) -> None:
+        """A fresh run ``RUN`` (with ``plan`` as its execution plan)."""
+        self.t(
+            core.RunStarted(
+                run_id=RUN,
+                run_folder="f",
+                git_branch="b",
+                starting_conditions=core.Fresh(),
+                server_pid=1,
+                start_time="t",
+                execution_plan=plan,
+            )
+        )
+
     def to_running(self, codon: str) -> None:
         self.t(
             core.CodonStarted(run_id=RUN, codon_id=codon, start_time="t"),
@@ -487,16 +501,7 @@ async def test_the_active_codon_shows_its_rig_command_then_its_elapsed_time() ->
 
 async def test_a_crashed_run_fails_its_active_codon() -> None:
     rec = Recorder()
-    rec.t(
-        core.RunStarted(
-            run_id=RUN,
-            run_folder="f",
-            git_branch="b",
-            starting_conditions=core.Fresh(),
-            server_pid=1,
-            start_time="t",
-        )
-    )
+    rec.start_run()
     rec.to_running("a")
     rec.spend("a", 0.25, usage(10))
     rec.t(core.RunCrashed(run_id=RUN, detected_at="t", last_codon_status="running"))
@@ -569,16 +574,7 @@ def test_the_model_total_equals_the_core_for_any_spending(
 ) -> None:
     async def scenario() -> tuple[RunProgress, float]:
         rec = Recorder()
-        rec.t(
-            core.RunStarted(
-                run_id=RUN,
-                run_folder="f",
-                git_branch="b",
-                starting_conditions=core.Fresh(),
-                server_pid=1,
-                start_time="t",
-            )
-        )
+        rec.start_run()
         for k, (increments, final, end) in enumerate(attempts):
             codon = f"c{k % 2}"  # two codons, so some attempts are retries
             rec.to_running(codon)
@@ -650,16 +646,7 @@ async def test_headless_writes_a_timestamped_line_per_state_change_and_notable_e
 
 async def test_headless_never_writes_a_line_per_token_event() -> None:
     rec = Recorder()
-    rec.t(
-        core.RunStarted(
-            run_id=RUN,
-            run_folder="f",
-            git_branch="b",
-            starting_conditions=core.Fresh(),
-            server_pid=1,
-            start_time="t",
-        )
-    )
+    rec.start_run()
     rec.to_running("a")
     head = len(await rec.flush())
     for _ in range(300):
@@ -679,16 +666,7 @@ async def test_headless_never_writes_a_line_per_token_event() -> None:
 
 async def test_headless_progress_lines_for_a_long_codon_are_throttled() -> None:
     rec = Recorder()
-    rec.t(
-        core.RunStarted(
-            run_id=RUN,
-            run_folder="f",
-            git_branch="b",
-            starting_conditions=core.Fresh(),
-            server_pid=1,
-            start_time="t",
-        )
-    )
+    rec.start_run()
     rec.to_running("a")
     rec.spend("a", 0.5, usage(1500))
     items = restamp(await rec.flush())
@@ -714,16 +692,7 @@ async def test_headless_progress_lines_for_a_long_codon_are_throttled() -> None:
 
 async def test_headless_timer_writes_progress_on_the_loop_without_events() -> None:
     rec = Recorder()
-    rec.t(
-        core.RunStarted(
-            run_id=RUN,
-            run_folder="f",
-            git_branch="b",
-            starting_conditions=core.Fresh(),
-            server_pid=1,
-            start_time="t",
-        )
-    )
+    rec.start_run()
     rec.to_running("a")
     items = await rec.flush()
     out = io.StringIO()
@@ -843,16 +812,7 @@ async def test_live_view_renders_codon_rows_with_states_and_costs() -> None:
 
 async def test_live_view_does_not_render_per_event() -> None:
     rec = Recorder()
-    rec.t(
-        core.RunStarted(
-            run_id=RUN,
-            run_folder="f",
-            git_branch="b",
-            starting_conditions=core.Fresh(),
-            server_pid=1,
-            start_time="t",
-        )
-    )
+    rec.start_run()
     rec.to_running("a")
     head = len(await rec.flush())
     for _ in range(500):
@@ -963,16 +923,7 @@ def test_a_view_started_before_the_loop_refreshes_on_it_and_stops_after_it() -> 
         rec = Recorder()
         rec.manager.add_listener(live.on_event)
         rec.manager.add_listener(headless.on_event)
-        rec.t(
-            core.RunStarted(
-                run_id=RUN,
-                run_folder="f",
-                git_branch="b",
-                starting_conditions=core.Fresh(),
-                server_pid=1,
-                start_time="t",
-            )
-        )
+        rec.start_run()
         rec.to_running("a")
         rec.spend("a", 0.125, usage(10))
         await rec.flush()
