@@ -33,6 +33,7 @@ from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
 from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, read_token
+from weft.server.auth import read_read_token
 from weft.store import Journal
 from weft.store.execution import DATABASE
 
@@ -200,8 +201,9 @@ async def test_the_port_is_in_the_lock_file_while_the_run_lasts(tmp_path: Path) 
     async with live_run(tmp_path, *two_codons()) as live:
         lock = json.loads((live.execution / ".weft" / "runtime.lock").read_text())
         assert lock["port"] == live.server.port > 0
-        # A read-only client needs no token on loopback; it may not steer.
-        async with weft.client.connect(live.server.url) as c:
+        # A read-only client (the read token) may not steer.
+        read = read_read_token(live.execution / ".weft")
+        async with weft.client.connect(live.server.url, token=read, mode="readonly") as c:
             with pytest.raises(weft.client.CommandError) as refused:
                 await c.command("codon.next")
             assert refused.value.code == "INSUFFICIENT_PERMISSIONS"
@@ -216,14 +218,15 @@ async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: 
         await run_all(w, 2)
         assert workspace_files(live.execution)["a.md"] == "changed by b"
 
-        await w.client.command("checkpoint.list")
-        listing = await w.next("checkpoint.list")
-        assert [(c["codonId"], c["checkpointType"]) for c in listing.data["checkpoints"]] == [
+        listing = await w.client.checkpoint_list()
+        assert [(c["codonId"], c["checkpointType"]) for c in listing["checkpoints"]] == [
             ("b", "completed"),
             ("a", "completed"),
         ]
-        assert all(c["onThread"] for c in listing.data["checkpoints"])
-        a_end = listing.data["checkpoints"][1]["sha"]
+        assert all(c["onThread"] for c in listing["checkpoints"])
+        a_end = listing["checkpoints"][1]["sha"]
+        # Asking journaled nothing: the list came to this client alone.
+        assert not any(e.type == "checkpoint.list" for e in w.events)
 
         await w.client.command("rollback.toCodon", {"codonId": "a", "checkpointType": "end"})
         started = await w.next("rollback.started")

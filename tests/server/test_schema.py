@@ -49,7 +49,7 @@ def test_every_example_decodes_with_the_types_that_encode_it() -> None:
     for example in examples():
         kind, name = kind_of(example), example["type"]
         if kind == "command":
-            session = Session("c", token=token, loopback=True)
+            session = Session("c", token=token)
             if name != "handshake":
                 shake = {"type": "handshake", "data": {"mode": "readandwrite", "token": token}}
                 session.receive(json.dumps(shake), ServerView())
