@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from tests.runtime.hanks import (
     codon,
@@ -422,3 +423,33 @@ async def test_a_second_rollback_while_one_runs_is_refused(tmp_path: Path) -> No
         await w.idle("rollback-completed")
         assert len(w.of("rollback.started")) == 1
         await shut_down(w, live)
+
+
+async def test_hank_env_values_reach_the_agent_but_never_the_journal_or_the_wire(
+    tmp_path: Path,
+) -> None:
+    secret = "sk-live-5f1c2a7e8d4b4e0a9b1f"
+    record = tmp_path / "record.json"
+    a = codon(
+        "a", write_file("a.md", "from a"), env={"FAKE_AGENT_HANK_VALUE": secret}, record=record
+    )
+    async with live_run(tmp_path, a, codon("b", env={"OTHER": secret + "-2"})) as live:
+        async with watching(live) as w:
+            await run_all(w, 2)
+            wire = msgspec.json.encode([(e.type, e.data) for e in w.events])
+            listing = await w.client.checkpoint_list()
+        await live.runtime.stop()
+    # The agent got the value: redaction is for what is kept and sent.
+    assert json.loads(record.read_text())["env"]["FAKE_AGENT_HANK_VALUE"] == secret
+    started = next(data for kind, data in msgspec.json.decode(wire) if kind == "RunStarted")
+    assert started["executionPlan"][0]["codon"]["env"] == {
+        "FAKE_AGENT_HANK_VALUE": "***",
+        "FAKE_AGENT_RECORD": "***",
+    }
+    assert secret.encode() not in wire
+    assert secret.encode() not in msgspec.json.encode(listing)
+    # Nothing Weft keeps has it: the journal (db, WAL), state.json, logs, tokens.
+    kept = [p for p in (live.execution / ".weft").rglob("*") if p.is_file()]
+    assert any(p.name == DATABASE for p in kept)
+    for path in kept:
+        assert secret.encode() not in path.read_bytes(), path
