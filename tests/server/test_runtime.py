@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import websockets.asyncio.client
 from tests.runtime.hanks import (
     codon,
     fake_environment,
@@ -35,6 +36,7 @@ from weft.runtime.execution import prepare_execution
 from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, read_token
 from weft.server.auth import read_read_token
+from weft.server.session import READ_BURST
 from weft.store import Journal
 from weft.store.execution import DATABASE
 
@@ -453,3 +455,39 @@ async def test_hank_env_values_reach_the_agent_but_never_the_journal_or_the_wire
     assert any(p.name == DATABASE for p in kept)
     for path in kept:
         assert secret.encode() not in path.read_bytes(), path
+
+
+async def test_a_flood_of_checkpoint_lists_journals_nothing_and_is_rate_limited(
+    tmp_path: Path,
+) -> None:
+    async with live_run(tmp_path, *two_codons()) as live:
+        async with watching(live) as w:
+            await run_all(w, 2)
+            before = w.events[-1].seq
+        read = read_read_token(live.execution / ".weft")
+        async with websockets.asyncio.client.connect(live.server.url, max_size=None) as ws:
+            shake = {"mode": "readonly", "token": read}
+            await ws.send(json.dumps({"type": "handshake", "data": shake}))
+            for _ in range(2):
+                await ws.recv()
+            flood = 2000  # the figure: +2.2 MB of journal before
+            for i in range(flood):
+                await ws.send(json.dumps({"type": "checkpoint.list", "id": i}))
+            kinds: dict[str, int] = {}
+            answered: set[int] = set()
+            while len(answered) < flood:
+                reply = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                kind = reply["type"] if reply["type"] != "error" else reply["data"]["code"]
+                kinds[kind] = kinds.get(kind, 0) + 1
+                if kind in ("command.ack", "RATE_LIMITED"):
+                    answered.add(reply["data"]["commandId"])
+        journal = Journal.open(live.execution / ".weft" / DATABASE, readonly=True, check=False)
+        try:
+            types = [e.type for page in journal.pages() for e in page]
+        finally:
+            journal.close()
+        await live.runtime.stop()
+    assert len(types) == before  # not one event journaled for 2,000 requests
+    assert "checkpoint.list" not in types
+    assert kinds["checkpoint.list"] == kinds["command.ack"] >= READ_BURST
+    assert kinds["RATE_LIMITED"] >= flood - 2 * READ_BURST
