@@ -2,7 +2,7 @@
 
 ::
 
-    async with weft.client.connect("ws://127.0.0.1:8765") as c:
+    async with weft.client.connect(url, token=read_token, mode="readonly") as c:
         async for event in c.events(replay=True):      # the whole journal, then live
             print(event.seq, event.type, event.data)
 

@@ -229,7 +229,7 @@ class Session:
                 error_message(
                     Code.HANDSHAKE_REQUIRED,
                     "Handshake required before sending commands: send "
-                    '{"type": "handshake", "data": {"mode": "readonly"}} first',
+                    '{"type": "handshake", "data": {"mode": "readonly", "token": "..."}} first',
                     command=name,
                     command_id=command_id,
                 )
