@@ -51,7 +51,7 @@ def _percentile(values: array[int] | list[int], q: float) -> float:
 # --------------------------------------------------------------------------- live fan-out
 
 
-async def _clients(url: str, n: int, expected: int, ready: Connection) -> bytes:
+async def _clients(url: str, token: str, n: int, expected: int, ready: Connection) -> bytes:
     latencies = array("q")
 
     async def one(c: weft.client.Client) -> None:
@@ -65,7 +65,7 @@ async def _clients(url: str, n: int, expected: int, ready: Connection) -> bytes:
 
     clients = []
     for _ in range(n):
-        cm = weft.client.connect(url)
+        cm = weft.client.connect(url, token=token, mode="readonly")
         clients.append((cm, await cm.__aenter__()))
     ready.send("ready")
     await asyncio.gather(*(one(c) for _, c in clients))
@@ -74,9 +74,9 @@ async def _clients(url: str, n: int, expected: int, ready: Connection) -> bytes:
     return latencies.tobytes()
 
 
-def _client_process(url: str, n: int, expected: int, pipe: Connection) -> None:
+def _client_process(url: str, token: str, n: int, expected: int, pipe: Connection) -> None:
     """A process of ``n`` clients; sends back every latency it measured (ns)."""
-    result = uvloop.run(_clients(url, n, expected, pipe))
+    result = uvloop.run(_clients(url, token, n, expected, pipe))
     pipe.send_bytes(result)
 
 
@@ -128,7 +128,8 @@ class _LiveRig:
         for _ in range(CLIENT_PROCESSES if self.clients else 0):
             mine, theirs = context.Pipe()
             process = context.Process(
-                target=_client_process, args=(self.server.url, per, self.total, theirs)
+                target=_client_process,
+                args=(self.server.url, self.server.read_token, per, self.total, theirs),
             )
             process.start()
             self.pipes.append(mine)
@@ -231,7 +232,9 @@ async def _replay(store: ExecutionStore, limit: int, page_size: int | None) -> i
     )
     count = 0
     try:
-        async with weft.client.connect(server.url, page_size=page_size) as c:
+        async with weft.client.connect(
+            server.url, token=server.read_token, mode="readonly", page_size=page_size
+        ) as c:
             async for batch in c.batches(replay=True):
                 count += len(batch)
                 if count >= limit:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from weft import core
 from weft.config.schema import ContextExceeded, Hank, IterationLimit, Loop
 from weft.errors import ConfigError
-from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
+from weft.plan import REDACTED, ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
 
 # ----------------------------------------------------------------------------- builders
 
@@ -351,6 +351,36 @@ def test_a_meaningful_null_survives_the_state_round_trip() -> None:
 
     assert condition == {"path": "error", "operator": "notEquals", "value": None}
     assert ExecutionPlan.from_state(state, hank) == plan
+
+
+def test_env_values_are_redacted_in_the_stored_plan_and_come_back_from_the_hank() -> None:
+    secret = "sk-live-0123456789abcdef"
+    hank = make_hank(
+        codon("a", env={"API_KEY": secret, "MODE": "fast"}),
+        loop("l", [codon("b", env={"TOKEN": secret + "-b"})]),
+    )
+    plan = ExecutionPlan.from_hank(hank)
+    stored = json.dumps(plan.to_state()) + json.dumps(
+        [msgspec.to_builtins(e) for e in plan.to_entries()]
+    )
+    assert secret not in stored
+    state = json.loads(json.dumps(plan.to_state()))
+    assert state[0]["codon"]["env"] == {"API_KEY": REDACTED, "MODE": REDACTED}
+    assert state[1]["codon"]["env"] == {"TOKEN": REDACTED}
+    # A restart takes the values from hank.json (today's values, if they changed).
+    assert ExecutionPlan.from_state(state, hank) == plan
+    rotated = make_hank(
+        codon("a", env={"API_KEY": "sk-new", "MODE": "fast"}),
+        loop("l", [codon("b", env={"TOKEN": "t"})]),
+    )
+    restarted = ExecutionPlan.from_state(state, rotated)
+    assert restarted["a"].codon.env == {"API_KEY": "sk-new", "MODE": "fast"}
+    assert restarted["b#0"].codon.env == {"TOKEN": "t"}
+    # A variable hank.json no longer sets cannot be made up: a clear error.
+    dropped = make_hank(codon("a", env={"MODE": "fast"}), loop("l", [codon("b")]))
+    with pytest.raises(ConfigError, match="needs env API_KEY") as refused:
+        ExecutionPlan.from_state(state, dropped)
+    assert "add them back" in str(refused.value)
 
 
 def test_the_compiled_core_stores_the_plan_and_its_extensions_exactly() -> None:

@@ -2,12 +2,18 @@
 
 ::
 
-    async with weft.client.connect("ws://127.0.0.1:8765") as c:
+    async with weft.client.connect(url, token=read_token, mode="readonly") as c:
         async for event in c.events(replay=True):      # the whole journal, then live
             print(event.seq, event.type, event.data)
 
     async with weft.client.connect(url, token=token) as c:   # read-write
         await c.command("codon.next")
+
+Every connection needs a token: the execution's read-write token
+(``.weft/server.token``) or its read token (``.weft/server-read.token``, with
+``mode="readonly"``); :func:`weft.server.client_token` picks the best one a
+process can read. Only a server started with ``--allow-anonymous-read`` lets
+a token-less client read.
 
 :meth:`Client.events` yields every journaled event exactly once and in seq
 order. ``replay=True`` starts from the journal's first event, ``replay=n``
@@ -187,6 +193,7 @@ class Client:
         self._closing = False
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[_Reply]] = {}
+        self._listings: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._syncs: dict[str, _Sync] = {}
         self.client_id = ""
         self.server: ServerReady | None = None
@@ -349,6 +356,12 @@ class Client:
                     sync.pages.put_nowait(_END)
             else:
                 await self._put(page.events)  # a resume's catch-up: part of the stream
+        elif kind == "checkpoint.list":
+            listing = msgspec.json.decode(head.data)
+            key = str(listing.get("commandId")) if isinstance(listing, dict) else ""
+            pending = self._listings.pop(key, None)
+            if pending is not None and not pending.done():
+                pending.set_result(listing)
         elif kind in ("command.ack", "error", "pong"):
             reply = _reply.decode(head.data)
             key = str(reply.command_id)
@@ -509,6 +522,30 @@ class Client:
         finally:
             self._waiting.pop(key, None)
 
+    async def checkpoint_list(
+        self, run_id: str | None = None, *, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """The execution's checkpoints (of every run, or of ``run_id``), newest
+        first: the data of the server's ``checkpoint.list`` answer
+        (``checkpoints``, ``currentBranch``). Raises :class:`CommandError` when refused."""
+        key = f"cmd-{next(self._ids)}"
+        loop = asyncio.get_running_loop()
+        acked: asyncio.Future[_Reply] = loop.create_future()
+        listing: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._waiting[key] = acked
+        self._listings[key] = listing
+        message: dict[str, Any] = {"id": key, "type": "checkpoint.list"}
+        if run_id is not None:
+            message["data"] = {"runId": run_id}
+        try:
+            await self._send(message)
+            async with asyncio.timeout(timeout):
+                await acked  # the server sends the list, then the ack
+                return await listing
+        finally:
+            self._waiting.pop(key, None)
+            self._listings.pop(key, None)
+
     async def ping(self, *, timeout: float = 10.0) -> float:
         """Round-trip time of a protocol ``ping``, in seconds."""
         key = f"ping-{next(self._ids)}"
@@ -541,8 +578,9 @@ async def connect(
     """Connects and shakes hands; closes on exit.
 
     ``mode`` defaults to read-write when a ``token`` is given, read-only
-    otherwise. ``after_seq`` resumes: the stream starts right after that
-    event. ``send_previous`` asks for the last 50 events (:attr:`Client.history`).
+    otherwise; pass ``mode="readonly"`` with a read token. ``after_seq``
+    resumes: the stream starts right after that event. ``send_previous``
+    asks for the last 50 events (:attr:`Client.history`).
     ``buffer`` is how many received events may wait for the consumer.
     """
     client = Client(

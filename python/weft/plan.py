@@ -32,7 +32,10 @@ an iteration twice: what is already there is not inserted again.
 The plan is stored in the state document's ``executionPlan``
 (:meth:`ExecutionPlan.to_state`) and rebuilt from it after a restart
 (:meth:`ExecutionPlan.from_state`); the stored entries win, and the hank only
-supplies the loop definitions for iterations still to come.
+supplies the loop definitions for iterations still to come, and the values of
+codon ``env`` variables: the stored plan is journaled and sent to every
+WebSocket client, so it keeps each variable's name and :data:`REDACTED` for
+its value (an API key must not sit in the journal).
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ __all__ = [
     "iteration_codon_id",
     "plan_transitions",
 ]
+
+REDACTED = "***"
+"""What a codon ``env`` value is in the journaled plan."""
 
 HANK_FILE = "hank.json"
 STATE_FILE = "state.json"
@@ -115,10 +121,11 @@ class PlannedCodon:
 
     def to_state(self) -> dict[str, Any]:
         """The entry as it appears in the state document's ``executionPlan``."""
-        entry: dict[str, Any] = {
-            "codonId": self.codon_id,
-            "codon": _to_json(self.codon),
-        }
+        codon = _to_json(self.codon)
+        if codon.get("env"):
+            # Journaled and sent to clients: the names are kept, never the values.
+            codon["env"] = dict.fromkeys(codon["env"], REDACTED)
+        entry: dict[str, Any] = {"codonId": self.codon_id, "codon": codon}
         if self.loop_context is not None:
             entry["loopContext"] = msgspec.to_builtins(self.loop_context)
         return entry
@@ -208,7 +215,11 @@ class ExecutionPlan:
         which happens when hank.json changed under an execution.
         """
         loops = {item.id: item for item in hank.hank if isinstance(item, Loop)}
-        planned = [_from_state_entry(i, raw, loops) for i, raw in enumerate(entries)]
+        codons = {item.id: item for item in hank.hank if not isinstance(item, Loop)}
+        planned = [
+            _with_env(i, _from_state_entry(i, raw, loops), codons, loops)
+            for i, raw in enumerate(entries)
+        ]
         plan = cls(planned, loops)
         plan._check_unique(STATE_FILE)
         return plan
@@ -451,6 +462,35 @@ def _error(file: str, path: str, message: str, *, code: str, hint: str) -> Confi
 
 
 _CHANGED_HANK = "restore hank.json as it was when the execution started, or start a new execution"
+
+
+def _with_env(
+    index: int, entry: PlannedCodon, codons: Mapping[str, Codon], loops: Mapping[str, Loop]
+) -> PlannedCodon:
+    """``entry`` with its redacted ``env`` values taken from the hank again."""
+    env = entry.codon.env
+    if not any(value == REDACTED for value in env.values()):
+        return entry
+    context = entry.loop_context
+    source = (
+        codons.get(entry.codon.id)
+        if context is None
+        else loops[context.loop_id].codons[context.codon_index_in_loop]
+    )
+    given = {} if source is None else source.env
+    missing = sorted(name for name, value in env.items() if value == REDACTED and name not in given)
+    if missing:
+        raise _error(
+            STATE_FILE,
+            f"executionPlan[{index}].codon.env",
+            f"codon {entry.codon_id!r} needs env {', '.join(missing)}, whose values are not "
+            "journaled and which hank.json no longer sets",
+            code="plan_mismatch",
+            hint="add them back to the codon's env in hank.json, or start a new execution",
+        )
+    restored = {name: given[name] if value == REDACTED else value for name, value in env.items()}
+    codon = msgspec.structs.replace(entry.codon, env=restored)
+    return PlannedCodon(entry.codon_id, codon, entry.loop_context)
 
 
 def _from_state_entry(

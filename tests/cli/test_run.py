@@ -383,3 +383,19 @@ def test_the_run_prints_its_server_and_writes_the_port_to_the_lock(
         child.send_signal(signal.SIGINT)
         child.wait(timeout=TIMEOUT)
     assert child.returncode == 130
+
+
+def test_anonymous_reads_are_an_opt_in_said_at_start(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "a")))
+    plain = weft("run", hank, "--execution", tmp_path / "x", "--headless", env=env, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert "anonymous reads are on" not in plain.stdout
+    for how, extra in (("flag", {}), ("setting", {"WEFT_RUNTIME_ALLOW_ANONYMOUS_READ": "1"})):
+        args = ["--allow-anonymous-read"] if how == "flag" else []
+        result = weft(
+            "run", hank, "--execution", tmp_path / how, "--headless", *args,
+            env={**env, **extra}, cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "warning: anonymous reads are on" in result.stdout, how
+        no_traceback(result)

@@ -20,12 +20,16 @@ import msgspec
 from tests.builders import lifecycle, run_started
 from websockets.asyncio.client import ClientConnection, connect
 
+from weft.events.stream import CheckpointListEvent
 from weft.server import JournalHistory, ProtocolServer, ServerConfig
 from weft.server.server import RollbackHandler, RuntimeCommands
 from weft.state import StateManager
 from weft.store import ExecutionStore, Journal
 
 TOKEN = "test-token-0123456789"
+"""The test servers' read-write token."""
+READ_TOKEN = "test-read-token-0123456789"
+"""The test servers' read token."""
 
 
 class Recorder:
@@ -49,8 +53,9 @@ class Rollbacks:
         self.rolling_back = False
         self.calls: list[tuple[str, Any]] = []
 
-    async def checkpoint_list(self, run_id: str | None) -> None:
+    async def checkpoint_list(self, run_id: str | None) -> CheckpointListEvent:
         self.calls.append(("checkpoint.list", run_id))
+        return CheckpointListEvent(checkpoints=[], current_branch="run-r1", run_id=run_id)
 
     async def rollback(self, command: str, data: msgspec.Struct) -> None:
         self.calls.append((command, msgspec.to_builtins(data)))
@@ -115,6 +120,7 @@ async def running(
         manager,
         JournalHistory(store.journal.path),
         token=token,
+        read_token=READ_TOKEN,
         commands=commands,
         rollback=rollback,
         config=config or ServerConfig(ping_interval=None),
@@ -144,7 +150,11 @@ class Raw:
         return message
 
     async def handshake(self, **data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Shakes hands with the token its mode needs (``token=None``: none)."""
         data.setdefault("mode", "readonly")
+        data.setdefault("token", READ_TOKEN if data["mode"] == "readonly" else TOKEN)
+        if data["token"] is None:
+            del data["token"]
         await self.send({"type": "handshake", "data": data})
         response = await self.recv()
         if response["type"] != "handshake.response":

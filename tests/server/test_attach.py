@@ -160,20 +160,35 @@ async def test_attach_says_why_there_is_nothing_to_attach_to(tmp_path: Path) -> 
         assert "Traceback" not in err.decode()
 
 
-async def test_a_refused_token_falls_back_to_read_only(tmp_path: Path) -> None:
+async def test_a_read_token_given_with_token_attaches_read_only(tmp_path: Path) -> None:
+    async with running(tmp_path, events=2) as h:
+        server = await start_server(h.manager, h.store)
+        try:
+            attach = await weft(
+                "attach", str(h.store.weft_dir.parent), "--headless", "--token", server.read_token
+            )
+            lines: list[str] = []
+            await line_with(attach, "refused for read-write; attaching read-only", lines)
+            await line_with(attach, "(read-only)", lines)
+        finally:
+            await server.close()
+        await asyncio.wait_for(attach.communicate(), 30)
+    assert attach.returncode == 1  # the run never started, so it did not complete
+
+
+async def test_a_wrong_token_is_a_clear_error(tmp_path: Path) -> None:
     async with running(tmp_path, events=2) as h:
         server = await start_server(h.manager, h.store)
         try:
             attach = await weft(
                 "attach", str(h.store.weft_dir.parent), "--headless", "--token", "not-it"
             )
-            lines: list[str] = []
-            await line_with(attach, "the token was refused; attaching read-only", lines)
-            await line_with(attach, "(read-only)", lines)
+            _, err = await asyncio.wait_for(attach.communicate(), 30)
         finally:
             await server.close()
-        await asyncio.wait_for(attach.communicate(), 30)
-    assert attach.returncode == 1  # the run never started, so it did not complete
+    assert attach.returncode == 2
+    assert "a wrong token was given" in err.decode()
+    assert "Traceback" not in err.decode()
 
 
 async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Path) -> None:

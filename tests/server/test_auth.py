@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 
 from weft.server.auth import (
+    client_token,
     ensure_token,
+    ensure_tokens,
     is_local_origin,
     is_loopback,
+    read_read_token,
     read_token,
+    read_token_path,
     token_matches,
     token_path,
 )
@@ -88,3 +92,22 @@ def test_only_pages_served_from_this_machine_count_as_local(
     origin: str | None, local: bool
 ) -> None:
     assert is_local_origin(origin) is local
+
+
+def test_both_tokens_are_made_private_distinct_and_reused(tmp_path: Path) -> None:
+    tokens = ensure_tokens(tmp_path)
+    assert tokens.read != tokens.readwrite
+    for path in (token_path(tmp_path), read_token_path(tmp_path)):
+        assert mode_of(path) == 0o600
+    assert ensure_tokens(tmp_path) == tokens
+    assert (read_token(tmp_path), read_read_token(tmp_path)) == (tokens.readwrite, tokens.read)
+
+
+def test_a_client_takes_the_read_write_token_when_it_can_else_the_read_token(
+    tmp_path: Path,
+) -> None:
+    assert client_token(tmp_path) is None
+    tokens = ensure_tokens(tmp_path)
+    assert client_token(tmp_path) == (tokens.readwrite, "readandwrite")
+    token_path(tmp_path).unlink()  # as if unreadable to this user
+    assert client_token(tmp_path) == (tokens.read, "readonly")

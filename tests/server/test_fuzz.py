@@ -170,7 +170,7 @@ def test_random_input_never_stops_the_server_answering(
 
 def test_the_server_is_alive_and_steerable_after_the_fuzzing(live: Live) -> None:
     with connect(live.url, max_size=None) as ws:
-        ws.send(json.dumps({"type": "handshake", "data": {"mode": "readonly"}}))
+        ws.send(json.dumps({"type": "handshake", "data": {"mode": "readonly", "token": TOKEN}}))
         assert json.loads(ws.recv(timeout=10))["type"] == "handshake.response"
         assert json.loads(ws.recv(timeout=10))["type"] == "server.ready"
         ws.send(json.dumps({"type": "history.sync", "id": 1, "data": {"afterSeq": 0}}))

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import websockets.asyncio.client
 from tests.runtime.hanks import (
     codon,
     fake_environment,
@@ -33,6 +35,8 @@ from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
 from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, read_token
+from weft.server.auth import read_read_token
+from weft.server.session import READ_BURST
 from weft.store import Journal
 from weft.store.execution import DATABASE
 
@@ -200,8 +204,9 @@ async def test_the_port_is_in_the_lock_file_while_the_run_lasts(tmp_path: Path) 
     async with live_run(tmp_path, *two_codons()) as live:
         lock = json.loads((live.execution / ".weft" / "runtime.lock").read_text())
         assert lock["port"] == live.server.port > 0
-        # A read-only client needs no token on loopback; it may not steer.
-        async with weft.client.connect(live.server.url) as c:
+        # A read-only client (the read token) may not steer.
+        read = read_read_token(live.execution / ".weft")
+        async with weft.client.connect(live.server.url, token=read, mode="readonly") as c:
             with pytest.raises(weft.client.CommandError) as refused:
                 await c.command("codon.next")
             assert refused.value.code == "INSUFFICIENT_PERMISSIONS"
@@ -216,14 +221,15 @@ async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: 
         await run_all(w, 2)
         assert workspace_files(live.execution)["a.md"] == "changed by b"
 
-        await w.client.command("checkpoint.list")
-        listing = await w.next("checkpoint.list")
-        assert [(c["codonId"], c["checkpointType"]) for c in listing.data["checkpoints"]] == [
+        listing = await w.client.checkpoint_list()
+        assert [(c["codonId"], c["checkpointType"]) for c in listing["checkpoints"]] == [
             ("b", "completed"),
             ("a", "completed"),
         ]
-        assert all(c["onThread"] for c in listing.data["checkpoints"])
-        a_end = listing.data["checkpoints"][1]["sha"]
+        assert all(c["onThread"] for c in listing["checkpoints"])
+        a_end = listing["checkpoints"][1]["sha"]
+        # Asking journaled nothing: the list came to this client alone.
+        assert not any(e.type == "checkpoint.list" for e in w.events)
 
         await w.client.command("rollback.toCodon", {"codonId": "a", "checkpointType": "end"})
         started = await w.next("rollback.started")
@@ -419,3 +425,69 @@ async def test_a_second_rollback_while_one_runs_is_refused(tmp_path: Path) -> No
         await w.idle("rollback-completed")
         assert len(w.of("rollback.started")) == 1
         await shut_down(w, live)
+
+
+async def test_hank_env_values_reach_the_agent_but_never_the_journal_or_the_wire(
+    tmp_path: Path,
+) -> None:
+    secret = "sk-live-5f1c2a7e8d4b4e0a9b1f"
+    record = tmp_path / "record.json"
+    a = codon(
+        "a", write_file("a.md", "from a"), env={"FAKE_AGENT_HANK_VALUE": secret}, record=record
+    )
+    async with live_run(tmp_path, a, codon("b", env={"OTHER": secret + "-2"})) as live:
+        async with watching(live) as w:
+            await run_all(w, 2)
+            wire = msgspec.json.encode([(e.type, e.data) for e in w.events])
+            listing = await w.client.checkpoint_list()
+        await live.runtime.stop()
+    # The agent got the value: redaction is for what is kept and sent.
+    assert json.loads(record.read_text())["env"]["FAKE_AGENT_HANK_VALUE"] == secret
+    started = next(data for kind, data in msgspec.json.decode(wire) if kind == "RunStarted")
+    assert started["executionPlan"][0]["codon"]["env"] == {
+        "FAKE_AGENT_HANK_VALUE": "***",
+        "FAKE_AGENT_RECORD": "***",
+    }
+    assert secret.encode() not in wire
+    assert secret.encode() not in msgspec.json.encode(listing)
+    # Nothing Weft keeps has it: the journal (db, WAL), state.json, logs, tokens.
+    kept = [p for p in (live.execution / ".weft").rglob("*") if p.is_file()]
+    assert any(p.name == DATABASE for p in kept)
+    for path in kept:
+        assert secret.encode() not in path.read_bytes(), path
+
+
+async def test_a_flood_of_checkpoint_lists_journals_nothing_and_is_rate_limited(
+    tmp_path: Path,
+) -> None:
+    async with live_run(tmp_path, *two_codons()) as live:
+        async with watching(live) as w:
+            await run_all(w, 2)
+            before = w.events[-1].seq
+        read = read_read_token(live.execution / ".weft")
+        async with websockets.asyncio.client.connect(live.server.url, max_size=None) as ws:
+            shake = {"mode": "readonly", "token": read}
+            await ws.send(json.dumps({"type": "handshake", "data": shake}))
+            for _ in range(2):
+                await ws.recv()
+            flood = 2000  # the figure: +2.2 MB of journal before
+            for i in range(flood):
+                await ws.send(json.dumps({"type": "checkpoint.list", "id": i}))
+            kinds: dict[str, int] = {}
+            answered: set[int] = set()
+            while len(answered) < flood:
+                reply = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                kind = reply["type"] if reply["type"] != "error" else reply["data"]["code"]
+                kinds[kind] = kinds.get(kind, 0) + 1
+                if kind in ("command.ack", "RATE_LIMITED"):
+                    answered.add(reply["data"]["commandId"])
+        journal = Journal.open(live.execution / ".weft" / DATABASE, readonly=True, check=False)
+        try:
+            types = [e.type for page in journal.pages() for e in page]
+        finally:
+            journal.close()
+        await live.runtime.stop()
+    assert len(types) == before  # not one event journaled for 2,000 requests
+    assert "checkpoint.list" not in types
+    assert kinds["checkpoint.list"] == kinds["command.ack"] >= READ_BURST
+    assert kinds["RATE_LIMITED"] >= flood - 2 * READ_BURST

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.server.helpers import TOKEN, Raw, Recorder, Rollbacks, raw, running, seqs_of
+from tests.server.helpers import (
+    READ_TOKEN,
+    TOKEN,
+    Raw,
+    Recorder,
+    Rollbacks,
+    raw,
+    running,
+    seqs_of,
+)
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -198,6 +207,15 @@ async def test_rollback_commands_go_to_the_handler_and_a_rollback_gates_steering
     ):
         await c.handshake(mode="readandwrite", token=TOKEN)
         await c.send({"id": 1, "type": "checkpoint.list", "data": {"runId": "r1"}})
+        # The list comes to the asker alone, as a connection message, then the ack.
+        listing = await c.until("checkpoint.list", commandId=1)
+        assert "seq" not in listing
+        assert listing["data"] == {
+            "checkpoints": [],
+            "currentBranch": "run-r1",
+            "runId": "r1",
+            "commandId": 1,
+        }
         await c.until("command.ack", commandId=1)
         await c.send(
             {"id": 2, "type": "rollback.toCheckpoint", "data": {"checkpointSha": "abc123"}}
@@ -239,14 +257,17 @@ async def test_ping_broadcast_reaches_every_handshaken_client_with_the_sender_s_
         assert first["data"]["code"] == "HANDSHAKE_REQUIRED"  # no broadcast pong before it
 
 
-async def test_a_web_page_from_elsewhere_needs_the_token_even_to_read(tmp_path: Path) -> None:
-    async with running(tmp_path) as h:
+async def test_a_web_page_from_elsewhere_needs_the_token_even_with_anonymous_reads(
+    tmp_path: Path,
+) -> None:
+    config = ServerConfig(ping_interval=None, allow_anonymous_read=True)
+    async with running(tmp_path, config=config) as h:
         async with raw(h.url, origin="https://evil.example") as c:
             await c.send({"type": "handshake", "data": {"mode": "readonly"}})
             assert (await c.recv())["data"]["code"] == "INVALID_TOKEN"
-            await c.handshake(token=TOKEN)
+            await c.handshake(token=READ_TOKEN)
         async with raw(h.url, origin="http://localhost:5173") as local:
-            await local.handshake()
+            await local.handshake(token=None)
 
 
 # --------------------------------------------------------------------------- exactly once
@@ -411,7 +432,8 @@ async def test_a_slow_client_is_dropped_with_a_resume_reason_and_slows_nobody(
         connect(h.url, max_queue=1, max_size=None) as slow,
         raw(h.url) as fast,
     ):
-        await slow.send(json.dumps({"type": "handshake", "data": {"mode": "readonly"}}))
+        shake = {"mode": "readonly", "token": READ_TOKEN}
+        await slow.send(json.dumps({"type": "handshake", "data": shake}))
         await fast.handshake(liveBatches=True)
         seen: list[int] = []
         reader = asyncio.create_task(_collect_until(fast, total, seen))
@@ -467,11 +489,17 @@ async def test_start_server_writes_its_port_to_the_lock_and_keeps_a_private_toke
             assert lock is not None
             assert lock.port == server.port != h.server.port
             token_file = weft_dir / "server.token"
-            assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
+            read_file = weft_dir / "server-read.token"
+            for path in (token_file, read_file):
+                assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
             assert token_file.read_text().strip() == server.token
+            assert read_file.read_text().strip() == server.read_token != server.token
             async with raw(server.url) as c:
                 response, _ = await c.handshake(mode="readandwrite", token=server.token)
                 assert response["data"]["mode"] == "readandwrite"
+            async with raw(server.url) as c:
+                response, _ = await c.handshake(token=server.read_token)
+                assert response["data"]["mode"] == "readonly"
         finally:
             await server.close()
 

@@ -10,14 +10,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from weft.server.protocol import COMMANDS, ReasonData, RollbackToCodonData
-from weft.server.session import Join, Ping, Reply, Run, SendHistory, ServerView, Session
+from weft.server.session import (
+    READ_BURST,
+    Join,
+    Ping,
+    Reply,
+    Run,
+    SendHistory,
+    ServerView,
+    Session,
+    TokenBucket,
+)
 
 TOKEN = "s3cret"
+READ = "r3ad"
 IDLE = ServerView()
 
 
-def session(*, loopback: bool = True) -> Session:
-    return Session("c1", token=TOKEN, loopback=loopback, page_size=500)
+def session(*, anonymous: bool = False) -> Session:
+    return Session("c1", token=TOKEN, read_token=READ, anonymous_read=anonymous, page_size=500)
 
 
 def send(s: Session, message: Any, view: ServerView = IDLE) -> Any:
@@ -34,9 +45,8 @@ def error_of(action: Any) -> dict[str, Any]:
 
 def joined(mode: str = "readonly", **data: Any) -> Session:
     s = session()
-    payload: dict[str, Any] = {"mode": mode, **data}
-    if mode == "readandwrite":
-        payload["token"] = TOKEN
+    payload: dict[str, Any] = {"mode": mode, "token": TOKEN if mode == "readandwrite" else READ}
+    payload.update(data)
     action = send(s, {"type": "handshake", "data": payload})
     assert isinstance(action, Join)
     s.joined(101)
@@ -63,6 +73,7 @@ def test_a_handshake_joins_with_what_the_client_asked_for() -> None:
             "type": "handshake",
             "data": {
                 "mode": "readonly",
+                "token": READ,
                 "sendPreviousEvents": True,
                 "afterSeq": 7,
                 "liveBatches": True,
@@ -74,7 +85,7 @@ def test_a_handshake_joins_with_what_the_client_asked_for() -> None:
     assert action == Join("readonly", True, 7, True, 25)
     assert s.mode == "readonly"
     plain = session()
-    assert send(plain, {"type": "handshake", "data": {"mode": "readonly"}}) == Join(
+    assert send(plain, {"type": "handshake", "data": {"mode": "readonly", "token": READ}}) == Join(
         "readonly", False, None, False, 500
     )
 
@@ -99,21 +110,30 @@ def test_a_malformed_handshake_says_which_field_is_wrong(data: Any, where: str) 
 
 
 @pytest.mark.parametrize(
-    ("mode", "loopback", "token", "allowed"),
+    ("mode", "anonymous", "token", "allowed"),
     [
-        ("readonly", True, None, True),
+        # Reading needs a token: the read token or the read-write one.
         ("readonly", False, None, False),
+        ("readonly", False, "nope", False),
+        ("readonly", False, READ, True),
         ("readonly", False, TOKEN, True),
+        # The opt-in lets token-less reads in, never a wrong token.
+        ("readonly", True, None, True),
+        ("readonly", True, "nope", False),
+        ("readonly", True, READ, True),
+        # Steering needs the read-write token, opt-in or not.
+        ("readandwrite", False, None, False),
         ("readandwrite", True, None, False),
-        ("readandwrite", True, "nope", False),
-        ("readandwrite", True, TOKEN, True),
+        ("readandwrite", False, "nope", False),
+        ("readandwrite", False, READ, False),
+        ("readandwrite", True, READ, False),
         ("readandwrite", False, TOKEN, True),
     ],
 )
-def test_tokens_and_the_loopback_rule(
-    mode: str, loopback: bool, token: str | None, allowed: bool
+def test_tokens_and_the_anonymous_read_opt_in(
+    mode: str, anonymous: bool, token: str | None, allowed: bool
 ) -> None:
-    s = session(loopback=loopback)
+    s = session(anonymous=anonymous)
     data: dict[str, Any] = {"mode": mode}
     if token is not None:
         data["token"] = token
@@ -214,7 +234,8 @@ def test_history_syncs_and_the_stream_never_overlap_and_leave_no_gap(
     joined_at: int, cursors: list[int]
 ) -> None:
     s = session()
-    assert isinstance(send(s, {"type": "handshake", "data": {"mode": "readonly"}}), Join)
+    handshake = {"type": "handshake", "data": {"mode": "readonly", "token": READ}}
+    assert isinstance(send(s, handshake), Join)
     s.joined(joined_at + 1)
     given_seqs = set(range(joined_at + 1, joined_at + 50))  # the live stream
     for cursor in [*cursors, 0]:
@@ -233,3 +254,89 @@ def test_any_bytes_get_an_answer_never_an_exception(message: bytes | str) -> Non
     for s in (session(), joined("readandwrite")):
         action = s.receive(message, IDLE)
         assert isinstance(action, Reply | Join | Run | SendHistory | Ping)
+
+
+def test_a_refused_token_says_where_the_tokens_are() -> None:
+    error = error_of(send(session(), {"type": "handshake", "data": {"mode": "readonly"}}))
+    assert error["code"] == "INVALID_TOKEN"
+    assert "none was given" in error["message"]
+    assert ".weft/server-read.token" in error["message"]
+    error = error_of(
+        send(session(), {"type": "handshake", "data": {"mode": "readandwrite", "token": READ}})
+    )
+    assert "a wrong token was given" in error["message"]
+    assert ".weft/server.token" in error["message"]
+
+
+def test_read_only_commands_are_rate_limited_per_connection() -> None:
+    s = joined("readonly")
+    at = ServerView(now=100.0)
+    answered = [send(s, {"id": i, "type": "ping"}, at) for i in range(READ_BURST + 5)]
+    assert all(isinstance(a, Ping) for a in answered[:READ_BURST])
+    for i, action in enumerate(answered[READ_BURST:], READ_BURST):
+        error = error_of(action)
+        assert (error["code"], error["commandId"], error["command"]) == ("RATE_LIMITED", i, "ping")
+        assert "retry in" in error["message"]
+    # Steering is not counted, and the bucket refills with time.
+    rw = joined("readandwrite")
+    for _ in range(READ_BURST):
+        assert isinstance(send(rw, {"type": "ping"}, at), Ping)
+    assert isinstance(send(rw, {"type": "codon.next"}, at), Run)
+    assert error_of(send(s, {"type": "history.sync"}, at))["code"] == "RATE_LIMITED"
+    assert isinstance(send(s, {"type": "history.sync"}, ServerView(now=100.1)), SendHistory)
+    # Another connection has its own bucket.
+    assert isinstance(send(joined("readonly"), {"type": "ping"}, at), Ping)
+
+
+@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=300))
+def test_a_token_bucket_never_allows_more_than_burst_plus_rate_times_time(
+    gaps: list[float],
+) -> None:
+    bucket = TokenBucket(rate=20.0, burst=30)
+    now, allowed = 0.0, 0
+    for gap in gaps:
+        now += gap
+        allowed += bucket.take(now)
+    assert allowed <= 30 + 20.0 * now + 1e-6
+    # A bucket left alone long enough is full again.
+    assert all(bucket.take(now + 10) for _ in range(30))
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda x: x,
+        lambda x: b'{"type":"handshake","data":' + x + b"}",
+        lambda x: b'{"type":"history.sync","id":1,"data":{"extra":' + x + b"}}",
+        lambda x: b'{"type":"ping","id":' + x + b"}",
+    ],
+)
+def test_deeply_nested_json_is_an_invalid_command(depth: int, wrap: Any) -> None:
+    # 2,000 levels is a 4 kB message; msgspec gives up past the interpreter's
+    # recursion limit, which the session answers instead of raising.
+    nested = b"[" * depth + b"]" * depth
+    for s in (session(), joined("readonly")):
+        error = error_of(s.receive(wrap(nested), IDLE))
+        assert error["code"] == "INVALID_COMMAND"
+    error = error_of(joined("readonly").receive(wrap(nested), IDLE))
+    assert b'"extra"' not in wrap(b"") or "nested too deeply" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        b'{"type":"ping","id":1e999999}',
+        b'{"type":"ping","id":"\\ud800"}',
+        '{"type":"\ud800"}',
+        b'{"type":"history.sync","data":{"afterSeq":1e400}}',
+        b'{"type":"history.sync","data":{"afterSeq":99999999999999999999999999}}',
+        b'{"type":"history.sync","data":{"pageSize":-1}}',
+        b'{"type":"ping","data":[1,2]}',
+        b"\xff\xfe{}",
+        b'{"type":"ping"}' * 3,
+    ],
+)
+def test_hostile_values_are_invalid_commands(message: bytes | str) -> None:
+    action = joined("readonly").receive(message, IDLE)
+    assert error_of(action)["code"] == "INVALID_COMMAND"

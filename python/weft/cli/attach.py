@@ -1,8 +1,9 @@
 """``weft attach [execution]``: the live view of a running execution, from another terminal.
 
 It finds the run's server through ``.weft/runtime.lock`` (its port) and
-connects with :mod:`weft.client`: read-write when the execution's token is
-readable (``.weft/server.token``, or ``--token``), read-only otherwise. The
+connects with :mod:`weft.client`: read-write when the execution's read-write
+token is readable (``.weft/server.token``, or ``--token``), read-only with
+the read token (``.weft/server-read.token``) otherwise. The
 journal is replayed first (so the table shows the whole run), then events
 follow live. In a terminal, keys steer the run:
 
@@ -29,7 +30,7 @@ import tty
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import msgspec
 import uvloop
@@ -45,8 +46,8 @@ from weft.client import (
 )
 from weft.client import connect as client_connect
 from weft.events.transitions import TRANSITION_CLASSES
-from weft.runtime.view import JsonView, RunSummary, RunView, make_view
-from weft.server.auth import read_token
+from weft.runtime.view import JsonView, RunSummary, RunView, checkpoint_list_text, make_view
+from weft.server.auth import client_token, read_read_token, read_token
 from weft.state import Processed, StreamEvent
 from weft.store.execution import weft_dir_of
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -68,16 +69,18 @@ def register(commands: Any) -> None:
         help="watch (and steer) a running execution",
         description=(
             "Show the live view of a running execution through its WebSocket server. "
-            "Read-write when the execution's token is readable (or --token), read-only "
-            "otherwise. Keys: n next, s skip, f force-stop, r rollback, x stop, l checkpoints, "
-            "q detach."
+            "Read-write when the execution's read-write token is readable (or --token), "
+            "read-only with its read token otherwise. Keys: n next, s skip, f force-stop, "
+            "r rollback, x stop, l checkpoints, q detach."
         ),
     )
     parser.add_argument(
         "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
     )
     parser.add_argument("--url", help="connect to this server instead (ws://host:port)")
-    parser.add_argument("--token", help="the execution's token (read-write access)")
+    parser.add_argument(
+        "--token", help="the execution's read-write token, or its read token (read-only access)"
+    )
     parser.add_argument(
         "--readonly", action="store_true", help="connect read-only even when a token is available"
     )
@@ -96,12 +99,14 @@ class Target:
     url: str
     token: str | None
     execution: Path | None
+    mode: Literal["readonly", "readandwrite"] | None = None
+    """None: read-write when there is a token (read-only if the server refuses it)."""
 
 
 def find_target(execution: Path, *, url: str | None, token: str | None, readonly: bool) -> Target:
-    """The server of ``execution`` (or ``url``) and the token to use."""
+    """The server of ``execution`` (or ``url``), the token to use and the mode."""
     if url is not None:
-        return Target(url, None if readonly else token, None)
+        return Target(url, token, None, "readonly" if readonly else None)
     weft_dir = weft_dir_of(execution)
     if not weft_dir.is_dir():
         raise AttachError(
@@ -123,11 +128,18 @@ def find_target(execution: Path, *, url: str | None, token: str | None, readonly
             f"{execution}: the run (PID {lock.pid}) has not opened its WebSocket server yet; "
             "try again in a moment"
         )
+    url = f"ws://127.0.0.1:{lock.port}"
+    if token is not None:
+        return Target(url, token, weft_dir.parent, "readonly" if readonly else None)
     if readonly:
-        token = None
-    elif token is None:
-        token = read_token(weft_dir)
-    return Target(f"ws://127.0.0.1:{lock.port}", token, weft_dir.parent)
+        # The read token when there is one: a read-only attach needs no more.
+        token = read_read_token(weft_dir) or read_token(weft_dir)
+        return Target(url, token, weft_dir.parent, "readonly")
+    found = client_token(weft_dir)
+    if found is None:
+        # A run started with --allow-anonymous-read lets this in; others say why not.
+        return Target(url, None, weft_dir.parent, "readonly")
+    return Target(url, found[0], weft_dir.parent, found[1])
 
 
 # --------------------------------------------------------------------------- events -> view
@@ -246,7 +258,11 @@ class Keys:
 
     async def _command(self, name: str, data: dict[str, Any] | None, done: str) -> None:
         try:
-            await self.client.command(name, data)
+            if name == "checkpoint.list":
+                # The list comes to this client alone (it is not journaled).
+                done = checkpoint_list_text(await self.client.checkpoint_list())
+            else:
+                await self.client.command(name, data)
         except CommandError as e:
             self.note(f"{name}: {e}")
         except (ClientError, TimeoutError) as e:
@@ -261,14 +277,15 @@ class Keys:
 async def attach(target: Target, view: RunView, *, keys_from: TextIO | None) -> int:
     """Follows the run until it ends, the user detaches, or the connection is lost."""
     try:
-        async with client_connect(target.url, token=target.token) as client:
+        async with client_connect(target.url, token=target.token, mode=target.mode) as client:
             return await _follow(client, target, view, keys_from)
     except HandshakeError as e:
-        if e.code != "INVALID_TOKEN" or target.token is None:
+        if e.code != "INVALID_TOKEN" or target.token is None or target.mode == "readonly":
             raise
-        view.note("the token was refused; attaching read-only")
-        readonly = Target(target.url, None, target.execution)
-        async with client_connect(readonly.url) as client:
+        # A --token may be the read token: it still opens a read-only connection.
+        view.note("the token was refused for read-write; attaching read-only")
+        readonly = Target(target.url, target.token, target.execution, "readonly")
+        async with client_connect(readonly.url, token=readonly.token, mode="readonly") as client:
             return await _follow(client, readonly, view, keys_from)
 
 

@@ -90,6 +90,12 @@ def register(commands: Any) -> None:
         help="the address the WebSocket server listens on (default 127.0.0.1)",
     )
     parser.add_argument(
+        "--allow-anonymous-read",
+        action="store_true",
+        help="let WebSocket clients on this machine read the run without a token "
+        "(anyone on the machine can then read the journal: prompts, tool output, files)",
+    )
+    parser.add_argument(
         "--ignore-rig-failures", action="store_true", help="treat every rig failure as allowed"
     )
     parser.add_argument(
@@ -122,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             "shimIdleTimeout": args.shim_idle_timeout,
             "autostart": False if args.no_autostart else None,
             "port": args.port,
+            "allowAnonymousRead": True if args.allow_anonymous_read else None,
         },
         config_file=args.config,
         hank=loaded.hank,
@@ -150,6 +157,11 @@ def run(args: argparse.Namespace) -> int:
     view.note(f"{verb} execution {prepared.layout.root}")
     for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
         view.note(f"warning: {warning}")
+    if settings.allow_anonymous_read:
+        view.note(
+            "warning: anonymous reads are on: anyone on this machine can read this run's "
+            "journal over the WebSocket server without a token"
+        )
     runtime = Runtime(
         prepared,
         loaded,
@@ -159,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             idle_timeout=settings.shim_idle_timeout,
             host=args.host or "127.0.0.1",
             port=settings.port,
+            allow_anonymous_read=settings.allow_anonymous_read,
         ),
         listeners=(view.on_event,),
         on_state=view.progress.seed,

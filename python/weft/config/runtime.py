@@ -101,6 +101,8 @@ class RuntimeConfig(_Settings, frozen=True, kw_only=True):
     journal_diet_threshold_bytes: Annotated[int, Meta(gt=0)] = 4096
     ignore_rig_failures: bool = False
     telemetry: bool = False
+    allow_anonymous_read: bool = False
+    """Loopback clients may read the run without a token (``--allow-anonymous-read``)."""
     sentinel: RuntimeSentinelSettings = msgspec.field(default_factory=RuntimeSentinelSettings)
     budget: RuntimeBudget = msgspec.field(default_factory=RuntimeBudget)
 

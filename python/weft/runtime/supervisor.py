@@ -102,6 +102,8 @@ class RuntimeOptions:
     host: str = "127.0.0.1"
     port: int = 0
     """0: a free port (the lock file and ``Runtime.server`` tell which)."""
+    allow_anonymous_read: bool = False
+    """Let loopback clients read the run without a token (``--allow-anonymous-read``)."""
 
 
 @dataclass(slots=True)
@@ -292,9 +294,11 @@ class Runtime:
         """A rollback was accepted and has not finished."""
         return self._rolling_back
 
-    async def checkpoint_list(self, run_id: str | None) -> None:
-        """Emits a ``checkpoint.list`` event: the checkpoints of every run (or
-        of ``run_id``), newest first."""
+    async def checkpoint_list(self, run_id: str | None) -> CheckpointListEvent:
+        """The checkpoints of every run (or of ``run_id``), newest first.
+
+        Not journaled: the server sends it to the client that asked (a flood
+        of requests must not grow the journal)."""
         manager, checkpoints = self._manager, self._checkpoints
         if manager is None or checkpoints is None:
             raise CommandRejectedError("checkpoint.list refused: the run has not started yet")
@@ -319,13 +323,10 @@ class Runtime:
             if run_id is None or row["runId"] == run_id
         ]
         cursor = self._cursor
-        self._emit(
-            CheckpointListEvent(
-                run_id=run_id,
-                checkpoints=entries,
-                current_branch=None if cursor is None else cursor.branch,
-            ),
-            None if cursor is None else cursor.run_id,
+        return CheckpointListEvent(
+            run_id=run_id,
+            checkpoints=entries,
+            current_branch=None if cursor is None else cursor.branch,
         )
 
     async def rollback(self, command: str, data: msgspec.Struct) -> None:
@@ -519,6 +520,7 @@ class Runtime:
                     rollback=self,
                     host=self.options.host,
                     port=self.options.port,
+                    allow_anonymous_read=self.options.allow_anonymous_read,
                     info=ServerInfo(
                         execution_path=str(self.layout.root),
                         agent_root_path=str(self.layout.workspace),

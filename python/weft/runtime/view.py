@@ -767,14 +767,20 @@ class RunProgress:
                 f"{str(data.get('checkpoint', ''))[:10]}",
             )
         if kind == "checkpoint.list":
-            rows = data.get("checkpoints") or []
-            listed = "; ".join(
-                f"{str(r.get('sha', ''))[:10]} {r.get('checkpointType')} {r.get('codonId')}"
-                for r in rows[:20]
-            )
-            more = f"; {len(rows) - 20} more" if len(rows) > 20 else ""
-            return Note("info", f"{len(rows)} checkpoint(s), newest first: {listed}{more}")
+            # Journaled by earlier versions; now the asking client's own answer.
+            return Note("info", checkpoint_list_text(data))
         return None
+
+
+def checkpoint_list_text(data: Mapping[str, Any]) -> str:
+    """One line for a ``checkpoint.list`` answer: its newest 20 checkpoints."""
+    rows = data.get("checkpoints") or []
+    listed = "; ".join(
+        f"{str(r.get('sha', ''))[:10]} {r.get('checkpointType')} {r.get('codonId')}"
+        for r in rows[:20]
+    )
+    more = f"; {len(rows) - 20} more" if len(rows) > 20 else ""
+    return f"{len(rows)} checkpoint(s), newest first: {listed}{more}"
 
 
 # --------------------------------------------------------------------------- the summary

@@ -8,14 +8,15 @@ The pieces, each with one job:
 * :mod:`~weft.server.fanout`: live events, framed once, to every live client,
   with a bounded send queue per client;
 * :mod:`~weft.server.history`: replay pages read from the journal;
-* :mod:`~weft.server.auth`: the execution's token and the loopback rule;
+* :mod:`~weft.server.auth`: the execution's two tokens (read, read-write) and
+  the loopback rule of the anonymous-read opt-in;
 * :mod:`~weft.server.server`: the adapter on the websockets library;
 * :mod:`~weft.server.schema`: the JSON Schema of every event.
 
 See ``docs/protocol.md`` for the protocol itself.
 """
 
-from weft.server.auth import ensure_token, read_token
+from weft.server.auth import client_token, ensure_token, ensure_tokens, read_token
 from weft.server.history import HistorySource, JournalHistory
 from weft.server.server import (
     ProtocolServer,
@@ -36,7 +37,9 @@ __all__ = [
     "ServerConfig",
     "ServerError",
     "ServerInfo",
+    "client_token",
     "ensure_token",
+    "ensure_tokens",
     "read_token",
     "start_server",
 ]

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Final, Generic, Literal, TypeAlias, TypeVar
 import msgspec
 
 from weft.clock import iso_from_ms
+from weft.events.stream import CheckpointEntry
 
 PROTOCOL_VERSION: Final = 1
 """Bumped when a message changes incompatibly; sent in ``handshake.response``."""
@@ -64,6 +65,8 @@ class Code:
     COMMAND_REJECTED: Final = "COMMAND_REJECTED"
     """The runtime answered that the command does not apply now."""
     COMMAND_FAILED: Final = "COMMAND_FAILED"
+    RATE_LIMITED: Final = "RATE_LIMITED"
+    """(Weft) Too many read-only commands on this connection; retry later."""
 
 
 CLOSE_TOO_SLOW: Final = 4008
@@ -90,17 +93,20 @@ class CommandEnvelope(msgspec.Struct, kw_only=True):
 
 
 PageSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE_SIZE)]
-Seq = Annotated[int, msgspec.Meta(ge=0)]
+Seq = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+"""A journal sequence number: SQLite's integer range."""
 
 
 class HandshakeData(_Data):
     """``handshake``: must be the first message.
 
-    ``token`` is required for ``readandwrite`` (and for ``readonly`` from a
-    non-loopback address). ``afterSeq`` (Weft) resumes: the connection first
-    gets every event after it, as ``history.batch`` pages, then the live
-    stream, in order. ``liveBatches`` (Weft) delivers live events as
-    ``live.batch`` messages of many events instead of one message each.
+    ``token``: the read-write token for ``readandwrite``; the read token or
+    the read-write token for ``readonly`` (a server started with
+    ``--allow-anonymous-read`` lets loopback clients read without one).
+    ``afterSeq`` (Weft) resumes: the connection first gets every event after
+    it, as ``history.batch`` pages, then the live stream, in order.
+    ``liveBatches`` (Weft) delivers live events as ``live.batch`` messages of
+    many events instead of one message each.
     """
 
     mode: Mode
@@ -286,6 +292,18 @@ class CommandAck(_Reply):
     command: str
 
 
+class CheckpointListReply(_Reply):
+    """``checkpoint.list``: the answer to a ``checkpoint.list`` command, to the
+    client that asked only (not journaled, so asking costs no disk): the
+    checkpoints of every run (or of ``runId``), newest first. The data is the
+    journaled ``checkpoint.list`` event's of earlier versions, plus ``commandId``."""
+
+    checkpoints: list[CheckpointEntry]
+    current_branch: str | None
+    run_id: str | None = None
+    command_id: str | int | None = None
+
+
 class ErrorReply(_Reply):
     """``error`` sent to one client about its own message (not journaled)."""
 
@@ -304,6 +322,7 @@ CONNECTION_MESSAGES: Final[dict[str, type[msgspec.Struct]]] = {
     "history.batch": HistoryBatch[WireEvent],
     "live.batch": LiveBatch[WireEvent],
     "command.ack": CommandAck,
+    "checkpoint.list": CheckpointListReply,
     "error": ErrorReply,
 }
 """Connection messages by type: their data shapes, for the client and the schema."""

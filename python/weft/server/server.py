@@ -3,7 +3,8 @@
 One server runs beside each run, on the run's event loop::
 
     server = await ProtocolServer.start(manager, JournalHistory(journal_path), token=token,
-                                        commands=runtime, config=ServerConfig(port=0))
+                                        read_token=read_token, commands=runtime,
+                                        config=ServerConfig(port=0))
     server.port, server.url
     ...
     await server.close()          # after the run's last event; clients get them all first
@@ -13,7 +14,11 @@ this adapter that acts: it joins clients to the live :class:`~weft.server.fanout
 streams history pages from the journal (with flow control: a replaying client
 sets its own pace), runs commands as tasks (a slow ``server.shutdown`` never
 blocks a later ``server.force_shutdown``) and answers plain HTTP requests with
-a 400 JSON body saying how to connect.
+a 400 JSON body saying how to connect. Read-only answers (``pong``,
+``history.batch``, ``checkpoint.list``) go to the asking connection only and
+are never journaled. Nothing a client sends makes the adapter raise: what the
+session cannot decode is an ``INVALID_COMMAND`` reply and the connection
+stays open.
 
 Resuming (``afterSeq`` in the handshake) is a catch-up: journal pages are sent
 until the client is within the fan-out's ring of recent events; then the rest
@@ -29,6 +34,7 @@ import contextlib
 import http
 import logging
 import secrets
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +48,8 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from weft.errors import CommandRejectedError, WeftError
-from weft.server.auth import ensure_token, is_local_origin, is_loopback
+from weft.events.stream import CheckpointListEvent
+from weft.server.auth import ensure_tokens, is_local_origin, is_loopback
 from weft.server.fanout import Fanout, text_frame
 from weft.server.history import HistorySource, JournalHistory
 from weft.server.protocol import (
@@ -53,6 +60,7 @@ from weft.server.protocol import (
     HISTORY_LIMIT,
     PAGE_BYTES,
     CheckpointListData,
+    CheckpointListReply,
     Code,
     CommandAck,
     HandshakeResponse,
@@ -93,8 +101,9 @@ class RuntimeCommands(Protocol):
 class RollbackHandler(Protocol):
     """What the server calls for ``checkpoint.list`` and ``rollback.*``.
 
-    Both methods return once the work is under way or done; what happens is
-    told by journaled events (``checkpoint.list``, ``rollback.*``). A refusal
+    ``rollback`` returns once the work is under way; what happens is told by
+    journaled events (``rollback.*``). ``checkpoint_list`` returns the list,
+    which the server sends to the asking client alone. A refusal
     ("Checkpoint X not found in any run") is a :class:`~weft.errors.WeftError`
     whose message the client gets.
     """
@@ -103,8 +112,8 @@ class RollbackHandler(Protocol):
     def rolling_back(self) -> bool:
         """Whether a rollback is running (other steering commands are refused)."""
 
-    async def checkpoint_list(self, run_id: str | None) -> None:
-        """Emits a ``checkpoint.list`` event (all runs, or one)."""
+    async def checkpoint_list(self, run_id: str | None) -> CheckpointListEvent:
+        """The checkpoints of all runs (or of one), newest first."""
 
     async def rollback(self, command: str, data: msgspec.Struct) -> None:
         """Starts ``rollback.toCheckpoint``, ``rollback.toCodon`` or ``rollback.toLastSuccess``."""
@@ -125,6 +134,9 @@ class ServerConfig:
     """Recent events kept in memory for handshakes and short catch-ups."""
     page_size: int = DEFAULT_PAGE_SIZE
     page_bytes: int = PAGE_BYTES
+    allow_anonymous_read: bool = False
+    """Let read-only clients in without a token (loopback peers that are not
+    web pages of other sites only): the reference's behaviour, an opt-in."""
     ping_interval: float | None = 20.0
     close_timeout: float = 2.0
 
@@ -215,12 +227,14 @@ class ProtocolServer:
         history: HistorySource,
         *,
         token: str,
+        read_token: str,
         commands: RuntimeCommands | None,
         rollback: RollbackHandler | None,
         config: ServerConfig,
         info: ServerInfo,
     ) -> None:
         self.token = token
+        self.read_token = read_token
         self.config = config
         self.info = info
         self._manager = manager
@@ -246,6 +260,7 @@ class ProtocolServer:
         history: HistorySource,
         *,
         token: str | None = None,
+        read_token: str | None = None,
         commands: RuntimeCommands | None = None,
         rollback: RollbackHandler | None = None,
         config: ServerConfig | None = None,
@@ -253,8 +268,11 @@ class ProtocolServer:
     ) -> ProtocolServer:
         """Subscribes to ``manager`` and starts listening.
 
-        ``token`` is what read-write clients must present; a random one is
-        made when none is given (read it back from :attr:`token`).
+        ``token`` is what read-write clients must present, ``read_token``
+        what read-only clients may present instead (without
+        ``config.allow_anonymous_read`` they must present one of the two);
+        random ones are made when none is given (read them back from
+        :attr:`token` and :attr:`read_token`).
         ``commands`` and ``rollback`` carry out steering commands; without
         them those commands are answered with ``NOT_AVAILABLE``.
         """
@@ -274,6 +292,7 @@ class ProtocolServer:
             fanout,
             history,
             token=token or secrets.token_urlsafe(32),
+            read_token=read_token or secrets.token_urlsafe(32),
             commands=commands,
             rollback=rollback,
             config=config,
@@ -354,7 +373,8 @@ class ProtocolServer:
             {
                 "error": "HTTP API not available",
                 "message": "This is Weft's WebSocket endpoint: connect with a WebSocket client "
-                'and send {"type": "handshake", "data": {"mode": "readonly"}} first.',
+                'and send {"type": "handshake", "data": {"mode": "readonly", "token": "..."}} '
+                "first (the token is in the execution's .weft/server-read.token).",
                 "websocket": self.url,
                 "help": "See docs/protocol.md, or run `weft attach` to watch the run.",
             }
@@ -375,9 +395,12 @@ class ProtocolServer:
         session = Session(
             secrets.token_hex(6),
             token=self.token,
+            read_token=self.read_token,
             # A web page the user happens to visit may connect to a loopback port
             # too; only a loopback page (a local dashboard) counts as local.
-            loopback=is_loopback(ws.remote_address) and is_local_origin(origin),
+            anonymous_read=self.config.allow_anonymous_read
+            and is_loopback(ws.remote_address)
+            and is_local_origin(origin),
             page_size=self.config.page_size,
         )
         peer = _Peer(ws, session)
@@ -387,8 +410,9 @@ class ProtocolServer:
                 view = ServerView(
                     rolling_back=self._rollback is not None and self._rollback.rolling_back,
                     shutting_down=self._shutting_down,
+                    now=time.monotonic(),
                 )
-                self._perform(peer, session.receive(message, view))
+                self._perform(peer, self._receive(session, message, view))
         except ConnectionClosed:
             pass
         finally:
@@ -396,6 +420,19 @@ class ProtocolServer:
             self._peers.pop(peer, None)
             for task in list(peer.tasks):
                 task.cancel()
+
+    def _receive(self, session: Session, message: str | bytes, view: ServerView) -> Action:
+        """The session's answer; a fault of its own is the client's error reply,
+        not a closed connection with a traceback in the run's log."""
+        try:
+            return session.receive(message, view)
+        except Exception as exc:
+            log.warning("a client message could not be handled: %s: %s", type(exc).__name__, exc)
+            return Reply(
+                error_message(
+                    Code.INVALID_COMMAND, f"Invalid command: it could not be handled ({exc})"
+                )
+            )
 
     def _perform(self, peer: _Peer, action: Action) -> None:
         if isinstance(action, Reply):
@@ -548,7 +585,18 @@ class ProtocolServer:
                     )
                     return
                 if isinstance(run.data, CheckpointListData):
-                    await self._rollback.checkpoint_list(run.data.run_id)
+                    listing = await self._rollback.checkpoint_list(run.data.run_id)
+                    peer.send(
+                        encode_message(
+                            "checkpoint.list",
+                            CheckpointListReply(
+                                checkpoints=listing.checkpoints,
+                                current_branch=listing.current_branch,
+                                run_id=listing.run_id,
+                                command_id=command_id,
+                            ),
+                        )
+                    )
                 else:
                     await self._rollback.rollback(name, run.data)
                 accepted = True
@@ -604,17 +652,19 @@ async def start_server(
     host: str = "127.0.0.1",
     port: int = 0,
     info: ServerInfo | None = None,
+    allow_anonymous_read: bool = False,
 ) -> ProtocolServer:
-    """The server of a run: the execution's token (made if missing), replay from
+    """The server of a run: the execution's tokens (made if missing), replay from
     its journal, the chosen port written to the lock file."""
-    token = await asyncio.to_thread(ensure_token, store.weft_dir)
+    tokens = await asyncio.to_thread(ensure_tokens, store.weft_dir)
     server = await ProtocolServer.start(
         manager,
         JournalHistory(Path(store.journal.path)),
-        token=token,
+        token=tokens.readwrite,
+        read_token=tokens.read,
         commands=commands,
         rollback=rollback,
-        config=ServerConfig(host=host, port=port),
+        config=ServerConfig(host=host, port=port, allow_anonymous_read=allow_anonymous_read),
         info=info,
     )
     if store.lock is not None:

@@ -4,8 +4,13 @@ A :class:`Session` takes each message the client sent and answers with one
 action for the adapter (:mod:`weft.server.server`) to carry out: send a
 reply, join the client to the stream, run a command, send history. It owns
 the rules: the handshake comes first, tokens, read-only gating, rollback and
-shutdown gating, and the range of events each ``history.sync`` may send so
-that nothing reaches the client twice.
+shutdown gating, the rate of read-only commands, and the range of events each
+``history.sync`` may send so that nothing reaches the client twice.
+
+Whatever a client sends, :meth:`Session.receive` answers with an action:
+hostile input (JSON nested too deeply for the decoder, wrong types, numbers
+out of range, bytes that are not UTF-8) is an ``INVALID_COMMAND`` reply,
+never an exception that would close the connection.
 
 The exactly-once bookkeeping: from the moment a client joins, it is given
 every event after its join point (live, or catch-up pages first when it
@@ -18,6 +23,7 @@ stream together are the journal, with no gaps and no duplicates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import msgspec
 
@@ -35,6 +41,14 @@ from weft.server.protocol import (
     encode_message,
 )
 
+READ_RATE: Final = 50.0
+"""Read-only commands a connection may send per second, sustained. They cost
+the server work (a ``history.sync`` reads the journal) but are never
+journaled, so a flood can slow the server, not fill the disk."""
+READ_BURST: Final = 200
+"""Read-only commands a connection may send at once before the rate applies
+(a client catching up after a drop sends a few in a row)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ServerView:
@@ -42,6 +56,38 @@ class ServerView:
 
     rolling_back: bool = False
     shutting_down: bool = False
+    now: float = 0.0
+    """A monotonic clock in seconds (the rate limit's); tests pass their own."""
+
+
+class TokenBucket:
+    """A token bucket: ``burst`` commands at once, refilled at ``rate`` per second.
+
+    Sans-I/O: the caller passes the time, so tests need no clock.
+    """
+
+    __slots__ = ("_last", "_level", "burst", "rate")
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._level = float(burst)
+        self._last: float | None = None
+
+    def take(self, now: float) -> bool:
+        """Spends one token at ``now``; False when the bucket is empty."""
+        if self._last is not None and now > self._last:
+            self._level = min(float(self.burst), self._level + (now - self._last) * self.rate)
+        if self._last is None or now > self._last:
+            self._last = now
+        if self._level < 1.0:
+            return False
+        self._level -= 1.0
+        return True
+
+    def retry_after(self) -> float:
+        """Seconds until the next token."""
+        return max(0.0, (1.0 - self._level) / self.rate) if self.rate > 0 else float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +156,17 @@ def error_message(
     )
 
 
-def _invalid(exc: msgspec.MsgspecError, where: str) -> str:
+_DecodeFailure = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeError)
+"""What decoding a hostile message may raise. RecursionError: msgspec refuses
+JSON nested deeper than the interpreter's stack allows (a 2 kB message can
+be 1,000 levels deep); it is an answer for the client, not a server fault."""
+
+
+def _invalid(exc: Exception, where: str) -> str:
+    if isinstance(exc, RecursionError):
+        return f"Invalid command format: JSON nested too deeply - at `{where}`"
     # msgspec paths are relative to what it decoded; say where that was.
-    text = str(exc)
+    text = str(exc).encode("utf-8", "replace").decode()
     text = text.replace("`$", f"`{where}") if "`$" in text else f"{text} - at `{where}`"
     return f"Invalid command format: {text}"
 
@@ -125,13 +179,21 @@ class Session:
         client_id: str,
         *,
         token: str,
-        loopback: bool,
+        read_token: str | None = None,
+        anonymous_read: bool = False,
         page_size: int = DEFAULT_PAGE_SIZE,
+        read_rate: float = READ_RATE,
+        read_burst: int = READ_BURST,
     ) -> None:
+        """``token`` grants read-write, ``read_token`` read-only;
+        ``anonymous_read``: a read-only handshake without a token is let in
+        (the server's opt-in, for a loopback peer that is not a foreign web page)."""
         self.client_id = client_id
         self._token = token
-        self._loopback = loopback
+        self._read_token = read_token
+        self._anonymous_read = anonymous_read
         self._page_size = page_size
+        self._reads = TokenBucket(read_rate, read_burst)
         self.mode: Mode | None = None
         self.floor: int | None = None
         """The oldest seq this connection has been (or will be) given."""
@@ -149,8 +211,16 @@ class Session:
         """Decides what to do with one message from the client."""
         try:
             envelope = _envelope_decoder.decode(message)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except _DecodeFailure as exc:
             return Reply(error_message(Code.INVALID_COMMAND, _invalid(exc, "$")))
+        if not _encodable(envelope.type) or not _encodable(envelope.id):
+            # A lone surrogate (\ud800) decodes but could not be echoed back.
+            return Reply(
+                error_message(
+                    Code.INVALID_COMMAND,
+                    "Invalid command format: `type` and `id` must be valid Unicode",
+                )
+            )
         name, command_id = envelope.type, envelope.id
         if name == "handshake":
             return self._handshake(envelope)
@@ -159,7 +229,7 @@ class Session:
                 error_message(
                     Code.HANDSHAKE_REQUIRED,
                     "Handshake required before sending commands: send "
-                    '{"type": "handshake", "data": {"mode": "readonly"}} first',
+                    '{"type": "handshake", "data": {"mode": "readonly", "token": "..."}} first',
                     command=name,
                     command_id=command_id,
                 )
@@ -179,9 +249,20 @@ class Session:
         if refusal is not None:
             code, text = refusal
             return Reply(error_message(code, text, command=name, command_id=command_id))
+        if spec.readonly and not self._reads.take(view.now):
+            return Reply(
+                error_message(
+                    Code.RATE_LIMITED,
+                    f"{name} refused: more than {self._reads.burst} read-only commands at once "
+                    f"or {self._reads.rate:g} a second on this connection; retry in "
+                    f"{self._reads.retry_after():.2f} s",
+                    command=name,
+                    command_id=command_id,
+                )
+            )
         try:
             data = self._data(name, envelope.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except _DecodeFailure as exc:
             return Reply(
                 error_message(
                     Code.INVALID_COMMAND,
@@ -213,7 +294,7 @@ class Session:
             )
         try:
             data = _handshake_decoder.decode(bytes(envelope.data))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except _DecodeFailure as exc:
             return Reply(
                 error_message(
                     Code.INVALID_COMMAND,
@@ -222,23 +303,11 @@ class Session:
                     command_id=command_id,
                 )
             )
-        needs_token = data.mode == "readandwrite" or not self._loopback
-        if needs_token and not token_matches(self._token, data.token):
-            why = (
-                "read-write access needs the execution's token"
-                if data.mode == "readandwrite"
-                else "connections from other machines, or from web pages of other sites, "
-                "need the execution's token"
-            )
-            given = "a wrong token was given" if data.token is not None else "none was given"
+        refusal = self._refuse_token(data)
+        if refusal is not None:
             return Reply(
                 error_message(
-                    Code.INVALID_TOKEN,
-                    f"{why} ({given}): pass it as data.token; it is in the execution's "
-                    ".weft/server.token (`weft attach` reads it from there), or connect "
-                    'with {"mode": "readonly"} from this machine',
-                    command="handshake",
-                    command_id=command_id,
+                    Code.INVALID_TOKEN, refusal, command="handshake", command_id=command_id
                 )
             )
         self.mode = data.mode
@@ -250,6 +319,29 @@ class Session:
             after_seq=data.after_seq,
             live_batches=data.live_batches,
             page_size=data.page_size or self._page_size,
+        )
+
+    def _refuse_token(self, data: HandshakeData) -> str | None:
+        """Why the handshake's token does not open the mode it asks for (None: it does)."""
+        given = data.token
+        if data.mode == "readandwrite":
+            if token_matches(self._token, given):
+                return None
+            why = "read-write access needs the execution's read-write token"
+            where = ".weft/server.token"
+        else:
+            if token_matches(self._token, given) or (
+                self._read_token is not None and token_matches(self._read_token, given)
+            ):
+                return None
+            if given is None and self._anonymous_read:
+                return None
+            why = "reading a run needs the execution's read token (or its read-write token)"
+            where = ".weft/server-read.token or .weft/server.token"
+        said = "a wrong token was given" if given is not None else "none was given"
+        return (
+            f"{why} ({said}): pass it as data.token; it is in the execution's {where} "
+            "(`weft attach` reads it from there)"
         )
 
     def _gate(self, name: str, readonly: bool, view: ServerView) -> tuple[str, str] | None:
@@ -275,6 +367,7 @@ class Session:
         return None
 
     def _data(self, name: str, raw: msgspec.Raw) -> msgspec.Struct:
+        # Raises one of _DecodeFailure for hostile data.
         text = bytes(raw)
         if text.strip() == b"null":
             text = b"{}"  # a command without data may leave it out or send null
@@ -287,3 +380,14 @@ class Session:
         after = min(data.after_seq, upto)
         self.floor = min(floor, after + 1)
         return SendHistory(after, upto, data.page_size or self._page_size, command_id)
+
+
+def _encodable(value: object) -> bool:
+    """Whether a decoded string can be encoded back (no lone surrogates)."""
+    if not isinstance(value, str):
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
