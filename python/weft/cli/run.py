@@ -19,9 +19,11 @@ from typing import Any
 import uvloop
 
 from weft.config import load_hank
+from weft.config.copies import check_copy_bounds
 from weft.config.runtime import resolve_runtime_config
-from weft.errors import CommandRejectedError
+from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import (
+    ExecutionLayout,
     ExecutionSetupError,
     is_interactive,
     prepare_execution,
@@ -127,6 +129,16 @@ def run(args: argparse.Namespace) -> int:
         hank=loaded.hank,
     ).config
     interactive = is_interactive(headless=args.headless or args.json)
+    base_dir = Path(os.path.expanduser(settings.execution_base_dir))
+    # Where the execution will be is known now: refuse a rig copy that would
+    # copy it into itself before anything is created.
+    unbounded = check_copy_bounds(
+        loaded,
+        execution=(args.execution or base_dir).absolute(),
+        workspace=None if args.execution is None else ExecutionLayout(args.execution).workspace,
+    )
+    if unbounded:
+        raise ConfigError(unbounded)
     try:
         prepared = prepare_execution(
             hank_path,
@@ -136,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             yes=args.yes,
             force=args.force,
             interactive=interactive,
-            base_dir=Path(os.path.expanduser(settings.execution_base_dir)),
+            base_dir=base_dir,
             copy=args.copy,
             keep_workspace=args.no_wipe,
             data_hash_time_limit=settings.data_hash_time_limit / 1000,

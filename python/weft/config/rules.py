@@ -25,6 +25,7 @@ import orjson
 from weft.agents.harness import route
 from weft.checkpoints.errors import CheckpointPatternError
 from weft.checkpoints.patterns import PatternSet
+from weft.config.copies import executions_inside
 from weft.config.hints import did_you_mean
 from weft.config.problems import ConfigProblem, JsonPath
 from weft.config.refs import RefChecker, RefKind, RefProblem
@@ -328,6 +329,8 @@ def _check_rig_op(op: Any, path: JsonPath, in_loop: bool, ctx: RuleContext) -> N
             found = ctx.refs.check(source, None, "file-or-dir")
             if isinstance(found, RefProblem):
                 sink.add((*path, "copy", "from"), "bad_ref", found.message, hint=found.hint)
+            elif found.path.is_dir():
+                _check_copied_executions(source, found.path, (*path, "copy", "from"), ctx)
         target = _str(spec, "to")
         if target:
             why = _workspace_path_problem(target)
@@ -352,6 +355,30 @@ def _check_rig_op(op: Any, path: JsonPath, in_loop: bool, ctx: RuleContext) -> N
             "a rig operation in a loop codon that fails in a later iteration fails the codon",
             hint='set "allowFailure": true if it may fail in some iterations',
         )
+
+
+def _check_copied_executions(source: str, folder: Path, path: JsonPath, ctx: RuleContext) -> None:
+    """A copied folder holding an execution of this hank would copy that execution
+    into itself without end (:mod:`weft.config.copies`)."""
+    for execution, hank in executions_inside(folder):
+        shown = printable(str(execution))
+        ours = hank is not None and Path(hank).resolve().parent == ctx.root
+        if ours:
+            ctx.sink.add(
+                path,
+                "unbounded_copy",
+                f'the copy source "{printable(source)}" holds this hank\'s execution {shown}: '
+                "the copy would copy itself without end",
+                hint="move the execution out of the copied folder (weft run --execution DIR)",
+            )
+        else:
+            ctx.sink.warn(
+                path,
+                "copies_execution",
+                f'the copy source "{printable(source)}" holds the Weft execution {shown}, '
+                "which would be copied too",
+                hint="move it out of the copied folder",
+            )
 
 
 def _check_command(run: str, path: JsonPath, sink: Sink) -> None:

@@ -419,9 +419,7 @@ class SentinelOutput(_Camel, frozen=True, kw_only=True):
 class SentinelConfig(_Camel, frozen=True, kw_only=True):
     """A sentinel: an LLM observer of a codon's events."""
 
-    id: Annotated[
-        str, Meta(min_length=1, max_length=MAX_ID_LENGTH, pattern=SENTINEL_ID_PATTERN)
-    ]
+    id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH, pattern=SENTINEL_ID_PATTERN)]
     name: NonEmpty
     description: str | None = None
     model: Annotated[str, Meta(min_length=1, description="A full provider/model id.")]
