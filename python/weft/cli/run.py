@@ -31,6 +31,7 @@ from weft.runtime.execution import (
 )
 from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ServerError
+from weft.terminal import printable_lines
 
 
 def _port(text: str) -> int:
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         hank_path, data_path = resolve_inputs(list(args.paths))
     except ExecutionSetupError as exc:
-        print(f"weft: error: {exc}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     loaded = load_hank(hank_path, model=args.model)
     settings = resolve_runtime_config(
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             data_hash_time_limit=settings.data_hash_time_limit / 1000,
         )
     except ExecutionSetupError as exc:
-        print(f"weft: error: {exc}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
     view = make_view(mode, sys.stdout)

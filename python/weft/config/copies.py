@@ -111,7 +111,8 @@ def check_copy_bounds(
                 "to",
                 (
                     f'the copy source "{printable(op.copy.from_)}" lies inside its target '
-                    f'"{printable(op.copy.to)}" in the workspace: the copy would overwrite its source'
+                    f'"{printable(op.copy.to)}" in the workspace: the copy would overwrite '
+                    "its source"
                 ),
             )
             hint = "copy to a folder beside the source, or move the hank out of the workspace"
