@@ -45,11 +45,10 @@ def _shown(ident: str) -> str:
 
 
 def _bad_char(ch: str) -> str:
+    if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+        return f"the control character {printable(ch)}"
     if ch.isspace():
         return "whitespace"
-    category = unicodedata.category(ch)
-    if category in ("Cc", "Cf", "Zl", "Zp"):
-        return f"the control character {printable(ch)}"
     return f'the character "{ch}"'
 
 
