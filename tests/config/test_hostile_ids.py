@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -18,13 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.config.hankfiles import DROP, codon, hank, loop, write_hank
+from tests.runtime.hanks import subprocess_environment
 
 from weft.agents.harness import session_log_path
 from weft.cli import main
 from weft.config import validate_hank
 from weft.config.ids import ID_PATTERN, MAX_ID_LENGTH, id_problem
 from weft.errors import UnsafePathError
-from weft.paths import contains, inside
+from weft.paths import contains
 from weft.terminal import printable
 
 _HOSTILE_IDS = [
@@ -161,7 +164,7 @@ _VALUES: dict[str, tuple[dict[str, Any], str, str]] = {
         "outputPaths.logFile",
         "..",
     ),
-    "loop-id-escape": (hank(loop("../l", codon("c"))), "(loop \"../l\") .id", "separator"),
+    "loop-id-escape": (hank(loop("../l", codon("c"))), '(loop "../l") .id', "separator"),
 }
 
 
@@ -260,13 +263,92 @@ def test_validation_accepts_exactly_the_ids_the_rule_accepts(tmp_path: Path, ide
     assert report.valid == (id_problem(ident) is None), [p.render() for p in report.errors]
 
 
-def test_inside_refuses_escapes_and_links_out(tmp_path: Path) -> None:
+# --------------------------------------------------------------------------- weft run
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def _weft(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "weft", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _raw_controls(text: str) -> list[str]:
+    return [
+        ch for ch in text if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
+    ]
+
+
+def test_weft_run_with_a_path_escaping_id_writes_nothing_anywhere(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    (root / "sub").mkdir(parents=True)
-    (tmp_path / "outside").mkdir()
-    (root / "link").symlink_to(tmp_path / "outside")
-    assert inside(root, "sub/new.log", what="a log") == root / "sub" / "new.log"
-    for bad in ("../x", "sub/../../x", "/etc/passwd", "link/x", "a\x00b"):
-        with pytest.raises(UnsafePathError) as caught:
-            inside(root, bad, what="a log")
-        assert "\x00" not in str(caught.value)
+    directory = write_hank(root / "hank", hank(codon("../../../../../outside/pwned")))
+    env = subprocess_environment(tmp_path)
+    before = _tree(tmp_path)
+    result = _weft("run", directory, "--execution", root / "x", "--headless", env=env, cwd=root)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert 'hank[0] (codon "../../../../../outside/pwned") .id: ' in result.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_weft_run_keeps_every_file_inside_and_escapes_what_it_prints(tmp_path: Path) -> None:
+    """A valid hank whose names, agent text, file names and rig output carry
+    terminal escapes: every file the run writes is inside the execution (or the
+    agent's config folder), and the headless output holds no raw control."""
+    root = tmp_path / "root"
+    evil = "\x1b[31mred\x1b]0;title\x07 \u202erev"
+    say = f"@@fake:say {evil} done@@\n"
+    ansi = "\\033[31mred \\342\\200\\256r\\n"  # printf escapes: ESC, U+202E
+    write = '@@fake:write path="e\\u001b[1mvil.md" content="x"@@\n'
+    doc = hank(
+        codon("a.b_1", name=f"A {evil}", promptText=say + write),
+        loop(
+            "l",
+            codon("x" * MAX_ID_LENGTH, onFailure="ignore"),
+            terminateOn={"type": "iterationLimit", "limit": 2},
+        ),
+        codon(
+            "z",
+            rigSetup=[
+                {
+                    "type": "command",
+                    "command": {"run": f"printf '{ansi}'; exit 3"},
+                }
+            ],
+        ),
+    )
+    directory = write_hank(root / "hank", doc)
+    env = subprocess_environment(tmp_path)
+    before = _tree(tmp_path)
+    execution = root / "x"
+    result = _weft("run", directory, "--execution", execution, "--headless", env=env, cwd=root)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "Traceback" not in output
+    assert _raw_controls(output) == []
+    assert "\\x1b[31mred \\u202er" in output  # the rig's output, escaped
+    status = _weft("status", execution, env=env, cwd=root)
+    assert status.returncode == 0, status.stderr
+    assert "\\x1b[31mred" in status.stdout
+    assert _raw_controls(status.stdout + status.stderr) == []
+    new = {p for p in _tree(tmp_path) - before if not p.startswith("claude-config")}
+    assert new, "the run wrote nothing"
+    assert all(p == "root/x" or p.startswith("root/x/") for p in new), sorted(new)
+    logs = sorted(p.name for p in (execution / ".weft" / "runs").glob("*/*.log"))
+    assert logs == sorted(
+        [
+            "a.b_1-claude.log",
+            f"{'x' * MAX_ID_LENGTH}-0-claude.log",
+            f"{'x' * MAX_ID_LENGTH}-1-claude.log",
+        ]
+    )
