@@ -219,3 +219,16 @@ def rejection_error(outcome: Outcome) -> TransitionRejectedError:
     if code == "malformed":
         return MalformedTransitionError(message, code=code, seq=seq)
     return StateConflictError(message, code=code, seq=seq)
+
+
+class UnsafePathError(WeftError):
+    """A path built from an id or a hank value would leave the folder it must stay
+    in (the execution, its workspace, a rig copy's bounds); nothing was written.
+
+    ``path`` is the offending path as built, ``root`` the folder it had to stay in.
+    """
+
+    def __init__(self, message: str, *, path: str, root: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.root = root

@@ -299,6 +299,36 @@ async def test_a_file_onto_an_existing_folder_is_an_error(rig: Rig) -> None:
     assert "is a folder" in (result.failure.message or "")
 
 
+async def test_a_copy_into_itself_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # The execution lives inside the copied folder: the walk would meet its own
+    # output and copy it again, level after level.
+    hank = tmp_path / "hank"
+    (hank / "work").mkdir(parents=True)
+    (hank / "work" / "f.txt").write_text("x")
+    workspace = hank / "work" / "exec" / "agentRoot"
+    workspace.mkdir(parents=True)
+    events = Events()
+    result = await run_rig(ops(copy("work", "w")), hank_dir=hank, workspace=workspace, emit=events)
+    assert result.failure is not None
+    assert "lies inside the source" in (result.failure.message or "")
+    assert list(workspace.iterdir()) == []
+    [failed] = events.of("rig.setup.failed")
+    assert failed["operationType"] == "copy"
+
+
+async def test_a_copy_over_its_own_source_is_refused(tmp_path: Path) -> None:
+    # The hank sits inside the workspace and the copy targets a folder holding
+    # its source: the source would be overwritten by itself.
+    workspace = tmp_path / "exe" / "agentRoot"
+    hank = workspace / "h"
+    (hank / "tpl").mkdir(parents=True)
+    (hank / "tpl" / "f.txt").write_text("precious")
+    result = await run_rig(ops(copy("tpl", "h")), hank_dir=hank, workspace=workspace, emit=Events())
+    assert result.failure is not None
+    assert "inside the target" in (result.failure.message or "")
+    assert (hank / "tpl" / "f.txt").read_text() == "precious"
+
+
 # --------------------------------------------------------------------------- ignore rules
 
 

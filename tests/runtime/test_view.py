@@ -938,3 +938,15 @@ def test_a_view_started_before_the_loop_refreshes_on_it_and_stops_after_it() -> 
     assert refreshed >= 1
     assert "a: running for " in out.getvalue()
     assert "$0.1250" in console.export_text()
+
+
+def test_agent_text_reaches_the_live_view_as_text_not_markup_or_escapes() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, color_system=None, width=200)
+    view = LiveView(console)
+    view.note("agent said [bold red]boom[/bold red] \x1b]0;title\x07 \u202eevil\nforged line")
+    text = out.getvalue()
+    assert "[bold red]boom[/bold red]" in text
+    assert "\\x1b]0;title\\x07 \\u202eevil\\nforged line" in text
+    assert "\x1b" not in text
+    assert "\u202e" not in text

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from weft.agents.events import AgentEvent, ErrorClass, SessionExited
 from weft.errors import WeftError
+from weft.paths import component, inside
 
 
 class AgentStartError(WeftError):
@@ -76,8 +77,15 @@ class SessionSpec:
 def session_log_path(weft_dir: Path, run_id: str, codon_id: str, harness: str) -> Path:
     """Where a codon's raw agent stream is teed:
     ``<weft_dir>/runs/<runId>/<codonId>-<harness>.log``. A loop iteration's
-    ``#`` becomes ``-`` so the name is safe in every shell."""
-    return weft_dir / "runs" / run_id / f"{codon_id.replace('#', '-')}-{harness}.log"
+    ``#`` becomes ``-`` so the name is safe in every shell.
+
+    The run id and the file name must each be one path component inside
+    ``weft_dir`` (:func:`weft.paths.component`); an id that would place the
+    log elsewhere raises :class:`~weft.errors.UnsafePathError`.
+    """
+    run = component(run_id, what="run id")
+    name = component(f"{codon_id.replace('#', '-')}-{harness}.log", what="agent log name")
+    return inside(weft_dir, Path("runs") / run / name, what=f'the agent log of codon "{codon_id}"')
 
 
 class StopReason(enum.StrEnum):

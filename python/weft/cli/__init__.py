@@ -16,6 +16,7 @@ from weft import __version__
 from weft._core import BUILD_PROFILE
 from weft.cli import agents, attach, init, run, schema, status, store, thread, validate
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
+from weft.terminal import printable_lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,12 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except (StoreCorruptError, LockHeldError) as e:
-        print(f"weft: error: {e}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 1
     except (StoreError, ConfigError) as e:
-        print(f"weft: error: {e}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2
     except WeftError as e:
-        print(f"weft: error: {e}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 1
     return code

@@ -19,9 +19,11 @@ from typing import Any
 import uvloop
 
 from weft.config import load_hank
+from weft.config.copies import check_copy_bounds
 from weft.config.runtime import resolve_runtime_config
-from weft.errors import CommandRejectedError
+from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import (
+    ExecutionLayout,
     ExecutionSetupError,
     is_interactive,
     prepare_execution,
@@ -29,6 +31,7 @@ from weft.runtime.execution import (
 )
 from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ServerError
+from weft.terminal import printable_lines
 
 
 def _port(text: str) -> int:
@@ -119,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         hank_path, data_path = resolve_inputs(list(args.paths))
     except ExecutionSetupError as exc:
-        print(f"weft: error: {exc}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     loaded = load_hank(hank_path, model=args.model)
     settings = resolve_runtime_config(
@@ -134,6 +137,16 @@ def run(args: argparse.Namespace) -> int:
         hank=loaded.hank,
     ).config
     interactive = is_interactive(headless=args.headless or args.json)
+    base_dir = Path(os.path.expanduser(settings.execution_base_dir))
+    # Where the execution will be is known now: refuse a rig copy that would
+    # copy it into itself before anything is created.
+    unbounded = check_copy_bounds(
+        loaded,
+        execution=(args.execution or base_dir).absolute(),
+        workspace=None if args.execution is None else ExecutionLayout(args.execution).workspace,
+    )
+    if unbounded:
+        raise ConfigError(unbounded)
     try:
         prepared = prepare_execution(
             hank_path,
@@ -143,13 +156,13 @@ def run(args: argparse.Namespace) -> int:
             yes=args.yes,
             force=args.force,
             interactive=interactive,
-            base_dir=Path(os.path.expanduser(settings.execution_base_dir)),
+            base_dir=base_dir,
             copy=args.copy,
             keep_workspace=args.no_wipe,
             data_hash_time_limit=settings.data_hash_time_limit / 1000,
         )
     except ExecutionSetupError as exc:
-        print(f"weft: error: {exc}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
     view = make_view(mode, sys.stdout)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from weft.store import ExecutionStore
+from weft.terminal import printable_lines
 
 TERMINAL = ("completed", "failed", "skipped")
 
@@ -115,5 +116,5 @@ def run(args: argparse.Namespace) -> int:
         status = report(store)
     finally:
         store.journal.close()
-    print(json.dumps(status, indent=2) if args.json else render(status))
+    print(json.dumps(status, indent=2) if args.json else printable_lines(render(status)))
     return 0

@@ -35,6 +35,7 @@ from weft.runtime import rollback
 from weft.runtime.execution import ExecutionLayout, read_meta
 from weft.runtime.supervisor import new_run_id
 from weft.store import ExecutionStore
+from weft.terminal import printable, printable_lines
 
 
 def register(commands: Any) -> None:
@@ -124,8 +125,10 @@ def run_thread(args: argparse.Namespace) -> int:
     on_thread = {(tc.run_id, tc.codon_id, tc.codon_index_in_run) for tc in thread.codons}
     runs = {run["runId"]: run for run in state["runs"]}
     print(
-        f"{thread.total_runs} run(s) on the thread; next codon: {thread.next_codon_id or '-'}"
-        + ("; FAILED: roll back or fix, then run again" if thread.failed else "")
+        printable(
+            f"{thread.total_runs} run(s) on the thread; next codon: {thread.next_codon_id or '-'}"
+            + ("; FAILED: roll back or fix, then run again" if thread.failed else "")
+        )
     )
     shown: list[str] = []
     for tc in thread.codons:
@@ -140,7 +143,7 @@ def run_thread(args: argparse.Namespace) -> int:
             else f"continues {conditions['source']['runId']} after "
             f"{conditions['source']['afterCodon'] or '(rig setup)'}"
         )
-        print(f"run {run_id}  {run['status']}  {origin}")
+        print(printable(f"run {run_id}  {run['status']}  {origin}"))
         for index, record in enumerate(run["codons"]):
             mark = " " if (run_id, record["codonId"], index) in on_thread else "~"
             shas = [
@@ -148,7 +151,8 @@ def run_thread(args: argparse.Namespace) -> int:
                 for field, kind in rollback.SHA_FIELDS.items()
                 if record.get(field)
             ]
-            print(f"  {mark} {record['codonId']:<24} {record['status']:<22} {' '.join(shas)}")
+            line = f"  {mark} {record['codonId']:<24} {record['status']:<22} {' '.join(shas)}"
+            print(printable(line))
     print("(~ superseded by a later run)")
     return 0
 
@@ -164,7 +168,10 @@ def run_checkpoints(args: argparse.Namespace) -> int:
     for row in rows:
         flags = ("thread " if row["onThread"] else "") + ("" if row["exists"] else "MISSING")
         print(
-            f"{row['sha'][:12]}  {row['type']:<10} {row['codonId']:<24} run {row['runId']}  {flags}"
+            printable(
+                f"{row['sha'][:12]}  {row['type']:<10} {row['codonId']:<24} run {row['runId']}  "
+                f"{flags}"
+            )
         )
     return 0
 
@@ -174,7 +181,7 @@ def run_rollback(args: argparse.Namespace) -> int:
     try:
         return int(_run(_rollback(args)))
     except rollback.RollbackError as exc:
-        print(f"weft: error: {exc}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 1
 
 
@@ -202,11 +209,13 @@ async def _rollback(args: argparse.Namespace) -> int:
             if isinstance(event, RollbackStartedEvent):
                 undone = ", ".join(event.codons_to_process) or "nothing"
                 print(
-                    f"Rolling back to the {event.checkpoint_type} checkpoint "
-                    f"{event.to_checkpoint[:10]} of {event.to_codon}; superseded: {undone}"
+                    printable(
+                        f"Rolling back to the {event.checkpoint_type} checkpoint "
+                        f"{event.to_checkpoint[:10]} of {event.to_codon}; superseded: {undone}"
+                    )
                 )
             elif isinstance(event, RollbackProgressEvent):
-                print(event.message)
+                print(printable(event.message))
             elif isinstance(event, RollbackCompletedEvent):
                 print(f"Rolled back; run {event.to_run} continues from {event.checkpoint[:10]}")
 

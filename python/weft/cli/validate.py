@@ -22,6 +22,7 @@ from weft.config.schema import (
     Loop,
     SentinelConfig,
 )
+from weft.terminal import printable_lines
 
 
 def register(commands: Any) -> None:
@@ -219,5 +220,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(report), indent=2))
     else:
-        print(render(report))
+        print(printable_lines(render(report)))
     return 0 if report.valid else 2

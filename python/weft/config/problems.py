@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from weft.terminal import printable
+
 __all__ = [
     "ConfigProblem",
     "JsonPath",
@@ -77,13 +79,16 @@ class ConfigProblem(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.file}: {self.path}"
 
     def __str__(self) -> str:
+        # One line, whatever the hank held: ids, keys and values reach the
+        # message and the label raw, and a control character in them must not
+        # reach the terminal (weft.terminal).
         label = "warning: " if self.severity == "warning" else ""
-        return f"{self.location()}: {label}{self.message}"
+        return printable(f"{self.location()}: {label}{self.message}")
 
     def render(self) -> str:
         """The problem with its hint on an indented second line."""
         text = str(self)
-        return f"{text}\n    hint: {self.hint}" if self.hint else text
+        return f"{text}\n    hint: {printable(self.hint)}" if self.hint else text
 
     def to_json(self) -> dict[str, Any]:
         """The problem as a JSON-ready dictionary (no null fields)."""

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -22,11 +23,15 @@ import msgspec
 import orjson
 
 from weft.agents.harness import route
+from weft.checkpoints.errors import CheckpointPatternError
+from weft.checkpoints.patterns import PatternSet
+from weft.config.copies import executions_inside
 from weft.config.hints import did_you_mean
 from weft.config.problems import ConfigProblem, JsonPath
 from weft.config.refs import RefChecker, RefKind, RefProblem
 from weft.config.schema import SentinelConfig
 from weft.config.walk import Sink, check_value
+from weft.terminal import printable
 
 __all__ = ["RuleContext", "check_rules", "load_sentinel_file"]
 
@@ -269,6 +274,16 @@ def _check_codon(slot: _Slot, ctx: RuleContext) -> None:
                     run, (*path, "outputFiles", i, "beforeCopy", j, "command", "run"), sink
                 )
     _check_archive_paths(codon, path, sink)
+    _check_checkpointed_files(codon, path, sink)
+    for i, step in enumerate(_list(codon, "outputFiles")):
+        for j, glob in enumerate(_list(step, "copy")):
+            if isinstance(glob, str) and (why := _leaves_workspace(glob, glob=True)):
+                sink.add(
+                    (*path, "outputFiles", i, "copy", j),
+                    "bad_path",
+                    f"output glob {why}",
+                    hint="write a glob relative to the agent's workspace, such as report/**",
+                )
     for key in codon.get("env", {}) if isinstance(codon.get("env"), dict) else {}:
         if not _ENV_NAME.match(key):
             sink.add(
@@ -314,6 +329,8 @@ def _check_rig_op(op: Any, path: JsonPath, in_loop: bool, ctx: RuleContext) -> N
             found = ctx.refs.check(source, None, "file-or-dir")
             if isinstance(found, RefProblem):
                 sink.add((*path, "copy", "from"), "bad_ref", found.message, hint=found.hint)
+            elif found.path.is_dir():
+                _check_copied_executions(source, found.path, (*path, "copy", "from"), ctx)
         target = _str(spec, "to")
         if target:
             why = _workspace_path_problem(target)
@@ -340,6 +357,30 @@ def _check_rig_op(op: Any, path: JsonPath, in_loop: bool, ctx: RuleContext) -> N
         )
 
 
+def _check_copied_executions(source: str, folder: Path, path: JsonPath, ctx: RuleContext) -> None:
+    """A copied folder holding an execution of this hank would copy that execution
+    into itself without end (:mod:`weft.config.copies`)."""
+    for execution, hank in executions_inside(folder):
+        shown = printable(str(execution))
+        ours = hank is not None and Path(hank).resolve().parent == ctx.root
+        if ours:
+            ctx.sink.add(
+                path,
+                "unbounded_copy",
+                f'the copy source "{printable(source)}" holds this hank\'s execution {shown}: '
+                "the copy would copy itself without end",
+                hint="move the execution out of the copied folder (weft run --execution DIR)",
+            )
+        else:
+            ctx.sink.warn(
+                path,
+                "copies_execution",
+                f'the copy source "{printable(source)}" holds the Weft execution {shown}, '
+                "which would be copied too",
+                hint="move it out of the copied folder",
+            )
+
+
 def _check_command(run: str, path: JsonPath, sink: Sink) -> None:
     for pattern, what in _DANGEROUS:
         if pattern.search(run):
@@ -348,6 +389,8 @@ def _check_command(run: str, path: JsonPath, sink: Sink) -> None:
 
 
 def _workspace_path_problem(target: str) -> str | None:
+    if any(unicodedata.category(ch) == "Cc" for ch in target):
+        return f'"{printable(target)}" contains a control character'
     if "\\" in target:
         return f'"{target}" uses backslashes'
     if target.startswith(("/", "~")):
@@ -360,6 +403,46 @@ def _workspace_path_problem(target: str) -> str | None:
     if depth == 0:
         return f'"{target}" is the workspace itself'
     return None
+
+
+def _leaves_workspace(value: str, *, glob: bool = False) -> str | None:
+    """Why ``value``, a path (or with ``glob`` a glob, where ``\\`` escapes) relative
+    to the agent's workspace, would name something outside it (``None`` when it
+    stays inside)."""
+    shown = f'"{printable(value)}"'
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        return f"{shown} contains a control character"
+    if value.startswith(("/", "~", "\\\\")) or re.match(r"^[A-Za-z]:", value):
+        return f"{shown} is absolute"
+    if not glob and "\\" in value:
+        return f"{shown} uses backslashes"
+    if ".." in value.split("/"):
+        return f'{shown} contains "..", which leaves the workspace'
+    return None
+
+
+def _check_checkpointed_files(codon: dict[str, Any], path: JsonPath, sink: Sink) -> None:
+    """Checkpoints hold workspace files only: an absolute or escaping pattern is
+    refused here rather than silently re-rooted by the checkpoint module."""
+    for i, pattern in enumerate(_list(codon, "checkpointedFiles")):
+        if not isinstance(pattern, str):
+            continue
+        where: JsonPath = (*path, "checkpointedFiles", i)
+        body = pattern[1:] if pattern.startswith("!") else pattern
+        why = _leaves_workspace(body, glob=True)
+        if why is not None:
+            sink.add(
+                where,
+                "bad_path",
+                f"checkpointedFiles pattern {why}",
+                hint="checkpoints hold files inside the agent's workspace: write a pattern "
+                "relative to it, such as notes/** or *.md",
+            )
+            continue
+        try:
+            PatternSet.compile([pattern])
+        except CheckpointPatternError as e:
+            sink.add(where, "bad_path", printable(str(e)))
 
 
 def _check_archive_paths(obj: dict[str, Any], path: JsonPath, sink: Sink) -> None:
@@ -417,6 +500,11 @@ def _check_sentinels(codon: dict[str, Any], path: JsonPath, ctx: RuleContext) ->
             _dict(entry, "settings") is not None
             and (_dict(entry, "settings") or {}).get("failCodonIfNotLoaded") is True
         )
+        output_paths = _dict(_dict(entry, "settings"), "outputPaths")
+        for key in ("logFile", "lastValueFile"):
+            _check_sentinel_output_path(
+                output_paths, key, (*entry_path, "settings", "outputPaths"), sink
+            )
         config = entry.get("sentinelConfig")
         sentinel_id: str | None = None
         if isinstance(config, dict):
@@ -436,6 +524,21 @@ def _check_sentinels(codon: dict[str, Any], path: JsonPath, ctx: RuleContext) ->
                 )
             else:
                 seen[sentinel_id] = i
+
+
+def _check_sentinel_output_path(
+    spec: dict[str, Any] | None, key: str, path: JsonPath, sink: Sink
+) -> None:
+    """A sentinel output path resolves under the workspace (or, a bare name, the
+    managed sentinel folder): it may not leave them."""
+    value = _str(spec, key)
+    if value and (why := _leaves_workspace(value)) is not None:
+        sink.add(
+            (*path, key),
+            "bad_path",
+            f"sentinel output path {why}",
+            hint="give a file name, or a path relative to the agent's workspace",
+        )
 
 
 @dataclass
@@ -534,6 +637,8 @@ def check_sentinel_config(
         for i, ref in _refs(config.get(key)):
             ref_path = (*path, key) if i is None else (*path, key, i)
             _check_file_ref(ref, ref_path, base, ctx, prompt=True, sink=sink)
+    for key in ("file", "lastValueFile"):
+        _check_sentinel_output_path(_dict(config, "output"), key, (*path, "output"), sink)
     model = _str(config, "model")
     if model and "/" not in model:
         sink.add(
@@ -751,13 +856,7 @@ def _check_ids(doc: dict[str, Any], sink: Sink) -> None:
             return
         ident, name = _str(obj, "id"), _str(obj, "name")
         if ident:
-            if "#" in ident:
-                sink.add(
-                    (*path, "id"),
-                    "bad_value",
-                    f'id "{ident}" contains "#", which marks loop iterations (id#n)',
-                    hint='use letters, digits, "-" or "_"',
-                )
+            # The id's own rule (weft.config.ids) is checked by the walk.
             if ident in ids:
                 from weft.config.problems import format_path
 

@@ -22,6 +22,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from weft.config.ids import ID_PATTERN, MAX_ID_LENGTH, SENTINEL_ID_PATTERN
+
 __all__ = [
     "AnyRigOp",
     "ArchivePath",
@@ -417,7 +419,7 @@ class SentinelOutput(_Camel, frozen=True, kw_only=True):
 class SentinelConfig(_Camel, frozen=True, kw_only=True):
     """A sentinel: an LLM observer of a codon's events."""
 
-    id: Annotated[str, Meta(min_length=1, pattern="^[a-z0-9-]+$")]
+    id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH, pattern=SENTINEL_ID_PATTERN)]
     name: NonEmpty
     description: str | None = None
     model: Annotated[str, Meta(min_length=1, description="A full provider/model id.")]
@@ -474,7 +476,15 @@ class Codon(_Camel, tag_field="type", tag="codon", frozen=True, kw_only=True):
     ``type`` may be left out (it defaults to ``codon``).
     """
 
-    id: Annotated[str, Meta(min_length=1, description="Unique across the hank, loops included.")]
+    id: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=MAX_ID_LENGTH,
+            pattern=ID_PATTERN,
+            description="Unique across the hank, loops included; one safe file-name component.",
+        ),
+    ]
     name: Annotated[str, Meta(min_length=1, description="Shown in the UI and logs.")]
     description: str | None = None
     model: Annotated[
@@ -549,7 +559,15 @@ TerminateOn = IterationLimit | ContextExceeded
 class Loop(_Camel, tag_field="type", tag="loop", frozen=True, kw_only=True):
     """Codons repeated until ``terminateOn`` holds. Loops do not nest."""
 
-    id: Annotated[str, Meta(min_length=1, description="Unique across the hank.")]
+    id: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=MAX_ID_LENGTH,
+            pattern=ID_PATTERN,
+            description="Unique across the hank; one safe file-name component.",
+        ),
+    ]
     name: NonEmpty
     description: str | None = None
     terminate_on: TerminateOn

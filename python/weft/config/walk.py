@@ -22,12 +22,19 @@ import msgspec
 from msgspec import inspect as mi
 
 from weft.config.hints import CODON_TYPOS, did_you_mean, quote_list
+from weft.config.ids import ID_HINT, ID_PATTERN, SENTINEL_ID_PATTERN, id_problem
 from weft.config.problems import ConfigProblem, JsonPath, format_path, item_label
 
 __all__ = ["Sink", "check_value", "describe_value"]
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
-_PATTERN_HINTS = {"^[a-z0-9-]+$": "use lowercase letters, digits and hyphens only"}
+_PATTERN_HINTS = {
+    SENTINEL_ID_PATTERN: "use lowercase letters, digits and hyphens only",
+    ID_PATTERN: ID_HINT,
+}
+# Patterns whose failures are said in words (which character, which rule), not
+# as the regular expression.
+_PATTERN_EXPLAINED = frozenset({ID_PATTERN, SENTINEL_ID_PATTERN})
 
 
 class Sink:
@@ -265,13 +272,23 @@ class _Compiler:
 
     def _str(self, t: mi.StrType) -> Checker:
         min_length = t.min_length or 0
+        max_length = t.max_length
         pattern = re.compile(t.pattern) if t.pattern else None
+        explained = t.pattern if t.pattern in _PATTERN_EXPLAINED else None
 
         def check(value: Any, path: JsonPath, sink: Sink) -> None:
             if type(value) is not str:
                 _type_error(t, value, path, sink)
             elif len(value) < min_length:
                 sink.add(path, "bad_value", "must not be empty")
+            elif explained is not None and (why := id_problem(value, pattern=explained)):
+                sink.add(path, "bad_value", why, hint=_PATTERN_HINTS[explained])
+            elif max_length is not None and len(value) > max_length:
+                sink.add(
+                    path,
+                    "bad_value",
+                    f"is {len(value)} characters long, over {max_length}",
+                )
             elif pattern is not None and not pattern.search(value):
                 sink.add(
                     path,

@@ -10,7 +10,9 @@ folder itself, nothing inside ``.git``/``.weft``. ``to`` is relative to the
 workspace (``agentRoot``) and must stay inside it: no absolute path, no
 ``..``, no ``.git``/``.weft`` component, not into ``read_only_data_source``,
 and no symlink on the way (an existing symlink at a file's own target is
-replaced, never written through). A file is copied to exactly ``to``; a
+replaced, never written through). A copy whose target lies inside its source
+(the execution inside the copied folder) or whose source lies inside its
+target is refused before anything is written. A file is copied to exactly ``to``; a
 folder is merged into ``to``. Modes and times are preserved. Inside a copied
 folder:
 
@@ -80,6 +82,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from weft.config.schema import CommandOp, CopyOp
+from weft.errors import UnsafePathError
+from weft.paths import contains, inside
+from weft.terminal import printable
 
 __all__ = [
     "DEFAULT_COMMAND_TIMEOUT",
@@ -405,6 +410,37 @@ def _resolve_target(workspace: Path, raw: str, *, source_is_dir: bool) -> Path:
     return path
 
 
+def _check_bounds(source: Path, target: Path, workspace: Path, op: CopyOp) -> None:
+    """Refuses a copy that would never end or would eat its own source.
+
+    A destination inside the source (the execution lives in the copied
+    folder) makes the walk meet its own output and copy it again, level after
+    level; a source inside the destination is overwritten by itself. Both are
+    refused before anything is written. Validation refuses the cases it can
+    see (:mod:`weft.config.copies`); the execution folder is only certain here.
+    """
+    # A link at the target's own name is replaced, never followed: judge where
+    # the copy lands, the real parent folder plus the name.
+    target = Path(os.path.realpath(target.parent)) / target.name
+    try:
+        inside(workspace, target.parent, what=f'rig copy target "{op.copy.to}"')
+    except UnsafePathError as e:
+        raise _OpError(str(e)) from None
+    if contains(source, target):
+        raise _OpError(
+            f'rig copy "{printable(op.copy.from_)}" -> "{printable(op.copy.to)}": the target '
+            f"{printable(str(target))} lies inside the source {printable(str(source))}, so "
+            "the copy would copy itself without end; move the execution out of the copied "
+            "folder (weft run --execution DIR) or copy a folder that does not hold it"
+        )
+    if contains(target, source):
+        raise _OpError(
+            f'rig copy "{printable(op.copy.from_)}" -> "{printable(op.copy.to)}": the source '
+            f"{printable(str(source))} lies inside the target {printable(str(target))}, so "
+            "the copy would overwrite its own source; copy to a folder beside it"
+        )
+
+
 def _make_dirs(workspace: Path, target: Path) -> None:
     """Creates ``target``'s missing ancestors below ``workspace`` (already checked)."""
     path = workspace
@@ -521,6 +557,7 @@ def _copy(
         source, hank_rel, st = _resolve_source(hank_dir, op.copy.from_)
         is_dir = stat.S_ISDIR(st.st_mode)
         target = _resolve_target(workspace, op.copy.to, source_is_dir=is_dir)
+        _check_bounds(source, target, workspace, op)
         stats = _CopyStats(ignored=[])
         _make_dirs(workspace, target)
         if is_dir:

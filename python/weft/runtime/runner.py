@@ -55,7 +55,7 @@ from weft.checkpoints.errors import CheckpointError
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import ConfigError
+from weft.errors import ConfigError, UnsafePathError
 from weft.events.stream import (
     TOOL_RESULT_LIMIT,
     AssistantActionEvent,
@@ -429,7 +429,7 @@ class CodonRunner:
             harness, model = self._harness_for(codon.model)
             spec = self._spec(a, prompt, model, harness)
             a.session = await harness.start(spec)
-        except (AgentStartError, ValueError) as exc:
+        except (AgentStartError, UnsafePathError, ValueError) as exc:
             return await self._fail(a, "agent_start", False, str(exc))
         log_path = spec.log_path
         assert log_path is not None

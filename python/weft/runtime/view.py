@@ -76,6 +76,7 @@ from weft.runtime.execution import ExecutionLayout
 from weft.state import Processed
 from weft.store.execution import DATABASE
 from weft.store.writer import to_row
+from weft.terminal import printable
 
 __all__ = [
     "CodonProgress",
@@ -926,16 +927,23 @@ class RunView(Protocol):
 
 
 class _Lines:
-    """Writes lines to a text stream; flushes once per event-loop turn, not per line."""
+    """Writes lines to a text stream; flushes once per event-loop turn, not per line.
 
-    def __init__(self, stream: TextIO) -> None:
+    With ``escape``, each line goes through :func:`weft.terminal.printable`
+    first: ids, names, messages and file names come from hank files and agents.
+    """
+
+    def __init__(self, stream: TextIO, *, escape: bool = False) -> None:
         self.stream = stream
+        self._escape = escape
         self._flush_pending = False
         self._broken = False
 
     def write(self, line: str) -> None:
         if self._broken:
             return
+        if self._escape:
+            line = printable(line)
         try:
             self.stream.write(line + "\n")
         except (BrokenPipeError, ValueError):
@@ -993,7 +1001,7 @@ class HeadlessView:
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.progress = progress if progress is not None else RunProgress()
-        self._out = _Lines(stream if stream is not None else sys.stdout)
+        self._out = _Lines(stream if stream is not None else sys.stdout, escape=True)
         self._every_ns = int(progress_every * _NANO)
         self._clock = clock
         self._last_line: dict[str, int] = {}
@@ -1180,7 +1188,7 @@ class LiveView:
 
     def _print(self, at_ns: int, message: str, style: str) -> None:
         line = Text(time.strftime("%H:%M:%S ", time.localtime(at_ns // _NANO)), style="dim")
-        line.append(message, style=style)
+        line.append(printable(message), style=style)
         with contextlib.suppress(BrokenPipeError, ValueError):
             if self._live is not None and self._dirty:
                 # Printing redraws the last drawn table below the line: make it current.
@@ -1230,7 +1238,7 @@ class LiveView:
         grid.add_column(style="bold")
         grid.add_column(overflow="fold")
         for label, text in summary_rows(data):
-            grid.add_row(label, Text(text))
+            grid.add_row(label, Text(printable(text)))
         ok = result.exit_code == 0
         with contextlib.suppress(BrokenPipeError, ValueError):
             self.console.print(
@@ -1300,9 +1308,9 @@ def render_progress(progress: RunProgress, now_ns: int, *, max_rows: int = 40) -
 
 def _row(c: CodonProgress, now_ns: int) -> tuple[RenderableType, ...]:
     style = _STYLES.get(c.status, "")
-    name = Text(c.codon_id)
+    name = Text(printable(c.codon_id))
     if c.name and c.name != c.codon_id:
-        name.append(f" {c.name}", style="dim")
+        name.append(f" {printable(c.name)}", style="dim")
     if c.status == PENDING and c.earlier:
         status = Text(f"{c.earlier} earlier", style="dim")
     else:
@@ -1310,7 +1318,7 @@ def _row(c: CodonProgress, now_ns: int) -> tuple[RenderableType, ...]:
         if c.attempts > 1:
             status.append(f" (try {c.attempts})", style="yellow")
     elapsed = c.elapsed(now_ns)
-    action = Text(c.failure or c.last_action, style="red" if c.failure else "")
+    action = Text(printable(c.failure or c.last_action), style="red" if c.failure else "")
     return (
         Text(_ICONS.get(c.status, "●"), style=style),
         name,

@@ -1,0 +1,72 @@
+"""Paths built from ids and hank values stay where they belong.
+
+Ids and hank values are checked when the hank loads (:mod:`weft.config.ids`,
+:mod:`weft.config.rules`), but the runtime builds file paths from them in many
+places, and a value can also come from an older journal, a state file or an
+agent. :func:`inside` is the second line of defence, applied where such a path
+is built: it resolves ``..`` and symbolic links and refuses a path that would
+leave its root, with :class:`~weft.errors.UnsafePathError` (a one-line
+message saying what, where and how to fix it) before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from weft.errors import UnsafePathError
+from weft.terminal import printable
+
+__all__ = ["component", "contains", "inside"]
+
+
+def _real(path: str | os.PathLike[str]) -> str:
+    # realpath resolves the links of the parts that exist and normalises the
+    # rest lexically, so a path not created yet is judged as it would be.
+    return os.path.realpath(path)
+
+
+def contains(outer: str | os.PathLike[str], inner: str | os.PathLike[str]) -> bool:
+    """Whether ``inner`` is ``outer`` or lies inside it, links and ``..`` resolved."""
+    real_outer, real_inner = _real(outer), _real(inner)
+    return real_inner == real_outer or real_inner.startswith(real_outer.rstrip(os.sep) + os.sep)
+
+
+def component(name: str, *, what: str) -> str:
+    """``name`` if it is one plain path component (not empty, not ``.`` or
+    ``..``, no ``/``, ``\\`` or NUL); raises :class:`~weft.errors.UnsafePathError`."""
+    if name in ("", ".", "..") or any(ch in name for ch in ("/", "\\", "\x00")):
+        raise UnsafePathError(
+            f'{printable(what)} "{printable(name)}" is not a plain file name; rename the id '
+            "or value it was built from (run `weft validate`)",
+            path=name,
+            root="",
+        )
+    return name
+
+
+def inside(root: str | os.PathLike[str], path: str | os.PathLike[str], *, what: str) -> Path:
+    """``root / path`` (``path`` may be absolute), if it stays inside ``root``.
+
+    ``what`` names the path for the message (``"the agent log of codon x"``).
+    Raises :class:`~weft.errors.UnsafePathError` when the path, once ``..``
+    and symbolic links are resolved, lies outside ``root``, or when it holds a
+    NUL character.
+    """
+    candidate = Path(root) / path
+    text = os.fspath(candidate)
+    if "\x00" in text:
+        raise UnsafePathError(
+            f"{printable(what)} ({printable(text)}) contains a NUL character; rename the id "
+            "or value it was built from",
+            path=text,
+            root=os.fspath(root),
+        )
+    if not contains(root, candidate):
+        raise UnsafePathError(
+            f"{printable(what)} ({printable(text)}) would be outside {printable(os.fspath(root))}; "
+            "ids and paths in a hank must stay inside the execution (run `weft validate`)",
+            path=text,
+            root=os.fspath(root),
+        )
+    return candidate
