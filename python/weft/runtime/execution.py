@@ -37,6 +37,7 @@ fsync): async callers run it in ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -59,6 +60,7 @@ import orjson
 from weft.checkpoints.storage import checkpoint_git_dir
 from weft.clock import utc_now_iso
 from weft.errors import WeftError
+from weft.store.diskspace import STORAGE_ERRNOS, storage_error
 
 __all__ = [
     "BASE_DIR_ENV",
@@ -116,6 +118,8 @@ CI_ENV_VARS = (
 )
 """Variables whose presence means a CI job, where nobody answers a prompt.
 Any ``JENKINS*`` variable counts too."""
+_TEMP_SUFFIX = ".tmp"
+"""``execution-meta.json.<pid>-<random>.tmp``: a metadata write in progress."""
 _FALSE_VALUES = frozenset({"", "0", "false", "no", "off"})
 _HASH_CHUNK = 1 << 20
 
@@ -354,23 +358,35 @@ def read_meta(path: Path) -> ExecutionMeta:
 
 
 def write_meta(path: Path, meta: ExecutionMeta) -> None:
-    """Writes ``meta`` atomically: a temp file, fsync, rename, fsync of the folder."""
+    """Writes ``meta`` atomically: a temp file, fsync, rename, fsync of the folder.
+
+    The temp file's name is unique to this call, so two processes writing at
+    once never rename each other's half-written file; a failed write removes
+    it. A full disk raises :class:`~weft.errors.StorageFullError` naming the file.
+    """
     data = msgspec.json.format(_meta_encoder.encode(meta), indent=2)
-    temp = path.with_name(f"{path.name}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    temp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}{_TEMP_SUFFIX}")
     try:
-        view = memoryview(data + b"\n")
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data + b"\n")
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        if e.errno in STORAGE_ERRNOS:
+            raise storage_error(str(path), e) from e
+        raise
 
 
 def _environment() -> ExecutionEnvironment:
@@ -687,8 +703,48 @@ def prepare_execution(
     linking it. ``force`` also relinks an explicit execution to different
     data. ``data_hash_time_limit`` is in seconds (the hank's
     ``overrides.dataHashTimeLimit`` is in milliseconds). Raises
-    :class:`ExecutionSetupError` subclasses; user data is never deleted.
+    :class:`ExecutionSetupError` subclasses; user data is never deleted. A
+    full disk raises :class:`~weft.errors.StorageFullError` naming the file.
     """
+    try:
+        return _prepare(
+            hank_path,
+            data_path,
+            execution_dir=execution_dir,
+            new=new,
+            yes=yes,
+            force=force,
+            interactive=interactive,
+            base_dir=base_dir,
+            copy=copy,
+            keep_workspace=keep_workspace,
+            data_hash_time_limit=data_hash_time_limit,
+            prompt=prompt,
+        )
+    except OSError as e:
+        where = e.filename or "the execution directory"
+        if e.errno in STORAGE_ERRNOS:
+            raise storage_error(str(where), e) from e
+        raise ExecutionSetupError(
+            f"cannot prepare the execution: {e.strerror or e}: {where}"
+        ) from e
+
+
+def _prepare(
+    hank_path: Path,
+    data_path: Path | None,
+    *,
+    execution_dir: Path | None,
+    new: bool,
+    yes: bool,
+    force: bool,
+    interactive: bool,
+    base_dir: Path | None,
+    copy: bool,
+    keep_workspace: bool,
+    data_hash_time_limit: float,
+    prompt: Prompt | None,
+) -> PreparedExecution:
     hank_path = Path(hank_path).absolute()
     if not hank_path.is_file():
         raise InputPathError(f"{hank_path}: hank file not found")
@@ -719,7 +775,14 @@ def prepare_execution(
         if found is not None:
             layout, meta = found
             return _resume(layout, meta, ctx, data_given=data_path is not None)
-    return _create(_new_managed_root(base, ctx.data_hash), ctx)
+    root = _new_managed_root(base, ctx.data_hash)
+    try:
+        return _create(root, ctx)
+    except BaseException:
+        # Made by this call a moment ago and never used: a half-made managed
+        # execution would only be skipped forever (it has no metadata).
+        shutil.rmtree(root, ignore_errors=True)
+        raise
 
 
 def _check_placement(root: Path, data: Path | None) -> None:
@@ -802,7 +865,7 @@ def _has_state(layout: ExecutionLayout) -> bool:
         if entry.name in ("runs", "logs", "checkpoints") and entry.is_dir():
             if any(entry.iterdir()):
                 return True
-        elif entry.name != f"{META_FILE}.tmp":
+        elif not (entry.name.startswith(META_FILE) and entry.name.endswith(_TEMP_SUFFIX)):
             return True
     return False
 

@@ -2,7 +2,9 @@
 
 :func:`run_rig` runs ``copy`` and ``command`` operations and returns a
 :class:`RigResult`; it never raises for a failing operation (only for a
-cancellation). What it guarantees:
+cancellation, and :class:`~weft.errors.StorageFullError` when a copy finds
+the disk full: that ends the run, however the operation is configured).
+What it guarantees:
 
 **copy** ``{from, to}``: ``from`` is relative to the hank's folder and must
 stay inside it: no absolute path, no ``..``, no symlink on the way, not the
@@ -80,6 +82,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from weft.config.schema import CommandOp, CopyOp
+from weft.store.diskspace import STORAGE_ERRNOS, storage_error
 
 __all__ = [
     "DEFAULT_COMMAND_TIMEOUT",
@@ -537,6 +540,9 @@ def _copy(
             _copy_file(source, target, st, stats)
     except OSError as e:
         where = e.filename or op.copy.to
+        if e.errno in STORAGE_ERRNOS:
+            # Not a rig failure to retry or ignore: the disk takes no more.
+            raise storage_error(f"the rig copy to {where}", e) from e
         raise _OpError(f"copy failed: {e.strerror or e}: {where}") from None
     return target, is_dir, stats
 
