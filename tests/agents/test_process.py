@@ -256,7 +256,8 @@ async def test_a_log_whose_flush_fails_at_close_still_lets_close_return() -> Non
     tee = _Tee(Path("/dev/full"))
     tee.write(b"x" * 1000)
     await asyncio.wait_for(tee.close(), 5)
-    assert tee.error is not None and tee.error.errno == errno.ENOSPC
+    assert tee.error is not None
+    assert tee.error.errno == errno.ENOSPC
 
 
 async def test_a_log_write_failing_mid_stream_reports_once_and_drains_to_the_end() -> None:
@@ -285,9 +286,11 @@ async def test_a_session_whose_log_cannot_be_written_is_stopped_and_fails(tmp_pa
     verdict = await asyncio.wait_for(session.wait(), 10)
     assert time.monotonic() - started < 10
     assert session.stop_reason is StopReason.LOG_FAILED
-    assert not verdict.ok and not verdict.retriable
+    assert not verdict.ok
+    assert not verdict.retriable
     assert verdict.log_error is not None
-    assert str(log) in verdict.log_error and "No space left on device" in verdict.log_error
+    assert str(log) in verdict.log_error
+    assert "No space left on device" in verdict.log_error
     assert verdict.message == verdict.log_error
     assert is_dead(session.pid)
 

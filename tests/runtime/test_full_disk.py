@@ -128,8 +128,16 @@ def weft_run(
     hank: Path, execution: Path, env: dict[str, str], cwd: Path
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
-        + ["--headless"],
+        [
+            sys.executable,
+            "-m",
+            "weft",
+            "run",
+            str(hank),
+            "--execution",
+            str(execution),
+            "--headless",
+        ],
         env=env,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
@@ -289,8 +297,16 @@ def test_sigterm_ends_a_run_stalled_on_a_full_disk(
     execution = disk.path / "slow"
     out = (tmp_path / "slow.out").open("w+")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
-        + ["--headless"],
+        [
+            sys.executable,
+            "-m",
+            "weft",
+            "run",
+            str(hank),
+            "--execution",
+            str(execution),
+            "--headless",
+        ],
         env=env,
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
