@@ -42,6 +42,7 @@ TRIAL_TIMEOUT = 30.0
 BLOB_BYTES = 600_000
 """Size of each rig-copied file: random bytes, so git cannot compress them."""
 TRIALS = 8
+WEFT_RUN = (sys.executable, "-m", "weft", "run")
 SEED = 1414
 
 
