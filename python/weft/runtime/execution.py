@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
 import platform
@@ -48,7 +49,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,8 +60,9 @@ import orjson
 
 from weft.checkpoints.storage import checkpoint_git_dir
 from weft.clock import utc_now_iso
-from weft.errors import WeftError
+from weft.errors import LockHeldError, WeftError
 from weft.store.diskspace import STORAGE_ERRNOS, storage_error
+from weft.store.execution import live_holder
 
 __all__ = [
     "BASE_DIR_ENV",
@@ -769,12 +771,19 @@ def _prepare(
     if execution_dir is not None:
         root = Path(execution_dir).expanduser().absolute().resolve()
         _check_placement(root, data_path)
-        return _explicit(ExecutionLayout(root), base, ctx, new=new, keep_workspace=keep_workspace)
+        if root.exists() and not root.is_dir():
+            raise ExecutionSetupError(f"{root}: exists and is not a directory; choose another path")
+        root.mkdir(parents=True, exist_ok=True)
+        with _preparing(root):
+            return _explicit(
+                ExecutionLayout(root), base, ctx, new=new, keep_workspace=keep_workspace
+            )
     if not new:
         found = _find_resumable(base, ctx)
         if found is not None:
             layout, meta = found
-            return _resume(layout, meta, ctx, data_given=data_path is not None)
+            with _preparing(layout.root):
+                return _resume(layout, meta, ctx, data_given=data_path is not None)
     root = _new_managed_root(base, ctx.data_hash)
     try:
         return _create(root, ctx)
@@ -800,6 +809,21 @@ def _check_placement(root: Path, data: Path | None) -> None:
                 f"the data {data} is inside the execution's own {inner.name}/ folder; "
                 "pass data that lives outside the execution directory"
             )
+
+
+@contextlib.contextmanager
+def _preparing(root: Path) -> Iterator[None]:
+    """Holds an exclusive ``flock`` on the execution directory while it is
+    created, resumed or set aside: two ``weft run`` started at the same instant
+    prepare one after the other, and the second sees what the first made (its
+    run then refuses at the runtime lock, "already running", instead of both
+    writing the same files)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _explicit(
@@ -834,6 +858,13 @@ def _explicit(
                 f"{root} already holds an execution. To start a new one there, add --force: "
                 f"its .weft/ (and agentRoot/, rigArchive/) move to {root}/.weft.backup-<time>/, "
                 "nothing is deleted. Or drop --new to resume it"
+            )
+        holder = live_holder(layout.weft_dir)
+        if holder is not None:
+            # Moving .weft/ away would leave that process writing into the backup.
+            raise LockHeldError(
+                f"Weft is running on {root} (PID {holder.pid}); --new --force does not move a "
+                "live execution away. Stop that run first (Ctrl-C or SIGTERM), then start again"
             )
         backup = _set_aside(layout, keep_workspace=keep_workspace)
         ctx.warnings.append(f"the previous execution in {root} was moved to {backup}")

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,15 @@ from weft.events.transitions import RunCrashed
 from weft.state import StateManager
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.journal import Journal
-from weft.store.lock import HEARTBEAT_SECONDS, RuntimeLock
+from weft.store.lock import (
+    HEARTBEAT_SECONDS,
+    LOCK,
+    STALE_SECONDS,
+    LockInfo,
+    RuntimeLock,
+    pid_alive,
+    read_lock,
+)
 from weft.store.recovery import Recovery, recover
 from weft.store.writer import StoreWriter
 
@@ -32,6 +42,22 @@ log = logging.getLogger(__name__)
 
 WEFT_DIR = ".weft"
 DATABASE = "weft.db"
+
+
+def live_holder(weft_dir: Path) -> LockInfo | None:
+    """The lock of a live Weft process on this execution, or ``None``.
+
+    Read only (nothing is taken or written): the holder is live when its pid
+    exists and its heartbeat is fresh, the same test the lock's acquisition
+    applies. An unreadable lock raises :class:`~weft.errors.LockHeldError`
+    (fail closed: it may belong to a live process).
+    """
+    info = read_lock(weft_dir / LOCK)
+    if info is None or info.pid == os.getpid() or not pid_alive(info.pid):
+        return None
+    if time.time() - info.last_heartbeat > STALE_SECONDS:
+        return None
+    return info
 
 
 def weft_dir_of(path: Path) -> Path:
