@@ -662,6 +662,9 @@ def test_concurrent_metadata_writes_never_rename_each_others_temp_file(
     assert sorted(p.name for p in path.parent.glob("execution-meta.json*")) == [META_FILE]
 
 
+RUN = (sys.executable, "-m", "weft", "run")
+
+
 def _weft_run(*args: str | Path, cwd: Path, environ: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "weft", "run", *map(str, args), "--headless"],
@@ -706,8 +709,7 @@ def test_new_force_refuses_while_a_live_process_holds_the_execution(tmp_path: Pa
     try:
         hanks.wait_for(lambda: (execution / ".weft" / "runtime.lock").exists(), what="the lock")
         refused = subprocess.run(
-            [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
-            + ["--new", "--force", "--headless"],  # noqa: RUF005 - one argv, two lines
+            [*RUN, str(hank), "--execution", str(execution), "--new", "--force", "--headless"],
             cwd=tmp_path,
             env=environ,
             stdin=subprocess.DEVNULL,
