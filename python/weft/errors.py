@@ -232,3 +232,17 @@ class UnsafePathError(WeftError):
         super().__init__(message)
         self.path = path
         self.root = root
+
+
+class StorageFullError(WeftError):
+    """A file Weft must write could not be written: the disk is full, out of
+    quota, read-only or failing (``ENOSPC``, ``EDQUOT``, ``EROFS``, ``EIO``).
+
+    ``what`` names the file or the part of the store; the message is one line
+    that says so and that freeing space and running the same command again
+    resumes the run. Everything committed before the failure is kept.
+    """
+
+    def __init__(self, message: str, *, what: str) -> None:
+        super().__init__(message)
+        self.what = what

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import hashlib
 import os
@@ -35,6 +36,7 @@ from weft.agents.process import (
     EnvPolicy,
     LineFramer,
     SubprocessSession,
+    _Tee,
     build_env,
     spawn,
 )
@@ -246,6 +248,51 @@ async def test_long_stderr_lines_are_split_and_stdout_is_teed(tmp_path: Path) ->
     assert max(map(len, pieces)) <= 8192
     assert log.read_bytes() == b"init\nhello\nunterminated"
     assert Path(str(log) + ".stderr").read_text() == "x" * 20000
+
+
+async def test_a_log_whose_flush_fails_at_close_still_lets_close_return() -> None:
+    # /dev/full takes the buffered writes and fails the flush at close with
+    # ENOSPC: the error path once swallowed the stop sentinel and hung.
+    tee = _Tee(Path("/dev/full"))
+    tee.write(b"x" * 1000)
+    await asyncio.wait_for(tee.close(), 5)
+    assert tee.error is not None
+    assert tee.error.errno == errno.ENOSPC
+
+
+async def test_a_log_write_failing_mid_stream_reports_once_and_drains_to_the_end() -> None:
+    reported: list[OSError] = []
+    tee = _Tee(Path("/dev/full"), reported.append)
+    for _ in range(40):
+        tee.write(b"y" * 100_000)  # past the 1 MiB buffer: a write fails, not the close
+    await asyncio.wait_for(tee.close(), 5)
+    assert [e.errno for e in reported] == [errno.ENOSPC]
+    assert tee.error is reported[0]
+
+
+async def test_a_session_whose_log_cannot_be_written_is_stopped_and_fails(tmp_path: Path) -> None:
+    log = tmp_path / "c-claude.log"
+    log.symlink_to("/dev/full")
+    # Enough output to overflow the tee's buffer at once, then a long sleep:
+    # the failure must stop the agent instead of waiting for it.
+    code = (
+        "import sys, time\n"
+        "sys.stdout.write('init\\n' + ('z' * 1000 + '\\n') * 2000)\n"
+        "sys.stdout.flush()\n"
+        "time.sleep(30)\n"
+    )
+    started = time.monotonic()
+    session = await start(code, log_path=log)
+    verdict = await asyncio.wait_for(session.wait(), 10)
+    assert time.monotonic() - started < 10
+    assert session.stop_reason is StopReason.LOG_FAILED
+    assert not verdict.ok
+    assert not verdict.retriable
+    assert verdict.log_error is not None
+    assert str(log) in verdict.log_error
+    assert "No space left on device" in verdict.log_error
+    assert verdict.message == verdict.log_error
+    assert is_dead(session.pid)
 
 
 async def test_lines_over_the_cap_are_skipped_but_kept_in_the_log(tmp_path: Path) -> None:

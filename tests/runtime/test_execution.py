@@ -7,11 +7,15 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.runtime import hanks
 
 from weft.runtime.execution import (
     BASE_DIR_ENV,
@@ -32,6 +36,7 @@ from weft.runtime.execution import (
     prepare_execution,
     read_meta,
     resolve_inputs,
+    write_meta,
 )
 
 HANK = {
@@ -628,3 +633,103 @@ def test_file_data_keeps_its_slot_name(env: dict[str, Path], tmp_path: Path) -> 
     copied = prepared.layout.workspace / DATA_LINK / "t.csv"
     assert copied.read_text() == "1"
     assert not copied.is_symlink()
+
+
+# --------------------------------------------------------------------------- creation races
+
+
+def test_concurrent_metadata_writes_never_rename_each_others_temp_file(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    prepared = prepare(env)
+    path = prepared.layout.meta_path
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for _ in range(50):
+                write_meta(path, prepared.meta)
+        except BaseException as exc:  # collected: the assertion names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert read_meta(path) == prepared.meta
+    assert sorted(p.name for p in path.parent.glob("execution-meta.json*")) == [META_FILE]
+
+
+RUN = (sys.executable, "-m", "weft", "run")
+
+
+def _weft_run(*args: str | Path, cwd: Path, environ: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "weft", "run", *map(str, args), "--headless"],
+        cwd=cwd,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _slow_hank(directory: Path, ms: int) -> Path:
+    return hanks.write_hank(
+        directory,
+        hanks.codon("a", hanks.write_file("a.md", "A\n") + f"@@fake:sleep ms={ms}@@\n"),
+    )
+
+
+def test_two_runs_started_at_the_same_instant_never_crash(tmp_path: Path) -> None:
+    """The loser of a creation or resume race says "already running" (exit 1);
+    4 rounds: two creating one explicit execution, two resuming a managed one."""
+    environ = hanks.subprocess_environment(tmp_path)
+    hank = _slow_hank(tmp_path / "hank", 400)
+    rounds = [("--execution", tmp_path / f"explicit-{n}") for n in range(2)] + [(), ()]
+    for n, extra in enumerate(rounds):
+        pair = [_weft_run(hank, *extra, cwd=tmp_path, environ=environ) for _ in range(2)]
+        results = [(p.wait(timeout=60), *p.communicate()) for p in pair]
+        codes = sorted(code for code, _, _ in results)
+        for code, out, err in results:
+            assert "Traceback" not in out + err, f"round {n}: {err}"
+            if code == 1:
+                assert "already running" in err, f"round {n}: {err}"
+        assert codes in ([0, 0], [0, 1]), f"round {n}: {results}"
+
+
+def test_new_force_refuses_while_a_live_process_holds_the_execution(tmp_path: Path) -> None:
+    environ = hanks.subprocess_environment(tmp_path)
+    hank = _slow_hank(tmp_path / "hank", 60_000)
+    execution = tmp_path / "busy"
+    running = _weft_run(hank, "--execution", execution, cwd=tmp_path, environ=environ)
+    try:
+        hanks.wait_for(lambda: (execution / ".weft" / "runtime.lock").exists(), what="the lock")
+        refused = subprocess.run(
+            [*RUN, str(hank), "--execution", str(execution), "--new", "--force", "--headless"],
+            cwd=tmp_path,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert refused.returncode == 1, refused.stderr
+        assert "Traceback" not in refused.stdout + refused.stderr
+        assert f"PID {running.pid}" in refused.stderr
+        assert "does not move a live execution away" in refused.stderr
+        assert not list(execution.glob(".weft.backup-*"))
+        assert running.poll() is None
+    finally:
+        running.terminate()
+        running.wait(timeout=60)
+    # Once the holder is gone, --new --force sets the execution aside as documented.
+    prepared = prepare_execution(
+        hank, None, execution_dir=execution, new=True, force=True, interactive=False
+    )
+    assert prepared.backup is not None
+    assert (prepared.backup / "execution-meta.json").exists()

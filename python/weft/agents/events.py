@@ -245,6 +245,9 @@ class SessionExited(_Event, frozen=True, tag="session.exited"):
     """The context window or the output token maximum ran out (reference
     hankweave-runtime §6.5), whether or not the session succeeded."""
     stderr_tail: str = ""
+    log_error: str | None = None
+    """Set when the raw log could not be written (a full disk): the session
+    failed, and so does the run, whose record would be incomplete."""
 
 
 AgentEvent: TypeAlias = (

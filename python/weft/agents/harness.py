@@ -97,6 +97,8 @@ class StopReason(enum.StrEnum):
     FIRST_OUTPUT_TIMEOUT = "first_output_timeout"
     IDLE_TIMEOUT = "idle_timeout"
     WALL_TIMEOUT = "wall_timeout"
+    LOG_FAILED = "log_failed"
+    """The session's raw log could not be written (a full disk)."""
 
 
 _DEADLINES = {

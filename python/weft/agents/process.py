@@ -14,7 +14,9 @@ harness only supplies the argv, the environment and a sans-I/O
   concurrently (a child never blocks on a full pipe) into a bounded tail and
   :class:`~weft.agents.events.StderrLine` events.
 * **Tee.** Raw stdout goes to ``log_path`` (and stderr to ``<log>.stderr``)
-  through a writer thread, so disk latency never stalls the stream.
+  through a writer thread, so disk latency never stalls the stream. A write
+  that fails (a full disk) stops the session (``StopReason.LOG_FAILED``) and
+  makes its verdict a failure naming the log; the writer thread always ends.
 * **Deadlines.** First output (until the parser reports the session), idle
   stream (any stdout byte resets it; a retry notice extends it by the retry
   delay) and wall clock. A deadline stops the session like :meth:`stop` does.
@@ -43,7 +45,7 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,11 +235,20 @@ def _set(env: dict[str, str], key: str, value: str) -> None:
 
 class _Tee:
     """Appends chunks to a file from a writer thread (the event loop only
-    enqueues). Write errors are logged once and the tee goes quiet: losing
-    the copy must never kill the session."""
+    enqueues).
 
-    def __init__(self, path: Path) -> None:
+    A write error (a full disk) is kept in :attr:`error` and reported once
+    through ``on_error`` (called on the writer thread); the tee then drops
+    what it is given. Whatever fails, and wherever (opening, a write, the
+    flush at close), the thread ends once :meth:`close` is called: the stop
+    sentinel is never consumed by an error path, so closing cannot hang.
+    """
+
+    def __init__(self, path: Path, on_error: Callable[[OSError], None] | None = None) -> None:
         self.path = path
+        self.error: OSError | None = None
+        """The first write error, if any."""
+        self._on_error = on_error
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"tee:{path.name}", daemon=True)
         self._thread.start()
@@ -246,15 +257,29 @@ class _Tee:
         self._queue.put(data)
 
     def _run(self) -> None:
+        stopped = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("ab", buffering=1024 * 1024) as f:
                 while (chunk := self._queue.get()) is not None:
                     f.write(chunk)
+                # The sentinel is taken: the flush at close may still fail,
+                # and then nothing more will come to drain.
+                stopped = True
         except OSError as e:
-            log.warning("cannot write the agent log %s: %s", self.path, e)
-            while self._queue.get() is not None:
+            self._failed(e)
+            while not stopped and self._queue.get() is not None:
                 pass
+
+    def _failed(self, error: OSError) -> None:
+        self.error = error
+        # Said once, by the session's verdict (its log_error); this is for debugging.
+        log.info("cannot write the agent log %s: %s", self.path, error)
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:  # the loop may be closed; the error is kept anyway
+                log.exception("reporting the agent log failure failed")
 
     async def close(self) -> None:
         self._queue.put(None)
@@ -307,9 +332,11 @@ class SubprocessSession:
         self._wakeup = asyncio.Event()
         self._exited: asyncio.Future[SessionExited] = self._loop.create_future()
         self._process_gone = asyncio.Event()
-        self._tee = _Tee(log_path) if log_path is not None else None
+        self._tee = _Tee(log_path, self._log_failed) if log_path is not None else None
         self._stderr_tee = (
-            _Tee(log_path.with_name(log_path.name + ".stderr")) if log_path is not None else None
+            _Tee(log_path.with_name(log_path.name + ".stderr"), self._log_failed)
+            if log_path is not None
+            else None
         )
         self._transport: asyncio.SubprocessTransport | None = None
         self._open_pipes = {1, 2}
@@ -592,12 +619,38 @@ class SubprocessSession:
             if self._transport is not None:
                 self._transport.close()
             await self._close_tees()
+            log_error = self.log_error
+            if log_error is not None:
+                # The raw log is part of what a run keeps: a session whose log
+                # could not be written failed, whatever the agent said.
+                exited = msgspec.structs.replace(
+                    exited,
+                    ok=False,
+                    error_class=ErrorClass.STOPPED,
+                    retriable=False,
+                    message=log_error,
+                    log_error=log_error,
+                )
+                closing[-1] = exited
             self._push(closing)
             self._exited.set_result(exited)
         except BaseException as e:
             if not self._exited.done():
                 self._exited.set_exception(e)
             raise
+
+    @property
+    def log_error(self) -> str | None:
+        """Why the raw log (or its stderr copy) could not be written, if it could not."""
+        for tee in (self._tee, self._stderr_tee):
+            if tee is not None and tee.error is not None:
+                what = tee.error.strerror or str(tee.error)
+                return f"cannot write the agent log {tee.path}: {what}"
+        return None
+
+    def _log_failed(self, error: OSError) -> None:
+        """On a tee's thread: stop the agent, whose work could no longer be recorded."""
+        self._loop.call_soon_threadsafe(self._begin_stop, StopReason.LOG_FAILED)
 
     async def _close_tees(self) -> None:
         for tee in (self._tee, self._stderr_tee):

@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ from weft import __version__
 from weft._core import BUILD_PROFILE
 from weft.cli import agents, attach, init, run, schema, status, store, thread, validate
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
+from weft.store.diskspace import is_storage_failure, storage_error
 from weft.terminal import printable_lines
 
 
@@ -61,4 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WeftError as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 1
+    except (OSError, sqlite3.Error) as e:
+        # A full, read-only or failing disk under any command: one line, exit 1.
+        if not is_storage_failure(e):
+            raise
+        print(f"weft: error: {printable_lines(storage_error(_where(e), e))}", file=sys.stderr)
+        return 1
     return code
+
+
+def _where(error: BaseException) -> str:
+    filename = getattr(error, "filename", None)
+    return str(filename) if filename else "a file Weft needed"

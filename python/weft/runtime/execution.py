@@ -37,7 +37,9 @@ fsync): async callers run it in ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
 import platform
@@ -47,7 +49,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +60,9 @@ import orjson
 
 from weft.checkpoints.storage import checkpoint_git_dir
 from weft.clock import utc_now_iso
-from weft.errors import WeftError
+from weft.errors import LockHeldError, WeftError
+from weft.store.diskspace import STORAGE_ERRNOS, storage_error
+from weft.store.execution import live_holder
 
 __all__ = [
     "BASE_DIR_ENV",
@@ -116,6 +120,8 @@ CI_ENV_VARS = (
 )
 """Variables whose presence means a CI job, where nobody answers a prompt.
 Any ``JENKINS*`` variable counts too."""
+_TEMP_SUFFIX = ".tmp"
+"""``execution-meta.json.<pid>-<random>.tmp``: a metadata write in progress."""
 _FALSE_VALUES = frozenset({"", "0", "false", "no", "off"})
 _HASH_CHUNK = 1 << 20
 
@@ -354,23 +360,35 @@ def read_meta(path: Path) -> ExecutionMeta:
 
 
 def write_meta(path: Path, meta: ExecutionMeta) -> None:
-    """Writes ``meta`` atomically: a temp file, fsync, rename, fsync of the folder."""
+    """Writes ``meta`` atomically: a temp file, fsync, rename, fsync of the folder.
+
+    The temp file's name is unique to this call, so two processes writing at
+    once never rename each other's half-written file; a failed write removes
+    it. A full disk raises :class:`~weft.errors.StorageFullError` naming the file.
+    """
     data = msgspec.json.format(_meta_encoder.encode(meta), indent=2)
-    temp = path.with_name(f"{path.name}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    temp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}{_TEMP_SUFFIX}")
     try:
-        view = memoryview(data + b"\n")
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data + b"\n")
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        if e.errno in STORAGE_ERRNOS:
+            raise storage_error(str(path), e) from e
+        raise
 
 
 def _environment() -> ExecutionEnvironment:
@@ -687,8 +705,48 @@ def prepare_execution(
     linking it. ``force`` also relinks an explicit execution to different
     data. ``data_hash_time_limit`` is in seconds (the hank's
     ``overrides.dataHashTimeLimit`` is in milliseconds). Raises
-    :class:`ExecutionSetupError` subclasses; user data is never deleted.
+    :class:`ExecutionSetupError` subclasses; user data is never deleted. A
+    full disk raises :class:`~weft.errors.StorageFullError` naming the file.
     """
+    try:
+        return _prepare(
+            hank_path,
+            data_path,
+            execution_dir=execution_dir,
+            new=new,
+            yes=yes,
+            force=force,
+            interactive=interactive,
+            base_dir=base_dir,
+            copy=copy,
+            keep_workspace=keep_workspace,
+            data_hash_time_limit=data_hash_time_limit,
+            prompt=prompt,
+        )
+    except OSError as e:
+        where = e.filename or "the execution directory"
+        if e.errno in STORAGE_ERRNOS:
+            raise storage_error(str(where), e) from e
+        raise ExecutionSetupError(
+            f"cannot prepare the execution: {e.strerror or e}: {where}"
+        ) from e
+
+
+def _prepare(
+    hank_path: Path,
+    data_path: Path | None,
+    *,
+    execution_dir: Path | None,
+    new: bool,
+    yes: bool,
+    force: bool,
+    interactive: bool,
+    base_dir: Path | None,
+    copy: bool,
+    keep_workspace: bool,
+    data_hash_time_limit: float,
+    prompt: Prompt | None,
+) -> PreparedExecution:
     hank_path = Path(hank_path).absolute()
     if not hank_path.is_file():
         raise InputPathError(f"{hank_path}: hank file not found")
@@ -713,13 +771,27 @@ def prepare_execution(
     if execution_dir is not None:
         root = Path(execution_dir).expanduser().absolute().resolve()
         _check_placement(root, data_path)
-        return _explicit(ExecutionLayout(root), base, ctx, new=new, keep_workspace=keep_workspace)
+        if root.exists() and not root.is_dir():
+            raise ExecutionSetupError(f"{root}: exists and is not a directory; choose another path")
+        root.mkdir(parents=True, exist_ok=True)
+        with _preparing(root):
+            return _explicit(
+                ExecutionLayout(root), base, ctx, new=new, keep_workspace=keep_workspace
+            )
     if not new:
         found = _find_resumable(base, ctx)
         if found is not None:
             layout, meta = found
-            return _resume(layout, meta, ctx, data_given=data_path is not None)
-    return _create(_new_managed_root(base, ctx.data_hash), ctx)
+            with _preparing(layout.root):
+                return _resume(layout, meta, ctx, data_given=data_path is not None)
+    root = _new_managed_root(base, ctx.data_hash)
+    try:
+        return _create(root, ctx)
+    except BaseException:
+        # Made by this call a moment ago and never used: a half-made managed
+        # execution would only be skipped forever (it has no metadata).
+        shutil.rmtree(root, ignore_errors=True)
+        raise
 
 
 def _check_placement(root: Path, data: Path | None) -> None:
@@ -737,6 +809,21 @@ def _check_placement(root: Path, data: Path | None) -> None:
                 f"the data {data} is inside the execution's own {inner.name}/ folder; "
                 "pass data that lives outside the execution directory"
             )
+
+
+@contextlib.contextmanager
+def _preparing(root: Path) -> Iterator[None]:
+    """Holds an exclusive ``flock`` on the execution directory while it is
+    created, resumed or set aside: two ``weft run`` started at the same instant
+    prepare one after the other, and the second sees what the first made (its
+    run then refuses at the runtime lock, "already running", instead of both
+    writing the same files)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _explicit(
@@ -772,6 +859,13 @@ def _explicit(
                 f"its .weft/ (and agentRoot/, rigArchive/) move to {root}/.weft.backup-<time>/, "
                 "nothing is deleted. Or drop --new to resume it"
             )
+        holder = live_holder(layout.weft_dir)
+        if holder is not None:
+            # Moving .weft/ away would leave that process writing into the backup.
+            raise LockHeldError(
+                f"Weft is running on {root} (PID {holder.pid}); --new --force does not move a "
+                "live execution away. Stop that run first (Ctrl-C or SIGTERM), then start again"
+            )
         backup = _set_aside(layout, keep_workspace=keep_workspace)
         ctx.warnings.append(f"the previous execution in {root} was moved to {backup}")
     elif root.is_dir():
@@ -802,7 +896,7 @@ def _has_state(layout: ExecutionLayout) -> bool:
         if entry.name in ("runs", "logs", "checkpoints") and entry.is_dir():
             if any(entry.iterdir()):
                 return True
-        elif entry.name != f"{META_FILE}.tmp":
+        elif not (entry.name.startswith(META_FILE) and entry.name.endswith(_TEMP_SUFFIX)):
             return True
     return False
 

@@ -2,7 +2,9 @@
 
 :func:`run_rig` runs ``copy`` and ``command`` operations and returns a
 :class:`RigResult`; it never raises for a failing operation (only for a
-cancellation). What it guarantees:
+cancellation, and :class:`~weft.errors.StorageFullError` when a copy finds
+the disk full: that ends the run, however the operation is configured).
+What it guarantees:
 
 **copy** ``{from, to}``: ``from`` is relative to the hank's folder and must
 stay inside it: no absolute path, no ``..``, no symlink on the way, not the
@@ -84,6 +86,7 @@ from typing import Any, Literal
 from weft.config.schema import CommandOp, CopyOp
 from weft.errors import UnsafePathError
 from weft.paths import contains, inside
+from weft.store.diskspace import STORAGE_ERRNOS, storage_error
 from weft.terminal import printable
 
 __all__ = [
@@ -574,6 +577,9 @@ def _copy(
             _copy_file(source, target, st, stats)
     except OSError as e:
         where = e.filename or op.copy.to
+        if e.errno in STORAGE_ERRNOS:
+            # Not a rig failure to retry or ignore: the disk takes no more.
+            raise storage_error(f"the rig copy to {where}", e) from e
         raise _OpError(f"copy failed: {e.strerror or e}: {where}") from None
     return target, is_dir, stats
 

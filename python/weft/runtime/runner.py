@@ -17,6 +17,7 @@ state: never on the hot path of agent events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import os
@@ -55,7 +56,7 @@ from weft.checkpoints.errors import CheckpointError
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import ConfigError, UnsafePathError
+from weft.errors import ConfigError, StorageFullError, UnsafePathError
 from weft.events.stream import (
     TOOL_RESULT_LIMIT,
     AssistantActionEvent,
@@ -84,6 +85,7 @@ from weft.plan import PlannedCodon
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.rig import RigResult, run_rig
 from weft.state import StateManager
+from weft.store.diskspace import RESUME_HINT, is_storage_failure, storage_error
 
 _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI_HOME": "gemini"}
 
@@ -271,6 +273,9 @@ class _Attempt:
         self.tools: dict[str, tuple[str, float]] = {}
         self.interrupt: Interrupt | None = None
         self.rig: asyncio.Task[RigResult] | None = None
+        self.storage: str | None = None
+        """Why a write of this attempt found the disk full: the attempt fails
+        with kind ``storage`` and the run ends (retrying cannot help)."""
 
     @property
     def duration_ms(self) -> int:
@@ -368,6 +373,13 @@ class CodonRunner:
         self._current = a
         try:
             return await self._run(a)
+        except BaseException:
+            # Left by an exception (the journal failed, a full disk): the
+            # agent must not outlive the attempt that was recording it.
+            if a.session is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(a.session.kill(), self.stop_grace)
+            raise
         finally:
             self._current = None
 
@@ -507,6 +519,9 @@ class CodonRunner:
         )
         try:
             result = await a.rig
+        except StorageFullError as exc:
+            a.storage = str(exc)
+            return await self._fail(a, "storage", False, a.storage)
         except asyncio.CancelledError:
             if a.interrupt is None:
                 raise  # cancelled from outside, not by interrupt()
@@ -683,6 +698,9 @@ class CodonRunner:
     async def _finish(self, a: _Attempt) -> CodonResult:
         exit = a.exit
         assert exit is not None
+        if exit.log_error is not None:
+            a.storage = f"{exit.log_error}; {RESUME_HINT}"
+            return await self._fail(a, "storage", False, a.storage)
         if a.interrupt is not None:
             return await self._interrupted(a)
         context_exceeded = exit.context_exceeded or (
@@ -743,6 +761,8 @@ class CodonRunner:
         retry_after_ms: int | None = None,
     ) -> CodonResult:
         sha = await self._checkpoint(a, "error")
+        if a.storage is not None:
+            kind, retriable, message = "storage", False, a.storage
         reason = FailureReason(
             kind=kind, retriable=retriable, message=message, retry_after_ms=retry_after_ms
         )
@@ -813,7 +833,16 @@ class CodonRunner:
                 codon_name=req.planned.codon.name,
                 duration_ms=a.duration_ms,
             )
-        except CheckpointError as exc:
+        except Exception as exc:
+            # pygit2 and the OS report a full disk in their own words, not
+            # always as a CheckpointError: those end the run like any storage failure.
+            storage = is_storage_failure(exc)
+            if not (storage or isinstance(exc, CheckpointError)):
+                raise
+            if storage and a.storage is None:
+                a.storage = str(
+                    storage_error(f"the {kind} checkpoint of {req.planned.codon_id}", exc)
+                )
             self.emit(
                 ErrorEvent(
                     message=f"{kind} checkpoint of {req.planned.codon_id} failed: {exc}",

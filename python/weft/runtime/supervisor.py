@@ -48,7 +48,7 @@ from weft.checkpoints.repo import run_branch
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.schema import ContextExceeded, Loop
-from weft.errors import CommandRejectedError, PersistenceError, WeftError
+from weft.errors import CommandRejectedError, PersistenceError, StorageFullError, WeftError
 from weft.events.stream import (
     CheckpointEntry,
     CheckpointListEvent,
@@ -83,6 +83,7 @@ from weft.server.protocol import (
     RollbackToLastSuccessData,
 )
 from weft.state import Processed, StateManager
+from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.execution import ExecutionStore
 
 Listener = Callable[[Processed], None]
@@ -543,7 +544,17 @@ class Runtime:
                 )
             outcome = await self._execute(manager, checkpoints)
         except PersistenceError as exc:
-            outcome = RunOutcome("failed", 1, None, f"the journal can no longer be written: {exc}")
+            cause = exc.__cause__
+            message = (
+                str(cause)
+                if isinstance(cause, StorageFullError)
+                else f"the journal can no longer be written: {exc}"
+            )
+            outcome = self._failed_outcome(message)
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            outcome = self._failed_outcome(str(storage_error(str(self.layout.weft_dir), exc)))
         finally:
             for signum in installed:
                 loop.remove_signal_handler(signum)
@@ -552,10 +563,23 @@ class Runtime:
                 await self.server.close()
             if checkpoints is not None:
                 await checkpoints.close()
-            with contextlib.suppress(PersistenceError):
+            closing_failure: StorageFullError | None = None
+            try:
                 await store.close(manager)
+            except PersistenceError:
+                pass  # reported above: the run already failed on it
+            except StorageFullError as exc:
+                closing_failure = exc
+        if closing_failure is not None and outcome.exit_code == 0:
+            # Everything is in the journal, but the final snapshot is not on disk.
+            outcome = self._failed_outcome(str(closing_failure))
         outcome.duration_ms = int((time.monotonic() - self._started) * 1000)
         return outcome
+
+    def _failed_outcome(self, message: str) -> RunOutcome:
+        """A run ended by a persistence failure (exit 1, one line saying why)."""
+        cursor = self._cursor
+        return RunOutcome("failed", 1, None if cursor is None else cursor.run_id, message)
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
         state, thread, _ = await rollback.analyze(manager, checkpoints)
@@ -958,6 +982,10 @@ class Runtime:
             )
             result = await runner.run(request)
             self._spent += result.cost
+            if result.failure is not None and result.failure.kind == "storage":
+                # A full disk: no retry or failure policy can help, the run ends.
+                self._fatal = self._fatal or result.failure.message
+                return result
             if result.status != "failed" or self._stopping or self._fatal is not None:
                 return result
             failure = result.failure

@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +24,40 @@ from weft.clock import utc_now_iso
 from weft.errors import LockLostError, StoreError
 from weft.events.transitions import RunCrashed
 from weft.state import StateManager
+from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.journal import Journal
-from weft.store.lock import HEARTBEAT_SECONDS, RuntimeLock
+from weft.store.lock import (
+    HEARTBEAT_SECONDS,
+    LOCK,
+    STALE_SECONDS,
+    LockInfo,
+    RuntimeLock,
+    pid_alive,
+    read_lock,
+)
 from weft.store.recovery import Recovery, recover
 from weft.store.writer import StoreWriter
 
+log = logging.getLogger(__name__)
+
 WEFT_DIR = ".weft"
 DATABASE = "weft.db"
+
+
+def live_holder(weft_dir: Path) -> LockInfo | None:
+    """The lock of a live Weft process on this execution, or ``None``.
+
+    Read only (nothing is taken or written): the holder is live when its pid
+    exists and its heartbeat is fresh, the same test the lock's acquisition
+    applies. An unreadable lock raises :class:`~weft.errors.LockHeldError`
+    (fail closed: it may belong to a live process).
+    """
+    info = read_lock(weft_dir / LOCK)
+    if info is None or info.pid == os.getpid() or not pid_alive(info.pid):
+        return None
+    if time.time() - info.last_heartbeat > STALE_SECONDS:
+        return None
+    return info
 
 
 def weft_dir_of(path: Path) -> Path:
@@ -68,6 +99,15 @@ class ExecutionStore:
         weft_dir = weft_dir_of(execution)
         if readonly and not weft_dir.is_dir():
             raise StoreError(f"{execution}: not an execution directory (no {WEFT_DIR}/ inside)")
+        try:
+            return cls._open(weft_dir, readonly=readonly)
+        except (OSError, sqlite3.Error, StoreError) as exc:
+            if not is_storage_failure(exc):
+                raise
+            raise storage_error(f"the store {weft_dir}", exc) from exc
+
+    @classmethod
+    def _open(cls, weft_dir: Path, *, readonly: bool) -> ExecutionStore:
         lock = None if readonly else RuntimeLock.acquire(weft_dir)
         try:
             journal = Journal.open(weft_dir / DATABASE, readonly=readonly)
@@ -82,7 +122,14 @@ class ExecutionStore:
             raise
         store = cls(weft_dir, journal, recovery, lock)
         if not readonly and recovery.source in ("journal", "new"):
-            store._writer_for().snapshot()
+            try:
+                store._writer_for().snapshot()
+            except BaseException:
+                store._writer_for().shutdown()
+                journal.close()
+                if lock is not None:
+                    lock.release()
+                raise
         return store
 
     def _writer_for(self) -> StoreWriter:
@@ -116,6 +163,10 @@ class ExecutionStore:
             except LockLostError:
                 # Fenced off: the next commit fails on the same check and stops the run.
                 return
+            except OSError as exc:
+                # A full disk: the lock keeps its last heartbeat (still ours, its
+                # pid alive); the journal's next commit reports the failure.
+                log.warning("cannot refresh the lock's heartbeat: %s", exc)
 
     def runs(self) -> list[dict[str, Any]]:
         """The runs of the state document, newest first."""
@@ -151,11 +202,16 @@ class ExecutionStore:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat
-        if manager is not None:
-            await manager.close()
-        if self._writer is not None:
-            await self._writer.run(self._writer.snapshot)
-            self._writer.shutdown()
-        self.journal.close()
-        if self.lock is not None:
-            self.lock.release()
+        # Whatever fails on the way (a full disk), the journal is closed and
+        # the lock released, so the next run starts without a takeover.
+        try:
+            if manager is not None:
+                await manager.close()
+            if self._writer is not None:
+                await self._writer.run(self._writer.snapshot)
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown()
+            self.journal.close()
+            if self.lock is not None:
+                self.lock.release()

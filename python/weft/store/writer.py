@@ -7,11 +7,15 @@ accumulated meanwhile (group commit). Before each commit the runtime lock is
 checked, so a process that was fenced off stops writing. After a commit the
 writer takes a state.json snapshot when the batch ended a codon or a run,
 started a run, or the last snapshot is older than ``snapshot_every``.
+A full disk under the journal or the snapshot raises
+:class:`~weft.errors.StorageFullError` naming the file, which the
+StateManager turns into its fatal ``PersistenceError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +25,10 @@ import orjson
 
 from weft._core import Core
 from weft.state import Processed
+from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.journal import Journal, Row
 from weft.store.lock import RuntimeLock
-from weft.store.snapshot import write_snapshot
+from weft.store.snapshot import STATE, write_snapshot
 
 
 def to_row(p: Processed) -> Row:
@@ -78,7 +83,12 @@ class StoreWriter:
     def _commit(self, batch: Sequence[Processed]) -> None:
         if self._lock is not None:
             self._lock.verify()
-        self._journal.append([to_row(p) for p in batch])
+        try:
+            self._journal.append([to_row(p) for p in batch])
+        except (sqlite3.Error, OSError) as exc:
+            if is_storage_failure(exc):
+                raise storage_error(f"the journal {self._journal.path}", exc) from exc
+            raise
         milestone = any(
             p.outcome.codon_terminal or p.outcome.run_ended or p.outcome.kind == "RunStarted"
             for p in batch
@@ -89,7 +99,14 @@ class StoreWriter:
 
     def snapshot(self) -> None:
         """Writes state.json now (on the calling thread)."""
-        write_snapshot(self._weft_dir, self._core.snapshot_json())
+        try:
+            write_snapshot(self._weft_dir, self._core.snapshot_json())
+        except OSError as exc:
+            # The journal holds everything the snapshot would: nothing is lost,
+            # but a run that cannot keep its snapshot fresh stops here.
+            if is_storage_failure(exc):
+                raise storage_error(str(self._weft_dir / STATE), exc) from exc
+            raise
         self._last_snapshot = time.monotonic()
 
     async def run(self, fn: Callable[[], None]) -> None:
