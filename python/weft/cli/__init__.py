@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A full, read-only or failing disk under any command: one line, exit 1.
         if not is_storage_failure(e):
             raise
-        print(f"weft: error: {printable_lines(storage_error(_where(e), e))}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(storage_error(_where(e), e)))}", file=sys.stderr)
         return 1
     return code
 
