@@ -63,6 +63,7 @@ from weft.events.stream import (
     CodonStartedEvent,
     ErrorEvent,
     InfoEvent,
+    ProcessEndedEvent,
     ProcessExit,
     RigSetupCompletedEvent,
     StreamData,
@@ -83,6 +84,7 @@ from weft.events.transitions import (
 from weft.plan import PlannedCodon
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.rig import RigResult, run_rig
+from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
 
 _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI_HOME": "gemini"}
@@ -375,7 +377,9 @@ class CodonRunner:
         req = a.request
         planned = req.planned
         codon = planned.codon
-        self.manager.transition(
+        # Durable before any side effect (rig, agent): a run killed from here
+        # on has this attempt in its history, so recovery undoes what it did.
+        await self.manager.transition_and_wait(
             CodonStarted(
                 run_id=req.run_id,
                 codon_id=planned.codon_id,
@@ -431,6 +435,17 @@ class CodonRunner:
             a.session = await harness.start(spec)
         except (AgentStartError, ValueError) as exc:
             return await self._fail(a, "agent_start", False, str(exc))
+        self.emit(
+            started_event(
+                a.session.pid,
+                role="agent",
+                argv=[harness.name, model],
+                mark=spec.env[MARK_VAR],
+                codon_id=planned.codon_id,
+            ),
+            req.run_id,
+            planned.codon_id,
+        )
         log_path = spec.log_path
         assert log_path is not None
         self._move(
@@ -446,6 +461,8 @@ class CodonRunner:
             # Asked to stop while spawning: the stop above found no session yet.
             await a.session.stop(StopReason.OPERATOR)
         await self._stream(a, prompt, model, harness.name)
+        # The session has exited and its group was SIGKILLed with it.
+        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
         return await self._finish(a)
 
     def _spec(
@@ -455,6 +472,9 @@ class CodonRunner:
         codon = req.planned.codon
         idle = codon.shim_idle_timeout or self.idle_timeout or DEFAULT_IDLE_TIMEOUT
         env = dict(codon.env)
+        # Marks every process of the agent's group, so that a later run can
+        # tell them from anyone else's if this one dies (weft.runtime.survivors).
+        env[MARK_VAR] = new_mark()
         if getattr(harness, "fake", False):
             # The fake agents keep transcripts where the real CLIs do (~/.claude...):
             # give them the execution's own folder unless the user chose one.
