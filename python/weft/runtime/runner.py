@@ -55,7 +55,7 @@ from weft.checkpoints.errors import CheckpointError
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import ConfigError
+from weft.errors import ConfigError, TransitionRejectedError
 from weft.events.stream import (
     TOOL_RESULT_LIMIT,
     AssistantActionEvent,
@@ -379,14 +379,19 @@ class CodonRunner:
         codon = planned.codon
         # Durable before any side effect (rig, agent): a run killed from here
         # on has this attempt in its history, so recovery undoes what it did.
-        await self.manager.transition_and_wait(
-            CodonStarted(
-                run_id=req.run_id,
-                codon_id=planned.codon_id,
-                start_time=a.start_time,
-                loop_context=planned.loop_context,
+        try:
+            await self.manager.transition_and_wait(
+                CodonStarted(
+                    run_id=req.run_id,
+                    codon_id=planned.codon_id,
+                    start_time=a.start_time,
+                    loop_context=planned.loop_context,
+                )
             )
-        )
+        except TransitionRejectedError as exc:
+            # A bug, and the supervisor stops the run on it; nothing has run.
+            reason = FailureReason(kind="internal", retriable=False, message=str(exc))
+            return CodonResult(codon_id=planned.codon_id, status="failed", failure=reason)
 
         rig_sha: str | None = None
         if codon.rig_setup and req.skip_rig:
