@@ -8,6 +8,8 @@ harness only supplies the argv, the environment and a sans-I/O
 * **Own process group.** The child starts a new session, so a stop signals
   the CLI *and* every tool process it spawned. When the CLI exits, whatever
   is left in its group is killed, so nothing it started outlives the codon.
+  On Linux the CLI also gets SIGKILL when Weft dies (:data:`die_with_parent`);
+  what it spawned is ended by the next run (:mod:`weft.runtime.survivors`).
 * **Pipes.** The prompt is written to stdin, which is then closed. stdout is
   read as bytes and split by :class:`LineFramer` (no cap below 64 MiB; longer
   lines are counted and skipped, never buffered whole). stderr is drained
@@ -40,10 +42,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import logging
 import os
 import queue
 import signal
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +137,37 @@ class LineFramer:
         tail = bytes(self._buf)
         self._buf.clear()
         return tail
+
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option: the signal a process gets when its parent (thread) dies."""
+
+
+def _pdeathsig_setter() -> Callable[[], None] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    sig = int(signal.SIGKILL)
+
+    def set_pdeathsig() -> None:
+        # Runs in the child between fork and exec: one system call, nothing
+        # that could wait for a lock another thread of Weft held at the fork.
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+    return set_pdeathsig
+
+
+die_with_parent: Callable[[], None] | None = _pdeathsig_setter()
+"""A ``preexec_fn`` after which the child gets SIGKILL when Weft dies
+(Linux; None elsewhere). Weft spawns from its event-loop thread, which lives
+as long as the process. It covers the direct child, also in the moment
+before its ``process.started`` is journaled; the child's own children are
+found through the journal (:mod:`weft.runtime.survivors`)."""
 
 
 # -- environment ---------------------------------------------------------------------------
@@ -426,6 +461,7 @@ class SubprocessSession:
                 cwd=str(cwd),
                 env=dict(env),
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         except OSError as e:
             await self._close_tees()

@@ -269,3 +269,37 @@ class RollbackCompletedEvent(StreamData):
     checkpoint: str
     codon_id: str
     checkpoint_type: str
+
+
+class ProcessStartedEvent(StreamData):
+    """Weft started a process group (an agent CLI or a rig command).
+
+    Journaled so that a later ``weft run`` can end whatever a dead run left
+    behind (:mod:`weft.runtime.survivors`), and only that: ``startTicks``
+    (field 22 of ``/proc/<pid>/stat``) and ``bootId`` tell the leader from a
+    later process that reuses its pid, and ``mark`` is the value of
+    ``WEFT_RUNTIME_PROCESS_MARK`` in the environment of every process of the
+    group, so members are recognised after the leader is gone.
+    """
+
+    TYPE: ClassVar[str] = "process.started"
+    pid: int
+    """The leader's pid, which is also the group id."""
+    role: Literal["agent", "rig"]
+    command: str
+    """The program and its first arguments, shortened (for people, not checks)."""
+    mark: str
+    start_ticks: int | None = None
+    """None where ``/proc`` is not readable (the leader is then never signalled)."""
+    boot_id: str | None = None
+    codon_id: str | None = None
+
+
+class ProcessEndedEvent(StreamData):
+    """A process group Weft started is gone: it ended with its codon or rig
+    command (``how: "exited"``), or recovery ended it (``"ended"``) or found
+    it gone (``"gone"``). Groups without this event are checked at the next start."""
+
+    TYPE: ClassVar[str] = "process.ended"
+    pid: int
+    how: Literal["exited", "ended", "gone"] = "exited"

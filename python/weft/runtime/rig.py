@@ -37,9 +37,12 @@ or in ``lastCopied`` (its folder when it is a file), with ``env`` (default:
 this process's environment), stdin from ``/dev/null``, in a new process
 group. When the shell exits, whatever it left running in its group is
 killed, so nothing from the rig outlives it (start a service with ``setsid``
-to keep it). A command that outlives ``command_timeout`` gets SIGTERM, then
-SIGKILL after ``kill_grace``; a cancelled :func:`run_rig` does the same before
-it re-raises.
+to keep it). Each command's group is journaled (``process.started`` when it
+starts, ``process.ended`` once it is gone) with a mark in its environment,
+so the next ``weft run`` ends what a killed Weft left of it
+(:mod:`weft.runtime.survivors`); the shell itself dies with Weft (Linux).
+A command that outlives ``command_timeout`` gets SIGTERM, then SIGKILL after
+``kill_grace``; a cancelled :func:`run_rig` does the same before it re-raises.
 
 **Output** is streamed as ``rig.output`` events, ``{stream, line, lines,
 commandIndex[, droppedLines][, codonId]}``, where ``line`` may hold several
@@ -83,9 +86,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
+
+from weft.agents.process import die_with_parent
 from weft.config.schema import CommandOp, CopyOp
 from weft.errors import UnsafePathError
+from weft.events.stream import ProcessEndedEvent
 from weft.paths import contains, inside
+from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.store.diskspace import STORAGE_ERRNOS, storage_error
 from weft.terminal import printable
 
@@ -813,6 +821,7 @@ async def _run_command(
         for fd, name in ((1, "stdout"), (2, "stderr"))
     }
     protocol = _Protocol(streams, loop)
+    mark = new_mark()
     spawn = asyncio.ensure_future(
         loop.subprocess_exec(
             lambda: protocol,
@@ -823,8 +832,9 @@ async def _run_command(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=cwd,
-            env=dict(env),
+            env={**env, MARK_VAR: mark},
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
     )
     try:
@@ -843,6 +853,15 @@ async def _run_command(
                 transport.close()
         raise
     pgid = transport.get_pid()
+    codon_id = extra.get("codonId")
+    started = started_event(
+        pgid,
+        role="rig",
+        argv=["/bin/sh", "-c", op.command.run],
+        mark=mark,
+        codon_id=codon_id if isinstance(codon_id, str) else None,
+    )
+    emit(started.TYPE, msgspec.to_builtins(started))
     timed_out = False
     try:
         try:
@@ -865,6 +884,8 @@ async def _run_command(
     finally:
         for stream in streams.values():
             stream.close()
+        # Both ways out above SIGKILLed the group: nothing of it runs now.
+        emit(ProcessEndedEvent.TYPE, msgspec.to_builtins(ProcessEndedEvent(pid=pgid)))
     code = transport.get_returncode()
     transport.close()
     if timed_out:

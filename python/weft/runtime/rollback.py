@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -264,13 +264,16 @@ def rolled_back(thread: ExecutionThread, target: RollbackTarget | None) -> list[
     return out
 
 
-def _remove_rig_copies(
-    layout: ExecutionLayout, plan: ExecutionPlan, codons: Iterable[ThreadCodon]
+def remove_rig_copies(
+    layout: ExecutionLayout, plans: Sequence[ExecutionPlan], codon_ids: Iterable[str]
 ) -> list[str]:
+    """Removes the ``copy`` targets of the rig setups of ``codon_ids`` (each
+    looked up in the first of ``plans`` that has it); returns those removed.
+    Never anything outside the workspace, whatever the hank says."""
     removed: list[str] = []
     workspace = layout.workspace.resolve()
-    for tc in codons:
-        entry = plan.get(tc.codon_id)
+    for codon_id in codon_ids:
+        entry = next((e for plan in plans if (e := plan.get(codon_id)) is not None), None)
         if entry is None:
             continue
         for op in entry.codon.rig_setup:
@@ -279,7 +282,7 @@ def _remove_rig_copies(
                 continue
             target = (workspace / copy.to).resolve()
             if workspace not in target.parents:
-                continue  # never outside the workspace, whatever the hank says
+                continue
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target, ignore_errors=True)
             elif target.exists() or target.is_symlink():
@@ -341,7 +344,7 @@ async def execute(
             current_run_id,
         )
     for step, tc in enumerate(undone, start=1):
-        removed = _remove_rig_copies(layout, plan, [tc])
+        removed = remove_rig_copies(layout, (plan,), [tc.codon_id])
         detail = f"; removed rig copies {', '.join(removed)}" if removed else ""
         if report:
             emit(
@@ -413,6 +416,7 @@ __all__ = [
     "last_success",
     "recorded_shas",
     "redo_target",
+    "remove_rig_copies",
     "rolled_back",
     "target_for",
 ]

@@ -56,7 +56,7 @@ from weft.checkpoints.errors import CheckpointError
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import ConfigError, StorageFullError, UnsafePathError
+from weft.errors import ConfigError, StorageFullError, TransitionRejectedError, UnsafePathError
 from weft.events.stream import (
     TOOL_RESULT_LIMIT,
     AssistantActionEvent,
@@ -64,6 +64,7 @@ from weft.events.stream import (
     CodonStartedEvent,
     ErrorEvent,
     InfoEvent,
+    ProcessEndedEvent,
     ProcessExit,
     RigSetupCompletedEvent,
     StreamData,
@@ -84,6 +85,7 @@ from weft.events.transitions import (
 from weft.plan import PlannedCodon
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.rig import RigResult, run_rig
+from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
 from weft.store.diskspace import RESUME_HINT, is_storage_failure, storage_error
 
@@ -387,14 +389,21 @@ class CodonRunner:
         req = a.request
         planned = req.planned
         codon = planned.codon
-        self.manager.transition(
-            CodonStarted(
-                run_id=req.run_id,
-                codon_id=planned.codon_id,
-                start_time=a.start_time,
-                loop_context=planned.loop_context,
+        # Durable before any side effect (rig, agent): a run killed from here
+        # on has this attempt in its history, so recovery undoes what it did.
+        try:
+            await self.manager.transition_and_wait(
+                CodonStarted(
+                    run_id=req.run_id,
+                    codon_id=planned.codon_id,
+                    start_time=a.start_time,
+                    loop_context=planned.loop_context,
+                )
             )
-        )
+        except TransitionRejectedError as exc:
+            # A bug, and the supervisor stops the run on it; nothing has run.
+            reason = FailureReason(kind="internal", retriable=False, message=str(exc))
+            return CodonResult(codon_id=planned.codon_id, status="failed", failure=reason)
 
         rig_sha: str | None = None
         if codon.rig_setup and req.skip_rig:
@@ -443,6 +452,17 @@ class CodonRunner:
             a.session = await harness.start(spec)
         except (AgentStartError, UnsafePathError, ValueError) as exc:
             return await self._fail(a, "agent_start", False, str(exc))
+        self.emit(
+            started_event(
+                a.session.pid,
+                role="agent",
+                argv=[harness.name, model],
+                mark=spec.env[MARK_VAR],
+                codon_id=planned.codon_id,
+            ),
+            req.run_id,
+            planned.codon_id,
+        )
         log_path = spec.log_path
         assert log_path is not None
         self._move(
@@ -458,6 +478,8 @@ class CodonRunner:
             # Asked to stop while spawning: the stop above found no session yet.
             await a.session.stop(StopReason.OPERATOR)
         await self._stream(a, prompt, model, harness.name)
+        # The session has exited and its group was SIGKILLed with it.
+        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
         return await self._finish(a)
 
     def _spec(
@@ -467,6 +489,9 @@ class CodonRunner:
         codon = req.planned.codon
         idle = codon.shim_idle_timeout or self.idle_timeout or DEFAULT_IDLE_TIMEOUT
         env = dict(codon.env)
+        # Marks every process of the agent's group, so that a later run can
+        # tell them from anyone else's if this one dies (weft.runtime.survivors).
+        env[MARK_VAR] = new_mark()
         if getattr(harness, "fake", False):
             # The fake agents keep transcripts where the real CLIs do (~/.claude...):
             # give them the execution's own folder unless the user chose one.

@@ -13,8 +13,13 @@ carries out its steering commands). Then runs a dead process left
 * otherwise: a continuation after the thread's newest codon with a confirmed
   checkpoint; the files the next codon covers are restored to it first, so a
   half-done attempt leaves nothing behind;
-* no confirmed checkpoint at all: the work tree goes to a recovery branch and
-  a fresh run starts; with nothing left to run, there is nothing to do.
+* no confirmed checkpoint at all: the work tree goes to a recovery branch,
+  the covered files go back to the initial checkpoint (rig copies removed)
+  and a fresh run starts; with nothing left to run, there is nothing to do.
+
+Before all of that, right after the lock is taken, process groups a dead run
+left behind are ended (:mod:`weft.runtime.survivors`), so nothing of the old
+run writes to the work tree while it is restored or run again.
 
 Then codons run one at a time, in plan order, under their failure policy;
 loops grow lazily as iterations finish. In manual mode (``autostart=False``)
@@ -57,6 +62,7 @@ from weft.events.stream import (
     ErrorEvent,
     InfoEvent,
     LoopIterationCompletedEvent,
+    ProcessEndedEvent,
     ServerIdleEvent,
     StateSnapshotEvent,
     StreamData,
@@ -71,7 +77,7 @@ from weft.events.transitions import (
     RunStarted,
 )
 from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
-from weft.runtime import rollback
+from weft.runtime import rollback, survivors
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.policy import Action, decide
 from weft.runtime.runner import CodonRequest, CodonResult, CodonRunner, Interrupt
@@ -504,6 +510,10 @@ class Runtime:
         checkpoints: AsyncCheckpointRepo | None = None
         manager: StateManager | None = None
         try:
+            # First of all, before anything can run again: the lock is ours, so
+            # every process group still journaled as open belongs to a dead run.
+            leftover = await asyncio.to_thread(survivors.open_groups, store.journal)
+            ended = await survivors.end_survivors(leftover) if leftover else []
             checkpoints = await AsyncCheckpointRepo.open(
                 self.layout.checkpoints, self.layout.workspace
             )
@@ -534,6 +544,7 @@ class Runtime:
                     self._on_server(self.server)
             for repair in checkpoints.repairs:
                 self._emit(InfoEvent(message=f"Checkpoint repository: {repair}"))
+            self._report_survivors(ended)
             crashed = await store.mark_crashed_runs(manager)
             for run_id in crashed:
                 self._emit(
@@ -580,6 +591,15 @@ class Runtime:
         """A run ended by a persistence failure (exit 1, one line saying why)."""
         cursor = self._cursor
         return RunOutcome("failed", 1, None if cursor is None else cursor.run_id, message)
+
+    def _report_survivors(self, ended: list[survivors.Ended]) -> None:
+        """Says what was ended, and closes the journal's record of every group
+        that is gone now (an unkillable one stays open, to be tried again)."""
+        for item in ended:
+            if item.how != "gone":
+                self._emit(InfoEvent(message=item.describe()))
+            if item.how != "unkillable":
+                self._emit(ProcessEndedEvent(pid=item.record.pid, how=item.how))
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
         state, thread, _ = await rollback.analyze(manager, checkpoints)
@@ -628,16 +648,18 @@ class Runtime:
         codon and the checkpoint the run starts from, or None when the
         execution has nothing left to do."""
         if not state["runs"]:
-            return await self._fresh(manager, checkpoints, plan, run_id, None)
+            return await self._fresh(manager, checkpoints, plan, run_id)
         if thread.failed:
             target = rollback.last_success(thread)
             if target is None:
-                return await self._fresh(
-                    manager,
+                await self._clean_restart(
                     checkpoints,
-                    ExecutionPlan.from_hank(self.hank.hank),
-                    run_id,
+                    state,
+                    plan,
                     "the execution thread ended in failure and has no git-confirmed success",
+                )
+                return await self._fresh(
+                    manager, checkpoints, ExecutionPlan.from_hank(self.hank.hank), run_id
                 )
             self._emit(
                 InfoEvent(message="The last run ended in failure: rolling back to its last success")
@@ -666,12 +688,16 @@ class Runtime:
             if cp.type != "rig-setup"
         ]
         if newest is None or not terminal:
-            return await self._fresh(
-                manager,
+            await self._clean_restart(
                 checkpoints,
-                ExecutionPlan.from_hank(self.hank.hank),
-                run_id,
-                None if newest is None else f"{newest.codon_id} has no git-confirmed checkpoint",
+                state,
+                plan,
+                "no codon has run yet"
+                if newest is None
+                else f"{newest.codon_id} has no git-confirmed checkpoint",
+            )
+            return await self._fresh(
+                manager, checkpoints, ExecutionPlan.from_hank(self.hank.hank), run_id
             )
         sha = terminal[-1]
         current = plan.get(next_id)
@@ -697,28 +723,50 @@ class Runtime:
         self._emit(InfoEvent(message=f"Continuing after {newest.codon_id} ({sha[:10]})"), run_id)
         return plan, current, sha
 
+    async def _clean_restart(
+        self,
+        checkpoints: AsyncCheckpointRepo,
+        state: Mapping[str, Any],
+        stored: ExecutionPlan,
+        why: str,
+    ) -> None:
+        """Before an execution with history starts over: saves the work tree to
+        a recovery branch, removes the rig copies of every codon that ever
+        started, and restores every covered file to the execution's initial
+        checkpoint, so the fresh run starts where the first one did, not on
+        top of half-done work."""
+        fresh = ExecutionPlan.from_hank(self.hank.hank)
+        # The stored plan holds the loop iterations that ran; the hank's, any
+        # pattern added since. Their union is every file a run may have covered.
+        patterns = list(dict.fromkeys(rollback.all_patterns(stored) + rollback.all_patterns(fresh)))
+        saved = await checkpoints.recovery_snapshot(patterns, reason=why)
+        started = dict.fromkeys(
+            record["codonId"] for run in reversed(state["runs"]) for record in run["codons"]
+        )
+        removed = await asyncio.to_thread(
+            rollback.remove_rig_copies, self.layout, (stored, fresh), started
+        )
+        await checkpoints.restore(checkpoints.initial_sha, patterns)
+        copies = f", removed the rig copies {', '.join(removed)}" if removed else ""
+        self._emit(
+            InfoEvent(
+                message=(
+                    f"Recovery degraded: {why}. The work tree was saved to {saved.branch} "
+                    f"({saved.sha[:10]}){copies} and the checkpointed files were restored to "
+                    "the initial checkpoint; starting a fresh run"
+                )
+            )
+        )
+
     async def _fresh(
         self,
         manager: StateManager,
         checkpoints: AsyncCheckpointRepo,
         plan: ExecutionPlan,
         run_id: str,
-        degraded: str | None,
     ) -> tuple[ExecutionPlan, PlannedCodon | None, str]:
-        """A fresh run with the whole plan. ``degraded`` says why an execution
-        with history starts over: its work tree is saved to a recovery branch first."""
-        if degraded is not None:
-            saved = await checkpoints.recovery_snapshot(
-                rollback.all_patterns(plan), reason=degraded
-            )
-            self._emit(
-                InfoEvent(
-                    message=(
-                        f"Recovery degraded: {degraded}. The work tree was saved to "
-                        f"{saved.branch} ({saved.sha[:10]}); starting a fresh run"
-                    )
-                )
-            )
+        """A fresh run with the whole plan, from the initial checkpoint (an
+        execution with history went through :meth:`_clean_restart` first)."""
         manager.transition(
             RunStarted(
                 run_id=run_id,
