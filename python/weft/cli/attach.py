@@ -51,6 +51,7 @@ from weft.server.auth import client_token, read_read_token, read_token
 from weft.state import Processed, StreamEvent
 from weft.store.execution import weft_dir_of
 from weft.store.lock import LOCK, pid_alive, read_lock
+from weft.terminal import printable_lines
 
 KEYS_HELP = (
     "keys: n next · s skip · f force-stop codon · r roll back to last success · "
@@ -361,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         target = find_target(args.execution, url=args.url, token=args.token, readonly=args.readonly)
     except AttachError as e:
-        print(f"weft: error: {e}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
     view = make_view(mode, sys.stdout)
@@ -373,10 +374,13 @@ def run(args: argparse.Namespace) -> int:
         view.note("detached; the run goes on")
         return 130
     except HandshakeError as e:
-        print(f"weft: error: {e}", file=sys.stderr)
+        print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2
     except ConnectionLostError as e:
-        print(f"weft: error: {e}; is the run still going? (`weft status`)", file=sys.stderr)
+        print(
+            f"weft: error: {printable_lines(str(e))}; is the run still going? (`weft status`)",
+            file=sys.stderr,
+        )
         return 1
     finally:
         view.stop()
