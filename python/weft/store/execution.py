@@ -17,16 +17,25 @@ from typing import Any
 
 from weft._core import Core
 from weft.clock import utc_now_iso
-from weft.errors import LockLostError, StoreError
+from weft.errors import LockHeldError, LockLostError, StoreError
 from weft.events.transitions import RunCrashed
 from weft.state import StateManager
 from weft.store.journal import Journal
-from weft.store.lock import HEARTBEAT_SECONDS, RuntimeLock
+from weft.store.lock import LOCK, HEARTBEAT_SECONDS, RuntimeLock, pid_alive, read_lock
+from weft.store.loss import check_before_open, check_database, refuse_empty
 from weft.store.recovery import Recovery, recover
 from weft.store.writer import StoreWriter
 
 WEFT_DIR = ".weft"
 DATABASE = "weft.db"
+
+
+def _held_by_live_process(weft_dir: Path) -> bool:
+    try:
+        info = read_lock(weft_dir / LOCK)
+    except LockHeldError:
+        return True  # unreadable: may be live, so stay out of its way
+    return info is not None and pid_alive(info.pid)
 
 
 def weft_dir_of(path: Path) -> Path:
@@ -70,7 +79,18 @@ class ExecutionStore:
             raise StoreError(f"{execution}: not an execution directory (no {WEFT_DIR}/ inside)")
         lock = None if readonly else RuntimeLock.acquire(weft_dir)
         try:
-            journal = Journal.open(weft_dir / DATABASE, readonly=readonly)
+            # Before SQLite touches the files: it would make a missing journal
+            # anew and reset a damaged WAL. A reader beside a live writer skips
+            # the WAL (it may be mid-append); the writer's own next open checks it.
+            if lock is not None or not _held_by_live_process(weft_dir):
+                check_before_open(weft_dir)
+            else:
+                check_database(weft_dir)
+            journal = Journal.open(
+                weft_dir / DATABASE,
+                readonly=readonly,
+                on_empty=lambda: refuse_empty(weft_dir, "holds no schema (its tables are gone)"),
+            )
             try:
                 recovery = recover(weft_dir, journal)
             except BaseException:

@@ -14,7 +14,7 @@ writable journal, the caller's for a read-only one.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,12 +52,21 @@ class Journal:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path, *, readonly: bool = False, check: bool = True) -> Journal:
+    def open(
+        cls,
+        path: Path,
+        *,
+        readonly: bool = False,
+        check: bool = True,
+        on_empty: Callable[[], None] | None = None,
+    ) -> Journal:
         """Opens (creating unless ``readonly``) and checks the journal at ``path``.
 
         A database that fails SQLite's integrity check, or whose sequence
         numbers have a gap, raises :class:`~weft.errors.StoreCorruptError`:
         the run refuses to continue rather than drop data silently.
+        ``on_empty`` is called, before anything is written, when the database
+        holds no schema yet (new, or emptied): it may raise to refuse.
         """
         if readonly and not path.exists():
             raise StoreError(f"{path}: no journal here; is this an execution directory?")
@@ -74,6 +83,12 @@ class Journal:
                 conn.execute("PRAGMA synchronous = FULL")
             if check:
                 _check_integrity(conn, path)
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                if on_empty is not None:
+                    on_empty()
+                if readonly:
+                    # Nothing migrated it yet: a run is being created, or never was.
+                    raise StoreError(f"{path}: the journal holds no tables yet; nothing to read")
             if not readonly:
                 migrate(conn, str(path))
         except sqlite3.DatabaseError as e:

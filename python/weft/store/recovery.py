@@ -5,6 +5,11 @@ takes the newest usable snapshot (state.json, else state.json.bak), replays
 the applied transitions journaled after the sequence number it records, and
 falls back to replaying the whole journal when no snapshot is usable or a
 snapshot disagrees with the journal. Every fallback is said, with its reason.
+
+One disagreement is not a fallback but a refusal: a snapshot that reflects
+more of the journal than the journal holds proves committed events were
+lost (:class:`~weft.errors.JournalLossError`); replaying what is left would
+start the work they describe over.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from weft._core import Core
-from weft.errors import StoreCorruptError, WeftError
+from weft.errors import JournalLossError, StoreCorruptError, WeftError
 from weft.store.journal import Journal
+from weft.store.loss import lost_events_message
 from weft.store.snapshot import read_snapshots
 
 
@@ -75,11 +81,9 @@ def recover(weft_dir: Path, journal: Journal, *, use_snapshots: bool = True) -> 
             continue
         seq = core.journal_seq or 0
         if seq > last:
-            notes.append(
-                f"{snapshot.name} reflects journal seq {seq} but the journal ends at {last}; "
-                "the journal wins"
-            )
-            continue
+            # Snapshots are written after their events commit (synchronous =
+            # FULL), so the journal once reached seq: the rest is gone.
+            raise JournalLossError(lost_events_message(weft_dir, snapshot.name, seq, last))
         # Every run and codon record comes from exactly one journaled
         # RunStarted or CodonStarted: a snapshot with other counts is not the
         # fold of the journal it claims to reflect.
