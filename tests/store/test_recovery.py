@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tests.builders import lifecycle, run_started
 from tests.oracle import OracleCore
 

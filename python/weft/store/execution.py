@@ -21,7 +21,7 @@ from weft.errors import LockHeldError, LockLostError, StoreError
 from weft.events.transitions import RunCrashed
 from weft.state import StateManager
 from weft.store.journal import Journal
-from weft.store.lock import LOCK, HEARTBEAT_SECONDS, RuntimeLock, pid_alive, read_lock
+from weft.store.lock import HEARTBEAT_SECONDS, LOCK, RuntimeLock, pid_alive, read_lock
 from weft.store.loss import check_before_open, check_database, refuse_empty
 from weft.store.recovery import Recovery, recover
 from weft.store.writer import StoreWriter
