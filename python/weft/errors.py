@@ -154,6 +154,11 @@ class JournalLossError(StoreCorruptError):
     """
 
 
+class CheckpointLossError(StoreCorruptError):
+    """The checkpoint repository lacks a checkpoint the execution thread
+    continues from; the run refuses rather than redo finished work."""
+
+
 class LockHeldError(WeftError):
     """Another live Weft process holds this execution's lock."""
 

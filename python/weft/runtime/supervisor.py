@@ -48,7 +48,7 @@ from weft.checkpoints.repo import run_branch
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.schema import ContextExceeded, Loop
-from weft.errors import CommandRejectedError, PersistenceError, WeftError
+from weft.errors import CheckpointLossError, CommandRejectedError, PersistenceError, WeftError
 from weft.events.stream import (
     CheckpointEntry,
     CheckpointListEvent,
@@ -84,6 +84,7 @@ from weft.server.protocol import (
 )
 from weft.state import Processed, StateManager
 from weft.store.execution import ExecutionStore
+from weft.store.integrity import load_checks, run_folders
 
 Listener = Callable[[Processed], None]
 
@@ -529,6 +530,8 @@ class Runtime:
                 )
                 if self._on_server is not None:
                     self._on_server(self.server)
+            for note in store.startup_notes():
+                self._emit(InfoEvent(message=note))
             for repair in checkpoints.repairs:
                 self._emit(InfoEvent(message=f"Checkpoint repository: {repair}"))
             crashed = await store.mark_crashed_runs(manager)
@@ -556,7 +559,18 @@ class Runtime:
         return outcome
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
-        state, thread, _ = await rollback.analyze(manager, checkpoints)
+        state, thread, confirmed = await rollback.analyze(manager, checkpoints)
+        checked = load_checks(
+            manager.core.state_json(),
+            thread,
+            confirmed,
+            run_folders(self.layout.runs),
+            execution=self.layout.root,
+        )
+        for note in checked.notes:
+            self._emit(InfoEvent(message=note))
+        if checked.error is not None:
+            raise CheckpointLossError(checked.error)
         if self._on_state is not None:
             self._on_state(state)
         if state.get("initialCheckpoint") is None:

@@ -105,6 +105,14 @@ class ExecutionStore:
             store._writer_for().snapshot()
         return store
 
+    def startup_notes(self) -> list[str]:
+        """What opening the store acted on, one sentence each, for ``weft run`` to
+        say: a stale lock taken over, and every recovery fallback."""
+        took_over = None if self.lock is None else self.lock.describe_previous()
+        notes = [] if took_over is None else [took_over]
+        notes += [f"recovery: {n}" for n in self.recovery.notes]
+        return notes
+
     def _writer_for(self) -> StoreWriter:
         if self._writer is None:
             if self.lock is None:

@@ -184,6 +184,33 @@ class Journal:
             yield [s for s, _ in rows], [p.encode() for _, p in rows]
             after = rows[-1][0]
 
+    def baseline(self) -> tuple[int, bytes] | None:
+        """(seq, state document) a restored journal starts from, else None."""
+        try:
+            row = self._conn.execute(
+                "SELECT seq, state FROM baseline ORDER BY seq LIMIT 1"
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return None  # a schema-1 journal opened read-only: never restored
+        return None if row is None else (int(row[0]), row[1].encode())
+
+    def set_baseline(self, seq: int, source: str, state: bytes, note: Row) -> None:
+        """Makes an empty journal start from ``state`` (reflecting it through
+        ``seq``), with ``note`` (at ``seq``) saying so: one transaction."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT INTO baseline (seq, source, state) VALUES (?, ?, ?)",
+                (seq, source, state.decode()),
+            )
+            conn.execute(_INSERT, note)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def _check_sequence(self) -> None:
         count, first, last = self._conn.execute(
             "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM events"

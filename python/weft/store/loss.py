@@ -110,12 +110,14 @@ def wal_damage(path: Path) -> str | None:
     """Why the WAL at ``path`` is damaged in a way that loses commits, or None.
 
     Damage is a non-empty file without a valid header (SQLite would ignore it
-    all), or a frame that carries the current salts after the point where
-    the checksum chain breaks: frames are appended in order, so such a frame
-    was written after the broken one in this WAL generation, and SQLite
-    would drop it and everything between. A torn last frame is a write a
-    crash cut short, never committed; frames with other salts are left over
-    from an earlier generation. Both are normal.
+    all), or a commit frame that carries the current salts after the point
+    where the checksum chain breaks: frames are appended in order, so that
+    commit was written after the broken frame in this WAL generation, and
+    SQLite would drop it and everything between. Normal after a crash, and
+    never reported: a torn last frame, frames of a transaction that never
+    committed (SQLite may rewrite those in place before recomputing their
+    checksums), and frames with other salts left over from an earlier
+    generation.
     """
     try:
         size = path.stat().st_size
@@ -147,7 +149,7 @@ def wal_damage(path: Path) -> str | None:
         while offset + frame <= size:
             fh.seek(offset)
             data = fh.read(frame)
-            _page, _commit, f1, f2, fc0, fc1 = struct.unpack(">6I", data[:_FRAME_HEADER])
+            _page, commit, f1, f2, fc0, fc1 = struct.unpack(">6I", data[:_FRAME_HEADER])
             if broken_at is None:
                 if (f1, f2) != (salt1, salt2):
                     broken_at = offset
@@ -156,10 +158,10 @@ def wal_damage(path: Path) -> str | None:
                     s0, s1 = _checksum(data[_FRAME_HEADER:], big, s0, s1)
                     if (s0, s1) != (fc0, fc1):
                         broken_at = offset
-            elif (f1, f2) == (salt1, salt2):
+            elif (f1, f2) == (salt1, salt2) and commit:
                 return (
                     f"the frame at byte {broken_at} is damaged and SQLite would drop the "
-                    f"commits after it (a later frame at byte {offset} belongs to them)"
+                    f"commits after it (the commit frame at byte {offset} is one)"
                 )
             offset += frame
     return None

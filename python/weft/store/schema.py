@@ -37,6 +37,15 @@ MIGRATIONS: tuple[str, ...] = (
           FROM events
          WHERE kind = 'transition';
     """,
+    # 2: the state a restored journal starts from (``weft store rebuild
+    # --from-snapshot``): the fold begins there instead of from nothing.
+    """
+    CREATE TABLE baseline (
+        seq    INTEGER PRIMARY KEY,             -- the state reflects the journal through seq
+        source TEXT    NOT NULL,                -- the snapshot it came from (state.json, ...)
+        state  TEXT    NOT NULL                 -- the state document
+    );
+    """,
 )
 
 VERSION = len(MIGRATIONS)
