@@ -50,9 +50,7 @@ def test_a_dead_owner_is_taken_over_and_said(tmp_path: Path) -> None:
     write_foreign_lock(tmp_path, pid=pid, heartbeat=1000.0)
     lock = RuntimeLock.acquire(tmp_path, clock=lambda: 1001.0)
     assert lock.previous is not None
-    assert lock.describe_previous() == (
-        f"took over the lock of PID {pid}: its process is gone"
-    )
+    assert lock.describe_previous() == (f"took over the lock of PID {pid}: its process is gone")
     on_disk = read_lock(tmp_path / LOCK)
     assert on_disk is not None
     assert (on_disk.pid, on_disk.lock_id) == (os.getpid(), lock.info.lock_id)

@@ -71,12 +71,12 @@ def load_checks(
             else:
                 result.notes.append(f"warning: {issue.message} (at {issue.path})")
     if lost:
+        listed = ", ".join(lost[:3]) + (" ..." if len(lost) > 3 else "")
         result.error = (
-            f"{execution / '.weft' / 'checkpoints'}: the checkpoint repository lacks {len(lost)} checkpoint(s) the execution thread "
-            f"continues from: {', '.join(lost[:3])}{' ...' if len(lost) > 3 else ''}. Nothing "
-            "was run. Ways forward: `weft checkpoints "
-            f"{execution}` lists what git still has; `weft rollback {execution} "
-            "--checkpoint SHA` continues from one of those, or "
-            f"`weft run --execution {execution} --new --force` starts over"
+            f"{execution / '.weft' / 'checkpoints'}: the checkpoint repository lacks "
+            f"{len(lost)} checkpoint(s) the execution thread continues from: {listed}. "
+            f"Nothing was run. Ways forward: `weft checkpoints {execution}` lists what git "
+            f"still has; `weft rollback {execution} --checkpoint SHA` continues from one of "
+            f"those, or `weft run --execution {execution} --new --force` starts over"
         )
     return result

@@ -81,7 +81,9 @@ class StoreWriter:
             self._lock.verify()
         self._journal.append([to_row(p) for p in batch])
         if self._lock is not None:
-            started = [p.outcome.run_id for p in batch if p.applied and p.outcome.kind == "RunStarted"]
+            started = [
+                p.outcome.run_id for p in batch if p.applied and p.outcome.kind == "RunStarted"
+            ]
             if started and started[-1] is not None:
                 # The lock names the run its holder works on (weft status reads it).
                 self._lock.update(run_id=started[-1])
