@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -507,6 +508,7 @@ class Runtime:
                 self.layout.checkpoints, self.layout.workspace
             )
             self._checkpoints = checkpoints
+            warnings = await self._load_checks(store, checkpoints)
             manager = store.state_manager()
             self._manager = manager
             manager.add_listener(self._on_processed)
@@ -530,7 +532,7 @@ class Runtime:
                 )
                 if self._on_server is not None:
                     self._on_server(self.server)
-            for note in store.startup_notes():
+            for note in (*store.startup_notes(), *warnings):
                 self._emit(InfoEvent(message=note))
             for repair in checkpoints.repairs:
                 self._emit(InfoEvent(message=f"Checkpoint repository: {repair}"))
@@ -558,19 +560,27 @@ class Runtime:
         outcome.duration_ms = int((time.monotonic() - self._started) * 1000)
         return outcome
 
-    async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
-        state, thread, confirmed = await rollback.analyze(manager, checkpoints)
+    async def _load_checks(
+        self, store: ExecutionStore, checkpoints: AsyncCheckpointRepo
+    ) -> list[str]:
+        """The seed's load-time checks, before anything is journaled: raises
+        CheckpointLossError when the thread's checkpoints are gone; returns the
+        warnings to say."""
+        state_json = store.core.state_json()
+        confirmed = await checkpoints.verify(rollback.recorded_shas(json.loads(state_json)))
         checked = load_checks(
-            manager.core.state_json(),
-            thread,
+            state_json,
+            store.core.execution_thread(checkpoints=confirmed),
             confirmed,
             run_folders(self.layout.runs),
             execution=self.layout.root,
         )
-        for note in checked.notes:
-            self._emit(InfoEvent(message=note))
         if checked.error is not None:
             raise CheckpointLossError(checked.error)
+        return checked.notes
+
+    async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
+        state, thread, _ = await rollback.analyze(manager, checkpoints)
         if self._on_state is not None:
             self._on_state(state)
         if state.get("initialCheckpoint") is None:

@@ -22,7 +22,7 @@ from weft.events.transitions import RunCrashed
 from weft.state import StateManager
 from weft.store.journal import Journal
 from weft.store.lock import HEARTBEAT_SECONDS, LOCK, RuntimeLock, pid_alive, read_lock
-from weft.store.loss import check_before_open, check_database, refuse_empty
+from weft.store.loss import check_before_open, check_database, check_reach, refuse_empty
 from weft.store.recovery import Recovery, recover
 from weft.store.writer import StoreWriter
 
@@ -82,7 +82,10 @@ class ExecutionStore:
             # Before SQLite touches the files: it would make a missing journal
             # anew and reset a damaged WAL. A reader beside a live writer skips
             # the WAL (it may be mid-append); the writer's own next open checks it.
-            if lock is not None or not _held_by_live_process(weft_dir):
+            if lock is not None:
+                check_before_open(weft_dir)
+                check_reach(weft_dir)
+            elif not _held_by_live_process(weft_dir):
                 check_before_open(weft_dir)
             else:
                 check_database(weft_dir)

@@ -16,8 +16,10 @@ the journal before any of those, so none of them can exist beside a journal
 that never held anything.
 
 The third check, a snapshot whose ``journalSeq`` lies beyond the journal's
-end, needs the journal open and is made by :mod:`weft.store.recovery`, with
-:func:`lost_events_message` for its wording.
+end, needs the journal open: :func:`check_reach` makes it on a read-only
+connection before the writable one opens (whose close would fold a torn WAL
+into the database and remove it, evidence included), and
+:mod:`weft.store.recovery` makes it again on the snapshot it uses.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ import os
 import struct
 from pathlib import Path
 
+import msgspec
+
 from weft.errors import JournalLossError
+from weft.store.journal import Journal
+from weft.store.snapshot import read_snapshots
 
 DATABASE = "weft.db"
 WAL = "weft.db-wal"
@@ -186,3 +192,40 @@ def check_before_open(weft_dir: Path) -> None:
     """Every check that must run before SQLite opens the journal."""
     check_database(weft_dir)
     check_wal(weft_dir)
+
+
+class _Reach(msgspec.Struct, rename="camel"):
+    journal_seq: int | None = None
+
+
+def snapshot_reach(weft_dir: Path) -> tuple[str, int] | None:
+    """(name, journalSeq) of the first snapshot that parses, best first."""
+    for snapshot in read_snapshots(weft_dir):
+        try:
+            seq = msgspec.json.decode(snapshot.data, type=_Reach).journal_seq
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        return snapshot.name, seq or 0
+    return None
+
+
+def check_reach(weft_dir: Path) -> None:
+    """Refuses a journal that ends before the seq its snapshot reflects,
+    reading it without writing anything."""
+    reach = snapshot_reach(weft_dir)
+    path = weft_dir / DATABASE
+    if reach is None or reach[1] == 0 or not path.exists():
+        return
+    journal = Journal.open(
+        path,
+        readonly=True,
+        check=False,
+        on_empty=lambda: refuse_empty(weft_dir, "holds no schema (its tables are gone)"),
+    )
+    try:
+        last = journal.last_seq()
+    finally:
+        journal.close()
+    name, seq = reach
+    if seq > last:
+        raise JournalLossError(lost_events_message(weft_dir, name, seq, last))
