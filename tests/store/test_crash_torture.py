@@ -28,7 +28,8 @@ KILLS = 25
 
 
 def run_and_kill(execution: Path, run_id: str, delay: float) -> list[int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # This checkout's weft, not whichever one is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "python")))}
     child = subprocess.Popen(
         [sys.executable, str(CHILD), str(execution), run_id],
         stdout=subprocess.PIPE,

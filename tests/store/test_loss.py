@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from weft.cli import main
 from weft.errors import JournalLossError, StoreCorruptError
 from weft.store import ExecutionStore, Journal
 from weft.store.loss import check_database, wal_damage
+from weft.store.schema import MIGRATIONS
 
 
 async def build(
@@ -266,3 +268,42 @@ def test_rebuild_from_snapshot_without_a_usable_snapshot_says_so(
     assert err.startswith("weft: error: ")
     assert "no usable snapshot to restore from" in err
     assert not (tmp_path / ".weft" / "weft.db").exists()
+
+
+# --------------------------------------------------------------------------- silent corruption
+
+
+async def test_a_payload_altered_after_it_was_written_is_found_at_open(tmp_path: Path) -> None:
+    await build(tmp_path, 2)
+    db = sqlite3.connect(tmp_path / ".weft" / "weft.db")
+    # A well-formed change SQLite itself cannot notice: a cost in a payload.
+    db.execute("UPDATE events SET payload = replace(payload, '0.002', '0.200') WHERE seq = 7")
+    db.commit()
+    db.close()
+    for readonly in (True, False):
+        with pytest.raises(StoreCorruptError, match=r"journal entry seq 7 was altered"):
+            ExecutionStore.open(tmp_path, readonly=readonly)
+
+
+def test_rows_written_before_checksums_existed_are_accepted(tmp_path: Path) -> None:
+    """A version-1 journal migrates; its old rows have no checksum to compare."""
+    path = tmp_path / "weft.db"
+    db = sqlite3.connect(path)
+    db.executescript(MIGRATIONS[0])
+    db.execute("PRAGMA user_version = 1")
+    db.execute(
+        "INSERT INTO events (seq, id, timestamp, kind, type, payload) "
+        "VALUES (1, 'i', 't', 'event', 'info', '{\"type\":\"info\",\"data\":{\"message\":\"m\"}}')"
+    )
+    db.commit()
+    db.close()
+    journal = Journal.open(path)
+    try:
+        journal.append([(2, "j", "t", "event", "info", None, None, '{"type":"info"}')])
+    finally:
+        journal.close()
+    journal = Journal.open(path, readonly=True)
+    try:
+        assert journal.last_seq() == 2
+    finally:
+        journal.close()

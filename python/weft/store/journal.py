@@ -14,6 +14,7 @@ writable journal, the caller's for a read-only one.
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,21 @@ Row = tuple[int, str, str, str, str, str | None, str | None, str]
 """(seq, id, timestamp, kind, type, run_id, codon_id, payload)"""
 
 _INSERT = (
-    "INSERT INTO events (seq, id, timestamp, kind, type, run_id, codon_id, payload) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (seq, id, timestamp, kind, type, run_id, codon_id, payload, crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+_CHECK_PAGE = 20_000
+"""Rows read per query when verifying payload checksums at open."""
+
+
+def payload_crc(payload: str) -> int:
+    """The checksum stored beside a payload (CRC-32 of its UTF-8 bytes)."""
+    return zlib.crc32(payload.encode())
+
+
+def _with_crc(row: Row) -> tuple[object, ...]:
+    return (*row, payload_crc(row[7]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +116,12 @@ class Journal:
             raise
         journal = cls(conn, path)
         if check:
-            journal._check_sequence()
+            try:
+                journal._check_sequence()
+                journal._check_payloads()
+            except BaseException:
+                conn.close()
+                raise
         return journal
 
     def close(self) -> None:
@@ -117,7 +135,7 @@ class Journal:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(_INSERT, rows)
+            conn.executemany(_INSERT, map(_with_crc, rows))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -204,7 +222,7 @@ class Journal:
                 "INSERT INTO baseline (seq, source, state) VALUES (?, ?, ?)",
                 (seq, source, state.decode()),
             )
-            conn.execute(_INSERT, note)
+            conn.execute(_INSERT, _with_crc(note))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -220,6 +238,26 @@ class Journal:
                 f"{self.path}: the journal has gaps (seqs {first}..{last} but {count} rows); "
                 "the run will not continue. Keep a copy of .weft/ for inspection"
             )
+
+
+    def _check_payloads(self) -> None:
+        """Every payload still matches the checksum written beside it."""
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(events)")}
+        if "crc" not in columns:
+            return  # a version-1 journal opened read-only: nothing to compare
+        after = 0
+        while rows := self._conn.execute(
+            "SELECT seq, payload, crc FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, _CHECK_PAGE),
+        ).fetchall():
+            for seq, payload, crc in rows:
+                if crc is not None and payload_crc(payload) != crc:
+                    raise StoreCorruptError(
+                        f"{self.path}: journal entry seq {seq} was altered after it was "
+                        "written (its checksum does not match); the run will not continue. "
+                        "Keep a copy of .weft/ for inspection"
+                    )
+            after = rows[-1][0]
 
 
 def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:
