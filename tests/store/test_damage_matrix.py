@@ -298,3 +298,33 @@ def test_damage_ends_in_a_correct_resume_or_a_clear_refusal(
         if kind == "CodonTransitioned" and data["to"] == "completed"
     ]
     assert ran == ["c01", "c02", "c03", "c04"], ran
+
+
+@pytest.mark.parametrize("lost", ["weft.db-wal", "weft.db"])
+def test_after_a_refused_loss_rebuild_from_snapshot_resumes_cleanly(
+    built: Built, tmp_path: Path, lost: str
+) -> None:
+    root = tmp_path / "case"
+    shutil.copytree(built.root, root, symlinks=True)
+    execution = root / "ex"
+    (execution / ".weft" / lost).unlink()
+    run = ("run", root / "hank", "--execution", execution, "--headless", "--yes")
+    code, out = weft(*run, env=built.env)
+    assert code == 1, out
+    assert "weft store rebuild --from-snapshot" in out
+
+    code, out = weft("store", "rebuild", "--from-snapshot", execution, env=built.env)
+    assert code == 0, out
+    assert out.startswith("Journal restored from state.json")
+    code, out = weft(*run, env=built.env)
+    assert code == 0, out
+    assert "Traceback" not in out
+    assert workspace_files(execution) == built.reference
+    state = read_state(execution)
+    done = [
+        c["codonId"]
+        for r in reversed(state["runs"])
+        for c in r["codons"]
+        if c["status"] == "completed"
+    ]
+    assert done == ["c01", "c02", "c03", "c04"]
