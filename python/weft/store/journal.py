@@ -239,7 +239,6 @@ class Journal:
                 "the run will not continue. Keep a copy of .weft/ for inspection"
             )
 
-
     def _check_payloads(self) -> None:
         """Every payload still matches the checksum written beside it."""
         columns = {r[1] for r in self._conn.execute("PRAGMA table_info(events)")}
