@@ -145,6 +145,20 @@ class StoreCorruptError(StoreError):
     """The journal failed its integrity check; the run refuses to continue."""
 
 
+class JournalLossError(StoreCorruptError):
+    """Committed journal events are provably gone (a missing, emptied or torn
+    journal beside the snapshots and checkpoints that prove it held them).
+
+    The run refuses rather than start over on top of the work they describe;
+    the message names what was lost and the ways forward.
+    """
+
+
+class CheckpointLossError(StoreCorruptError):
+    """The checkpoint repository lacks a checkpoint the execution thread
+    continues from; the run refuses rather than redo finished work."""
+
+
 class LockHeldError(WeftError):
     """Another live Weft process holds this execution's lock."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,52 @@ async def test_store_rebuild_replaces_a_damaged_state_json(tmp_path: Path) -> No
     assert "from 15 journal events (through seq 15)" in done.stdout
     assert json.loads(state.read_bytes()) == expected
     assert not (tmp_path / ".weft" / "runtime.lock").exists()
+
+
+async def test_a_running_run_nobody_holds_shows_as_crashed_not_yet_marked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ExecutionStore.open(tmp_path)
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    await store.close(manager)  # the lock is released: as if the process died
+    assert main(["status", str(tmp_path)]) == 0
+    assert "run r1  crashed (not yet marked)  started" in capsys.readouterr().out
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["lock"] is None
+    assert status["runs"][0]["status"] == "crashed (not yet marked)"
+
+
+async def test_a_running_run_whose_holder_lives_shows_as_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ExecutionStore.open(tmp_path)
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    await manager.flush()
+    try:
+        assert main(["status", str(tmp_path), "--json"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert status["runs"][0]["status"] == "running"
+        assert status["lock"] == {"pid": os.getpid(), "runId": "r1", "alive": True}
+    finally:
+        await store.close(manager)
+
+
+@pytest.mark.parametrize("damage", ["empty", "delete"])
+async def test_status_of_a_lost_journal_says_what_was_lost_without_a_traceback(
+    tmp_path: Path, damage: str
+) -> None:
+    await make_execution(tmp_path)
+    db = tmp_path / ".weft" / "weft.db"
+    if damage == "empty":
+        db.write_bytes(b"")
+    else:
+        db.unlink()
+    done = weft("status", str(tmp_path))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"weft: error: {db} ")
+    assert "every journaled event is gone" in line

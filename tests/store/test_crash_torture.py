@@ -31,7 +31,8 @@ def run_and_kill(execution: Path, run_id: str, delay: float, *, after_open: bool
     """Starts a child and SIGKILLs it ``delay`` seconds later: counted from its
     start, or (``after_open``) from its first committed event, so a loaded
     machine's slow start does not turn every kill into a kill during open."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # This checkout's weft, not whichever one is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "python")))}
     child = subprocess.Popen(
         [sys.executable, str(CHILD), str(execution), run_id],
         stdout=subprocess.PIPE,

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.builders import run_started
 
 from weft.errors import LockHeldError, LockLostError
+from weft.store import ExecutionStore
 from weft.store.lock import LOCK, LockInfo, RuntimeLock, read_lock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,9 +52,7 @@ def test_a_dead_owner_is_taken_over_and_said(tmp_path: Path) -> None:
     write_foreign_lock(tmp_path, pid=pid, heartbeat=1000.0)
     lock = RuntimeLock.acquire(tmp_path, clock=lambda: 1001.0)
     assert lock.previous is not None
-    assert lock.describe_previous() == (
-        f"took over the lock of PID {pid}: its process (PID {pid}) is gone"
-    )
+    assert lock.describe_previous() == (f"took over the lock of PID {pid}: its process is gone")
     on_disk = read_lock(tmp_path / LOCK)
     assert on_disk is not None
     assert (on_disk.pid, on_disk.lock_id) == (os.getpid(), lock.info.lock_id)
@@ -164,3 +164,31 @@ async def test_an_open_store_keeps_its_lock_alive(tmp_path: Path) -> None:
     assert later.lock_id == first.lock_id
     await store.close(manager)
     assert not (tmp_path / ".weft" / LOCK).exists()
+
+
+async def test_the_lock_names_the_run_that_started(tmp_path: Path) -> None:
+    store = ExecutionStore.open(tmp_path)
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    await manager.flush()
+    on_disk = read_lock(tmp_path / ".weft" / LOCK)
+    assert on_disk is not None
+    assert on_disk.run_id == "r1"
+    await store.close(manager)
+
+
+def test_opening_a_store_says_the_takeover_of_a_dead_holder(tmp_path: Path) -> None:
+    pid = dead_pid()
+    weft_dir = tmp_path / ".weft"
+    write_foreign_lock(weft_dir, pid=pid, heartbeat=1000.0)
+    doc = json.loads((weft_dir / LOCK).read_text())
+    (weft_dir / LOCK).write_text(json.dumps({**doc, "runId": "r7"}))
+    store = ExecutionStore.open(tmp_path)
+    try:
+        assert store.startup_notes()[0] == (
+            f"took over the lock of PID {pid} (run r7): its process is gone"
+        )
+    finally:
+        store.journal.close()
+        assert store.lock is not None
+        store.lock.release()

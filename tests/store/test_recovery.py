@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tests.builders import lifecycle, run_started
 from tests.oracle import OracleCore
 
+from weft.errors import JournalLossError
 from weft.store import ExecutionStore, Journal
 
 
@@ -89,16 +91,22 @@ async def test_both_snapshots_unusable_rebuild_from_the_journal(tmp_path: Path) 
     assert reopen(tmp_path).recovery.source == "state.json"
 
 
-async def test_a_snapshot_ahead_of_the_journal_loses_to_the_journal(tmp_path: Path) -> None:
+async def test_a_snapshot_ahead_of_the_journal_proves_a_loss_and_is_refused(
+    tmp_path: Path,
+) -> None:
     await build(tmp_path, 2)
     path = weft(tmp_path) / "state.json"
     doc = json.loads(path.read_bytes())
     doc["journalSeq"] = 10_000
     path.write_text(json.dumps(doc))
-    (weft(tmp_path) / "state.json.bak").unlink()
-    store = reopen(tmp_path)
-    assert store.recovery.source == "journal"
-    assert "the journal ends at" in store.recovery.notes[0]
+    before = path.read_bytes()
+    with pytest.raises(JournalLossError) as caught:
+        reopen(tmp_path)
+    message = str(caught.value)
+    assert "state.json reflects journal seq 10000 but the journal ends at" in message
+    assert "weft store rebuild --from-snapshot" in message
+    assert "\n" not in message
+    assert path.read_bytes() == before
 
 
 async def test_a_snapshot_that_disagrees_with_the_journal_loses(tmp_path: Path) -> None:

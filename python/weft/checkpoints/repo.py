@@ -181,6 +181,12 @@ class CheckpointRepo:
                 f"checkpoint storage could not be read: {exc.filename or git_dir}: "
                 f"{exc.strerror or exc}. Check the folder's permissions and the disk."
             ) from exc
+        except pygit2.GitError as exc:
+            # Damage the repair pass does not handle (a corrupted loose ref).
+            raise CheckpointStorageError(
+                f"checkpoint repository {git_dir} is damaged: {exc}. Nothing was run; "
+                "restore it from a backup, or start over with `weft run --new --force`"
+            ) from exc
         opened.repo.workdir = str(workspace)
         return cls(
             git_dir,

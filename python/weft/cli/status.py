@@ -1,6 +1,8 @@
 """``weft status [execution] [--json]``: runs and codon states, read from the store.
 
 Read-only: it takes no lock and writes nothing, so it is safe beside a live run.
+A run the state still calls ``running`` while no live process holds the lock
+is shown as ``crashed (not yet marked)``: the next ``weft run`` marks it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from weft.errors import LockHeldError
 from weft.store import ExecutionStore
+from weft.store.lock import LOCK, pid_alive, read_lock
 from weft.terminal import printable_lines
 
 TERMINAL = ("completed", "failed", "skipped")
@@ -42,9 +46,27 @@ def codon_cost(codon: dict[str, Any]) -> float:
     return 0.0
 
 
+CRASHED_UNMARKED = "crashed (not yet marked)"
+
+
+def lock_holder(store: ExecutionStore) -> dict[str, Any] | None:
+    """Who holds the execution's lock: ``{pid, runId, alive}``, None when nobody
+    (``alive`` is None when the lock file is unreadable)."""
+    try:
+        info = read_lock(store.weft_dir / LOCK)
+    except LockHeldError:
+        return {"pid": None, "runId": None, "alive": None}
+    if info is None:
+        return None
+    return {"pid": info.pid, "runId": info.run_id, "alive": pid_alive(info.pid)}
+
+
 def report(store: ExecutionStore) -> dict[str, Any]:
     """The status of an opened store, as a JSON-ready dictionary."""
     state = json.loads(store.core.state_json())
+    holder = lock_holder(store)
+    # An unreadable lock may be live: only a missing or dead holder proves a crash.
+    nobody_runs = holder is None or holder["alive"] is False
     runs = []
     for run in state["runs"]:
         codons = []
@@ -59,10 +81,11 @@ def report(store: ExecutionStore) -> dict[str, Any]:
                 if key in c:
                     entry[key] = c[key]
             codons.append(entry)
+        dead = run["status"] == "running" and nobody_runs
         runs.append(
             {
                 "runId": run["runId"],
-                "status": run["status"],
+                "status": CRASHED_UNMARKED if dead else run["status"],
                 "startTime": run["startTime"],
                 "endTime": run.get("endTime"),
                 "cost": store.core.run_cost(run["runId"]),
@@ -74,6 +97,7 @@ def report(store: ExecutionStore) -> dict[str, Any]:
         "journal": {"events": store.journal.count(), "lastSeq": store.journal.last_seq()},
         "stateSource": store.recovery.source,
         "notes": store.recovery.notes,
+        "lock": holder,
         "currentRunId": state["currentRunId"],
         "totalCost": store.core.total_cost(),
         "runs": runs,

@@ -1,4 +1,5 @@
-"""``weft store rebuild [execution]``: rebuild state.json from the journal alone."""
+"""``weft store rebuild [execution] [--from-snapshot]``: rebuild state.json from
+the journal alone, or (``--from-snapshot``) a lost journal from the newest snapshot."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from weft.store import ExecutionStore, rebuild
+from weft.store import ExecutionStore, rebuild, weft_dir_of
+from weft.store.restore import restore_from_snapshot
 from weft.store.snapshot import write_snapshot
 
 
@@ -18,7 +20,15 @@ def register(commands: Any) -> None:
         "rebuild",
         help="rebuild state.json from the journal",
         description="Rebuild state.json by replaying the whole journal; the old snapshot "
-        "becomes state.json.bak. Refused while a Weft process runs on the execution.",
+        "becomes state.json.bak. With --from-snapshot, the other way round: when the journal "
+        "lost events, move its files aside and start a new journal from the newest usable "
+        "snapshot (the events after that snapshot stay lost). Refused while a Weft process "
+        "runs on the execution.",
+    )
+    rebuild_parser.add_argument(
+        "--from-snapshot",
+        action="store_true",
+        help="restore a lost or damaged journal from state.json (else state.json.bak)",
     )
     rebuild_parser.add_argument(
         "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
@@ -28,6 +38,10 @@ def register(commands: Any) -> None:
 
 def run_rebuild(args: argparse.Namespace) -> int:
     """Replays the journal into a fresh state and saves it as state.json."""
+    if args.from_snapshot:
+        restored = restore_from_snapshot(weft_dir_of(args.execution))
+        print(restored.message)
+        return 0
     store = ExecutionStore.open(args.execution)
     try:
         core = rebuild(store.journal)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -53,7 +54,13 @@ from weft.checkpoints.repo import run_branch
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.schema import ContextExceeded, Loop
-from weft.errors import CommandRejectedError, PersistenceError, StorageFullError, WeftError
+from weft.errors import (
+    CheckpointLossError,
+    CommandRejectedError,
+    PersistenceError,
+    StorageFullError,
+    WeftError,
+)
 from weft.events.stream import (
     CheckpointEntry,
     CheckpointListEvent,
@@ -91,6 +98,7 @@ from weft.server.protocol import (
 from weft.state import Processed, StateManager
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.execution import ExecutionStore
+from weft.store.integrity import load_checks, run_folders
 
 Listener = Callable[[Processed], None]
 
@@ -518,6 +526,7 @@ class Runtime:
                 self.layout.checkpoints, self.layout.workspace
             )
             self._checkpoints = checkpoints
+            warnings = await self._load_checks(store, checkpoints)
             manager = store.state_manager()
             self._manager = manager
             manager.add_listener(self._on_processed)
@@ -542,6 +551,8 @@ class Runtime:
                 )
                 if self._on_server is not None:
                     self._on_server(self.server)
+            for note in (*store.startup_notes(), *warnings):
+                self._emit(InfoEvent(message=note))
             for repair in checkpoints.repairs:
                 self._emit(InfoEvent(message=f"Checkpoint repository: {repair}"))
             self._report_survivors(ended)
@@ -600,6 +611,25 @@ class Runtime:
                 self._emit(InfoEvent(message=item.describe()))
             if item.how != "unkillable":
                 self._emit(ProcessEndedEvent(pid=item.record.pid, how=item.how))
+
+    async def _load_checks(
+        self, store: ExecutionStore, checkpoints: AsyncCheckpointRepo
+    ) -> list[str]:
+        """The seed's load-time checks, before anything is journaled: raises
+        CheckpointLossError when the thread's checkpoints are gone; returns the
+        warnings to say."""
+        state_json = store.core.state_json()
+        confirmed = await checkpoints.verify(rollback.recorded_shas(json.loads(state_json)))
+        checked = load_checks(
+            state_json,
+            store.core.execution_thread(checkpoints=confirmed),
+            confirmed,
+            run_folders(self.layout.runs),
+            execution=self.layout.root,
+        )
+        if checked.error is not None:
+            raise CheckpointLossError(checked.error)
+        return checked.notes
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
         state, thread, _ = await rollback.analyze(manager, checkpoints)

@@ -521,6 +521,10 @@ class RunProgress:
         if isinstance(event, RunCompleted | RunFailed):
             return self._run_ended("completed" if isinstance(event, RunCompleted) else "failed", at)
         if isinstance(event, RunCrashed):
+            if event.run_id != self.run_id:
+                # An earlier run a dead process left running, marked at start:
+                # not this progress's run (the runtime says it in a note).
+                return None
             # The core fails the active codon; the model does the same.
             crashed = self.active
             if crashed is None:

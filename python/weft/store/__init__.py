@@ -1,5 +1,13 @@
 """The durable store of an execution: SQLite journal, state.json snapshots, lock.
 
+:mod:`.journal` (the SQLite journal, its checks at open), :mod:`.schema` (its
+migrations), :mod:`.writer` (group commit on a writer thread), :mod:`.snapshot`
+(atomic state.json), :mod:`.lock` (one live process), :mod:`.recovery`
+(snapshot + journal tail), :mod:`.loss` (journal data provably gone, found
+before SQLite papers over it), :mod:`.restore` (a new journal from the newest
+snapshot), :mod:`.integrity` (the load-time checks against the disk) and
+:mod:`.execution` (the ``.weft/`` folder opened in that order).
+
 See ``docs/store.md`` for the schema, the durability guarantees and recovery.
 """
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from weft._core import Core
 from weft.clock import utc_now_iso
-from weft.errors import LockLostError, StoreError
+from weft.errors import LockHeldError, LockLostError, StoreError
 from weft.events.transitions import RunCrashed
 from weft.state import StateManager
 from weft.store.diskspace import is_storage_failure, storage_error
@@ -35,6 +35,7 @@ from weft.store.lock import (
     pid_alive,
     read_lock,
 )
+from weft.store.loss import check_before_open, check_database, check_reach, refuse_empty
 from weft.store.recovery import Recovery, recover
 from weft.store.writer import StoreWriter
 
@@ -58,6 +59,14 @@ def live_holder(weft_dir: Path) -> LockInfo | None:
     if time.time() - info.last_heartbeat > STALE_SECONDS:
         return None
     return info
+
+
+def _held_by_live_process(weft_dir: Path) -> bool:
+    try:
+        info = read_lock(weft_dir / LOCK)
+    except LockHeldError:
+        return True  # unreadable: may be live, so stay out of its way
+    return info is not None and pid_alive(info.pid)
 
 
 def weft_dir_of(path: Path) -> Path:
@@ -110,7 +119,21 @@ class ExecutionStore:
     def _open(cls, weft_dir: Path, *, readonly: bool) -> ExecutionStore:
         lock = None if readonly else RuntimeLock.acquire(weft_dir)
         try:
-            journal = Journal.open(weft_dir / DATABASE, readonly=readonly)
+            # Before SQLite touches the files: it would make a missing journal
+            # anew and reset a damaged WAL. A reader beside a live writer skips
+            # the WAL (it may be mid-append); the writer's own next open checks it.
+            if lock is not None:
+                check_before_open(weft_dir)
+                check_reach(weft_dir)
+            elif not _held_by_live_process(weft_dir):
+                check_before_open(weft_dir)
+            else:
+                check_database(weft_dir)
+            journal = Journal.open(
+                weft_dir / DATABASE,
+                readonly=readonly,
+                on_empty=lambda: refuse_empty(weft_dir, "holds no schema (its tables are gone)"),
+            )
             try:
                 recovery = recover(weft_dir, journal)
             except BaseException:
@@ -131,6 +154,14 @@ class ExecutionStore:
                     lock.release()
                 raise
         return store
+
+    def startup_notes(self) -> list[str]:
+        """What opening the store acted on, one sentence each, for ``weft run`` to
+        say: a stale lock taken over, and every recovery fallback."""
+        took_over = None if self.lock is None else self.lock.describe_previous()
+        notes = [] if took_over is None else [took_over]
+        notes += [f"recovery: {n}" for n in self.recovery.notes]
+        return notes
 
     def _writer_for(self) -> StoreWriter:
         if self._writer is None:

@@ -14,7 +14,8 @@ writable journal, the caller's for a read-only one.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +26,21 @@ Row = tuple[int, str, str, str, str, str | None, str | None, str]
 """(seq, id, timestamp, kind, type, run_id, codon_id, payload)"""
 
 _INSERT = (
-    "INSERT INTO events (seq, id, timestamp, kind, type, run_id, codon_id, payload) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (seq, id, timestamp, kind, type, run_id, codon_id, payload, crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+_CHECK_PAGE = 20_000
+"""Rows read per query when verifying payload checksums at open."""
+
+
+def payload_crc(payload: str) -> int:
+    """The checksum stored beside a payload (CRC-32 of its UTF-8 bytes)."""
+    return zlib.crc32(payload.encode())
+
+
+def _with_crc(row: Row) -> tuple[object, ...]:
+    return (*row, payload_crc(row[7]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +65,21 @@ class Journal:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path, *, readonly: bool = False, check: bool = True) -> Journal:
+    def open(
+        cls,
+        path: Path,
+        *,
+        readonly: bool = False,
+        check: bool = True,
+        on_empty: Callable[[], None] | None = None,
+    ) -> Journal:
         """Opens (creating unless ``readonly``) and checks the journal at ``path``.
 
         A database that fails SQLite's integrity check, or whose sequence
         numbers have a gap, raises :class:`~weft.errors.StoreCorruptError`:
         the run refuses to continue rather than drop data silently.
+        ``on_empty`` is called, before anything is written, when the database
+        holds no schema yet (new, or emptied): it may raise to refuse.
         """
         if readonly and not path.exists():
             raise StoreError(f"{path}: no journal here; is this an execution directory?")
@@ -74,6 +96,12 @@ class Journal:
                 conn.execute("PRAGMA synchronous = FULL")
             if check:
                 _check_integrity(conn, path)
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                if on_empty is not None:
+                    on_empty()
+                if readonly:
+                    # Nothing migrated it yet: a run is being created, or never was.
+                    raise StoreError(f"{path}: the journal holds no tables yet; nothing to read")
             if not readonly:
                 migrate(conn, str(path))
         except sqlite3.DatabaseError as e:
@@ -88,7 +116,12 @@ class Journal:
             raise
         journal = cls(conn, path)
         if check:
-            journal._check_sequence()
+            try:
+                journal._check_sequence()
+                journal._check_payloads()
+            except BaseException:
+                conn.close()
+                raise
         return journal
 
     def close(self) -> None:
@@ -102,7 +135,7 @@ class Journal:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(_INSERT, rows)
+            conn.executemany(_INSERT, map(_with_crc, rows))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -180,6 +213,33 @@ class Journal:
             yield [s for s, _ in rows], [p.encode() for _, p in rows]
             after = rows[-1][0]
 
+    def baseline(self) -> tuple[int, bytes] | None:
+        """(seq, state document) a restored journal starts from, else None."""
+        try:
+            row = self._conn.execute(
+                "SELECT seq, state FROM baseline ORDER BY seq LIMIT 1"
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return None  # a schema-1 journal opened read-only: never restored
+        return None if row is None else (int(row[0]), row[1].encode())
+
+    def set_baseline(self, seq: int, source: str, state: bytes, note: Row) -> None:
+        """Makes an empty journal start from ``state`` (reflecting it through
+        ``seq``), with ``note`` (at ``seq``) saying so: one transaction."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT INTO baseline (seq, source, state) VALUES (?, ?, ?)",
+                (seq, source, state.decode()),
+            )
+            conn.execute(_INSERT, _with_crc(note))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def _check_sequence(self) -> None:
         count, first, last = self._conn.execute(
             "SELECT count(*), coalesce(min(seq), 1), coalesce(max(seq), 0) FROM events"
@@ -189,6 +249,25 @@ class Journal:
                 f"{self.path}: the journal has gaps (seqs {first}..{last} but {count} rows); "
                 "the run will not continue. Keep a copy of .weft/ for inspection"
             )
+
+    def _check_payloads(self) -> None:
+        """Every payload still matches the checksum written beside it."""
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(events)")}
+        if "crc" not in columns:
+            return  # a version-1 journal opened read-only: nothing to compare
+        after = 0
+        while rows := self._conn.execute(
+            "SELECT seq, payload, crc FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, _CHECK_PAGE),
+        ).fetchall():
+            for seq, payload, crc in rows:
+                if crc is not None and payload_crc(payload) != crc:
+                    raise StoreCorruptError(
+                        f"{self.path}: journal entry seq {seq} was altered after it was "
+                        "written (its checksum does not match); the run will not continue. "
+                        "Keep a copy of .weft/ for inspection"
+                    )
+            after = rows[-1][0]
 
 
 def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:

@@ -126,7 +126,7 @@ class RuntimeLock:
                 if current.pid == os.getpid():
                     reason = "it names this process's pid but another lock id (a recycled pid)"
                 elif not pid_alive(current.pid):
-                    reason = f"its process (PID {current.pid}) is gone"
+                    reason = "its process is gone"
                 elif age > stale_after:
                     reason = f"its heartbeat is {age:.0f} s old"
                 else:
@@ -201,4 +201,6 @@ class RuntimeLock:
         """A sentence about a lock that was taken over, for the user."""
         if self.previous is None:
             return None
-        return f"took over the lock of PID {self.previous.info.pid}: {self.previous.reason}"
+        info = self.previous.info
+        run = f" (run {info.run_id})" if info.run_id else ""
+        return f"took over the lock of PID {info.pid}{run}: {self.previous.reason}"

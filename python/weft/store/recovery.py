@@ -5,6 +5,11 @@ takes the newest usable snapshot (state.json, else state.json.bak), replays
 the applied transitions journaled after the sequence number it records, and
 falls back to replaying the whole journal when no snapshot is usable or a
 snapshot disagrees with the journal. Every fallback is said, with its reason.
+
+One disagreement is not a fallback but a refusal: a snapshot that reflects
+more of the journal than the journal holds proves committed events were
+lost (:class:`~weft.errors.JournalLossError`); replaying what is left would
+start the work they describe over.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from weft._core import Core
-from weft.errors import StoreCorruptError, WeftError
+from weft.errors import JournalLossError, StoreCorruptError, WeftError
 from weft.store.journal import Journal
+from weft.store.loss import lost_events_message
 from weft.store.snapshot import read_snapshots
 
 
@@ -49,11 +55,26 @@ def _replay(core: Core, journal: Journal, after: int) -> int:
     return replayed
 
 
-def rebuild(journal: Journal) -> Core:
-    """The state as the fold of the whole journal; raises if it does not fold."""
-    core = Core()
+def _start(journal: Journal) -> tuple[Core, int]:
+    """Where the fold begins: nothing, or a restored journal's baseline state."""
+    baseline = journal.baseline()
+    if baseline is None:
+        return Core(), 0
+    seq, state = baseline
     try:
-        _replay(core, journal, 0)
+        return Core(state), seq
+    except WeftError as e:
+        raise StoreCorruptError(
+            f"{journal.path}: the baseline state the journal was restored from is unusable ({e})"
+        ) from None
+
+
+def rebuild(journal: Journal) -> Core:
+    """The state as the fold of the whole journal (from its baseline, if it was
+    restored from a snapshot); raises if it does not fold."""
+    core, start = _start(journal)
+    try:
+        _replay(core, journal, start)
     except _DisagreementError as d:
         raise StoreCorruptError(
             f"{journal.path}: the journaled transition at seq {d.seq} does not apply "
@@ -67,6 +88,8 @@ def recover(weft_dir: Path, journal: Journal, *, use_snapshots: bool = True) -> 
     """The execution's state: the best snapshot brought up to date, else a rebuild."""
     last = journal.last_seq()
     notes: list[str] = []
+    base, base_seq = _start(journal)
+    base_runs, base_codons = base.run_count, base.codon_record_count
     for snapshot in read_snapshots(weft_dir) if use_snapshots else []:
         try:
             core = Core(snapshot.data)
@@ -75,16 +98,20 @@ def recover(weft_dir: Path, journal: Journal, *, use_snapshots: bool = True) -> 
             continue
         seq = core.journal_seq or 0
         if seq > last:
+            # Snapshots are written after their events commit (synchronous =
+            # FULL), so the journal once reached seq: the rest is gone.
+            raise JournalLossError(lost_events_message(weft_dir, snapshot.name, seq, last))
+        if seq < base_seq:
             notes.append(
-                f"{snapshot.name} reflects journal seq {seq} but the journal ends at {last}; "
+                f"{snapshot.name} predates the snapshot the journal was restored from; "
                 "the journal wins"
             )
             continue
         # Every run and codon record comes from exactly one journaled
         # RunStarted or CodonStarted: a snapshot with other counts is not the
         # fold of the journal it claims to reflect.
-        runs = journal.count_applied("RunStarted", seq)
-        codons = journal.count_applied("CodonStarted", seq)
+        runs = base_runs + journal.count_applied("RunStarted", seq)
+        codons = base_codons + journal.count_applied("CodonStarted", seq)
         if (core.run_count, core.codon_record_count) != (runs, codons):
             notes.append(
                 f"{snapshot.name} holds {core.run_count} runs and {core.codon_record_count} "

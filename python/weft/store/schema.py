@@ -37,6 +37,18 @@ MIGRATIONS: tuple[str, ...] = (
           FROM events
          WHERE kind = 'transition';
     """,
+    # 2: a CRC-32 of each payload, so a row altered after it was written is
+    # found when the journal opens (NULL for rows written before version 2);
+    # and the state a restored journal starts from (``weft store rebuild
+    # --from-snapshot``): the fold begins there instead of from nothing.
+    """
+    ALTER TABLE events ADD COLUMN crc INTEGER;
+    CREATE TABLE baseline (
+        seq    INTEGER PRIMARY KEY,             -- the state reflects the journal through seq
+        source TEXT    NOT NULL,                -- the snapshot it came from (state.json, ...)
+        state  TEXT    NOT NULL                 -- the state document
+    );
+    """,
 )
 
 VERSION = len(MIGRATIONS)

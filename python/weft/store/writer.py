@@ -4,7 +4,8 @@ Each batch the StateManager drains becomes one SQLite transaction (one fsync)
 on a dedicated writer thread, so the event loop never blocks on the disk and
 submissions keep arriving while a batch commits: the next batch is whatever
 accumulated meanwhile (group commit). Before each commit the runtime lock is
-checked, so a process that was fenced off stops writing. After a commit the
+checked, so a process that was fenced off stops writing; a committed
+RunStarted is recorded in the lock as its ``runId``. After a commit the
 writer takes a state.json snapshot when the batch ended a codon or a run,
 started a run, or the last snapshot is older than ``snapshot_every``.
 A full disk under the journal or the snapshot raises
@@ -89,6 +90,13 @@ class StoreWriter:
             if is_storage_failure(exc):
                 raise storage_error(f"the journal {self._journal.path}", exc) from exc
             raise
+        if self._lock is not None:
+            started = [
+                p.outcome.run_id for p in batch if p.applied and p.outcome.kind == "RunStarted"
+            ]
+            if started and started[-1] is not None:
+                # The lock names the run its holder works on (weft status reads it).
+                self._lock.update(run_id=started[-1])
         milestone = any(
             p.outcome.codon_terminal or p.outcome.run_ended or p.outcome.kind == "RunStarted"
             for p in batch
