@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,6 +176,7 @@ def open_storage(git_dir: Path) -> OpenedStorage:
         return opened
     _check_readable(git_dir)
     _sweep_locks(git_dir, repairs)
+    _set_aside_damaged_objects(git_dir, repairs)
     problem = _structural_problem(git_dir, repairs)
     if problem is not None:
         _quarantine_and_rebuild(git_dir, problem, repairs)
@@ -279,6 +281,44 @@ def _structural_problem(git_dir: Path, repairs: list[str]) -> str | None:
         _write_text(head, f"ref: {MAIN_REF}\n")
         repairs.append(f"rewrote the torn HEAD of {git_dir} to point at {MAIN_BRANCH}")
     return None
+
+
+_LOOSE_HEADER = re.compile(rb"^(commit|tree|blob|tag) (\d+)\x00")
+
+
+def _set_aside_damaged_objects(git_dir: Path, repairs: list[str]) -> None:
+    """Moves every loose object that is not a whole zlib stream of its declared
+    size to a folder beside the repository, before libgit2 reads any.
+
+    libgit2 1.9 loops for ever on a loose object whose zlib stream is cut
+    short; set aside, the object is simply missing, which the opening checks
+    (and every later read) report as an error. Loose objects are few (the
+    checkpoints are written as packs), so reading them all at open is cheap.
+    """
+    aside: Path | None = None
+    for fan in sorted((git_dir / "objects").glob("[0-9a-f][0-9a-f]")):
+        for path in sorted(fan.iterdir()):
+            if _whole_loose_object(path):
+                continue
+            if aside is None:
+                aside = git_dir.with_name(f"{git_dir.name}-damaged-objects-{_stamp()}")
+                aside.mkdir(parents=True, exist_ok=True)
+            os.replace(path, aside / f"{fan.name}{path.name}")
+            repairs.append(f"set the damaged object {fan.name}{path.name} aside in {aside}")
+
+
+def _whole_loose_object(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return True  # unreadable is libgit2's to report; it does not loop on it
+    inflater = zlib.decompressobj()
+    try:
+        body = inflater.decompress(data)
+    except zlib.error:
+        return False
+    header = _LOOSE_HEADER.match(body)
+    return inflater.eof and header is not None and len(body) - header.end() == int(header.group(2))
 
 
 def _open_healthy(git_dir: Path, repairs: list[str]) -> OpenedStorage:
