@@ -306,7 +306,7 @@ class Client:
                 self._online.set()
         except ClientError as e:
             self._failure = e
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:
             self._failure = ProtocolViolationError(f"the server sent a malformed message: {e}")
         finally:
             # Whatever ended the reading, nobody may wait for it forever.

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from weft.agents.harness import Route, route, session_log_path
+from weft.agents.claude import ClaudeParser
+from weft.agents.codex import CodexParser
+from weft.agents.events import AssistantText
+from weft.agents.gemini import GeminiParser
+from weft.agents.harness import Route, StreamParser, decode_lossy, route, session_log_path
 
 
 @pytest.mark.parametrize(
@@ -37,3 +42,45 @@ def test_a_model_no_harness_runs_is_refused_with_the_accepted_forms(model: str) 
 def test_session_log_path_follows_the_run_folder_convention(tmp_path: Path) -> None:
     path = session_log_path(tmp_path / ".weft", "r1", "review#2", "claude")
     assert path == tmp_path / ".weft" / "runs" / "r1" / "review-2-claude.log"
+
+
+BAD_UTF8 = b"ok \xca\xff"
+
+
+@pytest.mark.parametrize(
+    ("make", "line"),
+    [
+        pytest.param(
+            ClaudeParser,
+            b'{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"'
+            + BAD_UTF8
+            + b'"}]}}',
+            id="claude",
+        ),
+        pytest.param(
+            lambda: CodexParser(model="gpt-5"),
+            b'{"type":"item.completed","item":{"id":"i","type":"agent_message","text":"'
+            + BAD_UTF8
+            + b'"}}',
+            id="codex",
+        ),
+        pytest.param(
+            lambda: GeminiParser(model="gemini-2.5-pro"),
+            b'{"type":"message","role":"assistant","content":"' + BAD_UTF8 + b'","delta":true}',
+            id="gemini",
+        ),
+    ],
+)
+def test_a_line_that_is_not_utf8_is_read_with_replacement_characters(
+    make: Callable[[], StreamParser], line: bytes
+) -> None:
+    """msgspec raises UnicodeDecodeError (not DecodeError) for such a line; an
+    agent's stray bytes must cost neither the event nor the run."""
+    (event,) = make().feed(line)
+    assert isinstance(event, AssistantText)
+    assert event.text == "ok \ufffd\ufffd"
+
+
+def test_decode_lossy_passes_other_errors_through() -> None:
+    with pytest.raises(ValueError, match="bad"):
+        decode_lossy(lambda _: (_ for _ in ()).throw(ValueError("bad")), b"x")

@@ -202,6 +202,35 @@ def test_a_cut_short_loose_object_is_set_aside_instead_of_hanging_libgit2(
     assert (aside / initial).read_bytes() == data[: len(data) // 2]
 
 
+@pytest.mark.parametrize("how", ["truncate", "garble", "index"])
+def test_a_damaged_pack_is_set_aside_and_its_checkpoints_count_as_missing(
+    git_dir: Path, workspace: Path, how: str
+) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
+        write(workspace, "a.md", "a")
+        first = snap(repo, ["*.md"])
+    packs = sorted((git_dir / "objects" / "pack").glob("*.pack"))
+    (pack,) = packs
+    target = pack.with_suffix(".idx") if how == "index" else pack
+    data = target.read_bytes()
+    target.chmod(0o644)
+    if how == "truncate":
+        target.write_bytes(data[: len(data) // 2])
+    else:
+        middle = len(data) // 2
+        target.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
+    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
+        assert any(f"damaged pack {pack.name}" in r for r in repo.repairs), repo.repairs
+        assert repo.verify([first, repo.initial_sha]) == {repo.initial_sha}
+        assert repo.head() == repo.initial_sha
+        # A new run checkpoints as before (run-r1's tip is the lost commit).
+        write(workspace, "b.md", "b")
+        after = snap(repo, ["*.md"], run="r2")
+        assert set(tree_state(repo, after)) == {"a.md", "b.md"}
+    (aside,) = git_dir.parent.glob(".weftcheckpoints-damaged-objects-*")
+    assert (aside / target.name).read_bytes() != data
+
+
 def test_a_torn_init_without_a_commit_is_rebuilt(git_dir: Path, workspace: Path) -> None:
     git_dir.parent.mkdir(parents=True)
     subprocess.run(

@@ -110,8 +110,11 @@ def test_heartbeat_and_update_rewrite_the_file(tmp_path: Path) -> None:
     lock.verify()  # our own writes are not a takeover
 
 
-def test_an_unreadable_lock_fails_closed_with_advice(tmp_path: Path) -> None:
-    (tmp_path / LOCK).write_text("{torn")
+@pytest.mark.parametrize(
+    "data", [b"{torn", b'{"pid": 1, "lockId": "\xca\xff"}'], ids=["json", "utf8"]
+)
+def test_an_unreadable_lock_fails_closed_with_advice(tmp_path: Path, data: bytes) -> None:
+    (tmp_path / LOCK).write_bytes(data)
     with pytest.raises(LockHeldError, match="delete the file"):
         RuntimeLock.acquire(tmp_path)
 

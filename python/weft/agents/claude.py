@@ -59,7 +59,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
+from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
 from weft.agents.process import (
     FAKE_AGENT_PREFIX,
     MAX_LINE_BYTES,
@@ -505,7 +505,7 @@ class ClaudeParser:
             if line[:1] != b"{":
                 return []  # blank, or text such as "[SandboxDebug] ..."
         try:
-            msg = _decode_line(line)
+            msg = decode_lossy(_decode_line, line)
         except msgspec.ValidationError as e:
             return self._odd_line(line, e)
         except msgspec.DecodeError as e:

@@ -60,7 +60,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
+from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
 from weft.agents.process import (
     FAKE_AGENT_PREFIX,
@@ -294,7 +294,7 @@ def rollout_thread_total(home: Path, thread_id: str) -> ThreadTotal | None:
             if b"token_count" not in line:
                 continue
             try:
-                row = _rollout_decoder.decode(line)
+                row = decode_lossy(_rollout_decoder.decode, line)
             except msgspec.DecodeError:
                 continue
             payload = row.payload
@@ -432,7 +432,7 @@ class CodexParser:
         if not stripped.startswith(b"{"):
             return []
         try:
-            event = _decoder.decode(stripped)
+            event = decode_lossy(_decoder.decode, stripped)
         except msgspec.DecodeError:
             return self._unparsed(stripped)
         return self._dispatch(event)
@@ -468,7 +468,7 @@ class CodexParser:
 
     def _unparsed(self, line: bytes) -> list[AgentEvent]:
         try:
-            envelope = _envelope_decoder.decode(line)
+            envelope = decode_lossy(_envelope_decoder.decode, line)
         except msgspec.DecodeError:
             envelope = None
         if envelope is not None and envelope.type not in _KNOWN_TYPES:

@@ -49,7 +49,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
+from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
 from weft.agents.process import FAKE_AGENT_PREFIX, EnvPolicy, SubprocessSession, build_env, spawn
 from weft.agents.vendor_errors import (
@@ -241,7 +241,7 @@ class GeminiParser:
         if not stripped.startswith(b"{"):
             return []
         try:
-            event = _decoder.decode(stripped)
+            event = decode_lossy(_decoder.decode, stripped)
         except msgspec.DecodeError:
             self._unparsed(stripped)
             return []
@@ -279,7 +279,7 @@ class GeminiParser:
 
     def _unparsed(self, line: bytes) -> None:
         try:
-            envelope = _envelope_decoder.decode(line)
+            envelope = decode_lossy(_envelope_decoder.decode, line)
         except msgspec.DecodeError:
             envelope = None
         if envelope is not None and envelope.type not in _KNOWN_TYPES:

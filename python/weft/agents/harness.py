@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from weft.agents.events import AgentEvent, ErrorClass, SessionExited
 from weft.errors import WeftError
@@ -240,3 +240,16 @@ def route(model: str) -> Route:
         f"no harness runs model {model!r}: use sonnet, opus, haiku, claude-..., gpt-..., "
         "gemini-..., a provider/model id, or fake/<model>"
     )
+
+
+_T = TypeVar("_T")
+
+
+def decode_lossy(decode: Callable[[bytes], _T], line: bytes) -> _T:
+    """``decode(line)``; a line that is not valid UTF-8 is decoded again with
+    U+FFFD in place of the bad bytes (msgspec raises ``UnicodeDecodeError``,
+    not ``DecodeError``, for those). The well-formed path pays nothing."""
+    try:
+        return decode(line)
+    except UnicodeDecodeError:
+        return decode(line.decode("utf-8", "replace").encode())

@@ -143,10 +143,24 @@ class CheckpointRepo:
         index = self._load_index()
         self._stat = StatIndex(repo, index, self._root)
         head = repo.head.peel(pygit2.Commit)
+        try:
+            lags = len(head.tree.diff_to_index(index)) != 0
+        except (pygit2.GitError, KeyError):
+            # HEAD's checkpoint lost objects (a damaged pack was set aside):
+            # the work tree's record starts again from the initial checkpoint.
+            repairs.append(
+                f"HEAD's checkpoint {str(head.id)[:10]} is missing objects; reset HEAD to "
+                f"the initial checkpoint {initial_sha[:10]}"
+            )
+            head = repo[initial_sha].peel(pygit2.Commit)
+            repo.set_head(head.id)
+            lags = True
         self._head = str(head.id)
         self._known: set[str] = {self._head, initial_sha}
         self._base_tree: bytes = head.tree_id.raw
-        if len(head.tree.diff_to_index(index)) != 0:
+        self._complete: set[pygit2.Oid] = set()
+        """Trees known to have every object they reach (see :meth:`verify`)."""
+        if lags:
             # The index was saved lazily and lags HEAD (a crash): rebuild it from HEAD.
             index.read_tree(head.tree)
             index.write()
@@ -290,7 +304,8 @@ class CheckpointRepo:
         return sha in self.verify([sha])
 
     def verify(self, shas: Iterable[str]) -> set[str]:
-        """The subset of ``shas`` that are commits present in git with their root tree."""
+        """The subset of ``shas`` that are commits present in git with every
+        tree and file they reach (a checkpoint that could be restored whole)."""
         with self._lock:
             self._check_open()
             present: set[str] = set()
@@ -299,11 +314,28 @@ class CheckpointRepo:
                     continue
                 try:
                     obj = self._repo.get(sha)
-                    if isinstance(obj, pygit2.Commit) and self._repo.get(obj.tree_id) is not None:
+                    if isinstance(obj, pygit2.Commit) and self._tree_complete(obj.tree_id):
                         present.add(sha)
-                except (pygit2.GitError, ValueError):
+                except (pygit2.GitError, ValueError, KeyError):
                     continue
             return present
+
+    def _tree_complete(self, tree_id: pygit2.Oid) -> bool:
+        """Whether the tree and everything below it are in git. Complete trees
+        are remembered, so checking many checkpoints reads each tree once."""
+        if tree_id in self._complete:
+            return True
+        tree = self._repo.get(tree_id)
+        if not isinstance(tree, pygit2.Tree):
+            return False
+        for entry in tree:
+            if entry.type_str == "tree":
+                if not self._tree_complete(entry.id):
+                    return False
+            elif entry.type_str == "blob" and entry.id not in self._repo.odb:
+                return False
+        self._complete.add(tree_id)
+        return True
 
     def resolve(self, prefix: str) -> str:
         """The full SHA of the checkpoint whose SHA starts with ``prefix`` (4+ hex digits)."""

@@ -25,6 +25,7 @@ should be) is never touched: :class:`CheckpointStorageError` says where to look.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -287,24 +288,81 @@ _LOOSE_HEADER = re.compile(rb"^(commit|tree|blob|tag) (\d+)\x00")
 
 
 def _set_aside_damaged_objects(git_dir: Path, repairs: list[str]) -> None:
-    """Moves every loose object that is not a whole zlib stream of its declared
-    size to a folder beside the repository, before libgit2 reads any.
+    """Moves every damaged object file to a folder beside the repository,
+    before libgit2 reads any: loose objects that are not a whole zlib stream of
+    their declared size, and packs (with their index) whose SHA-1 trailers do
+    not match their bytes.
 
     libgit2 1.9 loops for ever on a loose object whose zlib stream is cut
-    short; set aside, the object is simply missing, which the opening checks
-    (and every later read) report as an error. Loose objects are few (the
-    checkpoints are written as packs), so reading them all at open is cheap.
+    short, and fails deep inside later reads on a damaged pack. Set aside, the
+    objects are simply missing, which the opening checks and the execution's
+    load-time checks report with a way forward. Loose objects are few (the
+    checkpoints are written as packs); hashing the packs reads each once.
     """
-    aside: Path | None = None
-    for fan in sorted((git_dir / "objects").glob("[0-9a-f][0-9a-f]")):
-        for path in sorted(fan.iterdir()):
-            if _whole_loose_object(path):
-                continue
-            if aside is None:
-                aside = git_dir.with_name(f"{git_dir.name}-damaged-objects-{_stamp()}")
-                aside.mkdir(parents=True, exist_ok=True)
-            os.replace(path, aside / f"{fan.name}{path.name}")
-            repairs.append(f"set the damaged object {fan.name}{path.name} aside in {aside}")
+    damaged: list[tuple[str, list[Path]]] = []
+    """(what, its files): a loose object is set aside as ``<fan><name>``."""
+    objects = git_dir / "objects"
+    for fan in sorted(objects.glob("[0-9a-f][0-9a-f]")):
+        damaged += [
+            (f"object {fan.name}{path.name}", [path])
+            for path in sorted(fan.iterdir())
+            if not _whole_loose_object(path)
+        ]
+    for pack in sorted((objects / "pack").glob("*.pack")):
+        index = pack.with_suffix(".idx")
+        if not _whole_pack(pack, index):
+            damaged.append((f"pack {pack.name}", [pack, index, pack.with_suffix(".rev")]))
+    if not damaged:
+        return
+    aside = git_dir.with_name(f"{git_dir.name}-damaged-objects-{_stamp()}")
+    aside.mkdir(parents=True, exist_ok=True)
+    for what, paths in damaged:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(
+                    path, aside / (path.parent.name + path.name if what[0] == "o" else path.name)
+                )
+        repairs.append(f"set the damaged {what} aside in {aside}")
+
+
+_HASH_CHUNK = 1 << 20
+
+
+def _sha1_trailer_ok(path: Path) -> bytes | None:
+    """The file's SHA-1 trailer when it matches the bytes before it, else None."""
+    try:
+        size = path.stat().st_size
+        if size < 20:
+            return None
+        digest = hashlib.sha1(usedforsecurity=False)
+        with open(path, "rb") as fh:
+            left = size - 20
+            while left:
+                chunk = fh.read(min(_HASH_CHUNK, left))
+                if not chunk:
+                    return None
+                digest.update(chunk)
+                left -= len(chunk)
+            trailer = fh.read(20)
+    except OSError:
+        return None
+    return trailer if digest.digest() == trailer else None
+
+
+def _whole_pack(pack: Path, index: Path) -> bool:
+    """A pack whose bytes match its trailer, with an intact index naming it."""
+    trailer = _sha1_trailer_ok(pack)
+    if trailer is None or _sha1_trailer_ok(index) is None:
+        return False
+    try:
+        with open(pack, "rb") as fh:
+            magic = fh.read(4)
+        with open(index, "rb") as fh:
+            fh.seek(-40, os.SEEK_END)
+            named = fh.read(20)
+    except OSError:
+        return False
+    return magic == b"PACK" and named == trailer
 
 
 def _whole_loose_object(path: Path) -> bool:

@@ -347,7 +347,7 @@ def read_meta(path: Path) -> ExecutionMeta:
         raise ExecutionMetaError(f"{path}: cannot be read ({e.strerror}). {fix}") from None
     try:
         meta = _meta_decoder.decode(data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise ExecutionMetaError(f"{path}: not a valid execution-meta.json ({e}). {fix}") from None
     major = meta.version.split(".", 1)[0]
     if major != META_VERSION.split(".", 1)[0]:

@@ -304,7 +304,7 @@ def open_groups(journal: Journal) -> list[ProcessStartedEvent]:
             else:
                 ended = msgspec.json.decode(doc.data, type=ProcessEndedEvent)
                 open_.pop(ended.pid, None)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):
             continue  # not written by this Weft: nothing it could have started
     return list(open_.values())
 

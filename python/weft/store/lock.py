@@ -83,7 +83,7 @@ def read_lock(path: Path) -> LockInfo | None:
         return None
     try:
         return msgspec.json.decode(data, type=LockInfo)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         # Fail closed: a lock we cannot read may belong to a live process.
         raise LockHeldError(
             f"{path} is unreadable ({e}); if no Weft process is running on this "

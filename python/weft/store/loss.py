@@ -203,7 +203,7 @@ def snapshot_reach(weft_dir: Path) -> tuple[str, int] | None:
     for snapshot in read_snapshots(weft_dir):
         try:
             seq = msgspec.json.decode(snapshot.data, type=_Reach).journal_seq
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, UnicodeDecodeError):
             continue
         return snapshot.name, seq or 0
     return None
