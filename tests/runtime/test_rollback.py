@@ -25,7 +25,9 @@ from tests.runtime.hanks import (
 
 from weft.cli import main
 from weft.config import load_hank
+from weft.plan import ExecutionPlan
 from weft.runtime.execution import prepare_execution
+from weft.runtime.rollback import possibly_started
 from weft.runtime.supervisor import RunOutcome, Runtime
 from weft.store import ExecutionStore
 
@@ -211,3 +213,21 @@ async def test_without_any_confirmed_success_the_tree_is_saved_and_a_fresh_run_s
     repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))
     saved = repo.branches[branch].peel(pygit2.Commit).tree
     assert saved["draft.md"].data == b"work worth keeping"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [
+        ([], ["a"]),  # killed before the first codon's start was committed
+        ([[]], ["a"]),  # a run that recorded no codon
+        ([["a"]], ["a", "b"]),  # a's successor may have run its rig
+        ([["a", "b"], ["a"]], ["a", "b", "c"]),
+        ([["a", "b", "c"]], ["a", "b", "c"]),  # nothing after the last codon
+    ],
+)
+def test_possibly_started_adds_the_codons_that_may_have_acted_without_a_record(
+    tmp_path: Path, recorded: list[list[str]], expected: list[str]
+) -> None:
+    plan = ExecutionPlan.from_hank(load_hank(three_codons(tmp_path)).hank)
+    state = {"runs": [{"codons": [{"codonId": c} for c in run]} for run in recorded]}
+    assert sorted(possibly_started(state, (plan,))) == expected

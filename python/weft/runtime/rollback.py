@@ -264,6 +264,26 @@ def rolled_back(thread: ExecutionThread, target: RollbackTarget | None) -> list[
     return out
 
 
+def possibly_started(state: Mapping[str, Any], plans: Sequence[ExecutionPlan]) -> list[str]:
+    """Every codon that may have acted on the work tree: each one with a record
+    in some run, plus those that may have started without one (the first codon
+    of each plan, and the codon after each run's last recorded one): a codon's
+    start is not awaited before its rig runs, so a kill can land in between."""
+    started = dict.fromkeys(
+        record["codonId"] for run in reversed(state["runs"]) for record in run["codons"]
+    )
+    for plan in plans:
+        first = plan.next_codon(None)
+        if first is not None:
+            started.setdefault(first.codon_id)
+        for run in state["runs"]:
+            if run["codons"]:
+                after = plan.next_codon(run["codons"][-1]["codonId"])
+                if after is not None:
+                    started.setdefault(after.codon_id)
+    return list(started)
+
+
 def remove_rig_copies(
     layout: ExecutionLayout, plans: Sequence[ExecutionPlan], codon_ids: Iterable[str]
 ) -> list[str]:

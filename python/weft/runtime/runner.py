@@ -56,7 +56,7 @@ from weft.checkpoints.errors import CheckpointError
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import ConfigError, StorageFullError, TransitionRejectedError, UnsafePathError
+from weft.errors import ConfigError, StorageFullError, UnsafePathError
 from weft.events.stream import (
     TOOL_RESULT_LIMIT,
     AssistantActionEvent,
@@ -389,21 +389,18 @@ class CodonRunner:
         req = a.request
         planned = req.planned
         codon = planned.codon
-        # Durable before any side effect (rig, agent): a run killed from here
-        # on has this attempt in its history, so recovery undoes what it did.
-        try:
-            await self.manager.transition_and_wait(
-                CodonStarted(
-                    run_id=req.run_id,
-                    codon_id=planned.codon_id,
-                    start_time=a.start_time,
-                    loop_context=planned.loop_context,
-                )
+        # Not awaited: recovery never relies on this record being durable
+        # before the rig or the agent acts (a restart treats the codon after
+        # each run's last recorded codon as possibly started, see
+        # rollback.possibly_started), so no codon pays a commit round trip here.
+        self.manager.transition(
+            CodonStarted(
+                run_id=req.run_id,
+                codon_id=planned.codon_id,
+                start_time=a.start_time,
+                loop_context=planned.loop_context,
             )
-        except TransitionRejectedError as exc:
-            # A bug, and the supervisor stops the run on it; nothing has run.
-            reason = FailureReason(kind="internal", retriable=False, message=str(exc))
-            return CodonResult(codon_id=planned.codon_id, status="failed", failure=reason)
+        )
 
         rig_sha: str | None = None
         if codon.rig_setup and req.skip_rig:

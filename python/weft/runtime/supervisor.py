@@ -770,9 +770,7 @@ class Runtime:
         # pattern added since. Their union is every file a run may have covered.
         patterns = list(dict.fromkeys(rollback.all_patterns(stored) + rollback.all_patterns(fresh)))
         saved = await checkpoints.recovery_snapshot(patterns, reason=why)
-        started = dict.fromkeys(
-            record["codonId"] for run in reversed(state["runs"]) for record in run["codons"]
-        )
+        started = rollback.possibly_started(state, (stored, fresh))
         removed = await asyncio.to_thread(
             rollback.remove_rig_copies, self.layout, (stored, fresh), started
         )
