@@ -130,6 +130,10 @@ class MockServer:
         """What the answers to the calls with ``marker`` reported, in order."""
         return [r.billed for r in self.posts(marker) if r.billed is not None]
 
+    def session_calls(self, header: str, session_id: str | None) -> list[Request]:
+        """The logged model calls whose ``header`` names ``session_id``."""
+        return [r for r in self.posts() if r.headers.get(header) == session_id]
+
 
 class Handler(BaseHTTPRequestHandler):
     """Shared plumbing of the two handlers."""
