@@ -77,7 +77,8 @@ def homes() -> Iterator[Homes]:
     for p in (homes.work, homes.claude_config, homes.codex_home):
         p.mkdir(parents=True)
     yield homes
-    shutil.rmtree(root, ignore_errors=True)
+    if not os.environ.get("WEFT_KEEP_REAL_TMP"):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def claude_env(mock: AnthropicMock, homes: Homes, **extra: str) -> dict[str, str]:
