@@ -215,6 +215,8 @@ def check_claude(
                 last_message_id = None
             message = line["message"]
             assert message["role"] == "user"
+            if message["content"] == [{"type": "text", "text": "[Request interrupted by user]"}]:
+                continue  # SIGINT (2.1.330): the interruption line before the result
             assert "tool_use_result" in line
             for block in message["content"]:
                 assert block["type"] == "tool_result"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -898,7 +899,22 @@ class ClaudeRun(Flavour):
         yield self._stream({"type": "message_stop"}, None)
 
     def abort(self, signum: int) -> Iterable[Step]:
-        """A graceful stop: ``error_during_execution``, ``aborted_streaming``."""
+        """A graceful stop: ``error_during_execution``, ``aborted_streaming``.
+        On SIGINT, as 2.1.330: the interruption line first, and exit 0."""
+        interrupted = signum == signal.SIGINT
+        if interrupted:
+            yield Emit(
+                {
+                    "type": "user",
+                    "message": {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "[Request interrupted by user]"}],
+                    },
+                    "parent_tool_use_id": None,
+                    "session_id": self.session_id,
+                    "uuid": self.ids.uuid4(),
+                }
+            )
         yield Emit(
             self.result_line(
                 subtype="error_during_execution",
@@ -907,6 +923,8 @@ class ClaudeRun(Flavour):
                 terminal_reason="aborted_streaming",
             )
         )
+        if interrupted:
+            yield Exit(0)
 
     def resume_missing(self) -> Iterator[Step]:
         """§1.6 unknown id: a result line (unless legacy), stderr, exit 1."""
@@ -1269,7 +1287,7 @@ def run_prompt(opts: ClaudeOptions, settings: Settings, argv: list[str], prompt:
     clock = Clock(virtual=settings.seed is not None)
     capture: list[JsonObj] | None = None if opts.output_format == "stream-json" else []
     runner = Runner(settings, clock, rng, capture=capture)
-    runner.install_signals()
+    runner.install_signals(sigint_graceful=True)
     model = resolve_model(opts.model_arg)
     ctx = Context(
         flavour="claude",
