@@ -902,6 +902,8 @@ class ClaudeRun(Flavour):
         """A graceful stop: ``error_during_execution``, ``aborted_streaming``.
         On SIGINT, as 2.1.330: the interruption line first, and exit 0."""
         interrupted = signum == signal.SIGINT
+        if interrupted and not self.init_sent:
+            return  # no session yet: nothing to report, exit 130
         if interrupted:
             yield Emit(
                 {
