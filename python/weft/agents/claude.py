@@ -382,6 +382,7 @@ _API_ERROR_CODES: dict[str, tuple[ErrorClass, bool]] = {
     "server_error": (ErrorClass.OVERLOADED, True),
     "overloaded": (ErrorClass.OVERLOADED, True),
     "invalid_request": (ErrorClass.API_ERROR, False),
+    "model_not_found": (ErrorClass.API_ERROR, False),
     "max_output_tokens": (ErrorClass.CONTEXT_EXCEEDED, False),
 }
 

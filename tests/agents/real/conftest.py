@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import weft
+
 from scripts.install_test_clis import PINS, binaries
 from tests.agents.real.mock_anthropic import AnthropicMock
 from tests.agents.real.mock_openai import OpenAIMock, codex_config
@@ -79,6 +81,10 @@ def homes() -> Iterator[Homes]:
     yield homes
     if not os.environ.get("WEFT_KEEP_REAL_TMP"):
         shutil.rmtree(root, ignore_errors=True)
+
+
+FAKE_ENV = {"PYTHONPATH": str(Path(weft.__file__).resolve().parents[1])}
+"""The fakes run this checkout's code (Weft's env policy drops the parent's PYTHONPATH)."""
 
 
 def claude_env(mock: AnthropicMock, homes: Homes, **extra: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents.real.conftest import Homes, claude_env
+from tests.agents.real.conftest import FAKE_ENV
 from tests.agents.real.drive import Outcome, billed_usd, drive
 from tests.agents.real.mock_anthropic import AnthropicMock
 from weft.agents.claude import ClaudeHarness
@@ -167,7 +168,7 @@ async def test_real_and_fake_agree(
     fake_homes = Homes(homes.root, fake_dir, homes.claude_config, homes.codex_home)
     fake = await drive(
         ClaudeHarness(fake_command("claude").command, fake=True),
-        _spec(f"Case {case.name} {case.fake}", fake_homes, {"CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"), "FAKE_AGENT_LINE_DELAY_MS": "0"}, case),
+        _spec(f"Case {case.name} {case.fake}", fake_homes, {"CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"), "FAKE_AGENT_LINE_DELAY_MS": "0", **FAKE_ENV}, case),
     )
     _check(fake, case, "fake")
     if case.extra_args:
@@ -221,7 +222,7 @@ async def test_unknown_resume_id_is_cannot_resume(
 ) -> None:
     for harness, env in (
         (ClaudeHarness([str(claude_bin)]), claude_env(anthropic, homes)),
-        (ClaudeHarness(fake_command("claude").command, fake=True), {"CLAUDE_CONFIG_DIR": str(homes.claude_config)}),
+        (ClaudeHarness(fake_command("claude").command, fake=True), {"CLAUDE_CONFIG_DIR": str(homes.claude_config), **FAKE_ENV}),
     ):
         out = await drive(harness, _spec("Hello MOCK[]", homes, env, resume_session_id=str(uuid.uuid4())))
         assert out.verdict == (False, ErrorClass.CANNOT_RESUME, False), out.exited

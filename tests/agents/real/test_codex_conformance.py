@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents.real.conftest import Homes, codex_env
+from tests.agents.real.conftest import FAKE_ENV
 from tests.agents.real.drive import Outcome, drive
 from tests.agents.real.mock_openai import OpenAIMock
 from weft.agents.codex import CodexHarness
@@ -96,7 +97,7 @@ async def test_real_and_fake_agree(case: Case, codex_bin: Path, openai: OpenAIMo
         return
     fake = await drive(
         CodexHarness(fake_command("codex").command, fake=True),
-        _spec(f"Task {case.fake}", homes, {"CODEX_HOME": str(homes.root / "fake-home"), "FAKE_AGENT_LINE_DELAY_MS": "0"}),
+        _spec(f"Task {case.fake}", homes, {"CODEX_HOME": str(homes.root / "fake-home"), "FAKE_AGENT_LINE_DELAY_MS": "0", **FAKE_ENV}),
     )
     _check(fake, case, "fake")
 
@@ -124,7 +125,7 @@ async def test_resume_counts_each_process_its_own_tokens(
 async def test_unknown_resume_id_is_cannot_resume(codex_bin: Path, openai: OpenAIMock, homes: Homes) -> None:
     for harness, env in (
         (CodexHarness([str(codex_bin)]), codex_env(openai, homes)),
-        (CodexHarness(fake_command("codex").command, fake=True), {"CODEX_HOME": str(homes.codex_home)}),
+        (CodexHarness(fake_command("codex").command, fake=True), {"CODEX_HOME": str(homes.codex_home), **FAKE_ENV}),
     ):
         out = await drive(harness, _spec("Hello MOCK[]", homes, env, resume_session_id=str(uuid.uuid4())))
         assert out.verdict == (False, ErrorClass.CANNOT_RESUME, False), out.exited

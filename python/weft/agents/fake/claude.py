@@ -346,7 +346,11 @@ class ClaudeRun(Flavour):
         self.background_done = False
         self.max_turns = opts.max_turns
         self.max_budget = opts.max_budget
-        self.turn_allowance_offset = 1 if ctx.settings.version_at_least(2, 1) else 0
+        # Between 2.1 and 2.1.330 the prompt was documented as turn 1 (N turns,
+        # N-1 API calls); 2.1.330, the verified pin, makes N calls.
+        settings = ctx.settings
+        legacy_count = settings.version_at_least(2, 1) and not settings.version_at_least(2, 1, 330)
+        self.turn_allowance_offset = 1 if legacy_count else 0
         self.legacy_max_turns = False
         self.ttl_1h = False
         self.tools = opts.tools()
@@ -1105,28 +1109,38 @@ class ClaudeRun(Flavour):
         return Emit(line)
 
     def api_failure(self, status: int, *, retries: int, delay: float) -> Iterator[Step]:
-        """Retries, a ``<synthetic>`` error message, an ``is_error`` result, exit 1."""
+        """Retries, a ``<synthetic>`` error message, an ``is_error`` result, exit 1.
+        Error codes and texts as Claude Code 2.1.330 prints them."""
+        server = "This is a server-side issue, usually temporary \u2014 try again in a moment."
         kinds = {
-            400: ("invalid_request", "invalid_request_error", "Invalid request"),
-            401: ("authentication_failed", "authentication_error", "invalid x-api-key"),
-            402: ("billing_error", "billing_error", "Your credit balance is too low"),
-            403: ("billing_error", "permission_error", "Permission denied"),
-            404: ("invalid_request", "not_found_error", f"model: {self.model}"),
-            429: ("rate_limit", "rate_limit_error", "rate limit exceeded"),
-            500: ("server_error", "api_error", "Internal server error"),
-            529: ("server_error", "overloaded_error", "Overloaded"),
+            400: ("invalid_request", "API Error: 400 Invalid request"),
+            401: ("authentication_failed", "Invalid API key \u00b7 Fix external API key"),
+            402: ("billing_error", "Credit balance is too low"),
+            403: (
+                "authentication_failed",
+                "Failed to authenticate. API Error: 403 Your API key does not have permission "
+                "to use the specified resource.",
+            ),
+            404: (
+                "model_not_found",
+                f"There's an issue with the selected model ({self.model}). It may not exist or "
+                "you may not have access to it. Run --model to pick a different model.",
+            ),
+            413: ("invalid_request", "Request too large (max 32MB)."),
+            429: (
+                "rate_limit",
+                "API Error: Request rejected (429) \u00b7 Number of request tokens has exceeded "
+                "your per-minute rate limit",
+            ),
+            500: ("server_error", f"API Error: 500 Internal server error. {server}"),
+            529: ("server_error", f"API Error: 529 Overloaded. {server}"),
         }
-        kind, api_type, detail = kinds.get(status, ("unknown", "api_error", "Unexpected error"))
+        kind, text = kinds.get(status, ("unknown", f"API Error: {status} Unexpected error"))
         retry_error = {429: "rate_limit", 529: "overloaded"}.get(status, "server_error")
         for attempt in range(1, retries + 1):
             wait = delay * 2 ** (attempt - 1)
             yield self._retry(attempt, status, retry_error, wait)
             yield Sleep(wait)
-        if status == 429:
-            text = "API Error: 429 rate limit exceeded"
-        else:
-            body = {"type": "error", "error": {"type": api_type, "message": detail}}
-            text = f"API Error: {status} {json.dumps(body, separators=(',', ':'))}"
         yield self._synthetic(text, kind)
         self.turns += 1
         yield Emit(self.result_line(is_error=True, text=text, api_error_status=status))
