@@ -136,7 +136,9 @@ def main(argv: list[str]) -> int:
                 print(f"error: pip could not install {pin.requirement} ({e})", file=sys.stderr)
                 return 1
         if not path.is_file():
-            print(f"{pin.name}: missing ({path}); run scripts/install_test_clis.py", file=sys.stderr)
+            print(
+                f"{pin.name}: missing ({path}); run scripts/install_test_clis.py", file=sys.stderr
+            )
             status = 1
             continue
         seen = version(path)

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-import weft
-
 from scripts.install_test_clis import PINS, binaries
 from tests.agents.real.mock_anthropic import AnthropicMock
 from tests.agents.real.mock_openai import OpenAIMock, codex_config
+
+import weft
 
 
 def _binary(name: str) -> Path:

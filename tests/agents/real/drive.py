@@ -7,6 +7,8 @@ import asyncio
 import datetime as dt
 from dataclasses import dataclass, field
 
+from tests.agents.real.mock_http import Billed
+
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -22,7 +24,6 @@ from weft.agents.events import (
 )
 from weft.agents.harness import Harness, SessionSpec, StopReason
 from weft.agents.pricing import default_table
-from tests.agents.real.mock_http import Billed
 
 KINDS = (SessionStarted, AssistantText, Thinking, ToolUse, ToolResult, RetryNotice, SessionResult)
 
@@ -89,7 +90,9 @@ def billed_usd(model: str, billed: list[Billed]) -> float:
     at = dt.datetime.now(dt.UTC).date()
     nanos = 0
     for b in billed:
-        tokens = Tokens(input=b.input, output=b.output, cache_read=b.cache_read, cache_creation=b.cache_creation)
+        tokens = Tokens(
+            input=b.input, output=b.output, cache_read=b.cache_read, cache_creation=b.cache_creation
+        )
         cost = table.cost_nanos(model, tokens, at, per_request=True)
         assert cost is not None, f"{model} is unpriced"
         nanos += cost

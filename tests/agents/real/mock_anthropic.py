@@ -44,7 +44,10 @@ _ERRORS = {
     400: ("invalid_request_error", "Invalid request"),
     401: ("authentication_error", "invalid x-api-key"),
     402: ("billing_error", "Your credit balance is too low to access the Anthropic API."),
-    403: ("permission_error", "Your API key does not have permission to use the specified resource."),
+    403: (
+        "permission_error",
+        "Your API key does not have permission to use the specified resource.",
+    ),
     404: ("not_found_error", "model: {model}"),
     413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
     429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"),
@@ -76,7 +79,9 @@ def turn(messages: list[dict[str, Any]]) -> tuple[str, int, list[str]]:
         1
         for m in messages[at + 1 :]
         if m.get("role") == "user"
-        and any(b.get("type") == "tool_result" for b in m.get("content") or [] if isinstance(b, dict))
+        and any(
+            b.get("type") == "tool_result" for b in m.get("content") or [] if isinstance(b, dict)
+        )
     )
     return prompt, rounds, [p for _, p in prompts[:-1]]
 
@@ -93,15 +98,15 @@ def _bash(command: str, what: str) -> dict[str, Any]:
 class AnthropicHandler(Handler):
     mock: AnthropicMock
 
-    def do_HEAD(self) -> None:
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server dispatches on this name
         self.send_response(200)
         self.send_header("content-length", "0")
         self.end_headers()
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server dispatches on this name
         self.send_json(200, {})
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
         body = self.read_json() or {}
         messages = body.get("messages") or []
         prompt, rounds, earlier = turn(messages)
@@ -113,12 +118,15 @@ class AnthropicHandler(Handler):
         model = str(body.get("model") or "claude-sonnet-5-5")
         status = self._error_status(req)
         if status is not None:
-            return self._error(req, status, model)
+            self._error(req, status, model)
+            return
         if not stream and "fallback" in keys:
-            return self._error(req, int(keys["fallback"]), model)
+            self._error(req, int(keys["fallback"]), model)
+            return
         if stream and "hang" in keys:
             req.outcome = "hang"
-            return self.hang()
+            self.hang()
+            return
         blocks, stop = self._answer(req, earlier, len(messages))
         text_chars = sum(len(b.get("text", "")) + len(b.get("thinking", "")) for b in blocks)
         billed = Billed(
@@ -129,7 +137,8 @@ class AnthropicHandler(Handler):
         )
         if not stream:
             req.billed, req.outcome = billed, "json"
-            return self.send_json(200, self._message(model, blocks, stop, billed))
+            self.send_json(200, self._message(model, blocks, stop, billed))
+            return
         self._stream(req, model, blocks, stop, billed)
 
     # -- scenario --
@@ -251,22 +260,28 @@ class AnthropicHandler(Handler):
             elif kind == "tool_use":
                 start["input"] = {}
             self.sse(
-                "content_block_start", {"type": "content_block_start", "index": i, "content_block": start}
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": start},
             )
             if kind == "text":
                 text = block["text"]
                 step = max(1, len(text) // pieces)
                 for at in range(0, len(text), step):
                     delta = {"type": "text_delta", "text": text[at : at + step]}
-                    self.sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+                    self.sse(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": i, "delta": delta},
+                    )
                     if "sse_err" in keys:
                         req.outcome = "sse_err"
                         err = {"type": "overloaded_error", "message": "Overloaded"}
                         self.sse("error", {"type": "error", "error": err})
-                        return self.end_sse()
+                        self.end_sse()
+                        return
                     if "cut" in keys:
                         req.outcome = "cut"
-                        return self.cut()
+                        self.cut()
+                        return
                     if pause:
                         time.sleep(pause)
             elif kind == "thinking":
@@ -274,10 +289,16 @@ class AnthropicHandler(Handler):
                     {"type": "thinking_delta", "thinking": block["thinking"]},
                     {"type": "signature_delta", "signature": block["signature"]},
                 ):
-                    self.sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+                    self.sse(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": i, "delta": delta},
+                    )
             else:
                 delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-                self.sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+                self.sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": delta},
+                )
             self.sse("content_block_stop", {"type": "content_block_stop", "index": i})
         self.sse(
             "message_delta",

@@ -141,7 +141,7 @@ class Handler(BaseHTTPRequestHandler):
     mock: MockServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the request log is the record."""
 
     def read_json(self) -> Any:

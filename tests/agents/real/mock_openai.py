@@ -61,7 +61,9 @@ def turn(items: list[dict[str, Any]]) -> tuple[str, int, list[str]]:
         texts = [
             t
             for t in _texts(item)
-            if not t.lstrip().startswith(("<environment_context>", "<user_instructions>", "# AGENTS"))
+            if not t.lstrip().startswith(
+                ("<environment_context>", "<user_instructions>", "# AGENTS")
+            )
         ]
         if texts:
             prompts.append((i, texts[-1]))
@@ -75,10 +77,10 @@ def turn(items: list[dict[str, Any]]) -> tuple[str, int, list[str]]:
 class OpenAIHandler(Handler):
     mock: OpenAIMock
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server dispatches on this name
         self.send_json(404, {"error": {"message": "not here", "type": "invalid_request_error"}})
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
         body = self.read_json() or {}
         items = body.get("input") or []
         prompt, rounds, earlier = turn(items)
@@ -87,10 +89,12 @@ class OpenAIHandler(Handler):
         )
         keys, model = req.keys, str(body.get("model") or "gpt-5.5")
         if "err" in keys and req.attempt <= int(keys.get("times") or 10**6):
-            return self._error(req, int(keys["err"]), model)
+            self._error(req, int(keys["err"]), model)
+            return
         if "hang" in keys:
             req.outcome = "hang"
-            return self.hang()
+            self.hang()
+            return
         output = self._answer(req, earlier, len(items))
         chars = sum(len(json.dumps(o)) for o in output)
         billed = Billed(input=1000 + 20 * len(items), output=chars // 4 + 30, cache_read=800)
@@ -100,7 +104,14 @@ class OpenAIHandler(Handler):
         kind, message, code = _ERRORS.get(status, ("server_error", f"status {status}", None))
         req.outcome = f"error {status}"
         headers = {"retry-after": "1"} if status == 429 else {}
-        body = {"error": {"message": message.format(model=model), "type": kind, "param": None, "code": code}}
+        body = {
+            "error": {
+                "message": message.format(model=model),
+                "type": kind,
+                "param": None,
+                "code": code,
+            }
+        }
         self.send_json(status, body, headers)
 
     def _answer(self, req: Request, earlier: list[str], n_items: int) -> list[dict[str, Any]]:
@@ -118,7 +129,10 @@ class OpenAIHandler(Handler):
                 }
             ]
         if "patch" in keys and r == 0:
-            patch = f"*** Begin Patch\n*** Add File: {keys['patch']}\n+hello from the mock model\n*** End Patch\n"
+            patch = (
+                f"*** Begin Patch\n*** Add File: {keys['patch']}\n"
+                "+hello from the mock model\n*** End Patch\n"
+            )
             return [
                 {
                     "type": "custom_tool_call",
@@ -143,27 +157,55 @@ class OpenAIHandler(Handler):
             }
         ]
 
-    def _stream(self, req: Request, model: str, output: list[dict[str, Any]], billed: Billed) -> None:
+    def _stream(
+        self, req: Request, model: str, output: list[dict[str, Any]], billed: Billed
+    ) -> None:
         keys = req.keys
         rid = f"resp_{uuid.uuid4().hex[:16]}"
-        response: dict[str, Any] = {"id": rid, "object": "response", "model": model, "status": "in_progress", "output": []}
+        response: dict[str, Any] = {
+            "id": rid,
+            "object": "response",
+            "model": model,
+            "status": "in_progress",
+            "output": [],
+        }
         self.start_sse()
         self.sse("response.created", {"type": "response.created", "response": response})
         self.sse("response.in_progress", {"type": "response.in_progress", "response": response})
         pause = float(keys.get("slow") or 0) / 10
         for i, item in enumerate(output):
-            self.sse("response.output_item.added", {"type": "response.output_item.added", "output_index": i, "item": {**item, "status": "in_progress"}})
+            self.sse(
+                "response.output_item.added",
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item": {**item, "status": "in_progress"},
+                },
+            )
             if item["type"] == "message":
                 text = item["content"][0]["text"]
                 step = max(1, len(text) // 10)
                 for at in range(0, len(text), step):
-                    self.sse("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item["id"], "output_index": i, "content_index": 0, "delta": text[at : at + step]})
+                    self.sse(
+                        "response.output_text.delta",
+                        {
+                            "type": "response.output_text.delta",
+                            "item_id": item["id"],
+                            "output_index": i,
+                            "content_index": 0,
+                            "delta": text[at : at + step],
+                        },
+                    )
                     if "cut" in keys:
                         req.outcome = "cut"
-                        return self.cut()
+                        self.cut()
+                        return
                     if pause:
                         time.sleep(pause)
-            self.sse("response.output_item.done", {"type": "response.output_item.done", "output_index": i, "item": item})
+            self.sse(
+                "response.output_item.done",
+                {"type": "response.output_item.done", "output_index": i, "item": item},
+            )
         if "failed" in keys or "ctx" in keys:
             code = "context_length_exceeded" if "ctx" in keys else "server_error"
             message = (
@@ -174,7 +216,8 @@ class OpenAIHandler(Handler):
             failed = {**response, "status": "failed", "error": {"code": code, "message": message}}
             self.sse("response.failed", {"type": "response.failed", "response": failed})
             req.outcome = "failed"
-            return self.end_sse()
+            self.end_sse()
+            return
         usage = {
             "input_tokens": billed.input,
             "input_tokens_details": {"cached_tokens": billed.cache_read},

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from tests.agents.real.conftest import Homes, claude_env
-from tests.agents.real.conftest import FAKE_ENV
+from tests.agents.real.conftest import FAKE_ENV, Homes, claude_env
 from tests.agents.real.drive import Outcome, billed_usd, drive
 from tests.agents.real.mock_anthropic import AnthropicMock
+
 from weft.agents.claude import ClaudeHarness
 from weft.agents.events import AssistantText, CostSource, ErrorClass, ToolUse
 from weft.agents.harness import SessionSpec, Timeouts
@@ -51,7 +50,9 @@ class Case:
     """Every tool call has its result (a budget stop leaves the last one open)."""
 
 
-def _fail(name: str, mock: str, fake: str | None, cls: ErrorClass, retriable: bool, **kw: object) -> Case:
+def _fail(
+    name: str, mock: str, fake: str | None, cls: ErrorClass, retriable: bool, **kw: object
+) -> Case:
     kw.setdefault("kinds", frozenset(FAILED))
     return Case(name, mock, fake, ok=False, error_class=cls, retriable=retriable, **kw)  # type: ignore[arg-type]
 
@@ -59,9 +60,18 @@ def _fail(name: str, mock: str, fake: str | None, cls: ErrorClass, retriable: bo
 CASES = [
     Case("text", "", "@@fake:scenario=success@@"),
     Case("tools", "tools=3", "@@fake:scenario=tool_use@@", kinds=frozenset(TOOLS)),
-    Case("parallel tools", "parallel=2", "@@fake:scenario=parallel_tools@@", kinds=frozenset(TOOLS)),
-    Case("text and a tool in one message", "multi", "@@fake:scenario=tool_use@@", kinds=frozenset(TOOLS)),
-    Case("thinking", "thinking", "@@fake:scenario=thinking@@", kinds=frozenset(TEXT | {"Thinking"})),
+    Case(
+        "parallel tools", "parallel=2", "@@fake:scenario=parallel_tools@@", kinds=frozenset(TOOLS)
+    ),
+    Case(
+        "text and a tool in one message",
+        "multi",
+        "@@fake:scenario=tool_use@@",
+        kinds=frozenset(TOOLS),
+    ),
+    Case(
+        "thinking", "thinking", "@@fake:scenario=thinking@@", kinds=frozenset(TEXT | {"Thinking"})
+    ),
     Case("long output", "long=40000", "@@fake:say " + "lorem ipsum " * 3000 + "@@"),
     Case(
         "huge tool output",
@@ -70,9 +80,27 @@ CASES = [
         kinds=frozenset(TOOLS),
     ),
     Case("max_tokens continues by itself", "maxtok", None),
-    _fail("429", "err=429", "@@fake:scenario=api_error,status=429,count=0@@", ErrorClass.RATE_LIMIT, True),
-    _fail("529", "err=529", "@@fake:scenario=api_error,status=529,count=0@@", ErrorClass.OVERLOADED, True),
-    _fail("500", "err=500", "@@fake:scenario=api_error,status=500,count=0@@", ErrorClass.OVERLOADED, True),
+    _fail(
+        "429",
+        "err=429",
+        "@@fake:scenario=api_error,status=429,count=0@@",
+        ErrorClass.RATE_LIMIT,
+        True,
+    ),
+    _fail(
+        "529",
+        "err=529",
+        "@@fake:scenario=api_error,status=529,count=0@@",
+        ErrorClass.OVERLOADED,
+        True,
+    ),
+    _fail(
+        "500",
+        "err=500",
+        "@@fake:scenario=api_error,status=500,count=0@@",
+        ErrorClass.OVERLOADED,
+        True,
+    ),
     _fail("401", "err=401", "@@fake:scenario=auth_error@@", ErrorClass.AUTH, False),
     _fail("403", "err=403", "@@fake:scenario=api_error,status=403@@", ErrorClass.AUTH, False),
     _fail("402", "err=402", "@@fake:scenario=api_error,status=402@@", ErrorClass.BILLING, False),
@@ -81,7 +109,9 @@ CASES = [
     _fail("prompt too long", "ptl", None, ErrorClass.CONTEXT_EXCEEDED, False),
     Case("SSE error then the non-streaming fallback", "sse_err", None),
     Case("cut connection then the fallback", "cut", None),
-    _fail("cut connection, the fallback 529", "cut,fallback=529", None, ErrorClass.OVERLOADED, True),
+    _fail(
+        "cut connection, the fallback 529", "cut,fallback=529", None, ErrorClass.OVERLOADED, True
+    ),
     _fail(
         "max turns",
         "tools=5",
@@ -119,7 +149,9 @@ CASES = [
 ]
 
 
-def _spec(prompt: str, homes: Homes, env: dict[str, str], case: Case | None = None, **kw: object) -> SessionSpec:
+def _spec(
+    prompt: str, homes: Homes, env: dict[str, str], case: Case | None = None, **kw: object
+) -> SessionSpec:
     return SessionSpec(
         prompt=prompt,
         model="sonnet",
@@ -148,7 +180,10 @@ async def test_real_and_fake_agree(
 ) -> None:
     marker = uuid.uuid4().hex[:12]
     prompt = f"Case {case.name} {marker} MOCK[{case.mock}]"
-    real = await drive(ClaudeHarness([str(claude_bin)]), _spec(prompt, homes, claude_env(anthropic, homes, **case.env), case))
+    real = await drive(
+        ClaudeHarness([str(claude_bin)]),
+        _spec(prompt, homes, claude_env(anthropic, homes, **case.env), case),
+    )
     _check(real, case, "real")
     calls = anthropic.posts(marker)
     assert {r.headers.get(SESSION_HEADER) for r in calls} <= {real.exited.session_id}
@@ -168,7 +203,16 @@ async def test_real_and_fake_agree(
     fake_homes = Homes(homes.root, fake_dir, homes.claude_config, homes.codex_home)
     fake = await drive(
         ClaudeHarness(fake_command("claude").command, fake=True),
-        _spec(f"Case {case.name} {case.fake}", fake_homes, {"CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"), "FAKE_AGENT_LINE_DELAY_MS": "0", **FAKE_ENV}, case),
+        _spec(
+            f"Case {case.name} {case.fake}",
+            fake_homes,
+            {
+                "CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"),
+                "FAKE_AGENT_LINE_DELAY_MS": "0",
+                **FAKE_ENV,
+            },
+            case,
+        ),
     )
     _check(fake, case, "fake")
     if case.extra_args:
@@ -200,12 +244,16 @@ async def test_resumed_sessions_bill_each_process_its_own_share(
     marker = uuid.uuid4().hex[:12]
     first = await drive(harness, _spec(f"Remember PAPAYA {marker} MOCK[tools=1]", homes, env))
     sid = first.exited.session_id
-    assert first.exited.ok and sid
+    assert first.exited.ok
+    assert sid
     seen = len(anthropic.session_calls(SESSION_HEADER, sid))
     costs = [first.exited.cost_usd]
     for turn in ("What was the word?", "And again?"):
-        out = await drive(harness, _spec(f"{turn} {marker} MOCK[]", homes, env, resume_session_id=sid))
-        assert out.exited.ok and out.exited.session_id == sid
+        out = await drive(
+            harness, _spec(f"{turn} {marker} MOCK[]", homes, env, resume_session_id=sid)
+        )
+        assert out.exited.ok
+        assert out.exited.session_id == sid
         calls = anthropic.session_calls(SESSION_HEADER, sid)
         mine = [r.billed for r in calls[seen:] if r.billed is not None]
         seen = len(calls)
@@ -222,9 +270,14 @@ async def test_unknown_resume_id_is_cannot_resume(
 ) -> None:
     for harness, env in (
         (ClaudeHarness([str(claude_bin)]), claude_env(anthropic, homes)),
-        (ClaudeHarness(fake_command("claude").command, fake=True), {"CLAUDE_CONFIG_DIR": str(homes.claude_config), **FAKE_ENV}),
+        (
+            ClaudeHarness(fake_command("claude").command, fake=True),
+            {"CLAUDE_CONFIG_DIR": str(homes.claude_config), **FAKE_ENV},
+        ),
     ):
-        out = await drive(harness, _spec("Hello MOCK[]", homes, env, resume_session_id=str(uuid.uuid4())))
+        out = await drive(
+            harness, _spec("Hello MOCK[]", homes, env, resume_session_id=str(uuid.uuid4()))
+        )
         assert out.verdict == (False, ErrorClass.CANNOT_RESUME, False), out.exited
 
 
@@ -232,7 +285,9 @@ async def test_idle_timeout_stops_a_hung_api_call(
     claude_bin: Path, anthropic: AnthropicMock, homes: Homes
 ) -> None:
     spec = _spec(f"Wait {uuid.uuid4().hex} MOCK[hang]", homes, claude_env(anthropic, homes))
-    spec = SessionSpec(**{**_fields(spec), "timeouts": Timeouts(first_output=30, idle=2, stop_grace=5)})
+    spec = SessionSpec(
+        **{**_fields(spec), "timeouts": Timeouts(first_output=30, idle=2, stop_grace=5)}
+    )
     out = await drive(ClaudeHarness([str(claude_bin)]), spec)
     assert out.verdict == (False, ErrorClass.TIMEOUT, True), out.exited
 
@@ -247,12 +302,15 @@ async def test_stop_bills_the_partial_spend(
     out = await drive(ClaudeHarness([str(claude_bin)]), spec, stop_after=3.0)
     assert out.verdict == (False, ErrorClass.STOPPED, False), out.exited
     assert out.exited.result_seen
-    assert out.exited.cost_usd is not None and out.exited.cost_usd > 0
+    assert out.exited.cost_usd is not None
+    assert out.exited.cost_usd > 0
     assert out.exited.cost_source is CostSource.REPORTED
 
 
 async def test_kill_is_stopped(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
-    spec = _spec(f"Slowly {uuid.uuid4().hex} MOCK[long=4000,slow=20]", homes, claude_env(anthropic, homes))
+    spec = _spec(
+        f"Slowly {uuid.uuid4().hex} MOCK[long=4000,slow=20]", homes, claude_env(anthropic, homes)
+    )
     out = await drive(ClaudeHarness([str(claude_bin)]), spec, kill_after=2.0)
     assert out.verdict == (False, ErrorClass.STOPPED, False)
     assert out.exited.signal == 9

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from tests.agents.real.conftest import Homes, codex_env
-from tests.agents.real.conftest import FAKE_ENV
+from tests.agents.real.conftest import FAKE_ENV, Homes, codex_env
 from tests.agents.real.drive import Outcome, drive
 from tests.agents.real.mock_openai import OpenAIMock
+
 from weft.agents.codex import CodexHarness
 from weft.agents.events import CostSource, ErrorClass
 from weft.agents.harness import SessionSpec, Timeouts
@@ -40,7 +39,15 @@ CASES = [
     Case("text", "", "@@fake:scenario=success@@"),
     Case("commands", "cmd=2", "@@fake:scenario=command@@", kinds=TOOLS),
     Case("apply_patch", "patch=hello.txt", "@@fake:scenario=file_change@@", kinds=TOOLS),
-    Case("429", "err=429", "@@fake:scenario=turn_failed@@", False, ErrorClass.RATE_LIMIT, True, FAILED),
+    Case(
+        "429",
+        "err=429",
+        "@@fake:scenario=turn_failed@@",
+        False,
+        ErrorClass.RATE_LIMIT,
+        True,
+        FAILED,
+    ),
     Case("500", "err=500", None, False, ErrorClass.OVERLOADED, True, FAILED),
     Case("401", "err=401", None, False, ErrorClass.AUTH, False, FAILED),
     Case("400", "err=400", None, False, ErrorClass.API_ERROR, False, FAILED),
@@ -80,16 +87,23 @@ def _check(out: Outcome, case: Case, who: str) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_real_and_fake_agree(case: Case, codex_bin: Path, openai: OpenAIMock, homes: Homes) -> None:
+async def test_real_and_fake_agree(
+    case: Case, codex_bin: Path, openai: OpenAIMock, homes: Homes
+) -> None:
     marker = uuid.uuid4().hex[:12]
     env = codex_env(openai, homes, **dict(case.env))
-    real = await drive(CodexHarness([str(codex_bin)]), _spec(f"Task {marker} MOCK[{case.mock}]", homes, env))
+    real = await drive(
+        CodexHarness([str(codex_bin)]), _spec(f"Task {marker} MOCK[{case.mock}]", homes, env)
+    )
     _check(real, case, "real")
     billed = openai.billed(marker)
     if case.ok:
         # gpt-5.5 has no price in Weft's table: unknown, never $0.
-        assert real.exited.cost_usd is None and real.exited.cost_source is CostSource.UNPRICED
-        assert real.exited.tokens.input + real.exited.tokens.cache_read == sum(b.input for b in billed)
+        assert real.exited.cost_usd is None
+        assert real.exited.cost_source is CostSource.UNPRICED
+        assert real.exited.tokens.input + real.exited.tokens.cache_read == sum(
+            b.input for b in billed
+        )
         assert real.exited.tokens.cache_read == sum(b.cache_read for b in billed)
     if case.name == "apply_patch":
         assert (homes.work / "hello.txt").read_text() == "hello from the mock model\n"
@@ -97,7 +111,15 @@ async def test_real_and_fake_agree(case: Case, codex_bin: Path, openai: OpenAIMo
         return
     fake = await drive(
         CodexHarness(fake_command("codex").command, fake=True),
-        _spec(f"Task {case.fake}", homes, {"CODEX_HOME": str(homes.root / "fake-home"), "FAKE_AGENT_LINE_DELAY_MS": "0", **FAKE_ENV}),
+        _spec(
+            f"Task {case.fake}",
+            homes,
+            {
+                "CODEX_HOME": str(homes.root / "fake-home"),
+                "FAKE_AGENT_LINE_DELAY_MS": "0",
+                **FAKE_ENV,
+            },
+        ),
     )
     _check(fake, case, "fake")
 
@@ -110,11 +132,15 @@ async def test_resume_counts_each_process_its_own_tokens(
     marker = uuid.uuid4().hex[:12]
     first = await drive(harness, _spec(f"Remember PAPAYA {marker} MOCK[cmd=1]", homes, env))
     tid = first.exited.session_id
-    assert first.exited.ok and tid
+    assert first.exited.ok
+    assert tid
     seen = len(openai.posts(marker))
     for turn in ("What was the word?", "Again?"):
-        out = await drive(harness, _spec(f"{turn} {marker} MOCK[]", homes, env, resume_session_id=tid))
-        assert out.exited.ok and out.exited.session_id == tid
+        out = await drive(
+            harness, _spec(f"{turn} {marker} MOCK[]", homes, env, resume_session_id=tid)
+        )
+        assert out.exited.ok
+        assert out.exited.session_id == tid
         calls = openai.posts(marker)
         mine = [r.billed for r in calls[seen:] if r.billed is not None]
         seen = len(calls)
@@ -122,20 +148,34 @@ async def test_resume_counts_each_process_its_own_tokens(
         assert "PAPAYA" in out.text
 
 
-async def test_unknown_resume_id_is_cannot_resume(codex_bin: Path, openai: OpenAIMock, homes: Homes) -> None:
+async def test_unknown_resume_id_is_cannot_resume(
+    codex_bin: Path, openai: OpenAIMock, homes: Homes
+) -> None:
     for harness, env in (
         (CodexHarness([str(codex_bin)]), codex_env(openai, homes)),
-        (CodexHarness(fake_command("codex").command, fake=True), {"CODEX_HOME": str(homes.codex_home), **FAKE_ENV}),
+        (
+            CodexHarness(fake_command("codex").command, fake=True),
+            {"CODEX_HOME": str(homes.codex_home), **FAKE_ENV},
+        ),
     ):
-        out = await drive(harness, _spec("Hello MOCK[]", homes, env, resume_session_id=str(uuid.uuid4())))
+        out = await drive(
+            harness, _spec("Hello MOCK[]", homes, env, resume_session_id=str(uuid.uuid4()))
+        )
         assert out.verdict == (False, ErrorClass.CANNOT_RESUME, False), out.exited
 
 
 async def test_idle_timeout_and_stop(codex_bin: Path, openai: OpenAIMock, homes: Homes) -> None:
     harness = CodexHarness([str(codex_bin)])
     env = codex_env(openai, homes)
-    hang = _spec(f"Wait {uuid.uuid4().hex} MOCK[hang]", homes, env, timeouts=Timeouts(first_output=30, idle=2, stop_grace=5))
+    hang = _spec(
+        f"Wait {uuid.uuid4().hex} MOCK[hang]",
+        homes,
+        env,
+        timeouts=Timeouts(first_output=30, idle=2, stop_grace=5),
+    )
     out = await drive(harness, hang)
     assert out.verdict == (False, ErrorClass.TIMEOUT, True), out.exited
-    stopped = await drive(harness, _spec(f"Wait {uuid.uuid4().hex} MOCK[hang]", homes, env), stop_after=1.5)
+    stopped = await drive(
+        harness, _spec(f"Wait {uuid.uuid4().hex} MOCK[hang]", homes, env), stop_after=1.5
+    )
     assert stopped.verdict == (False, ErrorClass.STOPPED, False), stopped.exited

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.agents.real.conftest import Homes, claude_env, codex_env
 from tests.agents.real.drive import billed_usd
 from tests.agents.real.mock_anthropic import AnthropicMock
@@ -23,8 +22,18 @@ from tests.agents.real.mock_openai import OpenAIMock
 SESSION_HEADER = "x-claude-code-session-id"
 
 
-def _codon(cid: str, prompt: str, model: str = "sonnet", mode: str = "fresh", **kw: Any) -> dict[str, Any]:
-    return {"id": cid, "name": cid, "model": model, "continuationMode": mode, "promptText": prompt, "checkpointedFiles": ["**/*"], **kw}
+def _codon(
+    cid: str, prompt: str, model: str = "sonnet", mode: str = "fresh", **kw: Any
+) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "name": cid,
+        "model": model,
+        "continuationMode": mode,
+        "promptText": prompt,
+        "checkpointedFiles": ["**/*"],
+        **kw,
+    }
 
 
 def _weft_env(homes: Homes, agent_env: dict[str, str], **bins: Path) -> dict[str, str]:
@@ -38,12 +47,29 @@ def _weft_env(homes: Homes, agent_env: dict[str, str], **bins: Path) -> dict[str
     return env
 
 
-def _run(homes: Homes, codons: list[dict[str, Any]], env: dict[str, str], *, interrupt_after: float | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    homes: Homes,
+    codons: list[dict[str, Any]],
+    env: dict[str, str],
+    *,
+    interrupt_after: float | None = None,
+) -> subprocess.CompletedProcess[str]:
     hank = homes.root / "hank"
     hank.mkdir(exist_ok=True)
     (hank / "hank.json").write_text(json.dumps({"hank": codons}))
-    argv = [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(homes.root / "exec"), "--headless"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "weft",
+        "run",
+        str(hank),
+        "--execution",
+        str(homes.root / "exec"),
+        "--headless",
+    ]
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     if interrupt_after is not None:
         time.sleep(interrupt_after)
         proc.send_signal(signal.SIGINT)
@@ -56,7 +82,9 @@ def _codons(homes: Homes) -> dict[str, dict[str, Any]]:
     return {c["codonId"]: c for run in state["runs"] for c in run["codons"]}
 
 
-def test_claude_chain_bills_each_codon_its_own_calls(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
+def test_claude_chain_bills_each_codon_its_own_calls(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
     marker = os.urandom(6).hex()
     codons = [
         _codon("one", f"Remember PAPAYA {marker} MOCK[tools=1]"),
@@ -69,19 +97,28 @@ def test_claude_chain_bills_each_codon_its_own_calls(claude_bin: Path, anthropic
     sid = state["one"]["claudeSessionId"]
     assert {c["claudeSessionId"] for c in state.values()} == {sid}
     calls = anthropic.session_calls(SESSION_HEADER, sid)
-    by_prompt = {cid: [r.billed for r in calls if r.prompt == c["promptText"] and r.billed] for cid, c in zip(("one", "two", "three"), codons, strict=True)}
+    by_prompt = {
+        cid: [r.billed for r in calls if r.prompt == c["promptText"] and r.billed]
+        for cid, c in zip(("one", "two", "three"), codons, strict=True)
+    }
     for cid, billed in by_prompt.items():
-        assert state[cid]["finalCost"] == pytest.approx(billed_usd("claude-sonnet-5-5", billed), abs=1e-8), cid
+        assert state[cid]["finalCost"] == pytest.approx(
+            billed_usd("claude-sonnet-5-5", billed), abs=1e-8
+        ), cid
         assert state[cid]["finalTokens"]["inputTokens"] == sum(b.input for b in billed), cid
     total = billed_usd("claude-sonnet-5-5", [r.billed for r in calls if r.billed])
     assert f"${total:.4f}" in done.stdout  # the run summary is the sum, not cumulative figures
 
 
-def test_claude_retry_policy_and_auth_failure(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
+def test_claude_retry_policy_and_auth_failure(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
     marker = os.urandom(6).hex()
     retry = {"maxAttempts": 2, "delayMs": 100, "maxDelayMs": 200}
     codons = [
-        _codon("limited", f"Hello {marker} MOCK[err=429,times=1]", onFailure="retry", retryConfig=retry),
+        _codon(
+            "limited", f"Hello {marker} MOCK[err=429,times=1]", onFailure="retry", retryConfig=retry
+        ),
         _codon("denied", f"Hello {marker} MOCK[err=401]", onFailure="retry", retryConfig=retry),
     ]
     done = _run(homes, codons, _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin))
@@ -93,7 +130,9 @@ def test_claude_retry_policy_and_auth_failure(claude_bin: Path, anthropic: Anthr
     assert "auth" in done.stdout
 
 
-def test_claude_interrupt_then_continue(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
+def test_claude_interrupt_then_continue(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
     marker = os.urandom(6).hex()
     codons = [
         _codon("slow", f"Slowly {marker} MOCK[long=2000,slow=6]"),
@@ -116,12 +155,18 @@ def test_claude_interrupt_then_continue(claude_bin: Path, anthropic: AnthropicMo
     assert state["after"]["status"] == "completed"
 
 
-
-def test_codex_chain_counts_each_codon_its_own_tokens(codex_bin: Path, openai: OpenAIMock, homes: Homes) -> None:
+def test_codex_chain_counts_each_codon_its_own_tokens(
+    codex_bin: Path, openai: OpenAIMock, homes: Homes
+) -> None:
     marker = os.urandom(6).hex()
     codons = [
         _codon("one", f"Add a file {marker} MOCK[patch=hello.txt]", model="gpt-5.5"),
-        _codon("two", f"Run two commands {marker} MOCK[cmd=2]", model="gpt-5.5", mode="continue-previous"),
+        _codon(
+            "two",
+            f"Run two commands {marker} MOCK[cmd=2]",
+            model="gpt-5.5",
+            mode="continue-previous",
+        ),
     ]
     done = _run(homes, codons, _weft_env(homes, codex_env(openai, homes), codex=codex_bin))
     assert done.returncode == 0, done.stdout + done.stderr
