@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -82,6 +83,20 @@ def _codons(homes: Homes) -> dict[str, dict[str, Any]]:
     return {c["codonId"]: c for run in state["runs"] for c in run["codons"]}
 
 
+def _journaled(homes: Homes, kind: str, codon_id: str) -> list[dict[str, Any]]:
+    """The ``data`` of every journaled ``kind`` of ``codon_id`` (the journal is
+    the durable record; state.json may lag it at shutdown)."""
+    db = sqlite3.connect(homes.root / "exec" / ".weft" / "weft.db")
+    try:
+        rows = db.execute(
+            "select payload from events where type = ? and codon_id = ? order by seq",
+            (kind, codon_id),
+        ).fetchall()
+    finally:
+        db.close()
+    return [json.loads(payload)["data"] for (payload,) in rows]
+
+
 def test_claude_chain_bills_each_codon_its_own_calls(
     claude_bin: Path, anthropic: AnthropicMock, homes: Homes
 ) -> None:
@@ -144,11 +159,12 @@ def test_claude_interrupt_then_continue(
     assert not anthropic.billed(f"And then {marker}")
     interrupted = _codons(homes)["slow"]
     assert interrupted["status"] == "failed"
-    # Weft stopped the CLI with SIGINT, so its log ends with the aborted result
-    # and its partial spend. (The runner does not yet record that figure for a
-    # codon interrupted by shutdown: see docs/agents.md.)
+    # Weft stopped the CLI with SIGINT, so its log ends with the aborted result,
+    # and the journal bills the codon that partial spend (with SIGTERM: $0).
     log = homes.root / "exec" / ".weft" / interrupted["claudeLogPath"]
     assert '"terminal_reason":"aborted_streaming"' in log.read_text()
+    (final,) = _journaled(homes, "CodonFinalCostSet", "slow")
+    assert final["finalCost"] > 0
     again = _run(homes, codons, env)  # the same command continues the execution
     assert again.returncode == 0, again.stdout + again.stderr
     state = _codons(homes)
