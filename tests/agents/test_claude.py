@@ -1270,6 +1270,25 @@ async def test_resume_carries_context_and_keeps_the_id(tmp_path: Path) -> None:
     assert any("PELICAN" in t.text for t in of(second.events, AssistantText))
 
 
+async def test_a_resumed_session_is_billed_its_own_spend_not_the_running_total(
+    tmp_path: Path,
+) -> None:
+    """Like Claude Code 2.1.330, the fake reports a resumed session's cost and
+    modelUsage cumulatively and this process's share in
+    model_usage_since_last_result; Weft bills the share."""
+    first = await fake_run(tmp_path, "success", prompt="Remember the word PELICAN.")
+    sid = first.exited.session_id
+    second = await fake_run(tmp_path, "resume", prompt="What was the word?", resume=sid)
+    raw = json.loads(second.log.read_bytes().splitlines()[-1])
+    own = sum(m["costUSD"] for m in raw["model_usage_since_last_result"].values())
+    assert raw["total_cost_usd"] > own  # the running total includes the first process
+    assert second.exited.cost_usd == pytest.approx(own, abs=1e-9)
+    assert second.exited.cost_source is CostSource.REPORTED
+    assert second.exited.tokens.input == sum(
+        m["inputTokens"] for m in raw["model_usage_since_last_result"].values()
+    )
+
+
 @pytest.mark.parametrize(("mode", "keeps_old"), [("new", False), ("tag", True)])
 async def test_resume_id_drift_follows_the_transcript(
     tmp_path: Path, mode: str, keeps_old: bool

@@ -164,6 +164,15 @@ class Usage:
         self.output += other.output
         self.cost += other.cost
 
+    def subtract(self, other: Usage) -> None:
+        """Take ``other`` (a part of this sum) out of it."""
+        self.input -= other.input
+        self.write_5m -= other.write_5m
+        self.write_1h -= other.write_1h
+        self.read -= other.read
+        self.output -= other.output
+        self.cost -= other.cost
+
     def price(self, price: Price) -> None:
         """Set :attr:`cost` with the §5 formula."""
         self.cost = cost_units(
@@ -343,6 +352,11 @@ class ClaudeRun(Flavour):
         self.context_tokens = 0
         self.main_usage = Usage()
         self.model_usage: dict[str, Usage] = {}
+        self.prior_usage: dict[str, Usage] = {}
+        """What earlier processes of a resumed session spent (from its transcript):
+        2.1.330 reports cost and ``modelUsage`` over the whole session."""
+        self._reported: dict[str, Usage] = {}
+        """This process's usage already reported by an earlier result."""
         self.background_done = False
         self.max_turns = opts.max_turns
         self.max_budget = opts.max_budget
@@ -650,13 +664,32 @@ class ClaudeRun(Flavour):
 
     # -- the reply and the result ----------------------------------------------
 
+    def _session_usage(self) -> dict[str, Usage]:
+        """Per model, the whole session's usage: earlier processes and this one."""
+        total: dict[str, Usage] = {}
+        for source in (self.prior_usage, self.model_usage):
+            for model, usage in source.items():
+                total.setdefault(model, Usage()).add(usage)
+        return total
+
+    def _usage_since_last_result(self) -> dict[str, Usage]:
+        since: dict[str, Usage] = {}
+        for model, usage in self.model_usage.items():
+            delta = Usage()
+            delta.add(usage)
+            delta.subtract(self._reported.get(model, Usage()))
+            since[model] = delta
+        return since
+
     def _total_cost(self) -> int:
         return sum(u.cost for u in self.model_usage.values())
 
-    def model_usage_obj(self) -> JsonObj:
-        """``modelUsage``: one camelCase entry per model."""
+    def model_usage_obj(self, usage_by_model: dict[str, Usage] | None = None) -> JsonObj:
+        """``modelUsage``: one camelCase entry per model (of this process, or
+        of ``usage_by_model``)."""
         out: JsonObj = {}
-        for model, usage in self.model_usage.items():
+        source = self.model_usage if usage_by_model is None else usage_by_model
+        for model, usage in source.items():
             price = price_of(model)
             entry: JsonObj = {
                 "inputTokens": usage.input,
@@ -693,16 +726,24 @@ class ClaudeRun(Flavour):
         if text is not None:
             obj["result"] = text
         obj["session_id"] = self.session_id
+        session = self._session_usage()
         if not self.omit_cost:
-            obj["total_cost_usd"] = to_usd(self._total_cost())
+            obj["total_cost_usd"] = to_usd(sum(u.cost for u in session.values()))
         obj["usage"] = self.main_usage.result_usage()
-        obj["modelUsage"] = self.model_usage_obj()
+        obj["modelUsage"] = self.model_usage_obj(session)
         obj["permission_denials"] = list(self.toolbox.denials)
         if terminal_reason is not None:
             obj["terminal_reason"] = terminal_reason
         if errors is not None:
             obj["errors"] = errors
         obj["uuid"] = self.ids.uuid4()
+        if self.settings.version_at_least(2, 1, 330):
+            obj["model_usage_since_last_result"] = self.model_usage_obj(
+                self._usage_since_last_result()
+            )
+        self._reported = {}
+        for model, usage in self.model_usage.items():
+            self._reported.setdefault(model, Usage()).add(usage)
         return obj
 
     def closing(self, extra_blocks: list[JsonObj] | None = None) -> Iterator[Step]:
@@ -1362,7 +1403,37 @@ def open_run(ctx: Context, opts: ClaudeOptions, model: str) -> tuple[Session, Cl
         transcript=transcript,
         previous_prompt=session.previous_prompt,
     )
+    if session.history:
+        run.prior_usage = transcript_usage(session.history)
     return session, run
+
+
+def transcript_usage(entries: list[JsonObj]) -> dict[str, Usage]:
+    """Per model, what the assistant messages of a transcript cost (each
+    message once: its blocks are stored as separate entries)."""
+    by_message: dict[str, tuple[str, JsonObj]] = {}
+    for entry in entries:
+        message = entry.get("message")
+        if entry.get("type") != "assistant" or not isinstance(message, dict):
+            continue
+        mid, model, usage = message.get("id"), message.get("model"), message.get("usage")
+        if isinstance(mid, str) and isinstance(model, str) and isinstance(usage, dict):
+            by_message[mid] = (model, usage)
+    totals: dict[str, Usage] = {}
+    for model, raw in by_message.values():
+        price = price_of(model)
+        if model == "<synthetic>" or price is None:
+            continue
+        split = raw.get("cache_creation") or {}
+        usage = Usage()
+        usage.input = int(raw.get("input_tokens") or 0)
+        usage.read = int(raw.get("cache_read_input_tokens") or 0)
+        usage.output = int(raw.get("output_tokens") or 0)
+        usage.write_1h = int(split.get("ephemeral_1h_input_tokens") or 0)
+        usage.write_5m = int(raw.get("cache_creation_input_tokens") or 0) - usage.write_1h
+        usage.price(price)
+        totals.setdefault(model, Usage()).add(usage)
+    return totals
 
 
 def _unknown_model(run: ClaudeRun) -> Iterator[Step]:
