@@ -9,6 +9,7 @@ the real session's cost must equal what the mock billed, priced by Weft's table.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,14 +151,20 @@ CASES = [
 
 
 def _spec(
-    prompt: str, homes: Homes, env: dict[str, str], case: Case | None = None, **kw: object
+    prompt: str,
+    homes: Homes,
+    env: dict[str, str],
+    case: Case | None = None,
+    *,
+    log: str = "claude.log",
+    **kw: object,
 ) -> SessionSpec:
     return SessionSpec(
         prompt=prompt,
         model="sonnet",
         cwd=homes.work,
         env=env,
-        log_path=homes.root / "claude.log",
+        log_path=homes.root / log,
         max_turns=case.max_turns if case else None,
         max_budget_usd=case.max_budget_usd if case else None,
         extra_args=case.extra_args if case else (),
@@ -212,14 +219,62 @@ async def test_real_and_fake_agree(
                 **FAKE_ENV,
             },
             case,
+            log="fake-claude.log",
         ),
     )
     _check(fake, case, "fake")
     if case.extra_args:
         _check_partials(fake)
+    _check_keys(homes.root / "claude.log", fake_homes.root / "fake-claude.log")
     if case.max_turns is not None:
         assert len(fake.of(ToolUse)) == len(real.of(ToolUse)) == case.max_turns
     assert fake.exited.cost_source == real.exited.cost_source == CostSource.REPORTED
+
+
+READS = {
+    ("system", "init"): {"session_id", "model", "cwd", "tools", "claude_code_version"},
+    ("system", "api_retry"): {"attempt", "max_retries", "retry_delay_ms", "error_status", "error"},
+    ("assistant", None): {"message", "parent_tool_use_id", "error"},
+    ("user", None): {"message", "parent_tool_use_id"},
+    ("stream_event", None): {"event", "parent_tool_use_id"},
+    ("result", None): {
+        "session_id",
+        "subtype",
+        "is_error",
+        "result",
+        "errors",
+        "total_cost_usd",
+        "usage",
+        "modelUsage",
+        "model_usage_since_last_result",
+        "num_turns",
+        "duration_ms",
+        "terminal_reason",
+        "api_error_status",
+    },
+}
+"""The top-level keys ``ClaudeParser`` reads, by line kind."""
+
+
+def _raw_keys(log: Path) -> dict[tuple[str, str | None], set[str]]:
+    keys: dict[tuple[str, str | None], set[str]] = {}
+    for raw in log.read_bytes().splitlines():
+        if not raw.startswith(b"{"):
+            continue
+        line = json.loads(raw)
+        kind = (line.get("type"), line.get("subtype") if line.get("type") == "system" else None)
+        keys.setdefault(kind, set()).update(line)
+    return keys
+
+
+def _check_keys(real_log: Path, fake_log: Path) -> None:
+    """Every key Weft reads that the real CLI printed, the fake printed too
+    (for the kinds of line both printed)."""
+    real, fake = _raw_keys(real_log), _raw_keys(fake_log)
+    for kind, reads in READS.items():
+        if kind in real and kind in fake:
+            missing = (real[kind] & reads) - fake[kind]
+            assert not missing, (kind, missing)
 
 
 def _check_partials(out: Outcome) -> None:

@@ -718,7 +718,16 @@ class ClaudeRun(Flavour):
     ) -> JsonObj:
         """The ``result`` line from everything accounted so far."""
         obj: JsonObj = {"type": "result", "subtype": subtype, "is_error": is_error}
-        if api_error_status is not None:
+        if subtype == "success" and self.settings.version_at_least(2, 1, 330):
+            # 2.1.330 always says why a success-subtype result ended, and its status.
+            obj["api_error_status"] = api_error_status
+            if terminal_reason is None:
+                terminal_reason = (
+                    "completed"
+                    if not is_error
+                    else {413: "image_error"}.get(api_error_status or 0, "api_error")
+                )
+        elif api_error_status is not None:
             obj["api_error_status"] = api_error_status
         obj["duration_ms"] = self.clock.elapsed_ms()
         obj["duration_api_ms"] = self.api_ms
@@ -779,6 +788,9 @@ class ClaudeRun(Flavour):
                     subtype="error_max_budget_usd",
                     is_error=True,
                     errors=[f"Reached maximum budget (${self.max_budget:g})"],
+                    terminal_reason=(
+                        "budget_exhausted" if self.settings.version_at_least(2, 1, 330) else None
+                    ),
                 )
             )
             yield Exit(1)
