@@ -4,6 +4,7 @@ resume equal to what the mock billed for that process's calls."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,13 +69,15 @@ CASES = [
 ]
 
 
-def _spec(prompt: str, homes: Homes, env: dict[str, str], **kw: object) -> SessionSpec:
+def _spec(
+    prompt: str, homes: Homes, env: dict[str, str], *, log: str = "codex.log", **kw: object
+) -> SessionSpec:
     return SessionSpec(
         prompt=prompt,
         model="gpt-5.5",
         cwd=homes.work,
         env=env,
-        log_path=homes.root / "codex.log",
+        log_path=homes.root / log,
         **{"timeouts": Timeouts(first_output=30, idle=30, stop_grace=5), **kw},  # type: ignore[arg-type]
     )
 
@@ -119,9 +122,66 @@ async def test_real_and_fake_agree(
                 "FAKE_AGENT_LINE_DELAY_MS": "0",
                 **FAKE_ENV,
             },
+            log="fake-codex.log",
         ),
     )
     _check(fake, case, "fake")
+    _check_keys(homes.root / "codex.log", homes.root / "fake-codex.log")
+
+
+READS = {
+    "thread.started": {"thread_id"},
+    "turn.completed": {"usage"},
+    "turn.failed": {"error"},
+    "error": {"message"},
+    "item.started": {"item"},
+    "item.completed": {"item"},
+}
+"""The top-level keys ``CodexParser`` reads, by event type."""
+ITEM_READS = {
+    "id",
+    "type",
+    "text",
+    "command",
+    "aggregated_output",
+    "exit_code",
+    "status",
+    "changes",
+}
+USAGE_READS = {"input_tokens", "cached_input_tokens", "output_tokens"}
+
+
+def _raw_keys(log: Path) -> dict[str, set[str]]:
+    keys: dict[str, set[str]] = {}
+    for raw in log.read_bytes().splitlines():
+        if raw.startswith(b"{"):
+            line = json.loads(raw)
+            kind = line.get("type", "")
+            keys.setdefault(kind, set()).update(line)
+            for name in ("item", "usage"):
+                if isinstance(line.get(name), dict):
+                    item = line[name]
+                    sub = (
+                        f"{kind}.{name}.{item.get('type', '')}"
+                        if name == "item"
+                        else f"{kind}.usage"
+                    )
+                    keys.setdefault(sub, set()).update(item)
+    return keys
+
+
+def _check_keys(real_log: Path, fake_log: Path) -> None:
+    """Every key Weft reads that the real CLI printed, the fake printed too."""
+    real, fake = _raw_keys(real_log), _raw_keys(fake_log)
+    for kind in real.keys() & fake.keys():
+        if kind.endswith(".usage"):
+            reads = USAGE_READS
+        elif ".item." in kind:
+            reads = ITEM_READS
+        else:
+            reads = READS.get(kind, set())
+        missing = (real[kind] & reads) - fake[kind]
+        assert not missing, (kind, missing)
 
 
 async def test_resume_counts_each_process_its_own_tokens(
