@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.agents.real.mock_http import Billed
@@ -60,9 +61,10 @@ async def drive(
     stop_after: float | None = None,
     kill_after: float | None = None,
     stop_reason: StopReason = StopReason.OPERATOR,
+    once: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Start ``spec``, collect every event (stopping or killing it after a
-    delay counted from the session's start, when asked)."""
+    delay counted from the session's start, or from ``once`` holding)."""
     session = await harness.start(spec)
     events: list[AgentEvent] = []
 
@@ -72,6 +74,10 @@ async def drive(
 
     task = asyncio.ensure_future(collect())
     if stop_after is not None or kill_after is not None:
+        # The delay counts from ``once`` holding (the mock saw the call), so a
+        # slow machine cannot stop the CLI before it reached the point tested.
+        while once is not None and not once() and not task.done():
+            await asyncio.sleep(0.05)
         await asyncio.sleep(stop_after if stop_after is not None else kill_after or 0)
         if stop_after is not None:
             await session.stop(stop_reason)

@@ -354,7 +354,8 @@ async def test_stop_bills_the_partial_spend(
     result with the spend so far (with SIGTERM it printed nothing: $0)."""
     marker = uuid.uuid4().hex[:12]
     spec = _spec(f"Slowly {marker} MOCK[long=4000,slow=20]", homes, claude_env(anthropic, homes))
-    out = await drive(ClaudeHarness([str(claude_bin)]), spec, stop_after=3.0)
+    seen = lambda: bool(anthropic.posts(marker))  # noqa: E731 - a one-line probe
+    out = await drive(ClaudeHarness([str(claude_bin)]), spec, stop_after=1.0, once=seen)
     assert out.verdict == (False, ErrorClass.STOPPED, False), out.exited
     assert out.exited.result_seen
     assert out.exited.cost_usd is not None
@@ -363,10 +364,10 @@ async def test_stop_bills_the_partial_spend(
 
 
 async def test_kill_is_stopped(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
-    spec = _spec(
-        f"Slowly {uuid.uuid4().hex} MOCK[long=4000,slow=20]", homes, claude_env(anthropic, homes)
-    )
-    out = await drive(ClaudeHarness([str(claude_bin)]), spec, kill_after=2.0)
+    marker = uuid.uuid4().hex
+    spec = _spec(f"Slowly {marker} MOCK[long=4000,slow=20]", homes, claude_env(anthropic, homes))
+    seen = lambda: bool(anthropic.posts(marker))  # noqa: E731 - a one-line probe
+    out = await drive(ClaudeHarness([str(claude_bin)]), spec, kill_after=0.5, once=seen)
     assert out.verdict == (False, ErrorClass.STOPPED, False)
     assert out.exited.signal == 9
 

@@ -235,7 +235,11 @@ async def test_idle_timeout_and_stop(codex_bin: Path, openai: OpenAIMock, homes:
     )
     out = await drive(harness, hang)
     assert out.verdict == (False, ErrorClass.TIMEOUT, True), out.exited
+    marker = uuid.uuid4().hex
     stopped = await drive(
-        harness, _spec(f"Wait {uuid.uuid4().hex} MOCK[hang]", homes, env), stop_after=1.5
+        harness,
+        _spec(f"Wait {marker} MOCK[hang]", homes, env),
+        stop_after=0.3,
+        once=lambda: bool(openai.posts(marker)),
     )
     assert stopped.verdict == (False, ErrorClass.STOPPED, False), stopped.exited

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,10 @@ def _run(
     codons: list[dict[str, Any]],
     env: dict[str, str],
     *,
-    interrupt_after: float | None = None,
+    interrupt_when: Callable[[], bool] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """``weft run`` the hank of ``codons``; with ``interrupt_when``, Ctrl-C it
+    (SIGINT) once that holds (polled; a slow machine only makes it later)."""
     hank = homes.root / "hank"
     hank.mkdir(exist_ok=True)
     (hank / "hank.json").write_text(json.dumps({"hank": codons}))
@@ -71,8 +74,11 @@ def _run(
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    if interrupt_after is not None:
-        time.sleep(interrupt_after)
+    if interrupt_when is not None:
+        deadline = time.monotonic() + 60
+        while not interrupt_when() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(0.5)  # some of the slow answer has streamed
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
@@ -150,11 +156,12 @@ def test_claude_interrupt_then_continue(
 ) -> None:
     marker = os.urandom(6).hex()
     codons = [
-        _codon("slow", f"Slowly {marker} MOCK[long=2000,slow=6]"),
+        _codon("slow", f"Slowly {marker} MOCK[long=2000,slow=4]"),
         _codon("after", f"And then {marker} MOCK[]", mode="continue-previous"),
     ]
     env = _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin)
-    stopped = _run(homes, codons, env, interrupt_after=3.5)
+    streaming = f"Slowly {marker}"
+    stopped = _run(homes, codons, env, interrupt_when=lambda: bool(anthropic.posts(streaming)))
     assert stopped.returncode == 130, stopped.stdout + stopped.stderr
     assert not anthropic.billed(f"And then {marker}")
     interrupted = _codons(homes)["slow"]
