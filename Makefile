@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install demo test-deps test lint fmt bench
+.PHONY: install demo test-deps test-clis test lint fmt bench
 
 install:
 	$(PIP) install -q -e .
@@ -14,10 +14,16 @@ demo: install
 test-deps:
 	$(PIP) install -q -e ".[test]"
 
-# The whole suite: Rust unit and integration tests, then pytest.
-test: test-deps
+# The pinned real Claude Code and Codex CLIs (PyPI wheels, cached outside the venv) that
+# tests/agents/real drives against local mock model servers. Already there: a no-op.
+test-clis:
+	$(PYTHON) scripts/install_test_clis.py
+
+# The whole suite: Rust unit and integration tests, then pytest. WEFT_REQUIRE_REAL_CLIS makes a
+# missing real CLI a failure instead of a skip, so CI cannot pass without running them.
+test: test-deps test-clis
 	cargo test --workspace
-	$(PYTHON) -m pytest
+	WEFT_REQUIRE_REAL_CLIS=1 $(PYTHON) -m pytest
 
 lint: test-deps
 	cargo fmt --all --check

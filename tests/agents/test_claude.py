@@ -1156,7 +1156,9 @@ async def test_hang_after_init_trips_idle_and_keeps_partial_state(tmp_path: Path
     assert exited.error_class is ErrorClass.TIMEOUT
     assert exited.session_id == of(run.events, SessionStarted)[0].session_id
     assert of(run.events, AssistantText)
-    assert exited.cost_source is CostSource.ESTIMATE
+    # Weft's stop is a SIGINT: the CLI's aborted result carries the spend so far.
+    assert exited.result_seen
+    assert exited.cost_source is CostSource.REPORTED
     assert exited.cost_usd is not None
     assert exited.cost_usd > 0
 
@@ -1188,9 +1190,11 @@ async def test_partial_line_stall_waits_for_the_rest_of_the_line(tmp_path: Path)
     assert stalled.exited.error_class is ErrorClass.TIMEOUT
 
 
+# Weft stops Claude with SIGINT, which Claude Code 2.1.330 (and the fake)
+# answers with an aborted_streaming result and exit 0 whatever the SIGTERM policy.
 @pytest.mark.parametrize(
     ("mode", "signal_or_code"),
-    [("graceful", ("exit", 143)), ("exit", ("signal", 15)), ("ignore", ("signal", 9))],
+    [("graceful", ("exit", 0)), ("exit", ("exit", 0)), ("ignore", ("signal", 9))],
 )
 async def test_sigterm_modes_end_as_stopped(
     tmp_path: Path, mode: str, signal_or_code: tuple[str, int]
@@ -1207,7 +1211,7 @@ async def test_sigterm_modes_end_as_stopped(
     assert not exited.retriable
     kind, value = signal_or_code
     assert (exited.exit_code if kind == "exit" else exited.signal) == value
-    assert exited.result_seen is (mode == "graceful")
+    assert exited.result_seen is (mode != "ignore")
 
 
 # -- volume ------------------------------------------------------------------------------
@@ -1264,6 +1268,25 @@ async def test_resume_carries_context_and_keeps_the_id(tmp_path: Path) -> None:
     assert second.exited.session_id == sid
     assert second.exited.session_aliases == [sid]
     assert any("PELICAN" in t.text for t in of(second.events, AssistantText))
+
+
+async def test_a_resumed_session_is_billed_its_own_spend_not_the_running_total(
+    tmp_path: Path,
+) -> None:
+    """Like Claude Code 2.1.330, the fake reports a resumed session's cost and
+    modelUsage cumulatively and this process's share in
+    model_usage_since_last_result; Weft bills the share."""
+    first = await fake_run(tmp_path, "success", prompt="Remember the word PELICAN.")
+    sid = first.exited.session_id
+    second = await fake_run(tmp_path, "resume", prompt="What was the word?", resume=sid)
+    raw = json.loads(second.log.read_bytes().splitlines()[-1])
+    own = sum(m["costUSD"] for m in raw["model_usage_since_last_result"].values())
+    assert raw["total_cost_usd"] > own  # the running total includes the first process
+    assert second.exited.cost_usd == pytest.approx(own, abs=1e-9)
+    assert second.exited.cost_source is CostSource.REPORTED
+    assert second.exited.tokens.input == sum(
+        m["inputTokens"] for m in raw["model_usage_since_last_result"].values()
+    )
 
 
 @pytest.mark.parametrize(("mode", "keeps_old"), [("new", False), ("tag", True)])

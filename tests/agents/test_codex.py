@@ -775,7 +775,7 @@ async def test_fake_turn_failed_is_a_rate_limit_whatever_the_exit(
     assert run.verdict.result_seen
     assert run.verdict.error_class is ErrorClass.RATE_LIMIT
     assert run.verdict.retriable
-    assert run.verdict.message == "stream disconnected before completion: rate limit reached"
+    assert run.verdict.message == "exceeded retry limit, last status: 429 Too Many Requests"
 
 
 async def test_fake_completed_then_nonzero_is_success(tmp_path: Path) -> None:

@@ -817,7 +817,8 @@ async def test_real_agent_operator_stop_leaves_no_process(tmp_path: Path) -> Non
     assert real.result.stopped_by_operator
     assert real.result.last_exit is not None
     assert real.result.last_exit.error_class is ErrorClass.STOPPED
-    assert real.of(SessionResult) == []
+    # The stop is a SIGINT: the only result is the CLI's aborted one.
+    assert [r.subtype for r in real.of(SessionResult)] == ["error_during_execution"]
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,11 @@
   block: it is max-merged per ``message.id`` and only the growth is reported
   (:class:`~weft.agents.events.UsageDelta`, priced per request so the
   long-context tier applies). The ``result`` line is authoritative.
-* **Cost**: ``total_cost_usd`` (``cost_usd`` in old builds), else the sum of
+* **Cost** is this process's spend: the sum of
+  ``model_usage_since_last_result[*].costUSD`` when the line has that field
+  (2.1.330 reports ``total_cost_usd`` and ``modelUsage`` cumulatively over a
+  resumed session, so taking them would bill earlier codons again), else
+  ``total_cost_usd`` (``cost_usd`` in old builds), else the sum of
   ``modelUsage[*].costUSD``, else computed from ``modelUsage`` (or ``usage``)
   with the pricing table, else the live estimate.
 * **Verdict** (§1.7): a result line wins over the exit code; it is classified
@@ -35,6 +39,7 @@ import datetime as dt
 import logging
 import os
 import re
+import signal
 import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -182,6 +187,9 @@ class _Result(_Line, tag="result"):
     cost_usd: float | None = None
     usage: _Usage | None = None
     modelUsage: dict[str, _ModelUsage] = {}  # noqa: N815
+    model_usage_since_last_result: dict[str, _ModelUsage] | None = None
+    """This process's share (2.1.330+); ``total_cost_usd`` and ``modelUsage``
+    then cover the whole session since its creation, earlier processes too."""
     errors: list[Any] = []
     terminal_reason: str | None = None
     api_error_status: int | None = None
@@ -374,6 +382,7 @@ _API_ERROR_CODES: dict[str, tuple[ErrorClass, bool]] = {
     "server_error": (ErrorClass.OVERLOADED, True),
     "overloaded": (ErrorClass.OVERLOADED, True),
     "invalid_request": (ErrorClass.API_ERROR, False),
+    "model_not_found": (ErrorClass.API_ERROR, False),
     "max_output_tokens": (ErrorClass.CONTEXT_EXCEEDED, False),
 }
 
@@ -934,10 +943,12 @@ class ClaudeParser:
         main = r.usage.tokens() if r.usage is not None else None
         per_model: dict[str, ModelUsage] = {}
         computed_nanos: int | None = 0
-        all_reported = bool(r.modelUsage)
+        own = r.model_usage_since_last_result
+        usage_by_model = own if own is not None else r.modelUsage
+        all_reported = bool(usage_by_model)
         reported_sum = 0.0
         total = Tokens()
-        for name, mu in r.modelUsage.items():
+        for name, mu in usage_by_model.items():
             tokens = Tokens(
                 input=mu.inputTokens,
                 output=mu.outputTokens,
@@ -962,8 +973,14 @@ class ClaudeParser:
             per_model[name] = ModelUsage(tokens=tokens, cost_usd=cost)
         if main is not None:
             total = _field_max(total, main)
+        if own is not None:
+            # The per-process share: total_cost_usd is the session's running total.
+            if not own:
+                return 0.0, CostSource.REPORTED, total, per_model
+            if all_reported:
+                return pricing.round_usd(reported_sum), CostSource.REPORTED, total, per_model
         reported = r.total_cost_usd if r.total_cost_usd is not None else r.cost_usd
-        if reported is not None:
+        if reported is not None and own is None:
             return pricing.round_usd(reported), CostSource.REPORTED, total, per_model
         if per_model:
             if all_reported:
@@ -1162,4 +1179,8 @@ class ClaudeHarness:
             log_path=spec.log_path,
             max_line_bytes=self.max_line_bytes,
             name="fake-claude" if self.fake else "claude",
+            # Claude Code answers SIGINT with an aborted_streaming result that
+            # carries the spend so far (and exits 0); on SIGTERM it prints
+            # nothing, so a stopped or timed-out codon would be billed $0.
+            stop_signal=signal.SIGINT,
         )

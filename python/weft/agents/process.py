@@ -24,7 +24,9 @@ harness only supplies the argv, the environment and a sans-I/O
   delay) and wall clock. A deadline stops the session like :meth:`stop` does.
 * **Stop sequence.** Drop any prompt bytes not yet written; if the CLI is
   finishing on its own (its result is already out) give it ``flush_grace`` to
-  write its transcript; SIGTERM the group; after ``stop_grace``, SIGKILL.
+  write its transcript; send the group the harness's ``stop_signal`` (SIGTERM,
+  or SIGINT for a CLI that answers it with a result carrying the spend so
+  far); after ``stop_grace``, SIGKILL.
 * **Reaping.** The child is always waited for and every pipe is closed, also
   when a grandchild that escaped the group keeps a pipe open.
 * **Backpressure.** Events queue up to a bound; past it stdout reading pauses
@@ -355,8 +357,10 @@ class SubprocessSession:
         log_path: Path | None,
         max_line_bytes: int,
         name: str,
+        stop_signal: int = signal.SIGTERM,
     ) -> None:
         self.name = name
+        self._stop_signal = stop_signal
         self._parser = parser
         self._timeouts = timeouts
         self._loop = asyncio.get_running_loop()
@@ -734,10 +738,15 @@ class SubprocessSession:
         finishing = self._result_seen
         if graceful and finishing and t.flush_grace > 0 and await self._gone_within(t.flush_grace):
             return
-        self._signal_group(signal.SIGTERM)
+        self._signal_group(self._stop_signal)
         if await self._gone_within(t.stop_grace):
             return
-        log.info("%s (pid %d) ignored SIGTERM; killing it", self.name, self._pid)
+        log.info(
+            "%s (pid %d) ignored %s; killing it",
+            self.name,
+            self._pid,
+            signal.Signals(self._stop_signal).name,
+        )
         self._signal_group(signal.SIGKILL)
 
     def _close_stdin(self) -> None:
@@ -769,6 +778,7 @@ async def spawn(
     log_path: Path | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
     name: str | None = None,
+    stop_signal: int = signal.SIGTERM,
 ) -> SubprocessSession:
     """Start ``argv`` in its own process group and return its session.
 
@@ -782,6 +792,7 @@ async def spawn(
         log_path=log_path,
         max_line_bytes=max_line_bytes,
         name=name or Path(argv[0]).name,
+        stop_signal=stop_signal,
     )
     await session._start(argv, cwd, env, stdin)
     return session

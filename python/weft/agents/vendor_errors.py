@@ -41,6 +41,17 @@ _VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
             re.IGNORECASE,
         ),
     ),
+    # A model the account cannot use: Codex retries the 404 itself ("Reconnecting...
+    # 1/2 (unexpected status 404 Not Found: The model `x` does not exist...)"), but
+    # another attempt of the codon would fail the same way.
+    (
+        ErrorClass.API_ERROR,
+        False,
+        re.compile(
+            r"model\W{0,3}[\w.:/-]*\W{0,3} does not exist|model_not_found|404 not found",
+            re.IGNORECASE,
+        ),
+    ),
     # OpenAI answers an exhausted plan with a 429 too; waiting does not help.
     (ErrorClass.BILLING, False, re.compile(r"insufficient[_ ]quota", re.IGNORECASE)),
     # Google's 429 (a per-minute or per-day quota, which does clear) speaks

@@ -243,7 +243,7 @@ def test_api_error_is_a_synthetic_message_and_an_error_result(fake: Fake) -> Non
     assert run.result["api_error_status"] == 429
     assert run.result["total_cost_usd"] == 0
     assert run.result["modelUsage"] == {}
-    assert run.result["result"].startswith("API Error: 429")
+    assert run.result["result"].startswith("API Error: Request rejected (429)")
 
 
 def test_auth_error_does_not_retry(fake: Fake) -> None:
@@ -258,21 +258,28 @@ def test_auth_error_does_not_retry(fake: Fake) -> None:
 
 
 def test_max_turns_flag_below_the_scripted_turns(fake: Fake) -> None:
-    done = fake.claude("@@fake:scenario=tool_use@@", "--max-turns", "2")
+    done = fake.claude("@@fake:scenario=tool_use@@", "--max-turns", "1")
     assert done.code == 1
     run = check_claude(done.lines, dangling_ok=True)
     assert run.result is not None
     assert run.result["subtype"] == "error_max_turns"
     assert run.result["is_error"] is True
     assert run.result["terminal_reason"] == "max_turns"
-    assert run.result["errors"] == ["Reached maximum number of turns (2)"]
-    assert run.result["num_turns"] == 3
-    # 2.1.x: turn 1 is the prompt, so two turns allow one API call.
+    assert run.result["errors"] == ["Reached maximum number of turns (1)"]
+    assert run.result["num_turns"] == 2
+    # 2.1.330 (verified against the real CLI): N turns are N API calls.
     assert len({a["message"]["id"] for a in run.assistants}) == 1
 
 
-def test_max_turns_one_fails_before_any_reply(fake: Fake) -> None:
+def test_max_turns_one_allows_one_api_call(fake: Fake) -> None:
     run = check_claude(fake.claude("hi", "--max-turns", "1").lines)
+    assert run.result is not None
+    assert run.result["subtype"] == "success"
+
+
+def test_max_turns_one_fails_before_any_reply_before_2_1_330(fake: Fake) -> None:
+    done = fake.claude("hi", "--max-turns", "1", env={"FAKE_AGENT_VERSION": "2.1.30"})
+    run = check_claude(done.lines)
     assert run.assistants == []
     assert run.result is not None
     assert run.result["subtype"] == "error_max_turns"

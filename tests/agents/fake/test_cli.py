@@ -82,7 +82,7 @@ def test_console_scripts(fake: Fake, name: str) -> None:
 
 
 def test_versions(fake: Fake) -> None:
-    assert fake.run("claude", "--version", stdin=None).text == "2.1.30 (Claude Code)\n"
+    assert fake.run("claude", "--version", stdin=None).text == "2.1.330 (Claude Code)\n"
     assert fake.run("codex", "--version", stdin=None).text.startswith("codex-cli ")
     custom = fake.run("gemini", "--version", stdin=None, env={"FAKE_AGENT_VERSION": "9.9.9"})
     assert custom.text == "9.9.9\n"

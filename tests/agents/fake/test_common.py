@@ -47,7 +47,7 @@ def test_real_clock_counts_simulated_latency_in_durations() -> None:
 def test_settings_defaults_and_checks() -> None:
     settings = Settings({}, "claude")
     assert settings.line_delay_ms == 5
-    assert settings.version == "2.1.30"
+    assert settings.version == "2.1.330"
     assert settings.resume_mode == "same"
     assert settings.sigterm == "exit"
     assert settings.huge_bytes == 16 * 1024 * 1024

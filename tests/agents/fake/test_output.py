@@ -50,7 +50,8 @@ def test_graceful_stop_prints_a_terminal_error(
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == code
+    # Claude Code 2.1.330 answers SIGINT with its aborted result and exit 0.
+    assert proc.returncode == (0 if flavour == "claude" and sig == signal.SIGINT else code)
     lines = [json.loads(x) for x in b"".join([*head, rest]).splitlines() if x.startswith(b"{")]
     last = lines[-1]
     if flavour == "claude":

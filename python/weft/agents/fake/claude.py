@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -162,6 +163,15 @@ class Usage:
         self.read += other.read
         self.output += other.output
         self.cost += other.cost
+
+    def subtract(self, other: Usage) -> None:
+        """Take ``other`` (a part of this sum) out of it."""
+        self.input -= other.input
+        self.write_5m -= other.write_5m
+        self.write_1h -= other.write_1h
+        self.read -= other.read
+        self.output -= other.output
+        self.cost -= other.cost
 
     def price(self, price: Price) -> None:
         """Set :attr:`cost` with the §5 formula."""
@@ -342,10 +352,19 @@ class ClaudeRun(Flavour):
         self.context_tokens = 0
         self.main_usage = Usage()
         self.model_usage: dict[str, Usage] = {}
+        self.prior_usage: dict[str, Usage] = {}
+        """What earlier processes of a resumed session spent (from its transcript):
+        2.1.330 reports cost and ``modelUsage`` over the whole session."""
+        self._reported: dict[str, Usage] = {}
+        """This process's usage already reported by an earlier result."""
         self.background_done = False
         self.max_turns = opts.max_turns
         self.max_budget = opts.max_budget
-        self.turn_allowance_offset = 1 if ctx.settings.version_at_least(2, 1) else 0
+        # Between 2.1 and 2.1.330 the prompt was documented as turn 1 (N turns,
+        # N-1 API calls); 2.1.330, the verified pin, makes N calls.
+        settings = ctx.settings
+        legacy_count = settings.version_at_least(2, 1) and not settings.version_at_least(2, 1, 330)
+        self.turn_allowance_offset = 1 if legacy_count else 0
         self.legacy_max_turns = False
         self.ttl_1h = False
         self.tools = opts.tools()
@@ -645,13 +664,32 @@ class ClaudeRun(Flavour):
 
     # -- the reply and the result ----------------------------------------------
 
+    def _session_usage(self) -> dict[str, Usage]:
+        """Per model, the whole session's usage: earlier processes and this one."""
+        total: dict[str, Usage] = {}
+        for source in (self.prior_usage, self.model_usage):
+            for model, usage in source.items():
+                total.setdefault(model, Usage()).add(usage)
+        return total
+
+    def _usage_since_last_result(self) -> dict[str, Usage]:
+        since: dict[str, Usage] = {}
+        for model, usage in self.model_usage.items():
+            delta = Usage()
+            delta.add(usage)
+            delta.subtract(self._reported.get(model, Usage()))
+            since[model] = delta
+        return since
+
     def _total_cost(self) -> int:
         return sum(u.cost for u in self.model_usage.values())
 
-    def model_usage_obj(self) -> JsonObj:
-        """``modelUsage``: one camelCase entry per model."""
+    def model_usage_obj(self, usage_by_model: dict[str, Usage] | None = None) -> JsonObj:
+        """``modelUsage``: one camelCase entry per model (of this process, or
+        of ``usage_by_model``)."""
         out: JsonObj = {}
-        for model, usage in self.model_usage.items():
+        source = self.model_usage if usage_by_model is None else usage_by_model
+        for model, usage in source.items():
             price = price_of(model)
             entry: JsonObj = {
                 "inputTokens": usage.input,
@@ -680,7 +718,16 @@ class ClaudeRun(Flavour):
     ) -> JsonObj:
         """The ``result`` line from everything accounted so far."""
         obj: JsonObj = {"type": "result", "subtype": subtype, "is_error": is_error}
-        if api_error_status is not None:
+        if subtype == "success" and self.settings.version_at_least(2, 1, 330):
+            # 2.1.330 always says why a success-subtype result ended, and its status.
+            obj["api_error_status"] = api_error_status
+            if terminal_reason is None:
+                terminal_reason = (
+                    "completed"
+                    if not is_error
+                    else {413: "image_error"}.get(api_error_status or 0, "api_error")
+                )
+        elif api_error_status is not None:
             obj["api_error_status"] = api_error_status
         obj["duration_ms"] = self.clock.elapsed_ms()
         obj["duration_api_ms"] = self.api_ms
@@ -688,16 +735,24 @@ class ClaudeRun(Flavour):
         if text is not None:
             obj["result"] = text
         obj["session_id"] = self.session_id
+        session = self._session_usage()
         if not self.omit_cost:
-            obj["total_cost_usd"] = to_usd(self._total_cost())
+            obj["total_cost_usd"] = to_usd(sum(u.cost for u in session.values()))
         obj["usage"] = self.main_usage.result_usage()
-        obj["modelUsage"] = self.model_usage_obj()
+        obj["modelUsage"] = self.model_usage_obj(session)
         obj["permission_denials"] = list(self.toolbox.denials)
         if terminal_reason is not None:
             obj["terminal_reason"] = terminal_reason
         if errors is not None:
             obj["errors"] = errors
         obj["uuid"] = self.ids.uuid4()
+        if self.settings.version_at_least(2, 1, 330):
+            obj["model_usage_since_last_result"] = self.model_usage_obj(
+                self._usage_since_last_result()
+            )
+        self._reported = {}
+        for model, usage in self.model_usage.items():
+            self._reported.setdefault(model, Usage()).add(usage)
         return obj
 
     def closing(self, extra_blocks: list[JsonObj] | None = None) -> Iterator[Step]:
@@ -733,6 +788,9 @@ class ClaudeRun(Flavour):
                     subtype="error_max_budget_usd",
                     is_error=True,
                     errors=[f"Reached maximum budget (${self.max_budget:g})"],
+                    terminal_reason=(
+                        "budget_exhausted" if self.settings.version_at_least(2, 1, 330) else None
+                    ),
                 )
             )
             yield Exit(1)
@@ -898,7 +956,24 @@ class ClaudeRun(Flavour):
         yield self._stream({"type": "message_stop"}, None)
 
     def abort(self, signum: int) -> Iterable[Step]:
-        """A graceful stop: ``error_during_execution``, ``aborted_streaming``."""
+        """A graceful stop: ``error_during_execution``, ``aborted_streaming``.
+        On SIGINT, as 2.1.330: the interruption line first, and exit 0."""
+        interrupted = signum == signal.SIGINT
+        if interrupted and not self.init_sent:
+            return  # no session yet: nothing to report, exit 130
+        if interrupted:
+            yield Emit(
+                {
+                    "type": "user",
+                    "message": {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "[Request interrupted by user]"}],
+                    },
+                    "parent_tool_use_id": None,
+                    "session_id": self.session_id,
+                    "uuid": self.ids.uuid4(),
+                }
+            )
         yield Emit(
             self.result_line(
                 subtype="error_during_execution",
@@ -907,6 +982,8 @@ class ClaudeRun(Flavour):
                 terminal_reason="aborted_streaming",
             )
         )
+        if interrupted:
+            yield Exit(0)
 
     def resume_missing(self) -> Iterator[Step]:
         """§1.6 unknown id: a result line (unless legacy), stderr, exit 1."""
@@ -1085,28 +1162,38 @@ class ClaudeRun(Flavour):
         return Emit(line)
 
     def api_failure(self, status: int, *, retries: int, delay: float) -> Iterator[Step]:
-        """Retries, a ``<synthetic>`` error message, an ``is_error`` result, exit 1."""
+        """Retries, a ``<synthetic>`` error message, an ``is_error`` result, exit 1.
+        Error codes and texts as Claude Code 2.1.330 prints them."""
+        server = "This is a server-side issue, usually temporary \u2014 try again in a moment."
         kinds = {
-            400: ("invalid_request", "invalid_request_error", "Invalid request"),
-            401: ("authentication_failed", "authentication_error", "invalid x-api-key"),
-            402: ("billing_error", "billing_error", "Your credit balance is too low"),
-            403: ("billing_error", "permission_error", "Permission denied"),
-            404: ("invalid_request", "not_found_error", f"model: {self.model}"),
-            429: ("rate_limit", "rate_limit_error", "rate limit exceeded"),
-            500: ("server_error", "api_error", "Internal server error"),
-            529: ("server_error", "overloaded_error", "Overloaded"),
+            400: ("invalid_request", "API Error: 400 Invalid request"),
+            401: ("authentication_failed", "Invalid API key \u00b7 Fix external API key"),
+            402: ("billing_error", "Credit balance is too low"),
+            403: (
+                "authentication_failed",
+                "Failed to authenticate. API Error: 403 Your API key does not have permission "
+                "to use the specified resource.",
+            ),
+            404: (
+                "model_not_found",
+                f"There's an issue with the selected model ({self.model}). It may not exist or "
+                "you may not have access to it. Run --model to pick a different model.",
+            ),
+            413: ("invalid_request", "Request too large (max 32MB)."),
+            429: (
+                "rate_limit",
+                "API Error: Request rejected (429) \u00b7 Number of request tokens has exceeded "
+                "your per-minute rate limit",
+            ),
+            500: ("server_error", f"API Error: 500 Internal server error. {server}"),
+            529: ("server_error", f"API Error: 529 Overloaded. {server}"),
         }
-        kind, api_type, detail = kinds.get(status, ("unknown", "api_error", "Unexpected error"))
+        kind, text = kinds.get(status, ("unknown", f"API Error: {status} Unexpected error"))
         retry_error = {429: "rate_limit", 529: "overloaded"}.get(status, "server_error")
         for attempt in range(1, retries + 1):
             wait = delay * 2 ** (attempt - 1)
             yield self._retry(attempt, status, retry_error, wait)
             yield Sleep(wait)
-        if status == 429:
-            text = "API Error: 429 rate limit exceeded"
-        else:
-            body = {"type": "error", "error": {"type": api_type, "message": detail}}
-            text = f"API Error: {status} {json.dumps(body, separators=(',', ':'))}"
         yield self._synthetic(text, kind)
         self.turns += 1
         yield Emit(self.result_line(is_error=True, text=text, api_error_status=status))
@@ -1269,7 +1356,7 @@ def run_prompt(opts: ClaudeOptions, settings: Settings, argv: list[str], prompt:
     clock = Clock(virtual=settings.seed is not None)
     capture: list[JsonObj] | None = None if opts.output_format == "stream-json" else []
     runner = Runner(settings, clock, rng, capture=capture)
-    runner.install_signals()
+    runner.install_signals(sigint_graceful=True)
     model = resolve_model(opts.model_arg)
     ctx = Context(
         flavour="claude",
@@ -1328,7 +1415,37 @@ def open_run(ctx: Context, opts: ClaudeOptions, model: str) -> tuple[Session, Cl
         transcript=transcript,
         previous_prompt=session.previous_prompt,
     )
+    if session.history:
+        run.prior_usage = transcript_usage(session.history)
     return session, run
+
+
+def transcript_usage(entries: list[JsonObj]) -> dict[str, Usage]:
+    """Per model, what the assistant messages of a transcript cost (each
+    message once: its blocks are stored as separate entries)."""
+    by_message: dict[str, tuple[str, JsonObj]] = {}
+    for entry in entries:
+        message = entry.get("message")
+        if entry.get("type") != "assistant" or not isinstance(message, dict):
+            continue
+        mid, model, usage = message.get("id"), message.get("model"), message.get("usage")
+        if isinstance(mid, str) and isinstance(model, str) and isinstance(usage, dict):
+            by_message[mid] = (model, usage)
+    totals: dict[str, Usage] = {}
+    for model, raw in by_message.values():
+        price = price_of(model)
+        if model == "<synthetic>" or price is None:
+            continue
+        split = raw.get("cache_creation") or {}
+        usage = Usage()
+        usage.input = int(raw.get("input_tokens") or 0)
+        usage.read = int(raw.get("cache_read_input_tokens") or 0)
+        usage.output = int(raw.get("output_tokens") or 0)
+        usage.write_1h = int(split.get("ephemeral_1h_input_tokens") or 0)
+        usage.write_5m = int(raw.get("cache_creation_input_tokens") or 0) - usage.write_1h
+        usage.price(price)
+        totals.setdefault(model, Usage()).add(usage)
+    return totals
 
 
 def _unknown_model(run: ClaudeRun) -> Iterator[Step]:

@@ -159,6 +159,9 @@ class Session:
         self.parent: str | None = None
         self.missing = False
         self.copy_from: list[JsonObj] = []
+        self.history: list[JsonObj] = []
+        """The resumed session's entries when this run continues that session
+        (its cost so far counts in the run's cumulative figures)."""
 
 
 def resolve_session(
@@ -214,6 +217,8 @@ def resolve_session(
     else:
         session.session_id = session.file_id = target
         session.path = old_path
+    if mode != "new":
+        session.history = entries
     if entries:
         uuid = entries[-1].get("uuid")
         session.parent = uuid if isinstance(uuid, str) else None

@@ -44,7 +44,7 @@ def run_stream_input(opts: ClaudeOptions, settings: Settings, argv: list[str]) -
     rng = make_rng(settings, "claude", argv, "")
     clock = Clock(virtual=settings.seed is not None)
     runner = Runner(settings, clock, rng)
-    runner.install_signals()
+    runner.install_signals(sigint_graceful=True)
     ctx = Context(
         flavour="claude",
         settings=settings,

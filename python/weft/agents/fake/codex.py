@@ -298,16 +298,13 @@ class CodexRun(Flavour):
             {"type": "patch_apply_end", "success": status == "completed", "path": shown},
         )
         change = {"path": shown, "kind": kind}
-        # file_change items come only as item.completed (exec_events.rs).
-        yield Emit(
-            {
-                "type": "item.completed",
-                "item": self._item("file_change", changes=[change], status=status),
-            }
-        )
+        # 0.163.0 sends item.started (in_progress), then item.completed.
+        item = self._item("file_change", changes=[change], status="in_progress")
+        yield Emit({"type": "item.started", "item": item})
+        yield Emit({"type": "item.completed", "item": dict(item, status=status)})
 
     def _command(self, command: str, run: bool) -> Iterator[Step]:
-        shown = f"bash -lc {_sh_quote(command)}"
+        shown = f"/bin/bash -lc {_sh_quote(command)}"
         item = self._item(
             "command_execution",
             command=shown,
@@ -488,7 +485,8 @@ class CodexRun(Flavour):
     def resume_missing(self) -> Iterator[Step]:
         """``exec resume`` with an id that has no rollout."""
         yield Stderr(
-            f"Error: thread/resume failed: no rollout found for thread id {self.thread_id}\n"
+            "Error: thread/resume: thread/resume failed: no rollout found for thread id "
+            f"{self.thread_id} (code -32600)\n"
         )
         yield Exit(1)
 
@@ -546,8 +544,7 @@ class CodexRun(Flavour):
         yield from self.opening()
         yield from self.work()
         message = (
-            self.params.get("message")
-            or "stream disconnected before completion: rate limit reached"
+            self.params.get("message") or "exceeded retry limit, last status: 429 Too Many Requests"
         )
         yield Emit({"type": "error", "message": message})
         yield Emit({"type": "turn.failed", "error": {"message": message}})

@@ -17,7 +17,7 @@ JsonObj = dict[str, Any]
 
 FLAVOURS = ("claude", "codex", "gemini")
 
-DEFAULT_VERSIONS = {"claude": "2.1.30", "codex": "0.58.0", "gemini": "0.17.1"}
+DEFAULT_VERSIONS = {"claude": "2.1.330", "codex": "0.58.0", "gemini": "0.17.1"}
 
 # 2026-01-20T10:00:00Z: the seeded (virtual) clock starts here, so seeded runs
 # print the same timestamps every time.

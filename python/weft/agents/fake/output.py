@@ -184,13 +184,15 @@ class Runner:
 
     # -- signals ---------------------------------------------------------------
 
-    def install_signals(self) -> None:
-        """Apply the ``FAKE_AGENT_SIGTERM`` policy to SIGTERM and SIGINT."""
+    def install_signals(self, *, sigint_graceful: bool = False) -> None:
+        """Apply the ``FAKE_AGENT_SIGTERM`` policy to SIGTERM and SIGINT.
+        ``sigint_graceful``: SIGINT always stops gracefully (unless the policy
+        is ``ignore``), as Claude Code 2.1.330 does whatever the policy."""
         mode = self.settings.sigterm
         for signum in (signal.SIGTERM, signal.SIGINT):
             if mode == "ignore":
                 signal.signal(signum, signal.SIG_IGN)
-            elif mode == "graceful":
+            elif mode == "graceful" or (sigint_graceful and signum == signal.SIGINT):
                 signal.signal(signum, self._on_signal)
             else:
                 # Die by the signal itself, like a process with no handler.

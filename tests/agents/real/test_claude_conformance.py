@@ -1,0 +1,376 @@
+"""Claude Code 2.1.330 and ``fake-claude`` through ``ClaudeHarness``, scenario
+by scenario, against the local Messages API mock.
+
+Each case runs the real CLI (the mock chooses the scenario from ``MOCK[...]``)
+and, where the fake has the behaviour, the fake (``@@fake:...@@``). Both must
+give the same verdict (ok, error class, retriable) and the same kinds of event;
+the real session's cost must equal what the mock billed, priced by Weft's table.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from tests.agents.real.conftest import FAKE_ENV, Homes, claude_env
+from tests.agents.real.drive import Outcome, billed_usd, drive
+from tests.agents.real.mock_anthropic import AnthropicMock
+
+from weft.agents.claude import ClaudeHarness
+from weft.agents.events import AssistantText, CostSource, ErrorClass, ToolUse
+from weft.agents.harness import SessionSpec, Timeouts
+from weft.agents.registry import fake_command
+
+MODEL = "claude-sonnet-5-5"
+"""What the alias ``sonnet`` means in 2.1.330 (the mock sees it in every request)."""
+TEXT = {"SessionStarted", "AssistantText", "SessionResult"}
+TOOLS = TEXT | {"ToolUse", "ToolResult"}
+FAILED = {"SessionStarted", "SessionResult"}
+SESSION_HEADER = "x-claude-code-session-id"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    mock: str
+    """The ``MOCK[...]`` keys for the real CLI."""
+    fake: str | None
+    """The fake's directive (``None``: the fake has no such behaviour)."""
+    ok: bool = True
+    error_class: ErrorClass | None = None
+    retriable: bool = False
+    kinds: frozenset[str] = frozenset(TEXT)
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    paired: bool = True
+    """Every tool call has its result (a budget stop leaves the last one open)."""
+
+
+def _fail(
+    name: str, mock: str, fake: str | None, cls: ErrorClass, retriable: bool, **kw: object
+) -> Case:
+    kw.setdefault("kinds", frozenset(FAILED))
+    return Case(name, mock, fake, ok=False, error_class=cls, retriable=retriable, **kw)  # type: ignore[arg-type]
+
+
+CASES = [
+    Case("text", "", "@@fake:scenario=success@@"),
+    Case("tools", "tools=3", "@@fake:scenario=tool_use@@", kinds=frozenset(TOOLS)),
+    Case(
+        "parallel tools", "parallel=2", "@@fake:scenario=parallel_tools@@", kinds=frozenset(TOOLS)
+    ),
+    Case(
+        "text and a tool in one message",
+        "multi",
+        "@@fake:scenario=tool_use@@",
+        kinds=frozenset(TOOLS),
+    ),
+    Case(
+        "thinking", "thinking", "@@fake:scenario=thinking@@", kinds=frozenset(TEXT | {"Thinking"})
+    ),
+    Case("long output", "long=40000", "@@fake:say " + "lorem ipsum " * 3000 + "@@"),
+    Case(
+        "huge tool output",
+        "bigtool=3000000",
+        "@@fake:scenario=huge_output,bytes=3000000,events=20@@",
+        kinds=frozenset(TOOLS),
+    ),
+    Case("max_tokens continues by itself", "maxtok", None),
+    _fail(
+        "429",
+        "err=429",
+        "@@fake:scenario=api_error,status=429,count=0@@",
+        ErrorClass.RATE_LIMIT,
+        True,
+    ),
+    _fail(
+        "529",
+        "err=529",
+        "@@fake:scenario=api_error,status=529,count=0@@",
+        ErrorClass.OVERLOADED,
+        True,
+    ),
+    _fail(
+        "500",
+        "err=500",
+        "@@fake:scenario=api_error,status=500,count=0@@",
+        ErrorClass.OVERLOADED,
+        True,
+    ),
+    _fail("401", "err=401", "@@fake:scenario=auth_error@@", ErrorClass.AUTH, False),
+    _fail("403", "err=403", "@@fake:scenario=api_error,status=403@@", ErrorClass.AUTH, False),
+    _fail("402", "err=402", "@@fake:scenario=api_error,status=402@@", ErrorClass.BILLING, False),
+    _fail("404", "err=404", "@@fake:scenario=api_error,status=404@@", ErrorClass.API_ERROR, False),
+    _fail("413", "err=413", None, ErrorClass.API_ERROR, False),
+    _fail("prompt too long", "ptl", None, ErrorClass.CONTEXT_EXCEEDED, False),
+    Case("SSE error then the non-streaming fallback", "sse_err", None),
+    Case("cut connection then the fallback", "cut", None),
+    _fail(
+        "cut connection, the fallback 529", "cut,fallback=529", None, ErrorClass.OVERLOADED, True
+    ),
+    _fail(
+        "max turns",
+        "tools=5",
+        "@@fake:scenario=max_turns@@",
+        ErrorClass.MAX_TURNS,
+        False,
+        max_turns=2,
+        kinds=frozenset(FAILED | {"ToolUse", "ToolResult"}),
+    ),
+    _fail(
+        "max budget",
+        "tools=5",
+        "@@fake:scenario=max_budget@@",
+        ErrorClass.BUDGET,
+        False,
+        max_budget_usd=0.005,
+        paired=False,
+        kinds=frozenset(FAILED | {"ToolUse"}),
+    ),
+    _fail(
+        "missing API key",
+        "",
+        "@@fake:scenario=auth_error@@",
+        ErrorClass.AUTH,
+        False,
+        env={"ANTHROPIC_API_KEY": "unset"},
+    ),
+    Case(
+        "partial messages",
+        "multi",
+        "@@fake:scenario=partial_messages@@",
+        kinds=frozenset(TOOLS),
+        extra_args=("--include-partial-messages",),
+    ),
+]
+
+
+def _spec(
+    prompt: str,
+    homes: Homes,
+    env: dict[str, str],
+    case: Case | None = None,
+    *,
+    log: str = "claude.log",
+    **kw: object,
+) -> SessionSpec:
+    return SessionSpec(
+        prompt=prompt,
+        model="sonnet",
+        cwd=homes.work,
+        env=env,
+        log_path=homes.root / log,
+        max_turns=case.max_turns if case else None,
+        max_budget_usd=case.max_budget_usd if case else None,
+        extra_args=case.extra_args if case else (),
+        timeouts=Timeouts(first_output=30, idle=30, stop_grace=5),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _check(out: Outcome, case: Case, who: str) -> None:
+    assert out.verdict == (case.ok, case.error_class, case.retriable), (who, out.exited)
+    assert case.kinds <= out.kinds, (who, sorted(out.kinds))
+    if case.paired:
+        assert not out.unpaired_tools(), who
+    assert out.exited.malformed_lines == 0, who
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+async def test_real_and_fake_agree(
+    case: Case, claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    marker = uuid.uuid4().hex[:12]
+    prompt = f"Case {case.name} {marker} MOCK[{case.mock}]"
+    real = await drive(
+        ClaudeHarness([str(claude_bin)]),
+        _spec(prompt, homes, claude_env(anthropic, homes, **case.env), case),
+    )
+    _check(real, case, "real")
+    calls = anthropic.posts(marker)
+    assert {r.headers.get(SESSION_HEADER) for r in calls} <= {real.exited.session_id}
+    # What Weft bills is what the mock's answers in this session cost (0 when
+    # none was billed), the CLI's own continuation calls included.
+    session = anthropic.session_calls(SESSION_HEADER, real.exited.session_id)
+    billed = [r.billed for r in session if r.billed is not None]
+    assert real.exited.cost_usd == pytest.approx(billed_usd(MODEL, billed), abs=1e-8)
+    if case.max_turns is not None:
+        assert len(calls) == case.max_turns  # N turns are N API calls in 2.1.330
+    if case.extra_args:
+        _check_partials(real)
+    if case.fake is None:
+        return
+    fake_dir = homes.root / "fake-work"
+    fake_dir.mkdir()
+    fake_homes = Homes(homes.root, fake_dir, homes.claude_config, homes.codex_home)
+    fake = await drive(
+        ClaudeHarness(fake_command("claude").command, fake=True),
+        _spec(
+            f"Case {case.name} {case.fake}",
+            fake_homes,
+            {
+                "CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"),
+                "FAKE_AGENT_LINE_DELAY_MS": "0",
+                **FAKE_ENV,
+            },
+            case,
+            log="fake-claude.log",
+        ),
+    )
+    _check(fake, case, "fake")
+    if case.extra_args:
+        _check_partials(fake)
+    _check_keys(homes.root / "claude.log", fake_homes.root / "fake-claude.log")
+    if case.max_turns is not None:
+        assert len(fake.of(ToolUse)) == len(real.of(ToolUse)) == case.max_turns
+    assert fake.exited.cost_source == real.exited.cost_source == CostSource.REPORTED
+
+
+READS = {
+    ("system", "init"): {"session_id", "model", "cwd", "tools", "claude_code_version"},
+    ("system", "api_retry"): {"attempt", "max_retries", "retry_delay_ms", "error_status", "error"},
+    ("assistant", None): {"message", "parent_tool_use_id", "error"},
+    ("user", None): {"message", "parent_tool_use_id"},
+    ("stream_event", None): {"event", "parent_tool_use_id"},
+    ("result", None): {
+        "session_id",
+        "subtype",
+        "is_error",
+        "result",
+        "errors",
+        "total_cost_usd",
+        "usage",
+        "modelUsage",
+        "model_usage_since_last_result",
+        "num_turns",
+        "duration_ms",
+        "terminal_reason",
+        "api_error_status",
+    },
+}
+"""The top-level keys ``ClaudeParser`` reads, by line kind."""
+
+
+def _raw_keys(log: Path) -> dict[tuple[str, str | None], set[str]]:
+    keys: dict[tuple[str, str | None], set[str]] = {}
+    for raw in log.read_bytes().splitlines():
+        if not raw.startswith(b"{"):
+            continue
+        line = json.loads(raw)
+        kind = (line.get("type"), line.get("subtype") if line.get("type") == "system" else None)
+        keys.setdefault(kind, set()).update(line)
+    return keys
+
+
+def _check_keys(real_log: Path, fake_log: Path) -> None:
+    """Every key Weft reads that the real CLI printed, the fake printed too
+    (for the kinds of line both printed)."""
+    real, fake = _raw_keys(real_log), _raw_keys(fake_log)
+    for kind, reads in READS.items():
+        if kind in real and kind in fake:
+            missing = (real[kind] & reads) - fake[kind]
+            assert not missing, (kind, missing)
+
+
+def _check_partials(out: Outcome) -> None:
+    """The partial deltas of each message join up to its final text."""
+    partial: dict[str | None, str] = {}
+    final: dict[str | None, str] = {}
+    for e in out.of(AssistantText):
+        assert isinstance(e, AssistantText)
+        into = partial if e.partial else final
+        into[e.message_id] = into.get(e.message_id, "") + e.text
+    assert partial, "no partial text"
+    assert partial == {k: v for k, v in final.items() if k in partial}
+
+
+async def test_resumed_sessions_bill_each_process_its_own_share(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    """Claude Code 2.1.330 reports cost and modelUsage cumulatively over a
+    resumed session; Weft bills each process only what its own calls cost."""
+    harness = ClaudeHarness([str(claude_bin)])
+    env = claude_env(anthropic, homes)
+    marker = uuid.uuid4().hex[:12]
+    first = await drive(harness, _spec(f"Remember PAPAYA {marker} MOCK[tools=1]", homes, env))
+    sid = first.exited.session_id
+    assert first.exited.ok
+    assert sid
+    seen = len(anthropic.session_calls(SESSION_HEADER, sid))
+    costs = [first.exited.cost_usd]
+    for turn in ("What was the word?", "And again?"):
+        out = await drive(
+            harness, _spec(f"{turn} {marker} MOCK[]", homes, env, resume_session_id=sid)
+        )
+        assert out.exited.ok
+        assert out.exited.session_id == sid
+        calls = anthropic.session_calls(SESSION_HEADER, sid)
+        mine = [r.billed for r in calls[seen:] if r.billed is not None]
+        seen = len(calls)
+        assert out.exited.cost_usd == pytest.approx(billed_usd(MODEL, mine), abs=1e-8)
+        assert out.exited.tokens.input == sum(b.input for b in mine)
+        assert "PAPAYA" in out.text  # the history was carried
+        costs.append(out.exited.cost_usd)
+    billed = [r.billed for r in anthropic.session_calls(SESSION_HEADER, sid) if r.billed]
+    assert sum(c or 0 for c in costs) == pytest.approx(billed_usd(MODEL, billed), abs=1e-8)
+
+
+async def test_unknown_resume_id_is_cannot_resume(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    for harness, env in (
+        (ClaudeHarness([str(claude_bin)]), claude_env(anthropic, homes)),
+        (
+            ClaudeHarness(fake_command("claude").command, fake=True),
+            {"CLAUDE_CONFIG_DIR": str(homes.claude_config), **FAKE_ENV},
+        ),
+    ):
+        out = await drive(
+            harness, _spec("Hello MOCK[]", homes, env, resume_session_id=str(uuid.uuid4()))
+        )
+        assert out.verdict == (False, ErrorClass.CANNOT_RESUME, False), out.exited
+
+
+async def test_idle_timeout_stops_a_hung_api_call(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    spec = _spec(f"Wait {uuid.uuid4().hex} MOCK[hang]", homes, claude_env(anthropic, homes))
+    spec = SessionSpec(
+        **{**_fields(spec), "timeouts": Timeouts(first_output=30, idle=2, stop_grace=5)}
+    )
+    out = await drive(ClaudeHarness([str(claude_bin)]), spec)
+    assert out.verdict == (False, ErrorClass.TIMEOUT, True), out.exited
+
+
+async def test_stop_bills_the_partial_spend(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    """Weft stops Claude with SIGINT: the CLI prints an aborted_streaming
+    result with the spend so far (with SIGTERM it printed nothing: $0)."""
+    marker = uuid.uuid4().hex[:12]
+    spec = _spec(f"Slowly {marker} MOCK[long=4000,slow=20]", homes, claude_env(anthropic, homes))
+    seen = lambda: bool(anthropic.posts(marker))  # noqa: E731 - a one-line probe
+    out = await drive(ClaudeHarness([str(claude_bin)]), spec, stop_after=1.0, once=seen)
+    assert out.verdict == (False, ErrorClass.STOPPED, False), out.exited
+    assert out.exited.result_seen
+    assert out.exited.cost_usd is not None
+    assert out.exited.cost_usd > 0
+    assert out.exited.cost_source is CostSource.REPORTED
+
+
+async def test_kill_is_stopped(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
+    marker = uuid.uuid4().hex
+    spec = _spec(f"Slowly {marker} MOCK[long=4000,slow=20]", homes, claude_env(anthropic, homes))
+    seen = lambda: bool(anthropic.posts(marker))  # noqa: E731 - a one-line probe
+    out = await drive(ClaudeHarness([str(claude_bin)]), spec, kill_after=0.5, once=seen)
+    assert out.verdict == (False, ErrorClass.STOPPED, False)
+    assert out.exited.signal == 9
+
+
+def _fields(spec: SessionSpec) -> dict[str, object]:
+    return {f: getattr(spec, f) for f in spec.__dataclass_fields__}

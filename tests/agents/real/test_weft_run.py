@@ -1,0 +1,202 @@
+"""``weft run`` end to end on the real CLIs: ``continue-previous`` chains, a
+retry policy, an auth failure, a stop then continue, with every codon's cost
+checked against what the mock model server billed that codon's calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.agents.real.conftest import Homes, claude_env, codex_env
+from tests.agents.real.drive import billed_usd
+from tests.agents.real.mock_anthropic import AnthropicMock
+from tests.agents.real.mock_openai import OpenAIMock
+
+SESSION_HEADER = "x-claude-code-session-id"
+
+
+def _codon(
+    cid: str, prompt: str, model: str = "sonnet", mode: str = "fresh", **kw: Any
+) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "name": cid,
+        "model": model,
+        "continuationMode": mode,
+        "promptText": prompt,
+        "checkpointedFiles": ["**/*"],
+        **kw,
+    }
+
+
+def _weft_env(homes: Homes, agent_env: dict[str, str], **bins: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("WEFT_REQUIRE_REAL_CLIS", None)
+    for key, value in agent_env.items():
+        env[f"WEFT_{key}"] = value  # WEFT_<X> passes to the agent as X
+    env["HOME"] = str(homes.root)
+    for name, path in bins.items():
+        env[f"WEFT_{name.upper()}_BIN"] = str(path)
+    return env
+
+
+def _run(
+    homes: Homes,
+    codons: list[dict[str, Any]],
+    env: dict[str, str],
+    *,
+    interrupt_when: Callable[[], bool] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``weft run`` the hank of ``codons``; with ``interrupt_when``, Ctrl-C it
+    (SIGINT) once that holds (polled; a slow machine only makes it later)."""
+    hank = homes.root / "hank"
+    hank.mkdir(exist_ok=True)
+    (hank / "hank.json").write_text(json.dumps({"hank": codons}))
+    argv = [
+        sys.executable,
+        "-m",
+        "weft",
+        "run",
+        str(hank),
+        "--execution",
+        str(homes.root / "exec"),
+        "--headless",
+    ]
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    if interrupt_when is not None:
+        deadline = time.monotonic() + 60
+        while not interrupt_when() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(0.5)  # some of the slow answer has streamed
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _codons(homes: Homes) -> dict[str, dict[str, Any]]:
+    state = json.loads((homes.root / "exec" / ".weft" / "state.json").read_text())
+    return {c["codonId"]: c for run in state["runs"] for c in run["codons"]}
+
+
+def _journaled(homes: Homes, kind: str, codon_id: str) -> list[dict[str, Any]]:
+    """The ``data`` of every journaled ``kind`` of ``codon_id`` (the journal is
+    the durable record; state.json may lag it at shutdown)."""
+    db = sqlite3.connect(homes.root / "exec" / ".weft" / "weft.db")
+    try:
+        rows = db.execute(
+            "select payload from events where type = ? and codon_id = ? order by seq",
+            (kind, codon_id),
+        ).fetchall()
+    finally:
+        db.close()
+    return [json.loads(payload)["data"] for (payload,) in rows]
+
+
+def test_claude_chain_bills_each_codon_its_own_calls(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    marker = os.urandom(6).hex()
+    codons = [
+        _codon("one", f"Remember PAPAYA {marker} MOCK[tools=1]"),
+        _codon("two", f"What was the word? {marker} MOCK[tools=2]", mode="continue-previous"),
+        _codon("three", f"Summarise {marker} MOCK[]", mode="continue-previous"),
+    ]
+    done = _run(homes, codons, _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin))
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = _codons(homes)
+    sid = state["one"]["claudeSessionId"]
+    assert {c["claudeSessionId"] for c in state.values()} == {sid}
+    calls = anthropic.session_calls(SESSION_HEADER, sid)
+    by_prompt = {
+        cid: [r.billed for r in calls if r.prompt == c["promptText"] and r.billed]
+        for cid, c in zip(("one", "two", "three"), codons, strict=True)
+    }
+    for cid, billed in by_prompt.items():
+        assert state[cid]["finalCost"] == pytest.approx(
+            billed_usd("claude-sonnet-5-5", billed), abs=1e-8
+        ), cid
+        assert state[cid]["finalTokens"]["inputTokens"] == sum(b.input for b in billed), cid
+    total = billed_usd("claude-sonnet-5-5", [r.billed for r in calls if r.billed])
+    assert f"${total:.4f}" in done.stdout  # the run summary is the sum, not cumulative figures
+
+
+def test_claude_retry_policy_and_auth_failure(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    marker = os.urandom(6).hex()
+    retry = {"maxAttempts": 2, "delayMs": 100, "maxDelayMs": 200}
+    codons = [
+        _codon(
+            "limited", f"Hello {marker} MOCK[err=429,times=1]", onFailure="retry", retryConfig=retry
+        ),
+        _codon("denied", f"Hello {marker} MOCK[err=401]", onFailure="retry", retryConfig=retry),
+    ]
+    done = _run(homes, codons, _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin))
+    assert done.returncode == 1, done.stdout + done.stderr
+    state = _codons(homes)
+    assert state["limited"]["status"] == "completed"
+    assert len(anthropic.posts(f"{marker} MOCK[err=429")) == 2  # failed once, retried by Weft
+    assert len(anthropic.posts(f"{marker} MOCK[err=401")) == 1  # auth: never retried
+    assert "auth" in done.stdout
+
+
+def test_claude_interrupt_then_continue(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    marker = os.urandom(6).hex()
+    codons = [
+        _codon("slow", f"Slowly {marker} MOCK[long=2000,slow=4]"),
+        _codon("after", f"And then {marker} MOCK[]", mode="continue-previous"),
+    ]
+    env = _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin)
+    streaming = f"Slowly {marker}"
+    stopped = _run(homes, codons, env, interrupt_when=lambda: bool(anthropic.posts(streaming)))
+    assert stopped.returncode == 130, stopped.stdout + stopped.stderr
+    assert not anthropic.billed(f"And then {marker}")
+    interrupted = _codons(homes)["slow"]
+    assert interrupted["status"] == "failed"
+    # Weft stopped the CLI with SIGINT, so its log ends with the aborted result,
+    # and the journal bills the codon that partial spend (with SIGTERM: $0).
+    log = homes.root / "exec" / ".weft" / interrupted["claudeLogPath"]
+    assert '"terminal_reason":"aborted_streaming"' in log.read_text()
+    (final,) = _journaled(homes, "CodonFinalCostSet", "slow")
+    assert final["finalCost"] > 0
+    again = _run(homes, codons, env)  # the same command continues the execution
+    assert again.returncode == 0, again.stdout + again.stderr
+    state = _codons(homes)
+    assert state["after"]["status"] == "completed"
+
+
+def test_codex_chain_counts_each_codon_its_own_tokens(
+    codex_bin: Path, openai: OpenAIMock, homes: Homes
+) -> None:
+    marker = os.urandom(6).hex()
+    codons = [
+        _codon("one", f"Add a file {marker} MOCK[patch=hello.txt]", model="gpt-5.5"),
+        _codon(
+            "two",
+            f"Run two commands {marker} MOCK[cmd=2]",
+            model="gpt-5.5",
+            mode="continue-previous",
+        ),
+    ]
+    done = _run(homes, codons, _weft_env(homes, codex_env(openai, homes), codex=codex_bin))
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = _codons(homes)
+    assert state["one"]["claudeSessionId"] == state["two"]["claudeSessionId"]
+    for codon in codons:
+        billed = [r.billed for r in openai.posts(codon["promptText"]) if r.billed]
+        tokens = state[codon["id"]]["finalTokens"]
+        assert tokens["inputTokens"] + tokens["cacheReadTokens"] == sum(b.input for b in billed)
+    assert (homes.root / "exec" / "agentRoot" / "hello.txt").is_file()
