@@ -254,7 +254,8 @@ def test_retry_decisions_keep_their_promises(
     got = decide(c, attempt=attempt, retriable=retriable, retry_after_ms=retry_after_ms)
     assert (got.action is Action.RETRY) == (retriable and attempt < config.max_attempts)
     if got.action is not Action.RETRY:
-        assert got.action is Action.ABORT and got.delay_ms == 0
+        assert got.action is Action.ABORT
+        assert got.delay_ms == 0
         return
     floor = retry_after_ms or 0
     assert floor <= got.delay_ms <= max(config.max_delay_ms, floor)
