@@ -5,17 +5,19 @@
 //! handler has the same two steps:
 //!
 //! 1. **Check.** Everything that can refuse the transition reads the state
-//!    through a shared borrow: the lookups [`live_run`], [`record`] and
-//!    [`live_record`], a `check_*` function (`&State`) when the checks are
+//!    through a shared borrow: the lookups `live_run`, `record` and
+//!    `live_record`, a `check_*` function (`&State`) when the checks are
 //!    long, a few lines inline when they are short. The check returns what
 //!    the change needs: indexes, the new cost.
 //! 2. **Change.** Only then does the handler write, and no error can be
 //!    returned after its first write.
 //!
 //! So a rejection never leaves half an update behind. Keep it so: a new
-//! check goes before the first `&mut` use of the state, never after it. Cost changes go
-//! through [`with_record`], which moves the run's and the execution's cached
-//! totals by the record's cost delta: the cache is never rebuilt by scanning.
+//! check goes before the first `&mut` use of the state, never after it.
+//!
+//! Cost changes go through `with_record`, which moves the run's and the
+//! execution's cached totals by the record's cost delta: the cache is never
+//! rebuilt by scanning.
 
 use std::fmt;
 
