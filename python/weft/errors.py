@@ -1,12 +1,64 @@
 """Weft's exception tree.
 
-Everything Weft raises on purpose derives from :class:`WeftError`. Expected
-outcomes (a rejected transition in the queue) are values; these classes are
-for broken contracts and for callers that asked to be told by an exception
-(``validate_transition``, ``transition_and_wait``).
+Everything Weft raises on purpose derives from :class:`WeftError`, so a caller
+(and the CLI, which prints the message alone and exits 2 or 1) can catch one
+class. Expected outcomes (a rejected transition in the queue) are values; these
+classes are for broken contracts and for callers that asked to be told by an
+exception (``validate_transition``, ``transition_and_wait``).
 
-The compiled core raises these same classes, so ``except InvalidTransitionError``
-works the same for Rust and Python callers.
+The compiled core raises these same classes (``rust_core/src/py/errors.rs``
+imports them from here), so ``except InvalidTransitionError`` works the same for
+Rust and Python callers. Classes defined outside this module are named with
+their package::
+
+    WeftError
+    ├── TransitionRejectedError       a transition was refused; nothing changed
+    │   ├── InvalidTransitionError    no edge from -> to (core)
+    │   ├── MetadataValidationError   the target state's guard failed (core)
+    │   ├── StateConflictError        does not fit the state (unknown run, ...)
+    │   └── MalformedTransitionError  not a transition at all
+    ├── StateValidationError          state.json failed its load-time checks (core)
+    ├── CoreStateError                the in-memory state cannot be trusted (core)
+    ├── SessionTransitionError        the agent-session machine has no such row (core)
+    ├── ConfigError                   a hank file or config is invalid: every problem
+    ├── StoreError                    the store cannot be used as it is
+    │   └── StoreCorruptError         the journal failed its integrity check
+    │       ├── JournalLossError      committed events are provably gone
+    │       └── CheckpointLossError   a checkpoint the thread needs is gone
+    ├── LockHeldError                 another live process holds the lock
+    ├── LockLostError                 this process's lock was taken over
+    ├── PersistenceError              persisting failed; the writer stopped (fatal)
+    ├── StorageFullError              a write failed: disk full, quota, read-only, EIO
+    ├── UnsafePathError               a path would leave the folder it must stay in
+    ├── CommandRejectedError          a steering command does not apply now
+    ├── CheckpointError               weft.checkpoints: the shadow repository
+    │   ├── CheckpointStorageError    cannot be read or written
+    │   │   └── TreeError             a tree object is missing or malformed
+    │   ├── CheckpointPatternError    a checkpointedFiles pattern is unusable
+    │   ├── CheckpointConflictError   a history branch moved under the caller
+    │   ├── CheckpointNotFoundError   no checkpoint has this sha
+    │   └── AmbiguousCheckpointError  a sha prefix names several
+    ├── ExecutionSetupError           weft.runtime: the execution folder, as asked
+    │   ├── InputPathError            the hank or data arguments are unusable
+    │   ├── ExecutionMetaError        execution-meta.json missing or unreadable
+    │   ├── HankChangedError          the hank changed and resuming was not confirmed
+    │   └── DataMismatchError         the data differs from the execution's
+    ├── RollbackError                 weft.runtime: a rollback that cannot be done
+    ├── AgentStartError               weft.agents: an agent CLI could not start
+    ├── PricingError                  weft.agents: the price table is unreadable
+    ├── ServerError                   weft.server: the WebSocket server did not start
+    ├── ClientError                   weft.client: talking to a run's server
+    │   ├── HandshakeError            the server refused the handshake
+    │   ├── CommandError              the server refused or failed a command
+    │   ├── ConnectionLostError       the server could not be reached again
+    │   └── ProtocolViolationError    the server broke the protocol's guarantees
+    └── AttachError                   weft.cli: nothing to attach to
+
+``tests/test_errors.py`` keeps this drawing true: every public exception class in
+``weft`` must appear in it under its real parent. Outside the tree are a few
+private control-flow exceptions that never leave their module (each says so), and
+the fake agent CLIs (``weft.agents.fake``), which stand in for other vendors'
+programs, import nothing from Weft and end with an exit code, never an exception.
 """
 
 from __future__ import annotations

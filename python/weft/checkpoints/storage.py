@@ -194,7 +194,11 @@ def open_storage(git_dir: Path) -> OpenedStorage:
 
 
 class _UnhealthyError(Exception):
-    """The repository opened but does not hold a usable history."""
+    """The repository opened but does not hold a usable history.
+
+    Control flow inside this module only (it becomes a quarantine and rebuild),
+    never raised to a caller, so it is not a :class:`~weft.errors.WeftError`.
+    """
 
 
 def _check_readable(git_dir: Path) -> None:

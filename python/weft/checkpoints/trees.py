@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 
 import pygit2
 
+from weft.checkpoints.errors import CheckpointStorageError
 from weft.checkpoints.packs import OBJ_TREE, object_id
 
 MODE_TREE = b"40000"
@@ -30,8 +31,8 @@ _TREE_ENTRY = re.compile(rb"(\d{5,6}) ([^\x00]+)\x00(.{20})", re.DOTALL)
 _CACHE_LIMIT = 8_192
 
 
-class TreeError(Exception):
-    """A tree object could not be read or parsed."""
+class TreeError(CheckpointStorageError):
+    """A tree object could not be read or parsed (the repository is damaged)."""
 
 
 def _sort_key(item: tuple[bytes, Entry]) -> bytes:

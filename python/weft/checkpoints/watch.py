@@ -105,7 +105,12 @@ _LIBC = _libc()
 
 
 class _WatchLimitError(Exception):
-    pass
+    """A directory cannot be watched: too many, no inotify watches left, or
+    the workspace root itself.
+
+    Control flow inside this module only (the watcher falls back to scanning),
+    never raised to a caller, so it is not a :class:`~weft.errors.WeftError`.
+    """
 
 
 def filesystem_type(path: Path) -> int | None:

@@ -45,6 +45,7 @@ from weft.client import (
     HandshakeError,
 )
 from weft.client import connect as client_connect
+from weft.errors import WeftError
 from weft.events.transitions import TRANSITION_CLASSES
 from weft.runtime.view import JsonView, RunSummary, RunView, checkpoint_list_text, make_view
 from weft.server.auth import client_token, read_read_token, read_token
@@ -59,7 +60,7 @@ KEYS_HELP = (
 )
 
 
-class AttachError(Exception):
+class AttachError(WeftError):
     """Nothing to attach to; the message says why and what to do."""
 
 

@@ -38,6 +38,12 @@ class Recovery:
 
 
 class _DisagreementError(Exception):
+    """The core refused a journaled transition during replay.
+
+    Control flow inside this module only (it becomes a recovery report that
+    names the transition), so it is not a :class:`~weft.errors.WeftError`.
+    """
+
     def __init__(self, seq: int, message: str) -> None:
         super().__init__(message)
         self.seq = seq

@@ -48,6 +48,12 @@
 //!
 //! Everything here is pure: no I/O, no clock. Time is always an argument
 //! (`now_ms`, milliseconds on any monotonic clock the caller chooses).
+//!
+//! Why one long file (about 950 lines before the tests): the seed documents
+//! these machines in one chapter, and the workstream and step machines share
+//! [`RetryBackoff`], [`GuardFailure`] and [`InvalidTransitionError`]. Each
+//! machine is its own section below; the circuit breaker, which shares
+//! nothing, is the part to move out first when `weft batch` drives them.
 
 use std::fmt;
 

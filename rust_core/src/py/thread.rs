@@ -19,6 +19,10 @@
 //! The checkpoint set is frozen with `frozenset(checkpoints)` (no copy for a
 //! frozenset) when the thread is built, so later changes to the caller's set
 //! do not change the answers.
+//!
+//! Why one long file (about 850 lines): the lazy views and the analysis they
+//! read share private state (`Shared`, `View`, `Records`); splitting them
+//! would widen that state to the whole crate.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

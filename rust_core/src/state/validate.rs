@@ -14,7 +14,7 @@
 use rustc_hash::FxHashSet;
 
 use crate::machine::codon::CodonStatus;
-use crate::state::model::{CodonExecution, RunStatus, StartingConditions, State};
+use crate::state::model::{CodonExecution, RunStatus, Sentinels, StartingConditions, State};
 use crate::state::money::Money;
 
 /// One finding.
@@ -143,132 +143,31 @@ pub fn check(state: &State, env: &Environment<'_>) -> Validation {
     v
 }
 
+/// Checks a run's codon records, and that at most one is active and only
+/// in a running run.
 fn check_codons(v: &mut Validation, at: &str, run_status: RunStatus, codons: &[CodonExecution]) {
     let mut active = 0;
     for (j, c) in codons.iter().enumerate() {
         let path = format!("{at}.codons[{j}]");
-        let mut missing: Vec<&str> = Vec::new();
-        let mut need = |ok: bool, field: &'static str| {
-            if !ok {
-                missing.push(field);
-            }
-        };
-        let s = c.status;
-        let reached = |t: CodonStatus| s >= t && !s.is_terminal();
-        if reached(CodonStatus::Initializing) {
-            need(c.claude_pid.is_some(), "claudePid");
-            need(c.claude_log_path.is_some(), "claudeLogPath");
+        if !c.status.is_terminal() {
+            active += 1;
         }
-        if reached(CodonStatus::Running) {
-            need(c.claude_session_id.is_some(), "claudeSessionId");
-            need(c.current_cost.is_some(), "currentCost");
-            need(c.current_tokens.is_some(), "currentTokens");
-            need(c.assistant_message_count.is_some(), "assistantMessageCount");
-            need(c.extension_count.is_some(), "extensionCount");
-        }
-        if s.is_terminal() {
-            need(c.end_time.is_some(), "endTime");
-        }
-        match s {
-            CodonStatus::Completed => {
-                // Only a codon that ran can complete.
-                need(c.claude_session_id.is_some(), "claudeSessionId");
-                need(c.claude_log_path.is_some(), "claudeLogPath");
-                need(c.exit_code == Some(0), "exitCode 0");
-                need(c.result_message_received.is_some(), "resultMessageReceived");
-                need(c.final_cost.is_some(), "finalCost");
-                need(c.final_tokens.is_some(), "finalTokens");
-                need(
-                    c.completion_checkpoint
-                        .as_deref()
-                        .is_some_and(|x| !x.is_empty()),
-                    "completionCheckpoint",
-                );
-            }
-            CodonStatus::Failed => {
-                need(c.exit_code.is_some(), "exitCode");
-                need(c.failure_reason.is_some(), "failureReason");
-                need(c.failed_during.is_some(), "failedDuring");
-                need(c.partial_cost.is_some(), "partialCost");
-                need(c.partial_tokens.is_some(), "partialTokens");
-            }
-            CodonStatus::Skipped => {
-                need(c.skipped_during.is_some(), "skippedDuring");
-                need(c.partial_cost.is_some(), "partialCost");
-                need(c.partial_tokens.is_some(), "partialTokens");
-            }
-            _ => active += 1,
-        }
+        let missing = missing_fields(c);
         if !missing.is_empty() {
             v.errors.push(Issue {
                 kind: "invalid_codon",
                 message: format!(
                     "codon '{}' is {} but lacks {}",
                     c.codon_id,
-                    s,
+                    c.status,
                     missing.join(", ")
                 ),
                 path: path.clone(),
             });
         }
-        for (field, during) in [
-            ("failedDuring", c.failed_during),
-            ("skippedDuring", c.skipped_during),
-        ] {
-            if during.is_some_and(CodonStatus::is_terminal) {
-                v.errors.push(Issue {
-                    kind: "invalid_codon",
-                    message: format!(
-                        "codon '{}' has {field} {}, which is a terminal state",
-                        c.codon_id,
-                        during.map_or("", CodonStatus::as_str)
-                    ),
-                    path: format!("{path}.{field}"),
-                });
-            }
-        }
+        check_during(v, &path, c);
         if let Some(s) = &c.sentinels {
-            if s.loaded.is_some() == s.executed.is_some() {
-                v.errors.push(Issue {
-                    kind: "invalid_codon",
-                    message: format!(
-                        "codon '{}' must have exactly one of sentinels.loaded and sentinels.executed",
-                        c.codon_id
-                    ),
-                    path: format!("{path}.sentinels"),
-                });
-            } else if s.executed.is_some() != c.status.is_terminal() {
-                v.errors.push(Issue {
-                    kind: "invalid_codon",
-                    message: format!(
-                        "codon '{}' is {} but its sentinels are {}",
-                        c.codon_id,
-                        c.status,
-                        if s.executed.is_some() {
-                            "executed"
-                        } else {
-                            "loaded"
-                        }
-                    ),
-                    path: format!("{path}.sentinels"),
-                });
-            }
-            let list = s.loaded.as_ref().or(s.executed.as_ref());
-            let sum = list.map_or(Money::ZERO, |l| {
-                l.iter().fold(Money::ZERO, |acc, st| acc + st.total_cost)
-            });
-            if sum != s.total_cost {
-                v.warnings.push(Issue {
-                    kind: "cost_mismatch",
-                    message: format!(
-                        "codon '{}' records sentinel cost {} but its sentinels sum to {}",
-                        c.codon_id,
-                        s.total_cost.usd(),
-                        sum.usd()
-                    ),
-                    path: format!("{path}.sentinels.totalCost"),
-                });
-            }
+            check_sentinels(v, &path, c, s);
         }
     }
     if active > 1 {
@@ -286,6 +185,129 @@ fn check_codons(v: &mut Validation, at: &str, run_status: RunStatus, codons: &[C
                 run_status.as_str()
             ),
             path: format!("{at}.codons"),
+        });
+    }
+}
+
+/// The fields a record's status promises that it lacks.
+fn missing_fields(c: &CodonExecution) -> Vec<&'static str> {
+    let mut missing: Vec<&'static str> = Vec::new();
+    let mut need = |ok: bool, field: &'static str| {
+        if !ok {
+            missing.push(field);
+        }
+    };
+    let s = c.status;
+    let reached = |t: CodonStatus| s >= t && !s.is_terminal();
+    if reached(CodonStatus::Initializing) {
+        need(c.claude_pid.is_some(), "claudePid");
+        need(c.claude_log_path.is_some(), "claudeLogPath");
+    }
+    if reached(CodonStatus::Running) {
+        need(c.claude_session_id.is_some(), "claudeSessionId");
+        need(c.current_cost.is_some(), "currentCost");
+        need(c.current_tokens.is_some(), "currentTokens");
+        need(c.assistant_message_count.is_some(), "assistantMessageCount");
+        need(c.extension_count.is_some(), "extensionCount");
+    }
+    if s.is_terminal() {
+        need(c.end_time.is_some(), "endTime");
+    }
+    match s {
+        CodonStatus::Completed => {
+            // Only a codon that ran can complete.
+            need(c.claude_session_id.is_some(), "claudeSessionId");
+            need(c.claude_log_path.is_some(), "claudeLogPath");
+            need(c.exit_code == Some(0), "exitCode 0");
+            need(c.result_message_received.is_some(), "resultMessageReceived");
+            need(c.final_cost.is_some(), "finalCost");
+            need(c.final_tokens.is_some(), "finalTokens");
+            need(
+                c.completion_checkpoint
+                    .as_deref()
+                    .is_some_and(|x| !x.is_empty()),
+                "completionCheckpoint",
+            );
+        }
+        CodonStatus::Failed => {
+            need(c.exit_code.is_some(), "exitCode");
+            need(c.failure_reason.is_some(), "failureReason");
+            need(c.failed_during.is_some(), "failedDuring");
+            need(c.partial_cost.is_some(), "partialCost");
+            need(c.partial_tokens.is_some(), "partialTokens");
+        }
+        CodonStatus::Skipped => {
+            need(c.skipped_during.is_some(), "skippedDuring");
+            need(c.partial_cost.is_some(), "partialCost");
+            need(c.partial_tokens.is_some(), "partialTokens");
+        }
+        _ => {}
+    }
+    missing
+}
+
+/// `failedDuring` and `skippedDuring` name the state left, never a terminal one.
+fn check_during(v: &mut Validation, path: &str, c: &CodonExecution) {
+    for (field, during) in [
+        ("failedDuring", c.failed_during),
+        ("skippedDuring", c.skipped_during),
+    ] {
+        if during.is_some_and(CodonStatus::is_terminal) {
+            v.errors.push(Issue {
+                kind: "invalid_codon",
+                message: format!(
+                    "codon '{}' has {field} {}, which is a terminal state",
+                    c.codon_id,
+                    during.map_or("", CodonStatus::as_str)
+                ),
+                path: format!("{path}.{field}"),
+            });
+        }
+    }
+}
+
+/// Sentinels are `loaded` while the codon lives and `executed` once it
+/// ended, never both; their total is the sum of theirs (a warning if not).
+fn check_sentinels(v: &mut Validation, path: &str, c: &CodonExecution, s: &Sentinels) {
+    if s.loaded.is_some() == s.executed.is_some() {
+        v.errors.push(Issue {
+            kind: "invalid_codon",
+            message: format!(
+                "codon '{}' must have exactly one of sentinels.loaded and sentinels.executed",
+                c.codon_id
+            ),
+            path: format!("{path}.sentinels"),
+        });
+    } else if s.executed.is_some() != c.status.is_terminal() {
+        v.errors.push(Issue {
+            kind: "invalid_codon",
+            message: format!(
+                "codon '{}' is {} but its sentinels are {}",
+                c.codon_id,
+                c.status,
+                if s.executed.is_some() {
+                    "executed"
+                } else {
+                    "loaded"
+                }
+            ),
+            path: format!("{path}.sentinels"),
+        });
+    }
+    let list = s.loaded.as_ref().or(s.executed.as_ref());
+    let sum = list.map_or(Money::ZERO, |l| {
+        l.iter().fold(Money::ZERO, |acc, st| acc + st.total_cost)
+    });
+    if sum != s.total_cost {
+        v.warnings.push(Issue {
+            kind: "cost_mismatch",
+            message: format!(
+                "codon '{}' records sentinel cost {} but its sentinels sum to {}",
+                c.codon_id,
+                s.total_cost.usd(),
+                sum.usd()
+            ),
+            path: format!("{path}.sentinels.totalCost"),
         });
     }
 }
