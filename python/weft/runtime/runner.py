@@ -56,7 +56,13 @@ from weft.checkpoints.errors import CheckpointError
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import ConfigError, StorageFullError, TransitionRejectedError, UnsafePathError
+from weft.errors import (
+    ConfigError,
+    PersistenceError,
+    StorageFullError,
+    TransitionRejectedError,
+    UnsafePathError,
+)
 from weft.events.stream import (
     TOOL_RESULT_LIMIT,
     AssistantActionEvent,
@@ -268,9 +274,7 @@ class _Attempt:
         self.session_id: str | None = None
         self.result: SessionResult | None = None
         self.exit: SessionExited | None = None
-        self.cost = 0.0
         self.tokens = Tokens()
-        self.final_cost: float | None = None
         self.messages: set[str] = set()
         self.tools: dict[str, tuple[str, float]] = {}
         self.interrupt: Interrupt | None = None
@@ -322,7 +326,7 @@ class CodonRunner:
 
     def emit(self, event: StreamData, run_id: str | None, codon_id: str | None) -> None:
         """Queues a stream event in the one order of the execution."""
-        self.manager.emit(event.TYPE, event, run_id=run_id, codon_id=codon_id)
+        self.manager.emit(event, run_id=run_id, codon_id=codon_id)
 
     def _move(self, a: _Attempt, to: CodonStatus, meta: TransitionMetadata | None = None) -> None:
         self.manager.transition(
@@ -668,7 +672,6 @@ class CodonRunner:
         if isinstance(event, UsageDelta):
             a.tokens = a.tokens + event.tokens
             cost = event.cost_usd or 0.0
-            a.cost += cost
             if live:
                 self.manager.transition(
                     CostsIncremented(
@@ -689,7 +692,6 @@ class CodonRunner:
             if event.session_id:
                 a.session_id = event.session_id
             if event.cost_usd is not None and live:
-                a.final_cost = event.cost_usd
                 a.tokens = event.tokens
                 self.manager.transition(
                     CodonFinalCostSet(
@@ -753,7 +755,7 @@ class CodonRunner:
                     context_exceeded=context_exceeded or None,
                 ),
             )
-            return self._done(a, "completed", checkpoint=sha, context_exceeded=context_exceeded)
+            return await self._done(a, "completed", checkpoint=sha, context_exceeded=context_exceeded)
         error_class = exit.error_class or ErrorClass.ERROR_RESULT
         message = exit.message or f"the agent exited with code {_exit_code(exit)}"
         if exit.ok and a.status != "running":
@@ -771,7 +773,7 @@ class CodonRunner:
                 "skipped",
                 TransitionMetadata(skipped_during=a.status, checkpoint_sha=sha),
             )
-            return self._done(a, "skipped", checkpoint=sha)
+            return await self._done(a, "skipped", checkpoint=sha)
         if why is Interrupt.FORCE_STOP:
             return await self._fail(a, "force_stopped", False, "Stopped by the user")
         return await self._fail(a, "interrupted", True, "Weft was shut down while the codon ran")
@@ -801,9 +803,9 @@ class CodonRunner:
                 checkpoint_sha=sha,
             ),
         )
-        return self._done(a, "failed", checkpoint=sha, failure=reason)
+        return await self._done(a, "failed", checkpoint=sha, failure=reason)
 
-    def _done(
+    async def _done(
         self,
         a: _Attempt,
         status: Literal["completed", "failed", "skipped"],
@@ -813,13 +815,17 @@ class CodonRunner:
         context_exceeded: bool = False,
     ) -> CodonResult:
         req = a.request
-        cost = a.final_cost if a.final_cost is not None else a.cost
+        with contextlib.suppress(PersistenceError):
+            # The core applies a batch before it is committed: once the terminal
+            # move is through the queue, its cost cache has the attempt's cost.
+            await self.manager.flush()
+        cost = self.manager.core.codon_cost(req.run_id, req.planned.codon_id)
         result = CodonResult(
             codon_id=req.planned.codon_id,
             status=status,
             failure=failure,
             session_id=a.session_id,
-            cost=0.0 if status == "skipped" else cost,
+            cost=0.0 if status == "skipped" or cost is None else cost,
             tokens=a.tokens,
             checkpoint_sha=checkpoint,
             context_exceeded=context_exceeded,
