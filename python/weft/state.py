@@ -136,7 +136,8 @@ class InMemoryPersistence:
         """Accept the batch; nothing is written."""
 
 
-Listener = Callable[[Processed], None]
+Listener = Callable[[Processed], object]
+"""Called with every processed item; what it returns is ignored."""
 
 
 class StateManager:

@@ -384,7 +384,7 @@ def decode_event(payload: bytes) -> Event | None:
         cls: type[Any] | None = TRANSITION_CLASSES.get(env.type) or STREAM_CLASSES.get(env.type)
         if cls is None:
             return None
-        if cls is ErrorEvent and b'"transitionType"' in env.data:
+        if cls is ErrorEvent and b'"transitionType"' in bytes(env.data):
             cls = RejectedTransition
         decoder = _decoders.get(cls)
         if decoder is None:

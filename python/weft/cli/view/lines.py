@@ -75,8 +75,8 @@ class HeadlessView:
         if now_ns - last < self._every_ns:
             return
         self._last_line[c.codon_id] = now_ns
-        last = describe_last(c)
-        action = f", last: {last}" if last else ""
+        did = describe_last(c)
+        action = f", last: {did}" if did else ""
         self._out.write(
             f"{iso(now_ns)} {c.codon_id}: {c.status} for {format_duration(c.elapsed(now_ns) or 0)}"
             f" ({format_tokens(c.tokens)} tokens, {format_cost(c.cost)}{action})"
