@@ -137,8 +137,6 @@ def find_target(execution: Path, *, url: str | None, token: str | None, readonly
     return Target(url, found[0], weft_dir.parent, found[1])
 
 
-
-
 # --------------------------------------------------------------------------- keys
 
 
