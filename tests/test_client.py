@@ -13,6 +13,7 @@ from tests.server.helpers import READ_TOKEN, TOKEN, Proxy, Recorder, running
 
 import weft.client
 from weft.client import Client, CommandError, ConnectionLostError, Event, HandshakeError
+from weft.events.stream import InfoEvent
 from weft.server import ServerConfig
 
 
@@ -144,7 +145,7 @@ async def test_a_slow_consumer_is_dropped_by_the_server_and_resumes_without_loss
         async def produce() -> None:
             for burst in range(40):
                 for i in range(100):
-                    h.manager.emit("info", {"message": blob, "n": burst * 100 + i})
+                    h.manager.emit(InfoEvent(message=f"{blob}{burst * 100 + i}"))
                 await h.manager.flush()
                 await asyncio.sleep(0.002)
 

@@ -22,19 +22,39 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
 from weft._core import Core, ExecutionThread, Outcome
 from weft.clock import iso_from_ms
 from weft.errors import PersistenceError, rejection_error
+from weft.events.stream import Event, RejectedTransition, StreamData
 from weft.events.transitions import Transition, encode
 
 log = logging.getLogger(__name__)
 _event_encoder = msgspec.json.Encoder()
+_prefixes: dict[str, bytes] = {}
+
+
+def encode_stream(event: StreamData | RejectedTransition) -> bytes:
+    """The journal bytes of a stream event, ``{"type": TYPE, "data": ...}``, encoded once."""
+    prefix = _prefixes.get(event.TYPE)
+    if prefix is None:
+        prefix = _prefixes[event.TYPE] = b'{"type":"' + event.TYPE.encode() + b'","data":'
+    return prefix + _event_encoder.encode(event) + b"}"
+
+
+def _rejected(outcome: Outcome, payload: bytes) -> RejectedTransition:
+    # A refused transition changed nothing: it is journaled, and sent, as an error event.
+    return RejectedTransition(
+        code=outcome.code,
+        message=outcome.message,
+        transition_type=outcome.kind,
+        transition=payload.decode("utf-8", "replace"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +80,24 @@ def _stamp(ms: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Processed:
     """One submission after the core processed it: a transition, applied or
-    rejected, or a stream event.
+    rejected, or a stream event, in its journal form.
 
-    ``event`` is the typed transition when it was submitted as one;
-    ``stream`` describes a stream event. ``payload`` is the exact encoded
-    bytes, which is what the journal stores and clients receive.
+    ``payload`` is the exact encoded bytes, which is what the journal stores
+    and clients receive, and ``event`` the typed event they encode (None only
+    for a transition submitted as bytes, see :meth:`StateManager.transition_bytes`).
+    A refused transition changed nothing: its journal form is an ``error``
+    event (:class:`~weft.events.stream.RejectedTransition`), made once, here,
+    by the manager; ``stream`` then says so, as for any stream event.
     """
 
     seq: int
     payload: bytes
-    event: Transition | None
+    event: Event | None
     outcome: Outcome
     time_ns: int
     """When it was submitted (wall clock, ns since the epoch)."""
     stream: StreamEvent | None = None
+    """The type, run and codon of a stream event (or of a refused transition's error)."""
 
     @property
     def applied(self) -> bool:
@@ -112,7 +136,8 @@ class InMemoryPersistence:
         """Accept the batch; nothing is written."""
 
 
-Listener = Callable[[Processed], None]
+Listener = Callable[[Processed], object]
+"""Called with every processed item; what it returns is ignored."""
 
 
 class StateManager:
@@ -135,7 +160,7 @@ class StateManager:
         self._persistence = persistence if persistence is not None else InMemoryPersistence()
         self._max_batch = max_batch
         self._lock = threading.Lock()
-        self._pending: dict[int, tuple[bytes, Transition | None, int, StreamEvent | None]] = {}
+        self._pending: dict[int, tuple[bytes, Event | None, int, StreamEvent | None]] = {}
         self._waiters: dict[int, list[asyncio.Future[Outcome]]] = {}
         self._listeners: list[Listener] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -178,17 +203,12 @@ class StateManager:
         return self._submit(payload, None, None)
 
     def emit(
-        self,
-        event_type: str,
-        data: Mapping[str, Any] | msgspec.Struct,
-        *,
-        run_id: str | None = None,
-        codon_id: str | None = None,
+        self, event: StreamData, *, run_id: str | None = None, codon_id: str | None = None
     ) -> int:
         """Queues a stream event (``assistant.action``, ``rig.output``...) in the
         same order as transitions; it is journaled but does not touch the state."""
-        payload = _event_encoder.encode({"type": event_type, "data": data})
-        return self._submit(payload, None, StreamEvent(event_type, run_id, codon_id))
+        stream = StreamEvent(event.TYPE, run_id, codon_id)
+        return self._submit(encode_stream(event), event, stream)
 
     async def transition_and_wait(self, event: Transition) -> Outcome:
         """Queues ``event`` and waits until it is durable.
@@ -230,7 +250,7 @@ class StateManager:
 
     # -- internals ---------------------------------------------------------
 
-    def _submit(self, payload: bytes, event: Transition | None, stream: StreamEvent | None) -> int:
+    def _submit(self, payload: bytes, event: Event | None, stream: StreamEvent | None) -> int:
         if self._failure is not None:
             raise self._failure
         if self._closed:
@@ -288,9 +308,13 @@ class StateManager:
                 continue
             with self._lock:
                 batch = []
-                for o in outcomes:
-                    payload, event, now, stream = self._pending.pop(o.seq)
-                    batch.append(Processed(o.seq, payload, event, o, now, stream))
+                pending = [self._pending.pop(o.seq) for o in outcomes]
+            for o, (payload, event, now, stream) in zip(outcomes, pending, strict=True):
+                if stream is None and not o.ok:
+                    event = _rejected(o, payload)
+                    payload = encode_stream(event)
+                    stream = StreamEvent("error", o.run_id, o.codon_id)
+                batch.append(Processed(o.seq, payload, event, o, now, stream))
             try:
                 await self._persistence.commit(batch)
             except Exception as exc:

@@ -9,7 +9,6 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weft.config.schema import CommandOp, CopyOp
+from weft.events.stream import RigOutputEvent, StreamData
 from weft.runtime.rig import (
     IgnoreRules,
     OutputLimits,
@@ -49,8 +49,8 @@ class Events:
     def __init__(self) -> None:
         self.items: list[tuple[str, dict[str, Any]]] = []
 
-    def __call__(self, kind: str, data: Mapping[str, Any]) -> None:
-        self.items.append((kind, dict(data)))
+    def __call__(self, event: StreamData) -> None:
+        self.items.append((event.TYPE, msgspec.to_builtins(event)))
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [d for k, d in self.items if k == kind]
@@ -570,9 +570,9 @@ async def test_a_quiet_stream_is_flushed_without_waiting_for_the_end(rig: Rig) -
     # The command only finishes once the test has seen its first line.
     go = rig.workspace / "go"
 
-    def emit(kind: str, data: Mapping[str, Any]) -> None:
-        rig.events(kind, data)
-        if kind == "rig.output" and data["line"] == "early":
+    def emit(event: StreamData) -> None:
+        rig.events(event)
+        if isinstance(event, RigOutputEvent) and event.line == "early":
             go.touch()
 
     script = "echo early; while [ ! -e go ]; do sleep 0.01; done; echo late"

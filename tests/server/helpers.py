@@ -20,7 +20,7 @@ import msgspec
 from tests.builders import lifecycle, run_started
 from websockets.asyncio.client import ClientConnection, connect
 
-from weft.events.stream import CheckpointListEvent
+from weft.events.stream import CheckpointListEvent, InfoEvent
 from weft.server import JournalHistory, ProtocolServer, ServerConfig
 from weft.server.server import RollbackHandler, RuntimeCommands
 from weft.state import StateManager
@@ -64,7 +64,7 @@ class Rollbacks:
 def emit(manager: StateManager, n: int, prefix: str = "e") -> None:
     """Queues ``n`` info events."""
     for i in range(n):
-        manager.emit("info", {"message": f"{prefix}{i}"})
+        manager.emit(InfoEvent(message=f"{prefix}{i}"))
 
 
 @dataclass

@@ -15,6 +15,7 @@ from tests.builders import lifecycle, run_started
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
+from weft.events.stream import AssistantActionEvent, InfoEvent
 from weft.server.fanout import Fanout, envelope, frames, text_frame
 from weft.server.history import JournalHistory
 from weft.state import StateManager
@@ -60,7 +61,7 @@ async def test_live_envelopes_are_byte_for_byte_the_envelopes_replay_reads(
     for t in lifecycle("r1", "a"):
         manager.transition(t)
     manager.transition(lifecycle("r1", "a")[1])  # refused: journaled as an error event
-    manager.emit("assistant.action", {"codonId": "a", "action": "message", "content": "é ✓"})
+    manager.emit(AssistantActionEvent(codon_id="a", action="message", content="é ✓"))
     manager.transition_bytes(b'  {"type":"InitialCheckpointSet","data":{"sha":"abc"}}')
     await manager.flush()
     history = JournalHistory(store.journal.path)
@@ -109,7 +110,7 @@ class Sink:
 
 async def fed(fanout: Fanout, n: int, manager: StateManager) -> None:
     for i in range(n):
-        manager.emit("info", {"message": f"m{i}"})
+        manager.emit(InfoEvent(message=f"m{i}"))
     await manager.flush()
     await asyncio.sleep(0)  # the flush is scheduled for the next loop turn
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tests.server.helpers import TOKEN, Recorder, Rollbacks
 from websockets.sync.client import connect
 
+from weft.events.stream import InfoEvent
 from weft.server import JournalHistory, ProtocolServer, ServerConfig
 from weft.server.protocol import COMMANDS
 from weft.store import ExecutionStore
@@ -47,7 +48,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         store = await asyncio.to_thread(ExecutionStore.open, folder / "x")
         manager = store.state_manager()
         for i in range(300):
-            manager.emit("info", {"message": f"m{i}"})
+            manager.emit(InfoEvent(message=f"m{i}"))
         await manager.flush()
         server = await ProtocolServer.start(
             manager,

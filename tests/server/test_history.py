@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from weft.errors import StoreError
+from weft.events.stream import InfoEvent
 from weft.server.history import JournalHistory
 from weft.store import ExecutionStore
 
@@ -18,7 +19,7 @@ async def journal_of(tmp_path: Path, sizes: list[int]) -> Path:
     store = await asyncio.to_thread(ExecutionStore.open, tmp_path / "x")
     manager = store.state_manager()
     for i, size in enumerate(sizes):
-        manager.emit("info", {"message": str(i % 10) * size})
+        manager.emit(InfoEvent(message=str(i % 10) * size))
     await manager.flush()
     path = Path(store.journal.path)
     await store.close(manager)

@@ -28,6 +28,7 @@ from tests.server.helpers import READ_TOKEN, TOKEN, Recorder, Rollbacks
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from weft.events.stream import InfoEvent
 from weft.server import JournalHistory, ProtocolServer, ServerConfig
 from weft.server.protocol import COMMANDS
 from weft.server.session import READ_BURST
@@ -73,7 +74,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         store = await asyncio.to_thread(ExecutionStore.open, folder / "x")
         manager = store.state_manager()
         for i in range(EVENTS):
-            manager.emit("info", {"message": f"m{i}"})
+            manager.emit(InfoEvent(message=f"m{i}"))
         await manager.flush()
         started = [
             await ProtocolServer.start(

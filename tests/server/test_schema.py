@@ -12,6 +12,7 @@ import pytest
 from tests.server.helpers import running
 
 from weft.cli import main
+from weft.events.stream import InfoEvent
 from weft.events.transitions import TRANSITION_CLASSES, decode
 from weft.server.history import JournalHistory
 from weft.server.protocol import COMMANDS, CONNECTION_MESSAGES
@@ -89,7 +90,7 @@ async def test_what_a_real_server_sends_validates_against_the_schema(tmp_path: P
     jsonschema = pytest.importorskip("jsonschema")
     validator = jsonschema.Draft202012Validator(events_json_schema())
     async with running(tmp_path, transitions=True) as h:
-        h.manager.emit("info", {"message": "hello"})
+        h.manager.emit(InfoEvent(message="hello"))
         await h.manager.flush()
         history = JournalHistory(h.store.journal.path)
         try:

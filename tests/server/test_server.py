@@ -26,6 +26,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from weft.errors import WeftError
+from weft.events.stream import InfoEvent
 from weft.server import ServerConfig, ServerError, start_server
 from weft.server.protocol import CLOSE_TOO_SLOW, HISTORY_LIMIT
 from weft.store.lock import LOCK, read_lock
@@ -440,7 +441,7 @@ async def test_a_slow_client_is_dropped_with_a_resume_reason_and_slows_nobody(
         # The slow client reads nothing while the run emits everything.
         for burst in range(bursts):
             for i in range(per_burst):
-                h.manager.emit("info", {"message": blob, "n": burst * per_burst + i})
+                h.manager.emit(InfoEvent(message=f"{blob}{burst * per_burst + i}"))
             await h.manager.flush()  # never held up by the stalled client
             await asyncio.sleep(0.005)
         await reader

@@ -10,6 +10,7 @@ import pytest
 from tests.builders import lifecycle, move, run_started
 
 from weft.errors import StoreCorruptError, StoreError
+from weft.events.stream import AssistantActionEvent
 from weft.store import ExecutionStore, Journal
 
 
@@ -20,7 +21,11 @@ async def fill(execution: Path, codons: int = 3) -> None:
     for i in range(codons):
         for event in lifecycle("r1", f"c{i}"):
             manager.transition(event)
-        manager.emit("assistant.action", {"text": f"did {i}"}, run_id="r1", codon_id=f"c{i}")
+        manager.emit(
+            AssistantActionEvent(codon_id=f"c{i}", action="message", content=f"did {i}"),
+            run_id="r1",
+            codon_id=f"c{i}",
+        )
     manager.transition(move("r1", "c0", "completed", "running"))  # refused
     await store.close(manager)
 
@@ -34,7 +39,10 @@ async def test_every_submission_is_one_row_in_order(tmp_path: Path) -> None:
     assert events[0].kind == "transition"
     action = next(e for e in events if e.type == "assistant.action")
     assert (action.kind, action.run_id, action.codon_id) == ("event", "r1", "c0")
-    assert json.loads(action.payload) == {"type": "assistant.action", "data": {"text": "did 0"}}
+    assert json.loads(action.payload) == {
+        "type": "assistant.action",
+        "data": {"codonId": "c0", "action": "message", "content": "did 0"},
+    }
     error = events[-1]
     assert (error.kind, error.type) == ("event", "error")
     data = json.loads(error.payload)["data"]

@@ -16,6 +16,7 @@ from tests.builders import lifecycle, run_started
 
 from weft.cli import main
 from weft.errors import JournalLossError, StoreCorruptError
+from weft.events.stream import InfoEvent
 from weft.store import ExecutionStore, Journal
 from weft.store.loss import check_database, wal_damage
 from weft.store.schema import MIGRATIONS
@@ -36,7 +37,7 @@ async def build(
         await manager.flush()  # one commit per codon: several WAL commit frames
     for n in range(tail):
         # Commits after the last snapshot: only the WAL itself can tell they are gone.
-        manager.emit("assistant.action", {"n": n, "text": "x" * 3000}, run_id="r1")
+        manager.emit(InfoEvent(message=f"{n} " + "x" * 3000), run_id="r1")
         await manager.flush()
     if keep_open is not None:
         shutil.copytree(execution / ".weft", keep_open / ".weft")

@@ -15,6 +15,7 @@ from tests.builders import lifecycle, run_started
 from tests.oracle import OracleCore
 
 from weft.errors import LockLostError, PersistenceError
+from weft.events.stream import AssistantActionEvent
 from weft.state import Processed, StateManager
 from weft.store import ExecutionStore, Journal
 from weft.store.lock import LOCK
@@ -45,7 +46,9 @@ async def write_until_it_fails(manager: StateManager) -> None:
     for i in range(100_000):
         for event in lifecycle("r1", f"codon-{i}-{'x' * 200}"):
             manager.transition(event)
-        manager.emit("assistant.action", {"text": "y" * 2000}, run_id="r1")
+        manager.emit(
+            AssistantActionEvent(codon_id="c", action="message", content="y" * 2000), run_id="r1"
+        )
         await manager.flush()
 
 

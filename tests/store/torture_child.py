@@ -14,6 +14,7 @@ from pathlib import Path
 from tests.builders import move, run_started
 
 from weft import core
+from weft.events.stream import AssistantActionEvent
 from weft.state import Processed
 from weft.store import ExecutionStore
 
@@ -47,7 +48,11 @@ async def main(execution: Path, run: str) -> None:
                     tokens_delta=core.TokenUsage(input_tokens=10),
                 )
             )
-            manager.emit("assistant.action", {"n": k}, run_id=run, codon_id=c)
+            manager.emit(
+                AssistantActionEvent(codon_id=c, action="message", content=str(k)),
+                run_id=run,
+                codon_id=c,
+            )
         if i % 5 == 4:
             manager.transition(move(run, c, "running", "starting"))  # refused: journaled as error
         manager.transition(move(run, c, "running", "completed", checkpoint_sha=f"sha-{i}"))

@@ -21,35 +21,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import sys
 import termios
-import time
 import tty
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-import msgspec
 import uvloop
 
-from weft._core import Core
+from weft.cli.view import JsonView, RunSummary, RunView, checkpoint_list_text, make_view
+from weft.cli.view.notes import fold_wire
 from weft.client import (
     Client,
     ClientError,
     CommandError,
     ConnectionLostError,
-    Event,
     HandshakeError,
 )
 from weft.client import connect as client_connect
 from weft.errors import WeftError
-from weft.events.transitions import TRANSITION_CLASSES
-from weft.runtime.view import JsonView, RunSummary, RunView, checkpoint_list_text, make_view
 from weft.server.auth import client_token, read_read_token, read_token
-from weft.state import Processed, StreamEvent
 from weft.store.execution import weft_dir_of
 from weft.store.lock import LOCK, pid_alive, read_lock
 from weft.terminal import printable_lines
@@ -142,44 +136,6 @@ def find_target(execution: Path, *, url: str | None, token: str | None, readonly
         # A run started with --allow-anonymous-read lets this in; others say why not.
         return Target(url, None, weft_dir.parent, "readonly")
     return Target(url, found[0], weft_dir.parent, found[1])
-
-
-# --------------------------------------------------------------------------- events -> view
-
-
-class Feed:
-    """Turns wire events back into :class:`~weft.state.Processed` items for the views.
-
-    A local :class:`~weft._core.Core` takes every transition in journal order,
-    so each item carries the outcome the run's own core gave it, and the view
-    can be seeded with the state before each ``RunStarted``, as ``weft run``
-    seeds it.
-    """
-
-    def __init__(self, view: RunView) -> None:
-        self.view = view
-        self.core = Core()
-        self._encoder = msgspec.json.Encoder()
-
-    def item(self, event: Event) -> Processed:
-        """The processed item of one wire event."""
-        payload = self._encoder.encode({"type": event.type, "data": event.data})
-        stream: StreamEvent | None = None
-        if event.type in TRANSITION_CLASSES:
-            if event.type == "RunStarted":
-                self.view.progress.seed(json.loads(self.core.state_json()))
-            self.core.submit(payload)
-        else:
-            data = event.data if isinstance(event.data, dict) else {}
-            codon = data.get("codonId")
-            stream = StreamEvent(event.type, None, codon if isinstance(codon, str) else None)
-            self.core.emit(payload)
-        (outcome,) = self.core.drain(1)
-        try:
-            ms = int(event.id[:13])
-        except ValueError:
-            ms = time.time_ns() // 1_000_000
-        return Processed(event.seq, payload, None, outcome, ms * 1_000_000, stream)
 
 
 # --------------------------------------------------------------------------- keys
@@ -292,12 +248,11 @@ async def attach(target: Target, view: RunView, *, keys_from: TextIO | None) -> 
 
 
 async def _follow(client: Client, target: Target, view: RunView, keys_from: TextIO | None) -> int:
-    feed = Feed(view)
     where = target.execution or target.url
     mode = "read-write" if client.mode == "readandwrite" else "read-only"
     view.note(f"attached to {where} ({mode})")
     detach = asyncio.Event()
-    follower = asyncio.get_running_loop().create_task(_events(client, feed, view))
+    follower = asyncio.get_running_loop().create_task(_events(client, view))
     loop = asyncio.get_running_loop()
     with contextlib.ExitStack() as stack:
         keys: Keys | None = None
@@ -339,20 +294,22 @@ async def _follow(client: Client, target: Target, view: RunView, keys_from: Text
     return code
 
 
-async def _events(client: Client, feed: Feed, view: RunView) -> None:
+async def _events(client: Client, view: RunView) -> None:
     # The history is folded into the table without a line per old event
-    # (the JSON view prints it all: it is a dump of the journal).
+    # (the JSON view prints it all: it is a dump of the journal). The wire
+    # events go to the fold as the client decoded them: no second core, no
+    # re-encoding (a refused transition is already its journaled error event).
     quiet = not isinstance(view, JsonView)
     live = client.joined_at == 0
     if live:
         view.start()
+    progress = view.progress
     async for batch in client.batches(replay=True):
         for event in batch:
-            item = feed.item(event)
             if live or not quiet:
-                view.on_event(item)
+                view.on_wire(event)
             else:
-                view.progress.apply(item)
+                fold_wire(progress, event)
         if not live and client.cursor >= client.joined_at:
             live = True
             view.start()

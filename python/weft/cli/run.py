@@ -117,7 +117,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``weft run``."""
-    from weft.runtime.view import RunSummary, make_view
+    from weft.cli.view import RunSummary, make_view
 
     try:
         hank_path, data_path = resolve_inputs(list(args.paths))

@@ -205,7 +205,7 @@ async def _rollback(args: argparse.Namespace) -> int:
         run_id = new_run_id()
 
         def say(event: Any, _run_id: str | None) -> None:
-            manager.emit(event.TYPE, event, run_id=_run_id)
+            manager.emit(event, run_id=_run_id)
             if isinstance(event, RollbackStartedEvent):
                 undone = ", ".join(event.codons_to_process) or "nothing"
                 print(

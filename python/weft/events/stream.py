@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from weft.events.transitions import TRANSITION_CLASSES, Transition
+
 
 class StreamData(
     msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True, kw_only=True
@@ -106,14 +108,17 @@ class ToolResultEvent(StreamData):
     is_error: bool
 
 
-class RigOutputEvent(StreamData):
-    """Lines a rig command wrote (coalesced)."""
+class RigOutputEvent(StreamData, kw_only=True):
+    """Lines a rig command wrote, coalesced: ``line`` holds ``lines`` of them;
+    ``droppedLines`` older ones did not fit (see :mod:`weft.runtime.rig`)."""
 
     TYPE: ClassVar[str] = "rig.output"
-    codon_id: str
     stream: Literal["stdout", "stderr"]
     line: str
+    lines: int = 1
+    dropped_lines: int = 0
     command_index: int
+    codon_id: str | None = None
 
 
 class RigSetupCompletedEvent(StreamData):
@@ -130,11 +135,15 @@ class RigSetupFailedEvent(StreamData):
     """A rig operation failed (``ignored`` when allowFailure let the codon go on)."""
 
     TYPE: ClassVar[str] = "rig.setup.failed"
-    codon_id: str
-    failure_type: Literal["command_failed", "copy_failed", "timeout", "other"]
-    operation_index: int
-    message: str
+    failure_type: str
+    """``command_failed``, ``copy_failed``, ``timeout`` or ``other``."""
+    operation_type: str
+    """``command`` or ``copy``."""
+    command_index: int
+    """The operation's index in the codon's rigSetup."""
     ignored: bool
+    message: str
+    codon_id: str | None = None
     exit_code: int | None = None
 
 
@@ -156,6 +165,9 @@ class InfoEvent(StreamData):
 
     TYPE: ClassVar[str] = "info"
     message: str
+    command_index: int | None = None
+    """The rig operation it is about, if any."""
+    codon_id: str | None = None
 
 
 class ErrorEvent(StreamData):
@@ -303,3 +315,81 @@ class ProcessEndedEvent(StreamData):
     TYPE: ClassVar[str] = "process.ended"
     pid: int
     how: Literal["exited", "ended", "gone"] = "exited"
+
+
+class RejectedTransition(msgspec.Struct, rename="camel", kw_only=True):
+    """The data of the ``error`` event a refused transition is journaled as.
+
+    Not a :class:`StreamData`: the runtime never emits it; the StateManager
+    makes it, once, from the core's verdict (see :attr:`weft.state.Processed.journal`).
+    """
+
+    TYPE: ClassVar[str] = "error"
+    code: str | None
+    message: str | None
+    transition_type: str | None
+    transition: str
+    """The refused transition's bytes, as text."""
+
+
+def _stream_classes() -> dict[str, type[StreamData]]:
+    found: dict[str, type[StreamData]] = {}
+    pending = list(StreamData.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        found[cls.TYPE] = cls
+    return dict(sorted(found.items()))
+
+
+STREAM_CLASSES: dict[str, type[StreamData]] = _stream_classes()
+"""Every stream event class by its wire ``type``."""
+
+Event = Transition | StreamData | RejectedTransition
+"""Any journaled event, typed: what :mod:`weft.progress` and the views dispatch on."""
+
+
+def typed(event_type: str, data: Any) -> Event | None:
+    """The typed event of a decoded ``type`` and ``data`` (a wire event's);
+    None when it is not one Weft knows (an older or newer version's event).
+
+    ``msgspec.convert`` walks the builtins once: no JSON is encoded or parsed.
+    """
+    cls: type[Any] | None = TRANSITION_CLASSES.get(event_type) or STREAM_CLASSES.get(event_type)
+    try:
+        if cls is None:
+            return None
+        if cls is ErrorEvent and isinstance(data, dict) and "transitionType" in data:
+            cls = RejectedTransition
+        out: Event = msgspec.convert(data, cls)
+        return out
+    except msgspec.ValidationError:
+        return None
+
+
+class _Envelope(msgspec.Struct):
+    type: str
+    data: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def decode_event(payload: bytes) -> Event | None:
+    """The typed event of journal bytes ``{"type": ..., "data": ...}``; None
+    when they are not an event Weft knows."""
+    try:
+        env = _envelope.decode(payload)
+        cls: type[Any] | None = TRANSITION_CLASSES.get(env.type) or STREAM_CLASSES.get(env.type)
+        if cls is None:
+            return None
+        if cls is ErrorEvent and b'"transitionType"' in bytes(env.data):
+            cls = RejectedTransition
+        decoder = _decoders.get(cls)
+        if decoder is None:
+            decoder = _decoders[cls] = msgspec.json.Decoder(cls)
+        out: Event = decoder.decode(env.data)
+        return out
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None

@@ -86,12 +86,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
-
 from weft.agents.process import die_with_parent
 from weft.config.schema import CommandOp, CopyOp
 from weft.errors import UnsafePathError
-from weft.events.stream import ProcessEndedEvent
+from weft.events.stream import (
+    InfoEvent,
+    ProcessEndedEvent,
+    RigOutputEvent,
+    RigSetupFailedEvent,
+    StreamData,
+)
 from weft.paths import contains, inside
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.store.diskspace import STORAGE_ERRNOS, storage_error
@@ -125,9 +129,9 @@ REASON_TAIL_LINES = 20
 REASON_TAIL_CHARS = 2000
 IGNORED_IN_EVENT = 20
 
-Emit = Callable[[str, Mapping[str, Any]], object]
-"""Where events go: ``emit(event_type, data)``, e.g. ``StateManager.emit`` with
-the run and codon bound."""
+Emit = Callable[[StreamData], object]
+"""Where events go: ``emit(event)``, e.g. ``StateManager.emit`` with the run
+and codon bound."""
 FailureType = Literal["command_failed", "timeout", "other"]
 
 
@@ -814,7 +818,16 @@ async def _run_command(
     budget = _Budget(limits.streamed_bytes)
 
     def send(data: dict[str, Any]) -> None:
-        emit("rig.output", {**data, "commandIndex": index, **extra})
+        emit(
+            RigOutputEvent(
+                stream=data["stream"],
+                line=data["line"],
+                lines=data["lines"],
+                dropped_lines=data.get("droppedLines", 0),
+                command_index=index,
+                codon_id=extra.get("codonId"),
+            )
+        )
 
     streams = {
         fd: _Stream(name, send=send, limits=limits, budget=budget, tail=tail, loop=loop)
@@ -861,7 +874,7 @@ async def _run_command(
         mark=mark,
         codon_id=codon_id if isinstance(codon_id, str) else None,
     )
-    emit(started.TYPE, msgspec.to_builtins(started))
+    emit(started)
     timed_out = False
     try:
         try:
@@ -885,7 +898,7 @@ async def _run_command(
         for stream in streams.values():
             stream.close()
         # Both ways out above SIGKILLed the group: nothing of it runs now.
-        emit(ProcessEndedEvent.TYPE, msgspec.to_builtins(ProcessEndedEvent(pid=pgid)))
+        emit(ProcessEndedEvent(pid=pgid))
     code = transport.get_returncode()
     transport.close()
     if timed_out:
@@ -954,17 +967,17 @@ async def run_rig(
             ignored = op.allow_failure or ignore_failures
             if ignored:
                 result = dataclasses.replace(result, failure_ignored=True)
-            data: dict[str, Any] = {
-                "failureType": result.failure_type,
-                "operationType": result.type,
-                "commandIndex": index,
-                "ignored": ignored,
-                "message": result.message,
-                **extra,
-            }
-            if result.exit_code is not None:
-                data["exitCode"] = result.exit_code
-            emit("rig.setup.failed", data)
+            emit(
+                RigSetupFailedEvent(
+                    failure_type=result.failure_type or "other",
+                    operation_type=result.type,
+                    command_index=index,
+                    ignored=ignored,
+                    message=result.message or "",
+                    codon_id=extra.get("codonId"),
+                    exit_code=result.exit_code,
+                )
+            )
             results.append(result)
             if not ignored:
                 failure = result
@@ -1073,13 +1086,12 @@ async def _copy_op(
             else ""
         )
         emit(
-            "info",
-            {
-                "message": f"Rig copy {label}: {len(ignored)} ignored "
+            InfoEvent(
+                message=f"Rig copy {label}: {len(ignored)} ignored "
                 f"entr{'y' if len(ignored) == 1 else 'ies'} not copied: {shown}{more}",
-                "commandIndex": index,
-                **extra,
-            },
+                command_index=index,
+                codon_id=extra.get("codonId"),
+            )
         )
     return RigOpResult(
         index=index,

@@ -56,7 +56,12 @@ from weft.checkpoints.errors import CheckpointError
 from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import ConfigError, StorageFullError, UnsafePathError
+from weft.errors import (
+    ConfigError,
+    PersistenceError,
+    StorageFullError,
+    UnsafePathError,
+)
 from weft.events.stream import (
     TOOL_RESULT_LIMIT,
     AssistantActionEvent,
@@ -268,9 +273,11 @@ class _Attempt:
         self.session_id: str | None = None
         self.result: SessionResult | None = None
         self.exit: SessionExited | None = None
-        self.cost = 0.0
         self.tokens = Tokens()
-        self.final_cost: float | None = None
+        self.prompt: AssembledPrompt | None = None
+        self.model = ""
+        self.harness = ""
+        """The prompt, model and harness of the agent session (once it starts)."""
         self.messages: set[str] = set()
         self.tools: dict[str, tuple[str, float]] = {}
         self.interrupt: Interrupt | None = None
@@ -282,6 +289,11 @@ class _Attempt:
     @property
     def duration_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
+
+    @property
+    def live(self) -> bool:
+        """Whether the core takes cost and message updates now (the agent runs)."""
+        return self.status in ("running", "completing-sentinels")
 
 
 class CodonRunner:
@@ -322,7 +334,7 @@ class CodonRunner:
 
     def emit(self, event: StreamData, run_id: str | None, codon_id: str | None) -> None:
         """Queues a stream event in the one order of the execution."""
-        self.manager.emit(event.TYPE, event, run_id=run_id, codon_id=codon_id)
+        self.manager.emit(event, run_id=run_id, codon_id=codon_id)
 
     def _move(self, a: _Attempt, to: CodonStatus, meta: TransitionMetadata | None = None) -> None:
         self.manager.transition(
@@ -569,151 +581,164 @@ class CodonRunner:
     async def _stream(self, a: _Attempt, prompt: AssembledPrompt, model: str, harness: str) -> None:
         session = a.session
         assert session is not None
+        a.prompt, a.model, a.harness = prompt, model, harness
         async for event in session.events():
             if isinstance(event, SessionExited):
                 a.exit = event
                 break
-            self._on_event(a, event, prompt, model, harness)
+            self._on_event(a, event)
         if a.exit is None:
             a.exit = await session.wait()
 
-    def _on_event(
-        self, a: _Attempt, event: AgentEvent, prompt: AssembledPrompt, model: str, harness: str
-    ) -> None:
+    def _on_event(self, a: _Attempt, event: AgentEvent) -> None:
+        """Turns one agent event into transitions and stream events: one method
+        per event class (StderrLine has none: it is kept in the session's
+        stderr tail and verdict, not journaled line by line)."""
+        handler = _AGENT_HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, a, event)
+
+    def _session_started(self, a: _Attempt, event: SessionStarted) -> None:
         req = a.request
-        run_id, codon_id = req.run_id, req.planned.codon_id
-        live = a.status in ("running", "completing-sentinels")
-        if isinstance(event, SessionStarted):
+        a.session_id = event.session_id
+        if a.status != "initializing":
+            return
+        self._move(a, "running", TransitionMetadata(claude_session_id=event.session_id))
+        prompt = a.prompt
+        self.emit(
+            CodonStartedEvent(
+                codon_id=req.planned.codon_id,
+                codon_name=req.planned.codon.name,
+                codon_description=req.planned.codon.description,
+                session_id=event.session_id,
+                previous_session_id=req.previous_session_id,
+                start_time=utc_now_iso(),
+                model=event.model or a.model,
+                harness=a.harness,
+                prompt_metadata=(
+                    None
+                    if prompt is None or prompt.prompt_metadata is None
+                    else _builtins(prompt.prompt_metadata)
+                ),
+            ),
+            req.run_id,
+            req.planned.codon_id,
+        )
+
+    def _text(self, a: _Attempt, event: AssistantText) -> None:
+        if not event.partial:
+            codon_id = a.request.planned.codon_id
+            action = AssistantActionEvent(codon_id=codon_id, action="message", content=event.text)
+            self._action(a, event, action)
+
+    def _thinking(self, a: _Attempt, event: Thinking) -> None:
+        codon_id = a.request.planned.codon_id
+        action = AssistantActionEvent(codon_id=codon_id, action="thinking", content=event.text)
+        self._action(a, event, action)
+
+    def _tool_use(self, a: _Attempt, event: ToolUse) -> None:
+        if event.subagent:
+            return
+        a.tools[event.tool_use_id] = (event.name, time.monotonic())
+        action = AssistantActionEvent(
+            codon_id=a.request.planned.codon_id,
+            action="tool_use",
+            content=f"{event.name}",
+            tool_name=event.name,
+            tool_input=event.input,
+            tool_use_id=event.tool_use_id,
+        )
+        self._action(a, event, action)
+
+    def _action(
+        self, a: _Attempt, event: AssistantText | Thinking | ToolUse, action: AssistantActionEvent
+    ) -> None:
+        """Emits an assistant action; a new message id counts a message."""
+        if event.subagent:
+            return
+        run_id, codon_id = a.request.run_id, a.request.planned.codon_id
+        self.emit(action, run_id, codon_id)
+        if event.message_id is not None and event.message_id not in a.messages:
+            a.messages.add(event.message_id)
+            if a.live:
+                self.manager.transition(
+                    AssistantMessageCountUpdated(
+                        run_id=run_id, codon_id=codon_id, new_count=len(a.messages)
+                    )
+                )
+
+    def _tool_result(self, a: _Attempt, event: ToolResult) -> None:
+        if event.subagent:
+            return
+        codon_id = a.request.planned.codon_id
+        name, since = a.tools.pop(event.tool_use_id, (None, None))
+        text, truncated = _short(event.content)
+        self.emit(
+            ToolResultEvent(
+                codon_id=codon_id,
+                tool_use_id=event.tool_use_id,
+                tool_name=name,
+                result=text,
+                truncated=truncated,
+                original_length=len(event.content),
+                execution_time_ms=(
+                    None if since is None else int((time.monotonic() - since) * 1000)
+                ),
+                is_error=event.is_error,
+            ),
+            a.request.run_id,
+            codon_id,
+        )
+
+    def _usage_delta(self, a: _Attempt, event: UsageDelta) -> None:
+        run_id, codon_id = a.request.run_id, a.request.planned.codon_id
+        a.tokens = a.tokens + event.tokens
+        if a.live:
+            self.manager.transition(
+                CostsIncremented(
+                    run_id=run_id,
+                    codon_id=codon_id,
+                    cost_delta=event.cost_usd or 0.0,
+                    tokens_delta=_usage(event.tokens),
+                )
+            )
+        self.emit(
+            _token_usage(codon_id, event.tokens, event.cost_usd, model=event.model),
+            run_id,
+            codon_id,
+        )
+
+    def _result(self, a: _Attempt, event: SessionResult) -> None:
+        run_id, codon_id = a.request.run_id, a.request.planned.codon_id
+        a.result = event
+        if event.session_id:
             a.session_id = event.session_id
-            if a.status == "initializing":
-                self._move(a, "running", TransitionMetadata(claude_session_id=event.session_id))
-                self.emit(
-                    CodonStartedEvent(
-                        codon_id=codon_id,
-                        codon_name=req.planned.codon.name,
-                        codon_description=req.planned.codon.description,
-                        session_id=event.session_id,
-                        previous_session_id=req.previous_session_id,
-                        start_time=utc_now_iso(),
-                        model=event.model or model,
-                        harness=harness,
-                        prompt_metadata=(
-                            None
-                            if prompt.prompt_metadata is None
-                            else _builtins(prompt.prompt_metadata)
-                        ),
-                    ),
-                    run_id,
-                    codon_id,
-                )
+        if event.cost_usd is None or not a.live:
             return
-        if isinstance(event, AssistantText | Thinking | ToolUse):
-            if event.subagent:
-                return
-            if isinstance(event, AssistantText):
-                if event.partial:
-                    return
-                action: Any = AssistantActionEvent(
-                    codon_id=codon_id, action="message", content=event.text
-                )
-            elif isinstance(event, Thinking):
-                action = AssistantActionEvent(
-                    codon_id=codon_id, action="thinking", content=event.text
-                )
-            else:
-                a.tools[event.tool_use_id] = (event.name, time.monotonic())
-                action = AssistantActionEvent(
-                    codon_id=codon_id,
-                    action="tool_use",
-                    content=f"{event.name}",
-                    tool_name=event.name,
-                    tool_input=event.input,
-                    tool_use_id=event.tool_use_id,
-                )
-            self.emit(action, run_id, codon_id)
-            if event.message_id is not None and event.message_id not in a.messages:
-                a.messages.add(event.message_id)
-                if live:
-                    self.manager.transition(
-                        AssistantMessageCountUpdated(
-                            run_id=run_id, codon_id=codon_id, new_count=len(a.messages)
-                        )
-                    )
-            return
-        if isinstance(event, ToolResult):
-            if event.subagent:
-                return
-            name, since = a.tools.pop(event.tool_use_id, (None, None))
-            text, truncated = _short(event.content)
-            self.emit(
-                ToolResultEvent(
-                    codon_id=codon_id,
-                    tool_use_id=event.tool_use_id,
-                    tool_name=name,
-                    result=text,
-                    truncated=truncated,
-                    original_length=len(event.content),
-                    execution_time_ms=(
-                        None if since is None else int((time.monotonic() - since) * 1000)
-                    ),
-                    is_error=event.is_error,
-                ),
-                run_id,
-                codon_id,
+        a.tokens = event.tokens
+        self.manager.transition(
+            CodonFinalCostSet(
+                run_id=run_id,
+                codon_id=codon_id,
+                final_cost=event.cost_usd,
+                final_tokens=_usage(event.tokens),
             )
-            return
-        if isinstance(event, UsageDelta):
-            a.tokens = a.tokens + event.tokens
-            cost = event.cost_usd or 0.0
-            a.cost += cost
-            if live:
-                self.manager.transition(
-                    CostsIncremented(
-                        run_id=run_id,
-                        codon_id=codon_id,
-                        cost_delta=cost,
-                        tokens_delta=_usage(event.tokens),
-                    )
-                )
-            self.emit(
-                _token_usage(codon_id, event.tokens, event.cost_usd, model=event.model),
-                run_id,
-                codon_id,
-            )
-            return
-        if isinstance(event, SessionResult):
-            a.result = event
-            if event.session_id:
-                a.session_id = event.session_id
-            if event.cost_usd is not None and live:
-                a.final_cost = event.cost_usd
-                a.tokens = event.tokens
-                self.manager.transition(
-                    CodonFinalCostSet(
-                        run_id=run_id,
-                        codon_id=codon_id,
-                        final_cost=event.cost_usd,
-                        final_tokens=_usage(event.tokens),
-                    )
-                )
-                self.emit(
-                    _token_usage(codon_id, event.tokens, event.cost_usd, final=True),
-                    run_id,
-                    codon_id,
-                )
-            return
-        if isinstance(event, RetryNotice):
-            detail = f" ({event.error})" if event.error else ""
-            self.emit(
-                InfoEvent(
-                    message=f"{codon_id}: the agent retries an API call "
-                    f"(attempt {event.attempt}){detail}"
-                ),
-                run_id,
-                codon_id,
-            )
-            return
-        # StderrLine: kept in the session's stderr tail and verdict, not journaled line by line.
+        )
+        self.emit(
+            _token_usage(codon_id, event.tokens, event.cost_usd, final=True), run_id, codon_id
+        )
+
+    def _retry_notice(self, a: _Attempt, event: RetryNotice) -> None:
+        codon_id = a.request.planned.codon_id
+        detail = f" ({event.error})" if event.error else ""
+        self.emit(
+            InfoEvent(
+                message=f"{codon_id}: the agent retries an API call "
+                f"(attempt {event.attempt}){detail}"
+            ),
+            a.request.run_id,
+            codon_id,
+        )
 
     # ------------------------------------------------------------------ ending
 
@@ -750,7 +775,9 @@ class CodonRunner:
                     context_exceeded=context_exceeded or None,
                 ),
             )
-            return self._done(a, "completed", checkpoint=sha, context_exceeded=context_exceeded)
+            return await self._done(
+                a, "completed", checkpoint=sha, context_exceeded=context_exceeded
+            )
         error_class = exit.error_class or ErrorClass.ERROR_RESULT
         message = exit.message or f"the agent exited with code {_exit_code(exit)}"
         if exit.ok and a.status != "running":
@@ -768,7 +795,7 @@ class CodonRunner:
                 "skipped",
                 TransitionMetadata(skipped_during=a.status, checkpoint_sha=sha),
             )
-            return self._done(a, "skipped", checkpoint=sha)
+            return await self._done(a, "skipped", checkpoint=sha)
         if why is Interrupt.FORCE_STOP:
             return await self._fail(a, "force_stopped", False, "Stopped by the user")
         return await self._fail(a, "interrupted", True, "Weft was shut down while the codon ran")
@@ -798,9 +825,9 @@ class CodonRunner:
                 checkpoint_sha=sha,
             ),
         )
-        return self._done(a, "failed", checkpoint=sha, failure=reason)
+        return await self._done(a, "failed", checkpoint=sha, failure=reason)
 
-    def _done(
+    async def _done(
         self,
         a: _Attempt,
         status: Literal["completed", "failed", "skipped"],
@@ -810,13 +837,17 @@ class CodonRunner:
         context_exceeded: bool = False,
     ) -> CodonResult:
         req = a.request
-        cost = a.final_cost if a.final_cost is not None else a.cost
+        with contextlib.suppress(PersistenceError):
+            # The core applies a batch before it is committed: once the terminal
+            # move is through the queue, its cost cache has the attempt's cost.
+            await self.manager.flush()
+        cost = self.manager.core.codon_cost(req.run_id, req.planned.codon_id)
         result = CodonResult(
             codon_id=req.planned.codon_id,
             status=status,
             failure=failure,
             session_id=a.session_id,
-            cost=0.0 if status == "skipped" else cost,
+            cost=0.0 if status == "skipped" or cost is None else cost,
             tokens=a.tokens,
             checkpoint_sha=checkpoint,
             context_exceeded=context_exceeded,
@@ -880,6 +911,20 @@ class CodonRunner:
 
     def _tip(self, req: CodonRequest) -> str:
         return self.tips.get(req.branch, req.parent_sha)
+
+
+_AgentHandler = Callable[[CodonRunner, _Attempt, Any], None]
+_AGENT_HANDLERS: dict[type[Any], _AgentHandler] = {
+    SessionStarted: CodonRunner._session_started,
+    AssistantText: CodonRunner._text,
+    Thinking: CodonRunner._thinking,
+    ToolUse: CodonRunner._tool_use,
+    ToolResult: CodonRunner._tool_result,
+    UsageDelta: CodonRunner._usage_delta,
+    SessionResult: CodonRunner._result,
+    RetryNotice: CodonRunner._retry_notice,
+}
+"""One handler per agent event class the runner acts on."""
 
 
 def _builtins(value: Any) -> dict[str, Any]:

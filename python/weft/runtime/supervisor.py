@@ -84,6 +84,7 @@ from weft.events.transitions import (
     RunStarted,
 )
 from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
+from weft.progress import RunProgress
 from weft.runtime import rollback, survivors
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.policy import Action, decide
@@ -132,6 +133,7 @@ class RunOutcome:
     codons: dict[str, str] = field(default_factory=dict)
     """Codon id -> its final status in this run."""
     cost: float = 0.0
+    """The run's cost, read from the core's cost cache when it ended."""
     checkpoints: int = 0
     duration_ms: int = 0
 
@@ -261,16 +263,14 @@ class Runtime:
         self._thread: ExecutionThread | None = None
         self._finished: list[CodonSummary] = []
         """The thread's finished codons, oldest first, for ``state.snapshot``."""
-        self._cost_base = 0.0
-        self._spent = 0.0
-        """Cost of the attempts since the thread was last read."""
         self._codons_by_id = {
             codon.id: codon
             for item in hank.hank.hank
             for codon in (item.codons if isinstance(item, Loop) else [item])
         }
-        self._iterations: dict[tuple[str, int], list[float]] = {}
-        """(loop id, iteration) -> [cost, milliseconds, tokens] so far."""
+        self._progress = RunProgress()
+        """The run's fold: the loop iterations' figures come from it, so they
+        agree with the codons' own lines."""
 
     # ------------------------------------------------------------------ control
 
@@ -487,7 +487,7 @@ class Runtime:
         self, event: StreamData, run_id: str | None = None, codon_id: str | None = None
     ) -> None:
         assert self._manager is not None
-        self._manager.emit(event.TYPE, event, run_id=run_id, codon_id=codon_id)
+        self._manager.emit(event, run_id=run_id, codon_id=codon_id)
 
     def _on_processed(self, item: Processed) -> None:
         if item.event is not None and not item.outcome.ok and self._fatal is None:
@@ -530,6 +530,7 @@ class Runtime:
             manager = store.state_manager()
             self._manager = manager
             manager.add_listener(self._on_processed)
+            manager.add_listener(self._progress.apply)
             for listener in self._listeners:
                 manager.add_listener(listener)
             if self.options.serve:
@@ -942,13 +943,6 @@ class Runtime:
             )
         )
         outcome.codons[current.codon_id] = result.status
-        outcome.cost += result.cost
-        if current.loop_context is not None:
-            key = (current.loop_context.loop_id, current.loop_context.iteration)
-            totals = self._iterations.setdefault(key, [0.0, 0.0, 0.0])
-            totals[0] += result.cost
-            totals[1] += result.duration_ms
-            totals[2] += result.tokens.input + result.tokens.output
         if result.checkpoint_sha is not None:
             outcome.checkpoints += 1
             cursor.parent = result.checkpoint_sha
@@ -987,7 +981,6 @@ class Runtime:
         for the journal's commit)."""
         thread = await manager.execution_thread()
         self._finished = [_summary(tc) for tc in reversed(list(thread.codons)) if tc.status in DONE]
-        self._cost_base, self._spent = manager.core.total_cost(), 0.0
 
     def _snapshot(self, run_id: str) -> None:
         """Emits ``state.snapshot``: the thread's finished codons and the cost."""
@@ -995,7 +988,7 @@ class Runtime:
         self._emit(
             StateSnapshotEvent(
                 completed_codons=self._finished,
-                total_cost=self._cost_base + self._spent,
+                total_cost=self._manager.core.total_cost() if self._manager else 0.0,
                 total_time=int((time.monotonic() - self._started) * 1000),
                 is_rolling_back=self._rolling_back,
                 current_codon=None
@@ -1010,6 +1003,7 @@ class Runtime:
     ) -> RunOutcome:
         """The outcome, with the run ended the way it went."""
         outcome.run_id = cursor.run_id
+        outcome.cost = manager.core.run_cost(cursor.run_id) or 0.0
         if self._fatal is not None:
             outcome.status, outcome.exit_code, outcome.message = "failed", 1, self._fatal
             self._emit(ErrorEvent(message=self._fatal, fatal=True, severity="fatal"), cursor.run_id)
@@ -1057,7 +1051,6 @@ class Runtime:
                 skip_rig=skip_rig,
             )
             result = await runner.run(request)
-            self._spent += result.cost
             if result.failure is not None and result.failure.kind == "storage":
                 # A full disk: no retry or failure policy can help, the run ends.
                 self._fatal = self._fatal or result.failure.message
@@ -1136,14 +1129,15 @@ class Runtime:
         finished = change.finished
         if change.iteration_completed and finished.loop_context is not None:
             context = finished.loop_context
-            cost, ms, tokens = self._iterations.pop((context.loop_id, context.iteration), [0, 0, 0])
+            codons = [c.codon_id for c in change.plan.iteration(context.loop_id, context.iteration)]
+            figures = self._progress.figures(codons, time.time_ns())
             self._emit(
                 LoopIterationCompletedEvent(
                     loop_id=context.loop_id,
                     iteration=context.iteration,
-                    duration_ms=int(ms),
-                    cost_usd=cost,
-                    tokens_used=int(tokens),
+                    duration_ms=figures.duration_ms,
+                    cost_usd=figures.cost,
+                    tokens_used=figures.tokens,
                     is_final=change.loop_finished,
                     termination_reason=change.termination_reason,
                 ),

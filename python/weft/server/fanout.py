@@ -31,7 +31,6 @@ from typing import Protocol
 
 from weft.server.protocol import live_batch
 from weft.state import Processed
-from weft.store.writer import to_row
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +40,10 @@ _WS = b" \t\n\r"
 def envelope(item: Processed) -> bytes:
     """The wire form of a processed event: ``{"id","seq","timestamp",...payload}``.
 
-    A refused transition goes out as the journal records it, an ``error`` event.
+    A refused transition goes out as the journal records it, an ``error``
+    event: the StateManager encoded that once, and these are its bytes.
     """
     payload = item.payload
-    if item.stream is None and not item.outcome.ok:
-        payload = to_row(item)[7].encode()
     if payload[:1] != b"{":
         payload = payload.lstrip(_WS)
     return b'{"id":"%s","seq":%d,"timestamp":"%s",%s' % (

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from weft.events.stream import StreamData
+from weft.events.stream import STREAM_CLASSES, RejectedTransition, StreamData
 from weft.events.transitions import TRANSITION_CLASSES
 from weft.server.protocol import CONNECTION_MESSAGES, PROTOCOL_VERSION
 
@@ -22,25 +22,9 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 EVENT_ID = r"^\d{13}-[0-9a-z]{9}$"
 
 
-class RejectedTransition(msgspec.Struct, rename="camel", kw_only=True):
-    """The data of the ``error`` event a refused transition is journaled as."""
-
-    code: str | None
-    message: str | None
-    transition_type: str | None
-    transition: str
-    """The refused transition's bytes, as text."""
-
-
 def stream_event_types() -> dict[str, type[StreamData]]:
     """Every stream event type by its wire name (subclasses of subclasses too)."""
-    found: dict[str, type[StreamData]] = {}
-    pending = list(StreamData.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        found[cls.TYPE] = cls
-    return dict(sorted(found.items()))
+    return dict(STREAM_CLASSES)
 
 
 def _journaled(name: str, data: dict[str, Any]) -> dict[str, Any]:

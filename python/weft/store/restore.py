@@ -19,6 +19,8 @@ from pathlib import Path
 from weft._core import Core
 from weft.clock import utc_now_iso
 from weft.errors import StoreError, WeftError
+from weft.events.stream import InfoEvent
+from weft.state import encode_stream
 from weft.store.journal import Journal
 from weft.store.lock import RuntimeLock
 from weft.store.snapshot import read_snapshots, write_snapshot
@@ -81,7 +83,7 @@ def restore_from_snapshot(weft_dir: Path) -> Restored:
             + (f"; the old journal files are in {moved_to}" if moved_to else "")
         )
         now = utc_now_iso()
-        payload = json.dumps({"type": "info", "data": {"message": message}})
+        payload = encode_stream(InfoEvent(message=message)).decode()
         note = (
             BASELINE_SEQ,
             f"{int(time.time() * 1000):013d}-{BASELINE_SEQ:09d}",

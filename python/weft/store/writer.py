@@ -22,8 +22,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import orjson
-
 from weft._core import Core
 from weft.state import Processed
 from weft.store.diskspace import is_storage_failure, storage_error
@@ -33,28 +31,15 @@ from weft.store.snapshot import STATE, write_snapshot
 
 
 def to_row(p: Processed) -> Row:
-    """The journal row of one processed submission."""
-    o = p.outcome
+    """The journal row of one processed submission (a refused transition's
+    payload is already its ``error`` event: the StateManager made it once)."""
     payload = p.payload.decode("utf-8", "replace")
     if p.stream is not None:
         s = p.stream
         return (p.seq, p.id, p.timestamp, "event", s.type, s.run_id, s.codon_id, payload)
-    if o.ok:
-        kind = o.kind or "unknown"
-        return (p.seq, p.id, p.timestamp, "transition", kind, o.run_id, o.codon_id, payload)
-    # A refused transition changed nothing: it is journaled as an error event.
-    error = orjson.dumps(
-        {
-            "type": "error",
-            "data": {
-                "code": o.code,
-                "message": o.message,
-                "transitionType": o.kind,
-                "transition": payload,
-            },
-        }
-    ).decode()
-    return (p.seq, p.id, p.timestamp, "event", "error", o.run_id, o.codon_id, error)
+    o = p.outcome
+    kind = o.kind or "unknown"
+    return (p.seq, p.id, p.timestamp, "transition", kind, o.run_id, o.codon_id, payload)
 
 
 class StoreWriter:

@@ -21,24 +21,33 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from weft import core
-from weft.config.schema import Hank
-from weft.events.stream import AssistantActionEvent, CodonRetryEvent, TokenUsageEvent
-from weft.plan import ExecutionPlan, plan_transitions
-from weft.runtime.view import (
+from weft.cli.view import (
     HeadlessView,
     JsonView,
     LiveView,
     RunProgress,
     RunSummary,
     describe_action,
+    describe_last,
     format_cost,
     format_duration,
     format_tokens,
     make_view,
     render_progress,
     rig_label,
+    see,
     summary_data,
 )
+from weft.config.schema import Hank
+from weft.events.stream import (
+    STREAM_CLASSES,
+    AssistantActionEvent,
+    CodonRetryEvent,
+    StreamData,
+    TokenUsageEvent,
+)
+from weft.events.transitions import decode
+from weft.plan import ExecutionPlan, plan_transitions
 from weft.state import Processed, StateManager
 
 RUN = "r1"
@@ -119,7 +128,11 @@ class Recorder:
             self.manager.transition(event)
 
     def emit(self, kind: str, data: Any, codon: str | None = None) -> None:
-        self.manager.emit(kind, data, run_id=self.run_id, codon_id=codon)
+        event = (
+            data if isinstance(data, StreamData) else msgspec.convert(data, STREAM_CLASSES[kind])
+        )
+        assert kind == event.TYPE
+        self.manager.emit(event, run_id=self.run_id, codon_id=codon)
 
     def start_run(self, plan: list[core.PlanEntry] | None = None) -> None:
         """A fresh run ``RUN`` (with ``plan`` as its execution plan)."""
@@ -431,18 +444,18 @@ async def test_the_model_tracks_attempts_actions_checkpoints_and_failures() -> N
     before_retry = fold(rec.items[:retry]).codon("build")
     assert before_retry is not None
     assert before_retry.status == "failed"
-    assert before_retry.last_action.startswith("message: I will now build the project")
+    assert describe_last(before_retry).startswith("message: I will now build the project")
     design, build, deploy = (progress.codon(x) for x in ("design", "build", "deploy"))
     assert design is not None
     assert build is not None
     assert deploy is not None
-    assert design.last_action == "tool Write notes.md"
+    assert describe_last(design) == "tool Write notes.md"
     assert design.checkpoint == "sha00design"
     assert design.model == "sonnet"
     assert design.name == "Design"
     assert build.attempts == 2
     assert build.status == "completed"
-    assert build.last_action == "retry 2/3"
+    assert describe_last(build) == "retry 2/3"
     assert build.failure is None  # the retry succeeded
     assert progress.failures == [("build", "rate_limit: 429 Too Many Requests")]
     assert deploy.status == "skipped"
@@ -494,7 +507,7 @@ async def test_the_active_codon_shows_its_rig_command_then_its_elapsed_time() ->
     assert design is not None
     assert design.codon_id == "design"
     assert design.status == "preparing"
-    assert design.last_action == "rig: npm ci"
+    assert describe_last(design) == "rig: npm ci"
     assert design.elapsed(items[1].time_ns + 90 * SECOND) == 90
     assert progress.counts()["pending"] == len(plan) - 1
 
@@ -544,7 +557,7 @@ async def test_a_continuation_shows_what_earlier_runs_finished() -> None:
     )
     rec.manager.transition(core.CodonStarted(run_id="r2", codon_id="deploy", start_time="t"))
     items = (await rec.flush())[start:]
-    notes = [progress.apply(i) for i in items]
+    notes = [see(progress, i) for i in items]
     assert notes[0] is not None
     assert "continuing run r1 after review#1" in notes[0].text
     assert progress.counts()["active"] == 1
@@ -726,14 +739,15 @@ async def test_json_lines_are_the_events_with_ids_and_sequence_numbers() -> None
         doc = json.loads(line)
         assert list(doc) == ["id", "seq", "timestamp", "type", "data"]
         assert (doc["id"], doc["seq"], doc["timestamp"]) == (item.id, item.seq, item.timestamp)
-        if item.outcome.ok:
-            # The payload's bytes, not a re-encoding of them.
-            assert line.endswith(item.payload.decode()[1:])
-            assert {"type": doc["type"], "data": doc["data"]} == json.loads(item.payload)
-        else:
+        # The payload's bytes (the journal's), not a re-encoding of them.
+        assert line.endswith(item.payload.decode()[1:])
+        assert {"type": doc["type"], "data": doc["data"]} == json.loads(item.payload)
+        if not item.outcome.ok:
             assert doc["type"] == "error"
             assert doc["data"]["code"] == item.outcome.code
-            assert doc["data"]["transition"] == item.payload.decode()
+            refused = decode(doc["data"]["transition"].encode())
+            assert isinstance(refused, core.CodonTransitioned)
+            assert (refused.codon_id, refused.to_status) == ("design", "completed")
 
 
 async def test_json_summary_is_one_last_line_with_the_figures() -> None:

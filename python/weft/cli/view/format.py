@@ -1,0 +1,146 @@
+"""Words and figures for people: money, token counts, durations, a codon's last action.
+
+Pure functions of values (no terminal, no I/O), shared by every view.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from weft.events.stream import (
+    AssistantActionEvent,
+    CodonRetryEvent,
+    RigOutputEvent,
+    RigSetupFailedEvent,
+    ToolResultEvent,
+)
+from weft.progress import CodonProgress
+
+
+def format_cost(usd: float | None) -> str:
+    """Dollars with four decimals (``$0.0320``); ``-`` when unknown."""
+    return "-" if usd is None else f"${usd:.4f}"
+
+
+def format_tokens(count: int) -> str:
+    """A compact token count: ``950``, ``12.3k``, ``456k``, ``1.2M`` (three figures at most)."""
+    if count < 1000:
+        return str(max(count, 0))
+    value = float(count)
+    for unit in ("k", "M", "B", "T"):
+        value /= 1000
+        # Thresholds chosen so rounding never shows "100.0k" or "1000k".
+        if value < 99.95:
+            return f"{value:.1f}{unit}"
+        if value < 999.5:
+            return f"{value:.0f}{unit}"
+    return f"{value:.0f}T"
+
+
+def format_duration(seconds: float) -> str:
+    """A human duration: ``<1s``, ``42s``, ``1m 05s``, ``2h 03m``."""
+    whole = max(int(seconds), 0)
+    if whole == 0:
+        return "<1s"
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def clip(text: str, limit: int) -> str:
+    """One line of at most ``limit`` characters, whitespace collapsed."""
+    # Only the head is looked at: a message may be a whole long answer.
+    flat = " ".join(text[: limit * 4].split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def iso(ns: int) -> str:
+    ms = ns // 1_000_000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+ACTION_LIMIT = 60
+"""Characters of a codon's last action kept for display."""
+_PATH_KEYS = ("file_path", "filePath", "notebook_path", "path")
+_ARG_KEYS = ("command", "cmd", "pattern", "query", "url", "description", "prompt")
+
+
+def describe_tool(name: str, tool_input: Mapping[str, Any] | None) -> str:
+    """``tool Write notes.md``: the tool and its most telling argument."""
+    argument = ""
+    if tool_input:
+        for key in _PATH_KEYS:
+            value = tool_input.get(key)
+            if isinstance(value, str) and value:
+                argument = PurePosixPath(value).name or value
+                break
+        else:
+            for key in _ARG_KEYS:
+                value = tool_input.get(key)
+                if isinstance(value, list):
+                    value = " ".join(str(v) for v in value)
+                if isinstance(value, str) and value.strip():
+                    argument = value.strip().splitlines()[0]
+                    break
+    return clip(f"tool {name} {argument}" if argument else f"tool {name}", ACTION_LIMIT)
+
+
+def describe_action(
+    action: str, content: str, tool_name: str | None, tool_input: Mapping[str, Any] | None
+) -> str:
+    """The short text of an ``assistant.action``."""
+    if action == "tool_use":
+        return describe_tool(tool_name or content or "?", tool_input)
+    if action == "thinking":
+        return "thinking…"
+    return clip(f"message: {content}", ACTION_LIMIT)
+
+
+def rig_label(codon: Mapping[str, Any] | None, index: int) -> str:
+    """``npm ci`` or ``copy src -> dst``: rig operation ``index`` of a plan entry's codon."""
+    ops = codon.get("rigSetup") if codon else None
+    if not isinstance(ops, list) or not 0 <= index < len(ops) or not isinstance(ops[index], dict):
+        return f"operation {index + 1}"
+    op: dict[str, Any] = ops[index]
+    command = op.get("command")
+    if isinstance(command, dict) and isinstance(command.get("run"), str):
+        lines = command["run"].strip().splitlines()
+        return clip(lines[0] if lines else command["run"], 40)
+    copy = op.get("copy")
+    if isinstance(copy, dict):
+        return clip(f"copy {copy.get('from', '?')} -> {copy.get('to', '?')}", 40)
+    return f"operation {index + 1}"
+
+
+def describe_last(c: CodonProgress) -> str:
+    """The short text of what a codon did last ("" when nothing yet)."""
+    last = c.last
+    if isinstance(last, AssistantActionEvent):
+        return describe_action(last.action, last.content, last.tool_name, last.tool_input)
+    if isinstance(last, RigOutputEvent):
+        return "rig: " + rig_label(c.config, last.command_index)
+    if isinstance(last, RigSetupFailedEvent):
+        return clip(f"rig failed: {rig_label(c.config, last.command_index)}", ACTION_LIMIT)
+    if isinstance(last, CodonRetryEvent):
+        return f"retry {last.attempt}/{last.max_attempts}"
+    if isinstance(last, ToolResultEvent):
+        return clip(f"tool {last.tool_name or '?'} failed", ACTION_LIMIT)
+    return ""
+
+
+def checkpoint_list_text(data: Mapping[str, Any]) -> str:
+    """One line for a ``checkpoint.list`` answer: its newest 20 checkpoints."""
+    rows = data.get("checkpoints") or []
+    listed = "; ".join(
+        f"{str(r.get('sha', ''))[:10]} {r.get('checkpointType')} {r.get('codonId')}"
+        for r in rows[:20]
+    )
+    more = f"; {len(rows) - 20} more" if len(rows) > 20 else ""
+    return f"{len(rows)} checkpoint(s), newest first: {listed}{more}"

@@ -1,0 +1,292 @@
+"""One short sentence for each event worth a line: a state change, a failure, a message.
+
+:func:`see` folds a processed event into the :class:`~weft.progress.RunProgress`
+and then words it: one small function per event class, reading the event and
+the fold as it stands after it. Events that are not worth a line (token usage,
+tool calls) have no function and cost a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from weft.cli.view.format import (
+    checkpoint_list_text,
+    clip,
+    format_cost,
+    format_duration,
+    format_tokens,
+    rig_label,
+)
+from weft.client import Event as WireEvent
+from weft.events.stream import (
+    CheckpointListEvent,
+    CodonRetryEvent,
+    ErrorEvent,
+    Event,
+    InfoEvent,
+    LoopIterationCompletedEvent,
+    RejectedTransition,
+    RigSetupCompletedEvent,
+    RigSetupFailedEvent,
+    RollbackCompletedEvent,
+    RollbackProgressEvent,
+    RollbackStartedEvent,
+    ServerIdleEvent,
+    typed,
+)
+from weft.events.transitions import (
+    CodonStarted,
+    CodonTransitioned,
+    PlanExtended,
+    PlanTrimmed,
+    RunCompleted,
+    RunCrashed,
+    RunFailed,
+    RunStarted,
+)
+from weft.progress import TERMINAL, RunProgress
+from weft.state import Processed
+
+NoteKind = Literal[
+    "run", "codon", "plan", "rig", "retry", "loop", "info", "error", "idle", "rejected"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something worth one line: a state change, a failure, a message."""
+
+    kind: NoteKind
+    text: str
+    codon_id: str | None = None
+    status: str | None = None
+    """For a ``codon`` note, the status the codon reached."""
+
+
+def see(progress: RunProgress, item: Processed) -> Note | None:
+    """Folds ``item`` into ``progress``; returns its note, if it is worth a line."""
+    event = progress.apply(item)
+    return word(
+        progress, event, item.time_ns, None if item.stream is None else item.stream.codon_id
+    )
+
+
+def wire_time_ns(event: WireEvent) -> int:
+    """When a wire event was committed: its id starts with the milliseconds."""
+    try:
+        return int(event.id[:13]) * 1_000_000
+    except ValueError:
+        return time.time_ns()
+
+
+def fold_wire(progress: RunProgress, event: WireEvent) -> tuple[Event | None, int]:
+    """Folds a wire event (``weft attach``'s) into ``progress``: its decoded data
+    is converted to the typed event once, without a JSON round trip. Returns
+    the typed event and its time."""
+    typed_event = typed(event.type, event.data)
+    at = wire_time_ns(event)
+    progress.fold(typed_event, at, event.seq)
+    return typed_event, at
+
+
+def see_wire(progress: RunProgress, event: WireEvent) -> Note | None:
+    """:func:`see` for a wire event."""
+    typed_event, at = fold_wire(progress, event)
+    return word(progress, typed_event, at)
+
+
+def word(
+    progress: RunProgress, event: Event | None, at_ns: int, codon_id: str | None = None
+) -> Note | None:
+    """The note of an event ``progress`` has just folded (None if not worth a line)."""
+    if event is None:
+        return None
+    handler = _NOTES.get(type(event))
+    if handler is None:
+        return None
+    return handler(progress, event, at_ns, codon_id or getattr(event, "codon_id", None))
+
+
+# -- transitions ----------------------------------------------------------------
+
+
+def _codon_started(p: RunProgress, event: CodonStarted, at: int, _: str | None) -> Note | None:
+    c = p.codon(event.codon_id)
+    if c is None:
+        return None
+    again = f" (attempt {c.attempts})" if c.attempts > 1 else ""
+    return Note("codon", f"{c.codon_id}: preparing{again}", c.codon_id, "preparing")
+
+
+def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> Note | None:
+    c = p.codon(event.codon_id)
+    if c is None:
+        return None
+    to = event.to_status
+    if to not in TERMINAL:
+        model = f" ({c.model})" if to == "running" and c.model else ""
+        return Note("codon", f"{c.codon_id}: {to}{model}", c.codon_id, to)
+    took = format_duration(c.elapsed(at) or 0.0)
+    figures = f"{format_cost(c.cost)}, {format_tokens(c.tokens)} tokens"
+    if to == "completed":
+        sha = f", checkpoint {c.checkpoint[:8]}" if c.checkpoint else ""
+        return Note("codon", f"{c.codon_id}: completed in {took} ({figures}{sha})", c.codon_id, to)
+    meta = event.metadata
+    if to == "skipped":
+        during = meta.skipped_during if meta is not None else None
+        where = f" during {during}" if during else ""
+        return Note("codon", f"{c.codon_id}: skipped{where} after {took}", c.codon_id, to)
+    where = f" during {c.failed_during}" if c.failed_during else ""
+    text = f"{c.codon_id}: FAILED{where} after {took} ({figures}): {c.failure}"
+    return Note("codon", text, c.codon_id, to)
+
+
+def _run_started(p: RunProgress, event: RunStarted, at: int, _: str | None) -> Note:
+    how = f"continuing run {p.continuation}" if p.continuation else "fresh"
+    planned = len(p.codons)
+    return Note("run", f"run {event.run_id} started ({how}), {planned} codons planned")
+
+
+def _run_ended(p: RunProgress, event: Any, at: int, _: str | None) -> Note:
+    took = format_duration(p.elapsed(at) or 0.0)
+    return Note("run", f"run {p.run_id} {p.run_status} after {took} ({format_cost(p.total_cost)})")
+
+
+def _run_crashed(p: RunProgress, event: RunCrashed, at: int, _: str | None) -> Note | None:
+    if event.run_id != p.run_id:
+        return None  # an earlier run, marked crashed at start: the runtime says so
+    note = _run_ended(p, event, at, None)
+    crashed = None if p.crashed is None else p.codon(p.crashed)
+    if crashed is None:
+        return note
+    return Note("run", f"{note.text}; {crashed.codon_id} failed during {crashed.failed_during}")
+
+
+def _extended(p: RunProgress, event: PlanExtended, at: int, _: str | None) -> Note:
+    added = p.plan_added
+    return Note("plan", f"plan: added {', '.join(added)}" if added else "plan: unchanged")
+
+
+def _trimmed(p: RunProgress, event: PlanTrimmed, at: int, _: str | None) -> Note:
+    return Note("plan", f"plan: removed {', '.join(event.codon_ids)}")
+
+
+def _rejected(p: RunProgress, event: RejectedTransition, at: int, codon: str | None) -> Note:
+    kind = event.transition_type or "transition"
+    return Note("rejected", f"rejected {kind}: {event.message}", codon)
+
+
+# -- stream events ----------------------------------------------------------------
+
+
+def _where(codon_id: str | None) -> str:
+    return f"{codon_id}: " if codon_id else ""
+
+
+def _rig_failed(p: RunProgress, event: RigSetupFailedEvent, at: int, codon: str | None) -> Note:
+    c = None if codon is None else p.codon(codon)
+    index = event.command_index
+    label = rig_label(c.config if c else None, index)
+    ignored = " (ignored: allowFailure)" if event.ignored else ""
+    message = clip(event.message, 300)
+    text = f"{_where(codon)}rig operation {index + 1} ({label}) failed{ignored}: {message}"
+    return Note("rig", text, codon)
+
+
+def _rig_done(p: RunProgress, event: RigSetupCompletedEvent, at: int, codon: str | None) -> Note:
+    took = format_duration(event.duration_ms / 1000)
+    text = f"{_where(codon)}rig setup done ({event.operation_count} ops, {took})"
+    return Note("rig", text, codon)
+
+
+def _retry(p: RunProgress, event: CodonRetryEvent, at: int, codon: str | None) -> Note:
+    delay = format_duration(event.delay_ms / 1000)
+    return Note(
+        "retry",
+        f"{_where(codon)}retry {event.attempt}/{event.max_attempts} in {delay}: "
+        f"{clip(event.reason, 200)}",
+        codon,
+    )
+
+
+def _iteration(p: RunProgress, event: LoopIterationCompletedEvent, at: int, _: str | None) -> Note:
+    why = event.termination_reason
+    end = f", final{': ' + why if why else ''}" if event.is_final else ""
+    took = format_duration(event.duration_ms / 1000)
+    return Note(
+        "loop",
+        f"loop {event.loop_id} iteration {event.iteration} done in {took} "
+        f"({format_cost(event.cost_usd)}, {format_tokens(event.tokens_used)} tokens{end})",
+    )
+
+
+def _error(p: RunProgress, event: ErrorEvent, at: int, codon: str | None) -> Note:
+    severity = "fatal" if event.fatal else event.severity
+    label = {"fatal": "fatal error", "warning": "warning"}.get(severity, "error")
+    return Note("error", f"{_where(codon)}{label}: {clip(event.message, 300)}", codon)
+
+
+def _info(p: RunProgress, event: InfoEvent, at: int, codon: str | None) -> Note:
+    message = event.message
+    prefix = "" if codon and codon in message else _where(codon)
+    return Note("info", f"{prefix}{clip(message, 300)}", codon)
+
+
+def _idle(p: RunProgress, event: ServerIdleEvent, at: int, _: str | None) -> Note:
+    return Note("idle", f"idle: {clip(event.message, 200)}")
+
+
+def _rollback_started(p: RunProgress, event: RollbackStartedEvent, at: int, _: str | None) -> Note:
+    undone = ", ".join(event.codons_to_process) or "nothing"
+    target = event.to_codon or "the initial state"
+    return Note(
+        "info",
+        f"rolling back to the {event.checkpoint_type} checkpoint {event.to_checkpoint[:10]} "
+        f"of {target}; undoing {clip(undone, 200)}",
+    )
+
+
+def _rollback_step(p: RunProgress, event: RollbackProgressEvent, at: int, _: str | None) -> Note:
+    step = f"{event.current_step}/{event.total_steps}"
+    return Note("info", f"rollback {step}: {clip(event.message, 200)}")
+
+
+def _rolled_back(p: RunProgress, event: RollbackCompletedEvent, at: int, _: str | None) -> Note:
+    return Note("info", f"rolled back: run {event.to_run} continues from {event.checkpoint[:10]}")
+
+
+def _checkpoints(p: RunProgress, event: CheckpointListEvent, at: int, _: str | None) -> Note:
+    # Journaled by earlier versions; now the asking client's own answer.
+    return Note("info", checkpoint_list_text(msgspec.to_builtins(event)))
+
+
+_NoteOf = Callable[[RunProgress, Any, int, "str | None"], "Note | None"]
+_NOTES: dict[type[Any], _NoteOf] = {
+    CodonTransitioned: _moved,
+    CodonStarted: _codon_started,
+    RunStarted: _run_started,
+    RunCompleted: _run_ended,
+    RunFailed: _run_ended,
+    RunCrashed: _run_crashed,
+    PlanExtended: _extended,
+    PlanTrimmed: _trimmed,
+    RejectedTransition: _rejected,
+    RigSetupFailedEvent: _rig_failed,
+    RigSetupCompletedEvent: _rig_done,
+    CodonRetryEvent: _retry,
+    LoopIterationCompletedEvent: _iteration,
+    ErrorEvent: _error,
+    InfoEvent: _info,
+    ServerIdleEvent: _idle,
+    RollbackStartedEvent: _rollback_started,
+    RollbackProgressEvent: _rollback_step,
+    RollbackCompletedEvent: _rolled_back,
+    CheckpointListEvent: _checkpoints,
+}
+"""One function per event class worth a line."""
