@@ -214,14 +214,12 @@ async def _command_op(
     cwd = workspace
     if op.command.working_directory == "lastCopied":
         if last_copied is None:
-            return RigOpResult(
-                index=index,
-                type="command",
-                label=label,
-                ok=False,
+            return RigOpResult.other_failure(
+                index,
+                "command",
+                label,
+                'workingDirectory is "lastCopied" but no copy succeeded before it',
                 duration=0.0,
-                failure_type="other",
-                message='workingDirectory is "lastCopied" but no copy succeeded before it',
             )
         cwd = last_copied
     outcome = await run_command(op, index, cwd=cwd, settings=settings)
@@ -262,32 +260,12 @@ async def _copy_op(
                 await job
         raise
     except CopyError as e:
-        return RigOpResult(
-            index=index,
-            type="copy",
-            label=label,
-            ok=False,
-            duration=time.monotonic() - started,
-            failure_type="other",
-            message=str(e),
+        return RigOpResult.other_failure(
+            index, "copy", label, str(e), duration=time.monotonic() - started
         )
     ignored = tuple(stats.ignored or ())
     if ignored:
-        shown = ", ".join(ignored[:IGNORED_IN_EVENT])
-        more = (
-            f" and {len(ignored) - IGNORED_IN_EVENT} more"
-            if len(ignored) > IGNORED_IN_EVENT
-            else ""
-        )
-        emit(
-            "info",
-            {
-                "message": f"Rig copy {label}: {len(ignored)} ignored "
-                f"entr{'y' if len(ignored) == 1 else 'ies'} not copied: {shown}{more}",
-                "commandIndex": index,
-                **extra,
-            },
-        )
+        _report_ignored(ignored, index, label, emit, extra)
     return RigOpResult(
         index=index,
         type="copy",
@@ -299,4 +277,21 @@ async def _copy_op(
         files_copied=stats.files,
         bytes_copied=stats.bytes,
         ignored=ignored,
+    )
+
+
+def _report_ignored(
+    ignored: tuple[str, ...], index: int, label: str, emit: Emit, extra: Mapping[str, Any]
+) -> None:
+    """One ``info`` event naming what a copy's ignore rules skipped (the first few)."""
+    shown = ", ".join(ignored[:IGNORED_IN_EVENT])
+    more = f" and {len(ignored) - IGNORED_IN_EVENT} more" if len(ignored) > IGNORED_IN_EVENT else ""
+    emit(
+        "info",
+        {
+            "message": f"Rig copy {label}: {len(ignored)} ignored "
+            f"entr{'y' if len(ignored) == 1 else 'ies'} not copied: {shown}{more}",
+            "commandIndex": index,
+            **extra,
+        },
     )

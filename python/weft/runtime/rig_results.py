@@ -53,6 +53,27 @@ class RigOpResult:
     bytes_copied: int = 0
     ignored: tuple[str, ...] = ()
 
+    @classmethod
+    def other_failure(
+        cls,
+        index: int,
+        type: Literal["copy", "command"],
+        label: str,
+        message: str,
+        *,
+        duration: float,
+    ) -> RigOpResult:
+        """An operation that failed before or outside its work (``failureType`` ``other``)."""
+        return cls(
+            index=index,
+            type=type,
+            label=label,
+            ok=False,
+            duration=duration,
+            failure_type="other",
+            message=message,
+        )
+
     def describe(self) -> str:
         """``command operation 2 ("npm ci")``."""
         return f"{self.type} operation {self.index + 1} ({self.label})"
