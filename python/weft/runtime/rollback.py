@@ -37,7 +37,7 @@ from weft.events.transitions import (
     RunStarted,
 )
 from weft.plan import ExecutionPlan
-from weft.runtime.execution import ExecutionLayout
+from weft.runtime.layout import ExecutionLayout
 from weft.state import StateManager
 
 CheckpointType = Literal["rig-setup", "completed", "error", "skipped"]
