@@ -30,6 +30,7 @@ def _link_target(layout: ExecutionLayout, data: Path) -> Path:
 
 
 def link_intact(layout: ExecutionLayout, data: Path) -> bool:
+    """Whether the data slot is still a symlink to ``data``."""
     link = _link_target(layout, data)
     try:
         return link.is_symlink() and Path(os.readlink(link)) == data

@@ -136,6 +136,7 @@ def write_meta(path: Path, meta: ExecutionMeta) -> None:
 
 
 def current_environment() -> ExecutionEnvironment:
+    """This machine and Python, for the record."""
     return ExecutionEnvironment(
         platform=sys.platform,
         arch=platform.machine(),
@@ -145,6 +146,7 @@ def current_environment() -> ExecutionEnvironment:
 
 
 def weft_version() -> str:
+    """The compiled core's version (``unknown`` without it)."""
     try:
         from weft._core import __version__
     except ImportError:  # pragma: no cover - the extension is always built in practice

@@ -99,12 +99,14 @@ class Tail:
         self.size = 0
 
     def add(self, line: str) -> None:
+        """Keeps ``line`` (dropping the oldest lines past ``cap``)."""
         self.lines.append(line)
         self.size += len(line) + 1
         while self.size > self.cap and len(self.lines) > 1:
             self.size -= len(self.lines.popleft()) + 1
 
     def text(self) -> str:
+        """The kept lines, joined."""
         return "\n".join(self.lines)
 
 
@@ -145,11 +147,13 @@ class OutputStream:
         self._timer: asyncio.TimerHandle | None = None
 
     def feed(self, data: bytes) -> None:
+        """Takes a chunk of the stream."""
         lines, skipped = self._framer.push(data)
         self._dropped += skipped
         self._add(lines)
 
     def close(self) -> None:
+        """Sends the unterminated last line and whatever is pending."""
         self._add(self._framer.finish())
         self.flush()
 
@@ -177,6 +181,7 @@ class OutputStream:
             self._timer = self._loop.call_later(delay, self.flush)
 
     def flush(self) -> None:
+        """Sends the pending lines as one ``rig.output`` event (and charges the budget)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
