@@ -35,6 +35,11 @@ harness only supplies the argv, the environment and a sans-I/O
 §6.2): a short allow-list of the parent's variables, the harness's own
 prefixes, then ``WEFT_<X>`` as ``X`` and the codon's env, where the value
 ``unset`` deletes a variable.
+
+Why one module of over 600 lines: :class:`SubprocessSession` is one object
+whose pipe callbacks, deadlines, backpressure and stop sequence share its
+state; the guarantees above hold only together. The process-group helpers
+it shares with the rig are in :mod:`weft.process_group`.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ The pieces it builds on, one job each: :mod:`weft.runtime.layout` (paths),
 (hank and data fingerprints), :mod:`weft.runtime.datalink` (the data slot),
 :mod:`weft.runtime.setup_errors` (the errors). The names they export are
 re-exported here for callers that prepare executions.
+
+Why this module stays whole at about 600 lines: it is the decision between
+creating and resuming, and its functions are the rules listed above, in that
+order; split further, the rules would be read across modules.
 """
 
 from __future__ import annotations
