@@ -32,7 +32,14 @@ from weft.runtime.rig_output import Budget, OutputLimits, OutputStream, Tail
 from weft.runtime.rig_results import Emit, FailureType
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 
-__all__ = ["PIPE_GRACE", "CommandOutcome", "CommandSettings", "command_label", "run_command"]
+__all__ = [
+    "PIPE_GRACE",
+    "CommandOutcome",
+    "CommandSettings",
+    "command_label",
+    "run_command",
+    "verdict",
+]
 
 PIPE_GRACE = 2.0
 """After the shell exited and its group was killed, how long its pipes may stay
@@ -158,7 +165,7 @@ async def run_command(
     timed_out = await _wait(pgid, transport, protocol, settings)
     code = transport.get_returncode()
     transport.close()
-    return _outcome(code, timed_out, settings.timeout, tail.text())
+    return verdict(code, timed_out, settings.timeout, tail.text())
 
 
 async def _spawn(
@@ -224,7 +231,7 @@ async def _wait(
     return timed_out
 
 
-def _outcome(code: int | None, timed_out: bool, timeout: float | None, tail: str) -> CommandOutcome:
+def verdict(code: int | None, timed_out: bool, timeout: float | None, tail: str) -> CommandOutcome:
     """The verdict on a shell that ended with ``code`` (negative: killed by that signal)."""
     if timed_out:
         return CommandOutcome("timeout", f"timed out after {timeout:g} s", code, tail)
