@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -28,14 +27,11 @@ from weft.runtime.execution import (
     HankChangedError,
     InputPathError,
     PreparedExecution,
-    ask_yes_no,
     hank_hash,
     hash_data,
-    is_interactive,
     managed_base_dir,
     prepare_execution,
     read_meta,
-    resolve_inputs,
     write_meta,
 )
 
@@ -86,69 +82,6 @@ def prepare(e: dict[str, Path], **kw: object) -> PreparedExecution:
     data = args.pop("data", e["data"])
     hank = args.pop("hank", e["hank"])
     return prepare_execution(hank, data, **args)  # type: ignore[arg-type]
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def test_no_argument_runs_hank_json_of_the_current_folder(tmp_path: Path) -> None:
-    hank = write_hank(tmp_path / "hank.json")
-    assert resolve_inputs([], cwd=tmp_path) == (hank.resolve(), None)
-
-
-def test_no_argument_without_hank_json_says_how_to_pass_one(tmp_path: Path) -> None:
-    with pytest.raises(InputPathError, match=r"no hank\.json in .*weft run path/to/hank\.json"):
-        resolve_inputs([], cwd=tmp_path)
-
-
-def test_one_json_argument_is_the_hank(tmp_path: Path) -> None:
-    hank = write_hank(tmp_path / "pipes" / "mine.json")
-    assert resolve_inputs(["pipes/mine.json"], cwd=tmp_path) == (hank.resolve(), None)
-
-
-def test_one_folder_with_a_hank_json_is_the_hank(tmp_path: Path) -> None:
-    hank = write_hank(tmp_path / "pipes" / "hank.json")
-    assert resolve_inputs(["pipes"], cwd=tmp_path) == (hank.resolve(), None)
-
-
-def test_one_other_argument_is_data_for_the_local_hank(tmp_path: Path) -> None:
-    hank = write_hank(tmp_path / "hank.json")
-    data = make_data(tmp_path / "inputs", {"x.txt": "1"})
-    single = tmp_path / "one.csv"
-    single.write_text("a")
-    assert resolve_inputs(["inputs"], cwd=tmp_path) == (hank.resolve(), data.resolve())
-    assert resolve_inputs(["one.csv"], cwd=tmp_path) == (hank.resolve(), single.resolve())
-
-
-def test_data_without_a_local_hank_explains_the_guess(tmp_path: Path) -> None:
-    make_data(tmp_path / "inputs", {"x.txt": "1"})
-    with pytest.raises(InputPathError, match=r"taken as the data.*pass both"):
-        resolve_inputs(["inputs"], cwd=tmp_path)
-
-
-def test_two_arguments_are_hank_then_data(tmp_path: Path) -> None:
-    hank = write_hank(tmp_path / "p" / "hank.json")
-    data = make_data(tmp_path / "d", {"x": "1"})
-    assert resolve_inputs(["p", "d"], cwd=tmp_path) == (hank.resolve(), data.resolve())
-    assert resolve_inputs(["p/hank.json", "d"], cwd=tmp_path) == (hank.resolve(), data.resolve())
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["a", "b", "c"], "too many positional arguments.*got 3"),
-        (["missing.json"], "missing.json: hank file not found"),
-        (["nothing-here"], "nothing-here: no such file or directory"),
-        (["hank.json", "nowhere"], "nowhere: data not found"),
-        (["empty", "hank.json"], "the folder has no hank.json"),
-        (["-"], "stdin"),
-    ],
-)
-def test_bad_positionals_are_clear_errors(tmp_path: Path, args: list[str], message: str) -> None:
-    write_hank(tmp_path / "hank.json")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(InputPathError, match=message):
-        resolve_inputs(args, cwd=tmp_path)
 
 
 # --------------------------------------------------------------------------- create
@@ -575,55 +508,6 @@ def test_hank_hash_reports_invalid_json(tmp_path: Path) -> None:
     bad.write_text("{")
     with pytest.raises(InputPathError, match="not valid JSON"):
         hank_hash(bad)
-
-
-# --------------------------------------------------------------------------- interaction
-
-
-class Tty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-@pytest.mark.parametrize(
-    ("environ", "headless", "expected"),
-    [
-        ({}, False, True),
-        ({}, True, False),
-        ({"CI": "true"}, False, False),
-        ({"CI": "false"}, False, True),
-        ({"GITHUB_ACTIONS": "1"}, False, False),
-        ({"JENKINS_URL": "http://ci"}, False, False),
-        ({"GITLAB_CI": "0"}, False, True),
-    ],
-)
-def test_interactive_detection(environ: dict[str, str], headless: bool, expected: bool) -> None:
-    assert is_interactive(headless=headless, env=environ, stdin=Tty(), stdout=Tty()) is expected
-
-
-def test_a_pipe_is_not_interactive() -> None:
-    assert not is_interactive(env={}, stdin=io.StringIO(), stdout=Tty())
-    assert not is_interactive(env={}, stdin=Tty(), stdout=io.StringIO())
-
-
-@pytest.mark.parametrize(("typed", "expected"), [("y\n", True), ("YES\n", True), ("n\n", False)])
-def test_ask_yes_no_reads_an_answer(typed: str, expected: bool) -> None:
-    read_fd, write_fd = os.pipe()
-    os.write(write_fd, typed.encode())
-    out = io.StringIO()
-    with os.fdopen(read_fd) as source:
-        assert ask_yes_no("Go on?", stdin=source, stdout=out, timeout=5) is expected
-    os.close(write_fd)
-    assert out.getvalue() == "Go on? [y/N] "
-
-
-def test_ask_yes_no_takes_silence_as_no() -> None:
-    read_fd, write_fd = os.pipe()
-    out = io.StringIO()
-    with os.fdopen(read_fd) as source:
-        assert ask_yes_no("Go on?", stdin=source, stdout=out, timeout=0.05) is False
-    os.close(write_fd)
-    assert "taken as no" in out.getvalue()
 
 
 def test_file_data_keeps_its_slot_name(env: dict[str, Path], tmp_path: Path) -> None:

@@ -19,14 +19,9 @@ from hypothesis import strategies as st
 
 from weft.config.schema import CommandOp, CopyOp
 from weft.events.stream import RigOutputEvent, StreamData
-from weft.runtime.rig import (
-    IgnoreRules,
-    OutputLimits,
-    RigResult,
-    _ignored,
-    _Lines,
-    run_rig,
-)
+from weft.runtime.rig import OutputLimits, RigResult, run_rig
+from weft.runtime.rig_ignore import IgnoreRules, is_ignored
+from weft.runtime.rig_output import LineSplitter
 
 Op = CopyOp | CommandOp
 
@@ -399,7 +394,7 @@ def weft_ignored(patterns: list[str], paths: list[str]) -> set[str]:
     for rel in paths:
         parts = rel.split("/")
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        if any(_ignored(rules, p, i < len(parts) - 1) for i, p in enumerate(prefixes)):
+        if any(is_ignored(rules, p, i < len(parts) - 1) for i, p in enumerate(prefixes)):
             ignored.add(rel)
     return ignored
 
@@ -628,7 +623,7 @@ async def test_long_lines_are_cut_into_pieces(rig: Rig) -> None:
 def test_line_splitting_ignores_chunk_boundaries(lines: list[str], cuts: list[int]) -> None:
     data = "".join(f"{line}\n" for line in lines).encode()
     bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
-    framer = _Lines(line_bytes=1 << 20, keep=1 << 20)
+    framer = LineSplitter(line_bytes=1 << 20, keep=1 << 20)
     out: list[str] = []
     for a, b in itertools.pairwise(bounds):
         got, skipped = framer.push(data[a:b])
@@ -639,7 +634,7 @@ def test_line_splitting_ignores_chunk_boundaries(lines: list[str], cuts: list[in
 
 
 def test_a_large_chunk_keeps_only_its_newest_lines() -> None:
-    framer = _Lines(line_bytes=1000, keep=20)
+    framer = LineSplitter(line_bytes=1000, keep=20)
     lines, skipped = framer.push(b"".join(b"line-%03d\n" % i for i in range(100)))
     assert lines[-1] == "line-099"
     assert skipped + len(lines) == 100

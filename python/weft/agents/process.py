@@ -8,7 +8,7 @@ harness only supplies the argv, the environment and a sans-I/O
 * **Own process group.** The child starts a new session, so a stop signals
   the CLI *and* every tool process it spawned. When the CLI exits, whatever
   is left in its group is killed, so nothing it started outlives the codon.
-  On Linux the CLI also gets SIGKILL when Weft dies (:data:`die_with_parent`);
+  On Linux the CLI also gets SIGKILL when Weft dies (:data:`~weft.process_group.die_with_parent`);
   what it spawned is ended by the next run (:mod:`weft.runtime.survivors`).
 * **Pipes.** The prompt is written to stdin, which is then closed. stdout is
   read as bytes and split by :class:`LineFramer` (no cap below 64 MiB; longer
@@ -37,6 +37,11 @@ harness only supplies the argv, the environment and a sans-I/O
 §6.2): a short allow-list of the parent's variables, the harness's own
 prefixes, then ``WEFT_<X>`` as ``X`` and the codon's env, where the value
 ``unset`` deletes a variable.
+
+Why one module of over 600 lines: :class:`SubprocessSession` is one object
+whose pipe callbacks, deadlines, backpressure and stop sequence share its
+state; the guarantees above hold only together. The process-group helpers
+it shares with the rig are in :mod:`weft.process_group`.
 """
 
 from __future__ import annotations
@@ -44,12 +49,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
 import logging
 import os
 import queue
 import signal
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +70,7 @@ from weft.agents.events import (
     StderrLine,
 )
 from weft.agents.harness import AgentStartError, ProcessEnd, StopReason, StreamParser, Timeouts
+from weft.process_group import die_with_parent, signal_group, terminate_group
 
 log = logging.getLogger(__name__)
 
@@ -139,37 +143,6 @@ class LineFramer:
         tail = bytes(self._buf)
         self._buf.clear()
         return tail
-
-
-PR_SET_PDEATHSIG = 1
-"""``prctl`` option: the signal a process gets when its parent (thread) dies."""
-
-
-def _pdeathsig_setter() -> Callable[[], None] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.restype = ctypes.c_int
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    sig = int(signal.SIGKILL)
-
-    def set_pdeathsig() -> None:
-        # Runs in the child between fork and exec: one system call, nothing
-        # that could wait for a lock another thread of Weft held at the fork.
-        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-
-    return set_pdeathsig
-
-
-die_with_parent: Callable[[], None] | None = _pdeathsig_setter()
-"""A ``preexec_fn`` after which the child gets SIGKILL when Weft dies
-(Linux; None elsewhere). Weft spawns from its event-loop thread, which lives
-as long as the process. It covers the direct child, also in the moment
-before its ``process.started`` is journaled; the child's own children are
-found through the journal (:mod:`weft.runtime.survivors`)."""
 
 
 # -- environment ---------------------------------------------------------------------------
@@ -447,7 +420,7 @@ class SubprocessSession:
         if self._stop_reason is None:
             self._stop_reason = StopReason.OPERATOR
         if not self._process_gone.is_set():
-            self._signal_group(signal.SIGKILL)
+            signal_group(self._pid, signal.SIGKILL)
         await self._process_gone.wait()
 
     # -- start --
@@ -547,7 +520,7 @@ class SubprocessSession:
         self._returncode = self._transport.get_returncode()
         # Whatever the CLI left running in its group (background tools) goes
         # with it; this also releases pipes those processes held.
-        self._signal_group(signal.SIGKILL)
+        signal_group(self._pid, signal.SIGKILL)
         self._process_gone.set()
         if self._open_pipes:
             self._pipe_timer = self._loop.call_later(PIPE_GRACE, self._abandon_pipes)
@@ -738,16 +711,13 @@ class SubprocessSession:
         finishing = self._result_seen
         if graceful and finishing and t.flush_grace > 0 and await self._gone_within(t.flush_grace):
             return
-        self._signal_group(self._stop_signal)
-        if await self._gone_within(t.stop_grace):
-            return
-        log.info(
-            "%s (pid %d) ignored %s; killing it",
-            self.name,
-            self._pid,
-            signal.Signals(self._stop_signal).name,
-        )
-        self._signal_group(signal.SIGKILL)
+        if not await terminate_group(self._pid, self._gone_within, t.stop_grace, self._stop_signal):
+            log.info(
+                "%s (pid %d) ignored %s; killed it",
+                self.name,
+                self._pid,
+                signal.Signals(self._stop_signal).name,
+            )
 
     def _close_stdin(self) -> None:
         """Drop a prompt still being written (the CLI is not reading it)."""
@@ -759,12 +729,6 @@ class SubprocessSession:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._process_gone.wait(), seconds)
         return self._process_gone.is_set()
-
-    def _signal_group(self, sig: int) -> None:
-        if self._pid <= 0:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._pid, sig)
 
 
 async def spawn(

@@ -18,17 +18,16 @@ from typing import Any
 
 import uvloop
 
+from weft.cli.prompts import ask_yes_no, is_interactive
+from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
-from weft.config.runtime import resolve_runtime_config
+from weft.config.loader import LoadedHank
+from weft.config.runtime import RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
-from weft.runtime.execution import (
-    ExecutionLayout,
-    ExecutionSetupError,
-    is_interactive,
-    prepare_execution,
-    resolve_inputs,
-)
+from weft.runtime.execution import PreparedExecution, prepare_execution
+from weft.runtime.layout import ExecutionLayout
+from weft.runtime.setup_errors import ExecutionSetupError
 from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ServerError
 from weft.terminal import printable_lines
@@ -116,76 +115,26 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs ``weft run``."""
+    """Runs ``weft run``: resolve the inputs, load the hank and the settings, prepare the
+    execution, then run it under a view."""
     from weft.cli.view import RunSummary, make_view
 
     try:
         hank_path, data_path = resolve_inputs(list(args.paths))
-    except ExecutionSetupError as exc:
-        print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
-        return 2
-    loaded = load_hank(hank_path, model=args.model)
-    settings = resolve_runtime_config(
-        cli={
-            "model": args.model,
-            "shimIdleTimeout": args.shim_idle_timeout,
-            "autostart": False if args.no_autostart else None,
-            "port": args.port,
-            "allowAnonymousRead": True if args.allow_anonymous_read else None,
-        },
-        config_file=args.config,
-        hank=loaded.hank,
-    ).config
-    interactive = is_interactive(headless=args.headless or args.json)
-    base_dir = Path(os.path.expanduser(settings.execution_base_dir))
-    # Where the execution will be is known now: refuse a rig copy that would
-    # copy it into itself before anything is created.
-    unbounded = check_copy_bounds(
-        loaded,
-        execution=(args.execution or base_dir).absolute(),
-        workspace=None if args.execution is None else ExecutionLayout(args.execution).workspace,
-    )
-    if unbounded:
-        raise ConfigError(unbounded)
-    try:
-        prepared = prepare_execution(
-            hank_path,
-            data_path,
-            execution_dir=args.execution,
-            new=args.new,
-            yes=args.yes,
-            force=args.force,
-            interactive=interactive,
-            base_dir=base_dir,
-            copy=args.copy,
-            keep_workspace=args.no_wipe,
-            data_hash_time_limit=settings.data_hash_time_limit / 1000,
-        )
+        loaded = load_hank(hank_path, model=args.model)
+        settings = _settings(args, loaded)
+        prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except ExecutionSetupError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
     view = make_view(mode, sys.stdout)
-    verb = "Resuming" if prepared.resumed else "Created"
-    view.note(f"{verb} execution {prepared.layout.root}")
-    for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
-        view.note(f"warning: {warning}")
-    if settings.allow_anonymous_read:
-        view.note(
-            "warning: anonymous reads are on: anyone on this machine can read this run's "
-            "journal over the WebSocket server without a token"
-        )
+    for note in _opening_notes(prepared, loaded, settings):
+        view.note(note)
     runtime = Runtime(
         prepared,
         loaded,
-        RuntimeOptions(
-            autostart=settings.autostart,
-            ignore_rig_failures=args.ignore_rig_failures,
-            idle_timeout=settings.shim_idle_timeout,
-            host=args.host or "127.0.0.1",
-            port=settings.port,
-            allow_anonymous_read=settings.allow_anonymous_read,
-        ),
+        _options(args, settings),
         listeners=(view.on_event,),
         on_state=view.progress.seed,
         on_server=lambda server: view.note(
@@ -222,6 +171,83 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return outcome.exit_code
+
+
+def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
+    """The run's settings: the flags over the config file over the hank's overrides."""
+    return resolve_runtime_config(
+        cli={
+            "model": args.model,
+            "shimIdleTimeout": args.shim_idle_timeout,
+            "autostart": False if args.no_autostart else None,
+            "port": args.port,
+            "allowAnonymousRead": True if args.allow_anonymous_read else None,
+        },
+        config_file=args.config,
+        hank=loaded.hank,
+    ).config
+
+
+def _prepare(
+    args: argparse.Namespace,
+    loaded: LoadedHank,
+    settings: RuntimeConfig,
+    hank_path: Path,
+    data_path: Path | None,
+) -> PreparedExecution:
+    """Creates or resumes the execution (asking, when a person can answer)."""
+    interactive = is_interactive(headless=args.headless or args.json)
+    base_dir = Path(os.path.expanduser(settings.execution_base_dir))
+    # Where the execution will be is known now: refuse a rig copy that would
+    # copy it into itself before anything is created.
+    unbounded = check_copy_bounds(
+        loaded,
+        execution=(args.execution or base_dir).absolute(),
+        workspace=None if args.execution is None else ExecutionLayout(args.execution).workspace,
+    )
+    if unbounded:
+        raise ConfigError(unbounded)
+    return prepare_execution(
+        hank_path,
+        data_path,
+        execution_dir=args.execution,
+        new=args.new,
+        yes=args.yes,
+        force=args.force,
+        interactive=interactive,
+        base_dir=base_dir,
+        copy=args.copy,
+        keep_workspace=args.no_wipe,
+        data_hash_time_limit=settings.data_hash_time_limit / 1000,
+        prompt=ask_yes_no,
+    )
+
+
+def _opening_notes(
+    prepared: PreparedExecution, loaded: LoadedHank, settings: RuntimeConfig
+) -> list[str]:
+    """What the view says before the run starts: the execution, then every warning."""
+    verb = "Resuming" if prepared.resumed else "Created"
+    notes = [f"{verb} execution {prepared.layout.root}"]
+    for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
+        notes.append(f"warning: {warning}")
+    if settings.allow_anonymous_read:
+        notes.append(
+            "warning: anonymous reads are on: anyone on this machine can read this run's "
+            "journal over the WebSocket server without a token"
+        )
+    return notes
+
+
+def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOptions:
+    return RuntimeOptions(
+        autostart=settings.autostart,
+        ignore_rig_failures=args.ignore_rig_failures,
+        idle_timeout=settings.shim_idle_timeout,
+        host=args.host or "127.0.0.1",
+        port=settings.port,
+        allow_anonymous_read=settings.allow_anonymous_read,
+    )
 
 
 _KEYS = {"": "codon.next", "n": "codon.next", "s": "codon.skip", "q": "server.shutdown"}

@@ -32,7 +32,8 @@ from weft.events.stream import (
 from weft.events.transitions import RunCompleted
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback
-from weft.runtime.execution import ExecutionLayout, read_meta
+from weft.runtime.layout import ExecutionLayout
+from weft.runtime.meta import read_meta
 from weft.runtime.supervisor import new_run_id
 from weft.store import ExecutionStore
 from weft.terminal import printable, printable_lines

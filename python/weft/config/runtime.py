@@ -242,6 +242,24 @@ def resolve_runtime_config(
     if path is not None:
         layers["weft.json"] = _read_config_file(path, problems)
     layers["hank overrides"] = _hank_layer(hank)
+    layers["environment"] = _env_layer(env, problems)
+    layers["cli"] = _cli_layer(cli or {}, problems)
+    merged, sources = _merge(layers)
+    doc = _unflatten(merged)
+    sink = Sink("runtime settings", doc)
+    check_value(doc, RuntimeConfig, (), sink)
+    for problem in sink.problems:
+        origin = sources.get(problem.path, "default")
+        problems.append(msgspec.structs.replace(problem, file=f"runtime settings ({origin})"))
+    if problems:
+        raise ConfigError(problems, summary=f"invalid runtime settings: {len(problems)} problems")
+    config = msgspec.convert(doc, RuntimeConfig)
+    return ResolvedRuntimeConfig(config=config, sources=sources, config_file=path)
+
+
+def _env_layer(env: Mapping[str, str], problems: list[ConfigProblem]) -> dict[str, Any]:
+    """The ``WEFT_RUNTIME_*`` variables as settings; unknown or unparsable ones are problems."""
+    layer: dict[str, Any] = {}
     for name, raw in env.items():
         if not name.startswith(ENV_PREFIX):
             continue
@@ -259,7 +277,7 @@ def resolve_runtime_config(
             )
             continue
         try:
-            layers["environment"][setting] = _parse_env_value(raw, _LEAVES[setting])
+            layer[setting] = _parse_env_value(raw, _LEAVES[setting])
         except ValueError as e:
             problems.append(
                 ConfigProblem(
@@ -269,7 +287,13 @@ def resolve_runtime_config(
                     code="bad_value",
                 )
             )
-    for key, value in (cli or {}).items():
+    return layer
+
+
+def _cli_layer(cli: Mapping[str, Any], problems: list[ConfigProblem]) -> dict[str, Any]:
+    """The flags that were given (JSON or snake_case names); an unknown name is a problem."""
+    layer: dict[str, Any] = {}
+    for key, value in cli.items():
         if value is None:
             continue
         setting = key if key in _LEAVES else _SNAKE_NAMES.get(key)
@@ -284,14 +308,19 @@ def resolve_runtime_config(
                 )
             )
             continue
-        layers["cli"][setting] = value
+        layer[setting] = value
+    return layer
+
+
+def _merge(layers: dict[Layer, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Layer]]:
+    """Later layers win, except budget ceilings: the stricter of weft.json and the hank,
+    unless the environment or the CLI says. Returns the flat settings and their sources."""
     merged: dict[str, Any] = {}
     sources: dict[str, Layer] = dict.fromkeys(_LEAVES, "default")
     for layer in LAYERS:
         for name, value in layers[layer].items():
             merged[name] = value
             sources[name] = layer
-    # Budget ceilings: the stricter of weft.json and the hank, unless the CLI says.
     for name in ("budget.maxDollars", "budget.maxTimeSeconds"):
         if name in layers["cli"] or name in layers["environment"]:
             continue
@@ -303,16 +332,7 @@ def resolve_runtime_config(
         ]
         if candidates:
             merged[name], sources[name] = min(candidates, key=lambda c: c[0])
-    doc = _unflatten(merged)
-    sink = Sink("runtime settings", doc)
-    check_value(doc, RuntimeConfig, (), sink)
-    for problem in sink.problems:
-        origin = sources.get(problem.path, "default")
-        problems.append(msgspec.structs.replace(problem, file=f"runtime settings ({origin})"))
-    if problems:
-        raise ConfigError(problems, summary=f"invalid runtime settings: {len(problems)} problems")
-    config = msgspec.convert(doc, RuntimeConfig)
-    return ResolvedRuntimeConfig(config=config, sources=sources, config_file=path)
+    return merged, sources
 
 
 def _read_config_file(path: Path, problems: list[ConfigProblem]) -> dict[str, Any]:

@@ -13,6 +13,11 @@ maps default to empty, so consumers can iterate without checks.
 
 Structured sentinel output is described by JSON Schema (inline ``schema``,
 ``schemaStr`` holding JSON Schema text, or a ``schemaFile``), never by code.
+
+Why one module of over 600 lines: it is the reference for the file format.
+Every Struct here is a piece of one document, and a reader checking a field
+against the reference runtime's schema should find the whole shape in one
+place, in document order, rather than follow imports.
 """
 
 from __future__ import annotations

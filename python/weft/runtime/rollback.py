@@ -37,7 +37,7 @@ from weft.events.transitions import (
     RunStarted,
 )
 from weft.plan import ExecutionPlan
-from weft.runtime.execution import ExecutionLayout
+from weft.runtime.layout import ExecutionLayout
 from weft.state import StateManager
 
 CheckpointType = Literal["rig-setup", "completed", "error", "skipped"]
@@ -349,42 +349,95 @@ async def execute(
     sha = checkpoints.initial_sha if target is None else target.sha
     to_codon = "" if target is None else target.codon_id
     kind = "initial" if target is None else target.checkpoint_type
-    report = reason == "rollback"
+    # A retry (a redo) reports nothing of its own: the caller says one info.
+    say = emit if reason == "rollback" else _silent
     total = len(undone) + 1
-    if report:
-        emit(
-            RollbackStartedEvent(
-                from_run=current_run_id,
-                to_run=new_run_id if target is None else target.run_id,
-                to_codon=to_codon,
-                to_checkpoint=sha,
-                checkpoint_type=kind,
-                codons_to_process=[tc.codon_id for tc in undone],
-            ),
-            current_run_id,
-        )
+    say(
+        RollbackStartedEvent(
+            from_run=current_run_id,
+            to_run=new_run_id if target is None else target.run_id,
+            to_codon=to_codon,
+            to_checkpoint=sha,
+            checkpoint_type=kind,
+            codons_to_process=[tc.codon_id for tc in undone],
+        ),
+        current_run_id,
+    )
+    _undo_rig_copies(undone, layout, plan, total, say, current_run_id)
+    await checkpoints.restore(sha, all_patterns(plan))
+    say(
+        RollbackProgressEvent(
+            current_step=total,
+            total_steps=total,
+            message=f"Applied checkpoint {sha[:10]} of {to_codon or 'the initial state'}",
+        ),
+        current_run_id,
+    )
+    _start_run_from(
+        target,
+        sha,
+        manager=manager,
+        plan=plan,
+        layout=layout,
+        current_run_id=current_run_id,
+        new_run_id=new_run_id,
+        server_pid=server_pid,
+        reason=reason,
+    )
+    say(
+        RollbackCompletedEvent(
+            from_run=current_run_id,
+            to_run=new_run_id,
+            checkpoint=sha,
+            codon_id=to_codon,
+            checkpoint_type=kind,
+        ),
+        new_run_id,
+    )
+    await manager.flush()
+    return new_run_id
+
+
+def _silent(event: StreamData, run_id: str | None) -> None:
+    """Where a retry's rollback events go: nowhere."""
+
+
+def _undo_rig_copies(
+    undone: Sequence[ThreadCodon],
+    layout: ExecutionLayout,
+    plan: ExecutionPlan,
+    total: int,
+    say: Callable[[StreamData, str | None], None],
+    run_id: str | None,
+) -> None:
+    """Removes the rig copies of each rolled-back codon, newest first, one progress event each."""
     for step, tc in enumerate(undone, start=1):
         removed = remove_rig_copies(layout, (plan,), [tc.codon_id])
         detail = f"; removed rig copies {', '.join(removed)}" if removed else ""
-        if report:
-            emit(
-                RollbackProgressEvent(
-                    current_step=step,
-                    total_steps=total,
-                    message=f"Rolling back through {tc.codon_id} (run {tc.run_id}){detail}",
-                ),
-                current_run_id,
-            )
-    await checkpoints.restore(sha, all_patterns(plan))
-    if report:
-        emit(
+        say(
             RollbackProgressEvent(
-                current_step=total,
+                current_step=step,
                 total_steps=total,
-                message=f"Applied checkpoint {sha[:10]} of {to_codon or 'the initial state'}",
+                message=f"Rolling back through {tc.codon_id} (run {tc.run_id}){detail}",
             ),
-            current_run_id,
+            run_id,
         )
+
+
+def _start_run_from(
+    target: RollbackTarget | None,
+    sha: str,
+    *,
+    manager: StateManager,
+    plan: ExecutionPlan,
+    layout: ExecutionLayout,
+    current_run_id: str | None,
+    new_run_id: str,
+    server_pid: int,
+    reason: Literal["rollback", "retry"],
+) -> None:
+    """Ends the current run (if one is open) and starts ``new_run_id`` from ``sha``: a fresh
+    run with the whole plan for the initial checkpoint, else a continuation."""
     if current_run_id is not None:
         manager.transition(RunCompleted(run_id=current_run_id, end_time=utc_now_iso()))
     conditions: Fresh | Continuation = (
@@ -408,19 +461,6 @@ async def execute(
             execution_plan=plan.to_entries() if target is None else None,
         )
     )
-    if report:
-        emit(
-            RollbackCompletedEvent(
-                from_run=current_run_id,
-                to_run=new_run_id,
-                checkpoint=sha,
-                codon_id=to_codon,
-                checkpoint_type=kind,
-            ),
-            new_run_id,
-        )
-    await manager.flush()
-    return new_run_id
 
 
 __all__ = [

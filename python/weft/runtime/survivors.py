@@ -5,7 +5,7 @@ Weft journals each group as it starts (``process.started``: the leader's pid,
 which is the group id, its start time and a random *mark*) and again when it
 is gone (``process.ended``). A run killed with SIGKILL cannot stop its
 groups; its direct children die with it (``PR_SET_PDEATHSIG``, see
-:data:`weft.agents.process.die_with_parent`), but what they spawned (an agent's shell tool, a rig
+:data:`weft.process_group.die_with_parent`), but what they spawned (an agent's shell tool, a rig
 command's children) lives on and may still write to the work tree. So when
 ``weft run`` starts, *before anything runs again*, it ends every journaled
 group without a ``process.ended`` (the lock proves their run is dead):

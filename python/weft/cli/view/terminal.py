@@ -6,15 +6,15 @@ import os
 from collections.abc import Mapping
 from typing import TextIO
 
-CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "JENKINS_URL", "CIRCLECI", "TRAVIS")
-"""Set in CI: the live view's redraws would flood a log, so lines are written instead."""
+from weft.cli.prompts import in_ci
 
 
 def wants_live(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``stream`` is a terminal a live table can redraw: a TTY, not
-    ``TERM=dumb``, and not in CI (FORCE_COLOR is not enough: it is set in CI)."""
+    ``TERM=dumb``, and not in CI, where redraws would flood a log (FORCE_COLOR is
+    not enough: it is set in CI)."""
     env = os.environ if environ is None else environ
-    if env.get("TERM", "").lower() in ("dumb", "unknown") or any(env.get(v) for v in CI_VARIABLES):
+    if env.get("TERM", "").lower() in ("dumb", "unknown") or in_ci(env):
         return False
     isatty = getattr(stream, "isatty", None)
     try:
