@@ -168,6 +168,8 @@ class StateManager:
         self._pump_task: asyncio.Task[None] | None = None
         self._failure: PersistenceError | None = None
         self._dispatched = self._core.next_seq - 1
+        self._applied = self._dispatched
+        self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closed = False
 
     @property
@@ -238,6 +240,24 @@ class StateManager:
         elif self._failure is not None:
             raise self._failure
 
+    async def applied(self) -> None:
+        """Waits until everything submitted so far has been applied by the core:
+        validated and folded into its state, so :attr:`core`'s figures (costs)
+        include it. Not a durability promise: the batch may still be committing.
+
+        Cheaper than :meth:`flush` on a busy road: it waits for the batch being
+        committed to finish and the next one to be drained, not for that next
+        batch's commit (one fsync round trip instead of two).
+        """
+        last = self._core.next_seq - 1
+        if self._failure is not None:
+            raise self._failure
+        if last <= self._applied:
+            return
+        future: asyncio.Future[None] = self._bind_loop().create_future()
+        self._applied_waiters.append((last, future))
+        await future
+
     async def close(self) -> None:
         """Flushes, then stops the pump. Later transitions are refused."""
         await self.flush()
@@ -300,6 +320,8 @@ class StateManager:
         assert self._wake is not None
         while True:
             outcomes = self._core.drain(self._max_batch)
+            if outcomes:
+                self._mark_applied(outcomes[-1].seq)
             if not outcomes:
                 self._wake.clear()
                 if self._core.pending:
@@ -334,6 +356,17 @@ class StateManager:
             if not future.done():
                 future.set_result(item.outcome)
 
+    def _mark_applied(self, seq: int) -> None:
+        self._applied = seq
+        if self._applied_waiters:
+            waiting = []
+            for last, future in self._applied_waiters:
+                if last > seq:
+                    waiting.append((last, future))
+                elif not future.done():
+                    future.set_result(None)
+            self._applied_waiters = waiting
+
     def _fail(self, exc: Exception) -> None:
         failure = PersistenceError(f"persisting transitions failed: {exc}")
         failure.__cause__ = exc
@@ -344,3 +377,7 @@ class StateManager:
                 if not future.done():
                     future.set_exception(failure)
         self._waiters.clear()
+        for _, waiter in self._applied_waiters:
+            if not waiter.done():
+                waiter.set_exception(failure)
+        self._applied_waiters.clear()

@@ -88,6 +88,7 @@ from weft.events.transitions import (
     TransitionMetadata,
 )
 from weft.plan import PlannedCodon
+from weft.progress import NANO, nanos
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.rig import RigResult, run_rig
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
@@ -285,6 +286,12 @@ class _Attempt:
         self.storage: str | None = None
         """Why a write of this attempt found the disk full: the attempt fails
         with kind ``storage`` and the run ends (retrying cannot help)."""
+        self.reported_cost: float | None = None
+        """The total the agent reported, as submitted in ``CodonFinalCostSet``,
+        while no increment followed it: the core's codon cost is then exactly
+        this (rounded as the core rounds), so the terminal move can name it
+        without waiting for the core to apply the queue. Not a tally: the
+        value is the agent's, passed through."""
 
     @property
     def duration_ms(self) -> int:
@@ -694,6 +701,7 @@ class CodonRunner:
         run_id, codon_id = a.request.run_id, a.request.planned.codon_id
         a.tokens = a.tokens + event.tokens
         if a.live:
+            a.reported_cost = None  # an increment after the total: ask the core
             self.manager.transition(
                 CostsIncremented(
                     run_id=run_id,
@@ -716,6 +724,7 @@ class CodonRunner:
         if event.cost_usd is None or not a.live:
             return
         a.tokens = event.tokens
+        a.reported_cost = event.cost_usd
         self.manager.transition(
             CodonFinalCostSet(
                 run_id=run_id,
@@ -827,6 +836,17 @@ class CodonRunner:
         )
         return await self._done(a, "failed", checkpoint=sha, failure=reason)
 
+    async def _attempt_cost(self, a: _Attempt) -> float | None:
+        """The attempt's cost as the core holds it. When the agent reported a
+        total, that is it; otherwise the core is asked once the queue is applied
+        (the core applies a batch before committing it, so this waits for the
+        batch in flight, not for an fsync of this one)."""
+        if a.reported_cost is not None:
+            return nanos(a.reported_cost) / NANO
+        with contextlib.suppress(PersistenceError):
+            await self.manager.applied()
+        return self.manager.core.codon_cost(a.request.run_id, a.request.planned.codon_id)
+
     async def _done(
         self,
         a: _Attempt,
@@ -837,11 +857,7 @@ class CodonRunner:
         context_exceeded: bool = False,
     ) -> CodonResult:
         req = a.request
-        with contextlib.suppress(PersistenceError):
-            # The core applies a batch before it is committed: once the terminal
-            # move is through the queue, its cost cache has the attempt's cost.
-            await self.manager.flush()
-        cost = self.manager.core.codon_cost(req.run_id, req.planned.codon_id)
+        cost = await self._attempt_cost(a)
         result = CodonResult(
             codon_id=req.planned.codon_id,
             status=status,

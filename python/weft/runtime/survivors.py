@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -72,8 +73,10 @@ def new_mark() -> str:
     return secrets.token_hex(16)
 
 
+@functools.cache
 def boot_id() -> str | None:
-    """This boot's id (start times count from the boot), or None without ``/proc``."""
+    """This boot's id (start times count from the boot), or None without ``/proc``.
+    Read once: it cannot change while Weft runs."""
     try:
         return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
     except OSError:
