@@ -285,3 +285,46 @@ async def test_the_execution_thread_sees_every_transition_submitted_before_it() 
     assert [tc.codon_id for tc in thread.codons] == ["a"]
     assert thread.codons[0].status == "completed"
     await manager.close()
+
+
+class Gated:
+    """A persistence whose commits wait for the test to open the gate."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.committed: list[int] = []
+
+    async def commit(self, batch: Sequence[Processed]) -> None:
+        await self.gate.wait()
+        self.committed += [p.seq for p in batch]
+
+
+async def test_applied_waits_until_the_core_applied_everything_submitted() -> None:
+    persistence = Gated()
+    manager = StateManager(persistence=persistence, max_batch=1)
+    manager.transition(started())
+    for t in to_running("a"):
+        manager.transition(t)
+    manager.transition(spend("a", 0.25))
+    # The first batch waits at the gate, so the rest cannot be drained yet:
+    # applied() must not return before the core holds the spend.
+    waiter = asyncio.ensure_future(manager.applied())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    persistence.gate.set()
+    await asyncio.wait_for(waiter, 5)
+    assert manager.core.codon_cost(RUN, "a") == pytest.approx(0.25)
+    await manager.flush()
+    assert persistence.committed == list(range(1, 7))
+
+
+async def test_applied_is_immediate_when_nothing_is_pending_and_raises_after_a_failure() -> None:
+    persistence = Recording(fail_on_batch=1)
+    manager = StateManager(persistence=persistence, max_batch=1)
+    await manager.transition_and_wait(started())
+    await asyncio.wait_for(manager.applied(), 1)
+    manager.transition(spend("a", 1.0))
+    with pytest.raises(PersistenceError):
+        await manager.flush()
+    with pytest.raises(PersistenceError):
+        await manager.applied()
