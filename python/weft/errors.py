@@ -44,6 +44,8 @@ their package::
     │   ├── HankChangedError          the hank changed and resuming was not confirmed
     │   └── DataMismatchError         the data differs from the execution's
     ├── RollbackError                 weft.runtime: a rollback that cannot be done
+    ├── CopyError                     weft.runtime: a rig copy failed (its message is for the user)
+    ├── CopyCancelledError            weft.runtime: a rig copy was cancelled while its thread ran
     ├── AgentStartError               weft.agents: an agent CLI could not start
     ├── PricingError                  weft.agents: the price table is unreadable
     ├── ServerError                   weft.server: the WebSocket server did not start

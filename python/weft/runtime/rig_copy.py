@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weft.config.schema import CopyOp
-from weft.errors import UnsafePathError
+from weft.errors import UnsafePathError, WeftError
 from weft.paths import contains, inside
 from weft.runtime.rig_ignore import IgnoreRules, is_ignored, root_rules
 from weft.store.diskspace import STORAGE_ERRNOS, storage_error
@@ -54,11 +54,11 @@ DATA_LINK = "read_only_data_source"
 """The workspace's link to the read-only data: never a copy target."""
 
 
-class CopyError(Exception):
+class CopyError(WeftError):
     """A copy failed; the message is for the user."""
 
 
-class CopyCancelledError(Exception):
+class CopyCancelledError(WeftError):
     """The rig was cancelled while a copy thread was running."""
 
 
