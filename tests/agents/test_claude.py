@@ -1230,7 +1230,9 @@ async def test_huge_output_streams_with_bounded_memory(tmp_path: Path) -> None:
 
     huge = 16 * 1024 * 1024
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    run = await fake_run(tmp_path, "huge_output", env={"FAKE_AGENT_HUGE_BYTES": str(huge)})
+    run = await fake_run(
+        tmp_path, "huge_output,spill=0", env={"FAKE_AGENT_HUGE_BYTES": str(huge)}
+    )
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     assert run.exited.ok
     longest = max(map(len, run.log.read_bytes().split(b"\n")))
@@ -1246,7 +1248,10 @@ async def test_lines_over_the_cap_are_skipped_and_the_session_survives(tmp_path:
     run = await fake_run(
         tmp_path,
         None,
-        env={"FAKE_AGENT_SCENARIO": "huge_output,events=10", "FAKE_AGENT_HUGE_BYTES": "4000000"},
+        env={
+            "FAKE_AGENT_SCENARIO": "huge_output,events=10,spill=0",
+            "FAKE_AGENT_HUGE_BYTES": "4000000",
+        },
         harness=small,
     )
     assert run.exited.ok
