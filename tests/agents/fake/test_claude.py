@@ -641,7 +641,9 @@ def test_a_large_tool_output_is_spilled_with_a_preview(fake: Fake) -> None:
     content = user["message"]["content"][0]["content"]
     meta = user["tool_use_result"]
     path = Path(meta["persistedOutputPath"])
-    assert content.startswith("<persisted-output>\nOutput too large (2.9MB). Full output saved to: ")
+    assert content.startswith(
+        "<persisted-output>\nOutput too large (2.9MB). Full output saved to: "
+    )
     assert content.endswith("\n...\n</persisted-output>")
     assert str(path) in content
     assert path.parent.name == "tool-results"

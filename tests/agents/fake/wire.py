@@ -222,6 +222,9 @@ def check_claude(
             assert message["role"] == "user"
             if message["content"] == [{"type": "text", "text": "[Request interrupted by user]"}]:
                 continue  # SIGINT (2.1.330): the interruption line before the result
+            if line.get("isSynthetic"):
+                run.users.append(line)
+                continue  # 2.1.330's own prompt after a max_tokens stop
             assert "tool_use_result" in line
             for block in message["content"]:
                 assert block["type"] == "tool_result"
