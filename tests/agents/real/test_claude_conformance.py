@@ -413,6 +413,26 @@ async def test_stop_bills_the_partial_spend(
     assert out.exited.cost_usd is not None
     assert out.exited.cost_usd > 0
     assert out.exited.cost_source is CostSource.REPORTED
+    # The fake, stopped the same way mid-run, says the same.
+    fake_env = {"CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"), **FAKE_ENV}
+    fake_spec = _spec(
+        "Slowly @@fake:scenario=sigterm,interval_ms=100@@", homes, fake_env, log="fake.log"
+    )
+    fake = await drive(
+        ClaudeHarness(fake_command("claude").command, fake=True), fake_spec, stop_after=1.0
+    )
+    assert fake.verdict == out.verdict, fake.exited
+    assert fake.exited.result_seen
+    real_facts, fake_facts = (
+        _stream_facts(homes.root / "claude.log"),
+        _stream_facts(homes.root / "fake.log"),
+    )
+    for key in ("subtype", "is_error", "num_turns", "terminal_reason"):
+        assert fake_facts[key] == real_facts[key], key
+    assert (
+        _last_result(homes.root / "fake.log")["errors"]
+        == _last_result(homes.root / "claude.log")["errors"]
+    )
 
 
 async def test_kill_is_stopped(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
@@ -422,6 +442,12 @@ async def test_kill_is_stopped(claude_bin: Path, anthropic: AnthropicMock, homes
     out = await drive(ClaudeHarness([str(claude_bin)]), spec, kill_after=0.5, once=seen)
     assert out.verdict == (False, ErrorClass.STOPPED, False)
     assert out.exited.signal == 9
+
+
+def _last_result(log: Path) -> dict[str, object]:
+    lines = [json.loads(raw) for raw in log.read_bytes().splitlines() if raw.startswith(b"{")]
+    result: dict[str, object] = [line for line in lines if line.get("type") == "result"][-1]
+    return result
 
 
 def _fields(spec: SessionSpec) -> dict[str, object]:
