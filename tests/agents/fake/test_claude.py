@@ -24,11 +24,23 @@ def test_success_has_init_one_message_and_a_result(fake: Fake) -> None:
     assert run.result["result"] == run.final_text
     assert "Summarise the repository, please." in run.final_text
     assert run.result["num_turns"] == 1
-    assert run.init["model"] == "claude-sonnet-4-5-20250929"
+    assert run.init["model"] == "claude-sonnet-5-5"
     assert run.init["apiKeySource"] == "none"
     assert run.init["cwd"] == str(fake.cwd)
+    assert len(run.init["tools"]) == 23
     check_costs(run.result)
-    # The background Haiku call shows in modelUsage and nowhere else.
+    # 2.1.330 made no background (Haiku) call: one modelUsage entry.
+    assert set(run.result["modelUsage"]) == {"claude-sonnet-5-5"}
+    assert run.result["modelUsage"]["claude-sonnet-5-5"]["contextWindow"] == 1_000_000
+
+
+def test_versions_before_2_1_330_keep_the_old_aliases_tools_and_background_call(
+    fake: Fake,
+) -> None:
+    run = check_claude(fake.claude("hi", env={"FAKE_AGENT_VERSION": "2.1.329"}).lines)
+    assert run.init["model"] == "claude-sonnet-4-5-20250929"
+    assert "Glob" in run.init["tools"]
+    assert run.result is not None
     assert set(run.result["modelUsage"]) == {
         "claude-sonnet-4-5-20250929",
         "claude-haiku-4-5-20251001",
@@ -49,8 +61,9 @@ def test_api_key_source_follows_the_environment(fake: Fake) -> None:
 
 def test_model_aliases_resolve_and_price(fake: Fake) -> None:
     for alias, model in (
-        ("opus", "claude-opus-4-5-20251101"),
-        ("haiku", "claude-haiku-4-5-20251001"),
+        ("opus", "claude-opus-5-5"),
+        ("haiku", "claude-haiku-5-5"),
+        ("claude-opus-4-5-20251101", "claude-opus-4-5-20251101"),
         ("claude-opus-4-1-20250805", "claude-opus-4-1-20250805"),
     ):
         run = check_claude(fake.claude("hi", "--model", alias).lines)
@@ -144,16 +157,12 @@ def test_multi_model_cost_is_the_sum_over_models(fake: Fake) -> None:
     run = check_claude(fake.claude("@@fake:scenario=multi_model_cost@@").lines)
     assert run.result is not None
     models = run.result["modelUsage"]
-    assert set(models) == {
-        "claude-sonnet-4-5-20250929",
-        "claude-haiku-4-5-20251001",
-        "claude-opus-4-5-20251101",
-    }
+    assert set(models) == {"claude-sonnet-5-5", "claude-opus-5-5"}
     check_costs(run.result)
     total = sum((formula(m, e) for m, e in models.items()), Decimal(0))
     assert exact(run.result["total_cost_usd"]) == total
     # result.usage covers the main model only: pricing it alone misses money.
-    assert formula("claude-sonnet-4-5", models["claude-sonnet-4-5-20250929"]) < total
+    assert formula("claude-sonnet-5-5", models["claude-sonnet-5-5"]) < total
 
 
 def test_one_hour_cache_writes_are_priced_at_twice_the_input(fake: Fake) -> None:
@@ -165,12 +174,12 @@ def test_one_hour_cache_writes_are_priced_at_twice_the_input(fake: Fake) -> None
         == usage["cache_creation_input_tokens"]
         > 0
     )
-    entry = run.result["modelUsage"]["claude-sonnet-4-5-20250929"]
+    entry = run.result["modelUsage"]["claude-sonnet-5-5"]
     expected = (
-        Decimal(usage["input_tokens"]) * 3
-        + Decimal(usage["cache_creation_input_tokens"]) * 6
-        + Decimal(usage["cache_read_input_tokens"]) * Decimal("0.30")
-        + Decimal(usage["output_tokens"]) * 15
+        Decimal(usage["input_tokens"]) * 2
+        + Decimal(usage["cache_creation_input_tokens"]) * 4
+        + Decimal(usage["cache_read_input_tokens"]) * Decimal("0.10")
+        + Decimal(usage["output_tokens"]) * 10
     ) / 1_000_000
     assert exact(entry["costUSD"]) == expected
 
@@ -610,3 +619,90 @@ def test_record_captures_argv_cwd_env_and_stdin(fake: Fake, tmp_path: Path) -> N
 def test_session_ids_are_uuid4(fake: Fake) -> None:
     run = check_claude(fake.claude("hi").lines)
     assert UUID4.match(run.session_id)
+
+
+# -- 2.1.330 fidelity (each checked against the real CLI in tests/agents/real) ---------------
+
+
+def test_parallel_tool_results_count_as_turns(fake: Fake) -> None:
+    # 2 API calls and 2 tool results: num_turns 3, as the real CLI counts.
+    run = check_claude(fake.claude("@@fake:scenario=parallel_tools@@").lines)
+    assert run.result is not None
+    assert len({a["message"]["id"] for a in run.assistants}) == 2
+    assert run.result["num_turns"] == 3
+
+
+def test_a_large_tool_output_is_spilled_with_a_preview(fake: Fake) -> None:
+    size = 3_000_000
+    done = fake.claude(f"@@fake:scenario=huge_output,bytes={size},events=5@@")
+    assert done.code == 0
+    run = check_claude(done.lines)
+    (user,) = run.users
+    content = user["message"]["content"][0]["content"]
+    meta = user["tool_use_result"]
+    path = Path(meta["persistedOutputPath"])
+    assert content.startswith(
+        "<persisted-output>\nOutput too large (2.9MB). Full output saved to: "
+    )
+    assert content.endswith("\n...\n</persisted-output>")
+    assert str(path) in content
+    assert path.parent.name == "tool-results"
+    assert path.parent.parent.name == run.session_id
+    assert fake.claude_dir in path.parents
+    assert path.stat().st_size == meta["persistedOutputSize"] == size
+    with path.open() as fh:
+        head = fh.read(30_000)
+    assert meta["stdout"] == head
+    assert head[:2048] in content
+    assert max(map(len, done.out.split(b"\n"))) < 40_000  # 33 KB in the real CLI
+    assert run.result is not None
+    assert run.result["num_turns"] == 2
+
+
+def test_max_tokens_continues_by_itself(fake: Fake) -> None:
+    done = fake.claude("@@fake:scenario=max_tokens@@ write a lot")
+    assert done.code == 0
+    run = check_claude(done.lines)
+    (nudge,) = run.users
+    assert nudge["isSynthetic"] is True
+    text = nudge["message"]["content"][0]["text"]
+    assert text.startswith("Output token limit hit. Resume directly")
+    assert len({a["message"]["id"] for a in run.assistants}) == 2
+    assert run.result is not None
+    assert (run.result["subtype"], run.result["num_turns"]) == ("success", 2)
+    assert run.result["terminal_reason"] == "completed"
+    # The nudge is not taken for the user's prompt when the session resumes.
+    again = check_claude(fake.claude("go on", f"--resume={run.session_id}").lines)
+    assert 'previous prompt was: "write a lot"' in again.final_text
+
+
+@pytest.mark.parametrize(("status", "error"), [(401, "authentication_failed"), (429, "rate_limit")])
+def test_retried_statuses_follow_claude_code_max_retries(
+    fake: Fake, status: int, error: str
+) -> None:
+    env = {"CLAUDE_CODE_MAX_RETRIES": "3"}
+    done = fake.claude(f"@@fake:scenario=api_error,status={status},delay_ms=1@@", env=env)
+    assert done.code == 1
+    retries = [line for line in done.lines if line.get("subtype") == "api_retry"]
+    assert [(r["attempt"], r["max_retries"], r["error"]) for r in retries] == [
+        (n, 3, error) for n in (1, 2, 3)
+    ]
+
+
+@pytest.mark.parametrize("status", [400, 402, 403, 404, 413])
+def test_statuses_that_are_not_retried(fake: Fake, status: int) -> None:
+    done = fake.claude(f"@@fake:scenario=api_error,status={status},count=3@@")
+    assert done.code == 1
+    assert not [line for line in done.lines if line.get("subtype") == "api_retry"]
+    run = check_claude(done.lines)
+    assert run.result is not None
+    assert (run.result["api_error_status"], run.result["num_turns"]) == (status, 1)
+
+
+def test_thinking_streams_its_token_estimate(fake: Fake) -> None:
+    done = fake.claude("@@fake:scenario=thinking@@ why?")
+    estimates = [line for line in done.lines if line.get("subtype") == "thinking_tokens"]
+    assert len(estimates) == 2
+    assert estimates[1]["estimated_tokens"] == sum(e["estimated_tokens_delta"] for e in estimates)
+    kinds = [(line["type"], line.get("subtype")) for line in done.lines]
+    assert kinds.index(("system", "thinking_tokens")) < kinds.index(("assistant", None))

@@ -182,3 +182,26 @@ def test_a_signal_during_the_start_delay_is_handled(fake: Fake) -> None:
     assert proc.returncode == 143
     assert b"Traceback" not in err
     assert json.loads(out.splitlines()[-1])["terminal_reason"] == "aborted_streaming"
+
+
+def test_a_graceful_stop_with_the_default_line_delay_prints_its_lines(fake: Fake) -> None:
+    # The abort's lines pause like any other (5 ms by default): the pending
+    # stop once escaped from that pause as a StopRequestedError traceback.
+    env = {**LONG_RUN, "FAKE_AGENT_LINE_DELAY_MS": "5"}
+    proc = fake.spawn("claude", *BASE_ARGS["claude"], env=env)
+    try:
+        head = first_lines(proc, 2)
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err
+    lines = [json.loads(x) for x in b"".join([*head, rest]).splitlines() if x.startswith(b"{")]
+    result = lines[-1]
+    assert (result["type"], result["terminal_reason"]) == ("result", "aborted_streaming")
+    assert result["errors"] == [
+        "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
+    ]
+    assert lines[-2]["message"]["content"][0]["text"] == "[Request interrupted by user]"

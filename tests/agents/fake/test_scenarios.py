@@ -195,7 +195,9 @@ def test_claude_malformed_lines_include_an_unknown_block(fake: Fake) -> None:
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_huge_output_is_one_line_of_the_asked_size(fake: Fake, flavour: str) -> None:
     size = 2 * 1024 * 1024
-    done = run(fake, flavour, f"huge_output,bytes={size},events=500")
+    # spill=0: Claude sends it whole, as before 2.1.330 (the 64 MiB framer's test input).
+    spill = ",spill=0" if flavour == "claude" else ""
+    done = run(fake, flavour, f"huge_output,bytes={size},events=500{spill}")
     assert done.code == 0
     raw_lines = done.out.split(b"\n")
     longest = max(raw_lines, key=len)
@@ -240,7 +242,7 @@ def test_huge_output_streams_with_bounded_memory(fake: Fake) -> None:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=fake.environ(scenario_env(f"huge_output,bytes={size},events=0")),
+        env=fake.environ(scenario_env(f"huge_output,bytes={size},events=0,spill=0")),
         cwd=fake.cwd,
     )
     out, err = proc.communicate(b"go", timeout=120)

@@ -52,7 +52,7 @@ def test_steps_and_placeholders(fake: Fake, tmp_path: Path) -> None:
     assert init["cwd"] == str(fake.cwd)
     assert TOOL_ID.match(tool["id"])
     assert tool["again"] == tool["id"]
-    assert tool["model"] == "claude-opus-4-5-20251101"
+    assert tool["model"] == "claude-opus-5-5"
 
 
 def test_script_ends_with_exit_zero_and_signal_steps(fake: Fake, tmp_path: Path) -> None:

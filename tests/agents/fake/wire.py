@@ -19,6 +19,10 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 # §5, per million tokens: input, 5m write, 1h write, cache read, output.
 PRICES: dict[str, tuple[str, str, str, str, str]] = {
     "claude-opus-4-5": ("5", "6.25", "10", "0.50", "25"),
+    # The 5.5 rows reproduce what Claude Code 2.1.330 billed against the test mock.
+    "claude-opus-5-5": ("4", "5", "8", "0.20", "20"),
+    "claude-sonnet-5-5": ("2", "2.50", "4", "0.10", "10"),
+    "claude-haiku-5-5": ("0.10", "0.125", "0.20", "0.01", "0.50"),
     "claude-opus-4-1": ("15", "18.75", "30", "1.50", "75"),
     "claude-sonnet-4": ("3", "3.75", "6", "0.30", "15"),
     "claude-haiku-4-5": ("1", "1.25", "2", "0.10", "5"),
@@ -160,7 +164,8 @@ def check_claude(
             run.session_id = line["session_id"]
             continue
         if kind == "system":
-            assert line["subtype"] in ("hook_started", "hook_response", "api_retry"), line
+            subtypes = ("hook_started", "hook_response", "api_retry", "thinking_tokens")
+            assert line["subtype"] in subtypes, line
             if line["subtype"] == "api_retry":
                 _ints(line, "attempt", "max_retries", "retry_delay_ms", "error_status")
                 assert isinstance(line["error"], str)
@@ -217,6 +222,9 @@ def check_claude(
             assert message["role"] == "user"
             if message["content"] == [{"type": "text", "text": "[Request interrupted by user]"}]:
                 continue  # SIGINT (2.1.330): the interruption line before the result
+            if line.get("isSynthetic"):
+                run.users.append(line)
+                continue  # 2.1.330's own prompt after a max_tokens stop
             assert "tool_use_result" in line
             for block in message["content"]:
                 assert block["type"] == "tool_result"

@@ -5,6 +5,10 @@ Each case runs the real CLI (the mock chooses the scenario from ``MOCK[...]``)
 and, where the fake has the behaviour, the fake (``@@fake:...@@``). Both must
 give the same verdict (ok, error class, retriable) and the same kinds of event;
 the real session's cost must equal what the mock billed, priced by Weft's table.
+Beyond Weft's events, the raw lines Weft reads must say the same things on both
+sides (:func:`_stream_facts`: the init model and tools, ``num_turns``,
+``terminal_reason``, ``api_error_status``, the ``modelUsage`` models, the retries,
+a spilled tool output, the CLI's own continuation prompt).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Case:
     extra_args: tuple[str, ...] = ()
     paired: bool = True
     """Every tool call has its result (a budget stop leaves the last one open)."""
+    same_turns: bool = True
+    """``num_turns`` agrees (a budget stop depends on what each side's calls cost)."""
 
 
 def _fail(
@@ -60,7 +66,7 @@ def _fail(
 
 CASES = [
     Case("text", "", "@@fake:scenario=success@@"),
-    Case("tools", "tools=3", "@@fake:scenario=tool_use@@", kinds=frozenset(TOOLS)),
+    Case("tools", "tools=1", "@@fake:scenario=tool_use@@", kinds=frozenset(TOOLS)),
     Case(
         "parallel tools", "parallel=2", "@@fake:scenario=parallel_tools@@", kinds=frozenset(TOOLS)
     ),
@@ -80,7 +86,7 @@ CASES = [
         "@@fake:scenario=huge_output,bytes=3000000,events=20@@",
         kinds=frozenset(TOOLS),
     ),
-    Case("max_tokens continues by itself", "maxtok", None),
+    Case("max_tokens continues by itself", "maxtok", "@@fake:scenario=max_tokens@@"),
     _fail(
         "429",
         "err=429",
@@ -102,11 +108,19 @@ CASES = [
         ErrorClass.OVERLOADED,
         True,
     ),
-    _fail("401", "err=401", "@@fake:scenario=auth_error@@", ErrorClass.AUTH, False),
+    _fail("401", "err=401", "@@fake:scenario=api_error,status=401@@", ErrorClass.AUTH, False),
+    _fail(
+        "401 retried",
+        "err=401",
+        "@@fake:scenario=api_error,status=401,delay_ms=1@@",
+        ErrorClass.AUTH,
+        False,
+        env={"CLAUDE_CODE_MAX_RETRIES": "2"},
+    ),
     _fail("403", "err=403", "@@fake:scenario=api_error,status=403@@", ErrorClass.AUTH, False),
     _fail("402", "err=402", "@@fake:scenario=api_error,status=402@@", ErrorClass.BILLING, False),
     _fail("404", "err=404", "@@fake:scenario=api_error,status=404@@", ErrorClass.API_ERROR, False),
-    _fail("413", "err=413", None, ErrorClass.API_ERROR, False),
+    _fail("413", "err=413", "@@fake:scenario=api_error,status=413@@", ErrorClass.API_ERROR, False),
     _fail("prompt too long", "ptl", None, ErrorClass.CONTEXT_EXCEEDED, False),
     Case("SSE error then the non-streaming fallback", "sse_err", None),
     Case("cut connection then the fallback", "cut", None),
@@ -130,6 +144,7 @@ CASES = [
         False,
         max_budget_usd=0.005,
         paired=False,
+        same_turns=False,
         kinds=frozenset(FAILED | {"ToolUse"}),
     ),
     _fail(
@@ -216,6 +231,9 @@ async def test_real_and_fake_agree(
             {
                 "CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"),
                 "FAKE_AGENT_LINE_DELAY_MS": "0",
+                "CLAUDE_CODE_MAX_RETRIES": claude_env(anthropic, homes, **case.env)[
+                    "CLAUDE_CODE_MAX_RETRIES"
+                ],
                 **FAKE_ENV,
             },
             case,
@@ -226,6 +244,11 @@ async def test_real_and_fake_agree(
     if case.extra_args:
         _check_partials(fake)
     _check_keys(homes.root / "claude.log", fake_homes.root / "fake-claude.log")
+    real_facts = _stream_facts(homes.root / "claude.log")
+    fake_facts = _stream_facts(fake_homes.root / "fake-claude.log")
+    if not case.same_turns:
+        del real_facts["num_turns"], fake_facts["num_turns"]
+    assert fake_facts == real_facts
     if case.max_turns is not None:
         assert len(fake.of(ToolUse)) == len(real.of(ToolUse)) == case.max_turns
     assert fake.exited.cost_source == real.exited.cost_source == CostSource.REPORTED
@@ -275,6 +298,35 @@ def _check_keys(real_log: Path, fake_log: Path) -> None:
         if kind in real and kind in fake:
             missing = (real[kind] & reads) - fake[kind]
             assert not missing, (kind, missing)
+
+
+def _stream_facts(log: Path) -> dict[str, object]:
+    """What the raw stream says that Weft reads (or bills by), comparable
+    between the real CLI and the fake."""
+    facts: dict[str, object] = {"retries": [], "spilled": False, "nudges": 0, "thinking_tokens": 0}
+    for raw in log.read_bytes().splitlines():
+        if not raw.startswith(b"{"):
+            continue
+        line = json.loads(raw)
+        kind, subtype = line.get("type"), line.get("subtype")
+        if kind == "system" and subtype == "init":
+            facts["model"], facts["tools"] = line["model"], sorted(line["tools"])
+        elif kind == "system" and subtype == "api_retry":
+            retry = (line["error"], line["error_status"], line["max_retries"])
+            facts["retries"].append(retry)  # type: ignore[attr-defined]
+        elif kind == "system" and subtype == "thinking_tokens":
+            facts["thinking_tokens"] += 1  # type: ignore[operator]
+        elif kind == "user" and line.get("isSynthetic"):
+            facts["nudges"] += 1  # type: ignore[operator]
+        elif kind == "user" and isinstance(line.get("tool_use_result"), dict):
+            if "persistedOutputPath" in line["tool_use_result"]:
+                facts["spilled"] = True
+        elif kind == "result":
+            for key in ("subtype", "is_error", "num_turns", "terminal_reason", "api_error_status"):
+                facts[key] = line.get(key)
+            facts["models"] = sorted(line.get("modelUsage") or {})
+            facts["models_since"] = sorted(line.get("model_usage_since_last_result") or {})
+    return facts
 
 
 def _check_partials(out: Outcome) -> None:
@@ -361,6 +413,26 @@ async def test_stop_bills_the_partial_spend(
     assert out.exited.cost_usd is not None
     assert out.exited.cost_usd > 0
     assert out.exited.cost_source is CostSource.REPORTED
+    # The fake, stopped the same way mid-run, says the same.
+    fake_env = {"CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"), **FAKE_ENV}
+    fake_spec = _spec(
+        "Slowly @@fake:scenario=sigterm,interval_ms=100@@", homes, fake_env, log="fake.log"
+    )
+    fake = await drive(
+        ClaudeHarness(fake_command("claude").command, fake=True), fake_spec, stop_after=1.0
+    )
+    assert fake.verdict == out.verdict, fake.exited
+    assert fake.exited.result_seen
+    real_facts, fake_facts = (
+        _stream_facts(homes.root / "claude.log"),
+        _stream_facts(homes.root / "fake.log"),
+    )
+    for key in ("subtype", "is_error", "num_turns", "terminal_reason"):
+        assert fake_facts[key] == real_facts[key], key
+    assert (
+        _last_result(homes.root / "fake.log")["errors"]
+        == _last_result(homes.root / "claude.log")["errors"]
+    )
 
 
 async def test_kill_is_stopped(claude_bin: Path, anthropic: AnthropicMock, homes: Homes) -> None:
@@ -370,6 +442,12 @@ async def test_kill_is_stopped(claude_bin: Path, anthropic: AnthropicMock, homes
     out = await drive(ClaudeHarness([str(claude_bin)]), spec, kill_after=0.5, once=seen)
     assert out.verdict == (False, ErrorClass.STOPPED, False)
     assert out.exited.signal == 9
+
+
+def _last_result(log: Path) -> dict[str, object]:
+    lines = [json.loads(raw) for raw in log.read_bytes().splitlines() if raw.startswith(b"{")]
+    result: dict[str, object] = [line for line in lines if line.get("type") == "result"][-1]
+    return result
 
 
 def _fields(spec: SessionSpec) -> dict[str, object]:

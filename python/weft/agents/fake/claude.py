@@ -25,8 +25,15 @@ from typing import Any
 from weft.agents.fake import directives as dirs
 from weft.agents.fake.argv import FLAG, OPTIONAL, VALUE, VARIADIC, ArgvError, Option, split_list
 from weft.agents.fake.argv import parse as parse_argv
-from weft.agents.fake.claude_session import Session, Transcript, resolve_session
-from weft.agents.fake.claude_tools import DEFAULT_TOOLS, Toolbox, ToolCall, bash_result, failure
+from weft.agents.fake.claude_session import Session, Transcript, project_dir, resolve_session
+from weft.agents.fake.claude_tools import (
+    DEFAULT_TOOLS,
+    TOOLS_2_1_330,
+    Toolbox,
+    ToolCall,
+    bash_result,
+    failure,
+)
 from weft.agents.fake.common import (
     CliError,
     Clock,
@@ -45,6 +52,7 @@ from weft.agents.fake.output import Chunks, Emit, Exit, Raw, Runner, Sleep, Stde
 from weft.agents.fake.pricing import (
     ALIASES,
     BACKGROUND_MODEL,
+    LEGACY_ALIASES,
     Price,
     cost_units,
     price_of,
@@ -55,9 +63,32 @@ from weft.agents.fake.scenarios import (
     Flavour,
     ScenarioFn,
     choose_scenario,
+    filler_text,
     huge_line,
     with_start_delay,
 )
+
+SPILL_ABOVE_BYTES = 30_000
+"""2.1.330 keeps a Bash output up to this size in the stream; a larger one
+goes to ``tool-results/`` (2.9 MB gave a 33 KB line)."""
+STDOUT_KEPT_CHARS = 30_000
+"""The head of a spilled output kept in ``tool_use_result.stdout``."""
+PREVIEW_CHARS = 2048
+"""The preview of a spilled output in the tool_result the model sees."""
+
+MAX_TOKENS_NUDGE = (
+    "Output token limit hit. Resume directly \u2014 no apology, no recap of what you were "
+    "doing. Pick up mid-thought if that is where the cut happened. Break remaining work into "
+    "smaller pieces."
+)
+"""The user prompt 2.1.330 injects after an answer stopped at ``max_tokens``."""
+ABORT_DIAGNOSTIC = "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
+"""``errors`` of 2.1.330's result after a SIGINT."""
+
+DEFAULT_MAX_RETRIES = 10
+"""Claude Code's API retries when ``CLAUDE_CODE_MAX_RETRIES`` is not set."""
+RETRIED_STATUSES = frozenset({401, 429, 529})
+"""Statuses 2.1.330 retries (with every 5xx); 400, 402, 403, 404 and 413 fail at once."""
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "delegate", "dontAsk", "plan")
 
@@ -274,9 +305,10 @@ class ClaudeOptions:
             raise CliError(f"error: option '{label}' argument '{raw}' is invalid.")
         return value
 
-    def tools(self) -> list[str]:
-        """The ``tools`` list of the init line."""
-        base = list(DEFAULT_TOOLS)
+    def tools(self, defaults: tuple[str, ...] = TOOLS_2_1_330) -> list[str]:
+        """The ``tools`` list of the init line (``defaults`` unless the flags
+        say otherwise)."""
+        base = list(defaults)
         if self.tools_arg is not None:
             if self.tools_arg in ([], [""]):
                 base = []
@@ -310,8 +342,9 @@ class ClaudeOptions:
         return servers
 
 
-def resolve_model(arg: str | None) -> str:
-    """The model id the init line reports: aliases map to full ids."""
+def resolve_model(arg: str | None, settings: Settings) -> str:
+    """The model id the init line reports: aliases map to full ids (the 5.5
+    models from 2.1.330, the 4.5 ones before)."""
     env = os.environ
     model = arg or env.get("ANTHROPIC_MODEL") or "sonnet"
     overrides = {
@@ -320,7 +353,8 @@ def resolve_model(arg: str | None) -> str:
         "haiku": env.get("ANTHROPIC_DEFAULT_HAIKU_MODEL"),
     }
     if model in ALIASES:
-        return overrides[model] or ALIASES[model]
+        aliases = ALIASES if settings.version_at_least(2, 1, 330) else LEGACY_ALIASES
+        return overrides[model] or aliases[model]
     return model
 
 
@@ -347,7 +381,17 @@ class ClaudeRun(Flavour):
         self.previous_prompt = previous_prompt
         self.partial = opts.partial
         self.omit_cost = ctx.settings.omit_cost
+        self.v330 = ctx.settings.version_at_least(2, 1, 330)
+        """Claude Code 2.1.330 (the verified pin) or newer."""
         self.turns = 0
+        """``num_turns`` before 2.1.330: the API calls."""
+        self.api_calls = 0
+        """Main-thread API calls (what ``--max-turns`` limits)."""
+        self.prompts = 0
+        self.user_turns = 0
+        """Main-thread user lines: tool results, the max-tokens nudge, the
+        interruption. 2.1.330's ``num_turns`` is prompts + these (two
+        parallel tool results after one call count twice)."""
         self.api_ms = 0
         self.context_tokens = 0
         self.main_usage = Usage()
@@ -357,6 +401,9 @@ class ClaudeRun(Flavour):
         2.1.330 reports cost and ``modelUsage`` over the whole session."""
         self._reported: dict[str, Usage] = {}
         """This process's usage already reported by an earlier result."""
+        self.background_calls = not self.v330
+        """The background Haiku call (titles): 2.1.330 made none against the
+        test mock, so from that version it is gone."""
         self.background_done = False
         self.max_turns = opts.max_turns
         self.max_budget = opts.max_budget
@@ -367,7 +414,7 @@ class ClaudeRun(Flavour):
         self.turn_allowance_offset = 1 if legacy_count else 0
         self.legacy_max_turns = False
         self.ttl_1h = False
-        self.tools = opts.tools()
+        self.tools = opts.tools(TOOLS_2_1_330 if self.v330 else DEFAULT_TOOLS)
         self.toolbox = Toolbox(
             ctx.workspace,
             ctx.ids,
@@ -419,6 +466,7 @@ class ClaudeRun(Flavour):
         """``system/init`` (the prompt goes to the transcript, not stdout).
         With ``--input-format stream-json`` later turns only record their prompt."""
         self._user_prompt_entry(self.ctx.prompt)
+        self.prompts += 1
         if not self.init_sent:
             self.init_sent = True
             yield Emit(self.init_line())
@@ -460,7 +508,7 @@ class ClaudeRun(Flavour):
     def _background(self) -> None:
         # Claude Code makes one small Haiku call per prompt (titles, topic
         # detection); it shows in modelUsage only.
-        if self.background_done:
+        if self.background_done or not self.background_calls:
             return
         self.background_done = True
         usage = Usage()
@@ -498,7 +546,7 @@ class ClaudeRun(Flavour):
         the stream events around them."""
         main = parent is None
         model = model or self.model
-        if main and self.max_turns is not None and self.turns >= self._turn_allowance():
+        if main and self.max_turns is not None and self.api_calls >= self._turn_allowance():
             raise _TurnLimitError
         text_chars = sum(len(json.dumps(b)) for b in blocks)
         usage = self._new_usage(text_chars, fresh_context=not main)
@@ -513,6 +561,7 @@ class ClaudeRun(Flavour):
         self._background()
         if main:
             self.turns += 1
+            self.api_calls += 1
         message_head: JsonObj = {
             "model": model,
             "id": msg_id,
@@ -621,6 +670,8 @@ class ClaudeRun(Flavour):
             }
         )
         line["tool_use_result"] = tool_use_result
+        if parent is None:
+            self.user_turns += 1
         stored_result = tool_use_result
         if isinstance(content, str) and len(content) > 100_000:
             block = dict(block, content=content[:2000] + "\n[truncated]")
@@ -731,7 +782,7 @@ class ClaudeRun(Flavour):
             obj["api_error_status"] = api_error_status
         obj["duration_ms"] = self.clock.elapsed_ms()
         obj["duration_api_ms"] = self.api_ms
-        obj["num_turns"] = self.turns
+        obj["num_turns"] = self.prompts + self.user_turns if self.v330 else self.turns
         if text is not None:
             obj["result"] = text
         obj["session_id"] = self.session_id
@@ -856,8 +907,10 @@ class ClaudeRun(Flavour):
         yield from self.closing(extra_blocks=[future])
 
     def huge(self, nbytes: int, events: int) -> Iterator[Step]:
-        """A Bash result of ``nbytes`` (content and stdout halves), then a
-        reply streamed as ``events`` text deltas."""
+        """A Bash output of ``nbytes``, then a reply streamed as ``events``
+        text deltas. From 2.1.330 an output over 30,000 bytes is spilled to
+        ``tool-results/`` with a preview, as the real CLI does; ``spill=0``
+        (or an older version) sends it whole, in one huge line."""
         call = ToolCall(
             self.ids.tool(),
             "Bash",
@@ -865,6 +918,34 @@ class ClaudeRun(Flavour):
             lambda: ("", False, None),
         )
         yield from self.call([{"type": "text", "text": "Let me look at the log."}, call.block()])
+        if self.v330 and self.param_int("spill", 1) and nbytes > SPILL_ABOVE_BYTES:
+            yield self._spilled_result(call.id, nbytes)
+        else:
+            yield from self._huge_line(call.id, nbytes)
+        if events > 0:
+            yield from self._streamed_text(events)
+
+    def _spilled_result(self, tool_id: str, nbytes: int) -> Emit:
+        # Written in pieces: the output is never held whole.
+        folder = os.path.join(project_dir(self.ctx.cwd), self.session_id, "tool-results")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, self.ids.base62(9).lower() + ".txt")
+        head = ""
+        with open(path, "w", encoding="ascii") as fh:
+            for piece in filler_text(nbytes):
+                if len(head) < STDOUT_KEPT_CHARS:
+                    head += piece[: STDOUT_KEPT_CHARS - len(head)]
+                fh.write(piece)
+        content = (
+            f"<persisted-output>\nOutput too large ({_size_label(nbytes)}). Full output saved "
+            f"to: {path}\n\nPreview (first 2KB):\n{head[:PREVIEW_CHARS]}\n...\n"
+            "</persisted-output>"
+        )
+        result = bash_result(head, "")
+        result.update(persistedOutputPath=path, persistedOutputSize=nbytes)
+        return self.tool_result(tool_id, content, False, result)
+
+    def _huge_line(self, tool_id: str, nbytes: int) -> Iterator[Step]:
         marker = "\x00FAKE-HUGE\x00"
         line = self._line(
             {
@@ -873,7 +954,7 @@ class ClaudeRun(Flavour):
                     "role": "user",
                     "content": [
                         {
-                            "tool_use_id": call.id,
+                            "tool_use_id": tool_id,
                             "type": "tool_result",
                             "content": marker,
                             "is_error": False,
@@ -898,7 +979,7 @@ class ClaudeRun(Flavour):
                     "role": "user",
                     "content": [
                         {
-                            "tool_use_id": call.id,
+                            "tool_use_id": tool_id,
                             "type": "tool_result",
                             "content": f"[{nbytes} bytes of output not kept]",
                             "is_error": False,
@@ -908,8 +989,7 @@ class ClaudeRun(Flavour):
                 "toolUseResult": {"truncated": True},
             },
         )
-        if events > 0:
-            yield from self._streamed_text(events)
+        self.user_turns += 1
 
     def _streamed_text(self, events: int) -> Iterator[Step]:
         # The deltas are written as they are made; only the short words are
@@ -917,6 +997,7 @@ class ClaudeRun(Flavour):
         usage = self._new_usage(events * 6, fresh_context=False)
         msg_id = self.ids.message()
         self.turns += 1
+        self.api_calls += 1
         self._account(self.model, usage, main=True)
         self._background()
         snapshot = usage.message_usage(self.rng.randint(1, min(12, usage.output - 1)))
@@ -962,6 +1043,7 @@ class ClaudeRun(Flavour):
         if interrupted and not self.init_sent:
             return  # no session yet: nothing to report, exit 130
         if interrupted:
+            self.user_turns += 1
             yield Emit(
                 {
                     "type": "user",
@@ -974,11 +1056,12 @@ class ClaudeRun(Flavour):
                     "uuid": self.ids.uuid4(),
                 }
             )
+        errors = [ABORT_DIAGNOSTIC] if interrupted and self.v330 else []
         yield Emit(
             self.result_line(
                 subtype="error_during_execution",
                 is_error=True,
-                errors=[],
+                errors=errors,
                 terminal_reason="aborted_streaming",
             )
         )
@@ -1005,6 +1088,7 @@ class ClaudeRun(Flavour):
         """The §7.3 rows that only Claude has."""
         return {
             "tool_use": self.sc_tool_use,
+            "max_tokens": self.sc_max_tokens,
             "parallel_tools": self.sc_parallel_tools,
             "tool_error": self.sc_tool_error,
             "thinking": self.sc_thinking,
@@ -1029,6 +1113,30 @@ class ClaudeRun(Flavour):
         yield from self.opening()
         yield from self.tool_round("I'll list the files first.", [self.toolbox.ls_call()])
         yield from self.work()
+        yield from self.closing()
+
+    def sc_max_tokens(self) -> Iterator[Step]:
+        """An answer cut at ``max_tokens``; the CLI goes on by itself (2.1.330):
+        a synthetic user line with its nudge, a second call, success."""
+        yield from self.opening()
+        yield from self.work()
+        yield from self.call(
+            [{"type": "text", "text": "Here is the start of the answer, cut at the"}]
+        )
+        line = self._line(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "text", "text": MAX_TOKENS_NUDGE}],
+                },
+                "parent_tool_use_id": None,
+            }
+        )
+        line["isSynthetic"] = True
+        self.user_turns += 1
+        self.transcript.add("user", line["uuid"], {"message": line["message"], "isMeta": True})
+        yield Emit(line)
         yield from self.closing()
 
     def sc_parallel_tools(self) -> Iterator[Step]:
@@ -1062,6 +1170,18 @@ class ClaudeRun(Flavour):
             f"The user asked: {quote(self.ctx.directives.plain, 80)}. I should answer briefly."
         )
         signature = "Eq" + self.ids.base62(180)
+        if self.v330:
+            # 2.1.330 reports its estimate of the thinking as it streams.
+            estimate = 0
+            for share in (len(thought) // 8, len(thought) // 4 - len(thought) // 8):
+                estimate += max(1, share)
+                line = {
+                    "type": "system",
+                    "subtype": "thinking_tokens",
+                    "estimated_tokens": estimate,
+                    "estimated_tokens_delta": max(1, share),
+                }
+                yield Emit(self._line(line))
         yield from self.closing(
             extra_blocks=[{"type": "thinking", "thinking": thought, "signature": signature}]
         )
@@ -1117,13 +1237,18 @@ class ClaudeRun(Flavour):
                     "type": "system",
                     "subtype": "api_retry",
                     "attempt": attempt,
-                    "max_retries": 10,
+                    "max_retries": self.max_retries(),
                     "retry_delay_ms": int(delay),
                     "error_status": status,
                     "error": error,
                 }
             )
         )
+
+    def max_retries(self) -> int:
+        """``CLAUDE_CODE_MAX_RETRIES``, else Claude Code's default of 10."""
+        raw = os.environ.get("CLAUDE_CODE_MAX_RETRIES", "")
+        return int(raw) if raw.strip().isdigit() else DEFAULT_MAX_RETRIES
 
     def sc_retry_then_ok(self) -> Iterator[Step]:
         """``count`` (3) ``api_retry`` notices (529, overloaded), then normal.
@@ -1189,7 +1314,11 @@ class ClaudeRun(Flavour):
             529: ("server_error", f"API Error: 529 Overloaded. {server}"),
         }
         kind, text = kinds.get(status, ("unknown", f"API Error: {status} Unexpected error"))
-        retry_error = {429: "rate_limit", 529: "overloaded"}.get(status, "server_error")
+        retry_error = {
+            401: "authentication_failed",
+            429: "rate_limit",
+            529: "overloaded",
+        }.get(status, "server_error")
         for attempt in range(1, retries + 1):
             wait = delay * 2 ** (attempt - 1)
             yield self._retry(attempt, status, retry_error, wait)
@@ -1204,15 +1333,29 @@ class ClaudeRun(Flavour):
         yield from self.opening()
         yield from self.work()
         status = self.param_int("status", 429)
-        retries = self.param_int("count", 2 if status in (429, 500, 529) else 0)
+        if not self.v330:
+            retries = self.param_int("count", 2 if status in (429, 500, 529) else 0)
+        elif status in RETRIED_STATUSES or status >= 500:
+            # The real default (10 retries over about 3 minutes) only when
+            # CLAUDE_CODE_MAX_RETRIES asks for it; 2 quick ones otherwise.
+            env = os.environ.get("CLAUDE_CODE_MAX_RETRIES", "").strip()
+            retries = self.param_int("count", int(env) if env.isdigit() else 2)
+        else:
+            retries = 0  # 2.1.330 does not retry 400, 402, 403, 404 or 413
         yield from self.api_failure(
             status, retries=retries, delay=self.param_float("delay_ms", 500.0)
         )
 
     def sc_auth_error(self) -> Iterator[Step]:
-        """Invalid API key: no retries, a synthetic message, exit 1."""
+        """No usable credentials: no retries, a synthetic message, exit 1
+        (2.1.330's text for a missing key; a rejected key is ``api_error,status=401``,
+        which 2.1.330 retries)."""
         yield from self.opening()
-        text = "Invalid API key \u00b7 Please run /login"
+        text = (
+            "Not logged in \u00b7 Please run /login"
+            if self.v330
+            else "Invalid API key \u00b7 Please run /login"
+        )
         yield self._synthetic(text, "authentication_failed")
         self.turns += 1
         yield Emit(self.result_line(is_error=True, text=text))
@@ -1357,7 +1500,7 @@ def run_prompt(opts: ClaudeOptions, settings: Settings, argv: list[str], prompt:
     capture: list[JsonObj] | None = None if opts.output_format == "stream-json" else []
     runner = Runner(settings, clock, rng, capture=capture)
     runner.install_signals(sigint_graceful=True)
-    model = resolve_model(opts.model_arg)
+    model = resolve_model(opts.model_arg, settings)
     ctx = Context(
         flavour="claude",
         settings=settings,
@@ -1469,3 +1612,12 @@ def _print_captured(capture: list[JsonObj], opts: ClaudeOptions) -> None:
             errors = last.get("errors") or [last.get("subtype", "error")]
             out.write(f"Error: {'; '.join(str(e) for e in errors)}\n")
     out.flush()
+
+
+def _size_label(nbytes: int) -> str:
+    """A size as Claude Code prints it (``2.9MB`` for 3,000,000 bytes)."""
+    if nbytes < 1024:
+        return f"{nbytes} bytes"
+    if nbytes < 1024 * 1024:
+        return f"{nbytes / 1024:.1f}KB"
+    return f"{nbytes / 1024 / 1024:.1f}MB"

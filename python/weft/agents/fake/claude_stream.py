@@ -58,7 +58,7 @@ def run_stream_input(opts: ClaudeOptions, settings: Settings, argv: list[str]) -
         scenario="success",
         params={},
     )
-    session, run = open_run(ctx, opts, resolve_model(opts.model_arg))
+    session, run = open_run(ctx, opts, resolve_model(opts.model_arg, settings))
     received: list[str] = []
     write_record(settings, "claude", argv, "", {"prompt": None})
 
@@ -105,7 +105,7 @@ def run_stream_input(opts: ClaudeOptions, settings: Settings, argv: list[str]) -
             ctx.directives = dirs.parse(prompt)
             ctx.scenario, ctx.params = choose_scenario(ctx.directives, settings)
             run.params = ctx.params
-            run.background_done = False
+            run.background_done = False  # one background call per prompt (before 2.1.330)
             run.toolbox.outcomes.clear()
             if ctx.scenario == "multi_turn_stdin":
                 ctx.scenario = "success"

@@ -15,6 +15,34 @@ from weft.agents.fake import directives as dirs
 from weft.agents.fake.common import Ids, JsonObj, quote
 from weft.agents.fake.directives import Op, ToolError, Workspace
 
+TOOLS_2_1_330 = (
+    "Task",
+    "Bash",
+    "CronCreate",
+    "CronDelete",
+    "CronList",
+    "DesignSync",
+    "Edit",
+    "EnterWorktree",
+    "ExitWorktree",
+    "ListAgents",
+    "Monitor",
+    "NotebookEdit",
+    "Read",
+    "ReportFindings",
+    "ScheduleWakeup",
+    "SendMessage",
+    "Skill",
+    "TaskStop",
+    "ToolSearch",
+    "WebFetch",
+    "WebSearch",
+    "Workflow",
+    "Write",
+)
+"""The init ``tools`` of Claude Code 2.1.330 (23 names: no Glob, Grep or
+TodoWrite; searching is done with Bash)."""
+
 DEFAULT_TOOLS = (
     "Task",
     "Bash",
@@ -33,6 +61,7 @@ DEFAULT_TOOLS = (
     "Skill",
     "SlashCommand",
 )
+"""The init ``tools`` before 2.1.330 (``FAKE_AGENT_VERSION`` below it)."""
 READ_ONLY_TOOLS = frozenset(
     {"Read", "Glob", "Grep", "LS", "TodoWrite", "Task", "ExitPlanMode", "BashOutput"}
 )
@@ -50,6 +79,7 @@ class ToolCall:
         perform: Callable[[], tuple[Any, bool, Any]],
         *,
         target: str = "",
+        read_only: bool = False,
     ) -> None:
         self.id = tool_id
         self.name = name
@@ -58,6 +88,9 @@ class ToolCall:
         """Returns ``(content, is_error, tool_use_result)``."""
         self.target = target
         """The path or command that permission rules match against."""
+        self.read_only = read_only
+        """A Bash command that only reads (``ls``, ``find``): Claude Code runs
+        those without asking, in every permission mode."""
 
     def block(self) -> JsonObj:
         """The tool_use content block."""
@@ -155,7 +188,7 @@ class Toolbox:
         mode = self.permission_mode
         if mode == "bypassPermissions":
             return True
-        if call.name in READ_ONLY_TOOLS:
+        if call.name in READ_ONLY_TOOLS or call.read_only:
             return True
         if mode == "acceptEdits" and call.name in EDIT_TOOLS:
             return True
@@ -329,6 +362,7 @@ class Toolbox:
             {"command": "ls", "description": "List files in the working directory"},
             ls,
             target="ls",
+            read_only=True,
         )
 
     def glob_call(self, pattern: str) -> ToolCall:
@@ -339,6 +373,9 @@ class Toolbox:
             for name in self.workspace.listing()
             if fnmatch.fnmatch(name, pattern)
         ]
+
+        if "Glob" not in self.tools:
+            return self._find_call(pattern, matches)
 
         def glob() -> tuple[Any, bool, Any]:
             text = "\n".join(matches) if matches else "No files found"
@@ -354,3 +391,20 @@ class Toolbox:
             )
 
         return ToolCall(self.ids.tool(), "Glob", {"pattern": pattern}, glob, target=pattern)
+
+    def _find_call(self, pattern: str, matches: list[str]) -> ToolCall:
+        # Without a Glob tool (2.1.330) the model searches with Bash.
+        command = f"find . -maxdepth 1 -name {shell_quote(pattern)}"
+
+        def find() -> tuple[Any, bool, Any]:
+            out = "".join(f"./{os.path.basename(m)}\n" for m in matches)
+            return out.rstrip("\n"), False, bash_result(out, "")
+
+        return ToolCall(
+            self.ids.tool(),
+            "Bash",
+            {"command": command, "description": f"Find files matching {pattern}"},
+            find,
+            target=command,
+            read_only=True,
+        )

@@ -180,6 +180,8 @@ class Runner:
         self._stall_ms: float | None = None
         self._pending: int | None = None
         self._interruptible = False
+        self._aborting = False
+        """Performing the abort steps: a pending stop no longer interrupts."""
         self._lines = 0
 
     # -- signals ---------------------------------------------------------------
@@ -201,7 +203,7 @@ class Runner:
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self._pending is None:
             self._pending = signum
-        if self._interruptible:
+        if self._interruptible and not self._aborting:
             self._interruptible = False
             raise StopRequestedError(signum)
 
@@ -217,7 +219,7 @@ class Runner:
             self._interruptible = False
 
     def _check(self) -> None:
-        if self._pending is not None:
+        if self._pending is not None and not self._aborting:
             raise StopRequestedError(self._pending)
 
     # -- running ---------------------------------------------------------------
@@ -232,6 +234,9 @@ class Runner:
                     return code
                 self._check()
         except StopRequestedError as stop:
+            # The abort's own lines still pause between them (the line delay):
+            # the pending stop must not cut them short, nor escape as a traceback.
+            self._aborting = True
             close = getattr(steps, "close", None)
             if close is not None:
                 close()

@@ -58,6 +58,7 @@ KNOWN_PARAMS: dict[str, type] = {
     "lines": int,
     "message": str,
     "signal": str,
+    "spill": int,
     "stall_ms": float,
     "status": int,
     "turns": int,
@@ -454,6 +455,22 @@ def flood(total: int) -> Iterator[Step]:
 
 
 _FILLER_LINE = "fake output line {:07d}: lorem ipsum dolor sit amet, consectetur adipiscing elit\n"
+
+
+def filler_text(nbytes: int) -> Iterator[str]:
+    """``nbytes`` of plain tool output (ASCII lines), in pieces of about 64 KiB."""
+    produced = 0
+    number = 0
+    while produced < nbytes:
+        pieces: list[str] = []
+        size = 0
+        while size < 65536 and produced + size < nbytes:
+            line = _FILLER_LINE.format(number)[: nbytes - produced - size]
+            number += 1
+            pieces.append(line)
+            size += len(line)
+        produced += size
+        yield "".join(pieces)
 
 
 def filler_json(nbytes: int) -> Iterator[bytes]:
