@@ -89,6 +89,9 @@ def compile_condition(condition: Condition) -> Predicate:
     parts = tuple(condition.path.split("."))
     op, value = condition.operator, condition.value
     if len(parts) == 1:
+        fast = _single_key(parts[0], op, value)
+        if fast is not None:
+            return fast
         key = parts[0]
 
         def get(data: Mapping[str, Any]) -> Any:
@@ -99,6 +102,38 @@ def compile_condition(condition: Condition) -> Predicate:
             return lookup(data, parts)
 
     return _OPERATORS[op](get, value)
+
+
+def _single_key(key: str, op: str, value: Any) -> Predicate | None:
+    """The common conditions on a top-level field, as one expression each
+    (no nested call): the trigger engine evaluates them for every event."""
+    if op == "equals" and isinstance(value, str):
+        return lambda d: type(v := d.get(key)) is str and v == value
+    if op == "equals" and isinstance(value, bool):
+        return lambda d: d.get(key) is value
+    if op in ("greaterThan", "lessThan") and _is_number(value):
+        if op == "greaterThan":
+            return lambda d: type(v := d.get(key)) in _NUMBER_TYPES and v > value
+        return lambda d: type(v := d.get(key)) in _NUMBER_TYPES and v < value
+    if op in ("in", "notIn") and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        strings = frozenset(value)
+        if op == "in":
+            return lambda d: type(v := d.get(key)) is str and v in strings
+        return lambda d: not (type(v := d.get(key)) is str and v in strings)
+    if op == "contains" and isinstance(value, str):
+
+        def contains(d: Mapping[str, Any]) -> bool:
+            v = d.get(key)
+            if type(v) is str:
+                return value in v
+            return isinstance(v, list) and any(type(i) is str and i == value for i in v)
+
+        return contains
+    return None
+
+
+_NUMBER_TYPES: Final = (int, float)
+"""``type(v) in`` this is a number and not a bool (``type(True)`` is bool)."""
 
 
 def _equals(get: Callable[[Any], Any], value: Any) -> Predicate:
@@ -181,10 +216,6 @@ _OPERATORS: Final[dict[str, Callable[[Callable[[Any], Any], Any], Predicate]]] =
 }
 
 
-def _always(data: Mapping[str, Any]) -> bool:
-    return True
-
-
 def compile_conditions(conditions: Sequence[Condition]) -> Predicate | None:
     """The conjunction of ``conditions``; ``None`` when there are none (the
     caller then skips the call altogether)."""
@@ -193,4 +224,7 @@ def compile_conditions(conditions: Sequence[Condition]) -> Predicate | None:
         return None
     if len(tests) == 1:
         return tests[0]
+    if len(tests) == 2:
+        first, second = tests
+        return lambda data: first(data) and second(data)
     return lambda data: all(t(data) for t in tests)

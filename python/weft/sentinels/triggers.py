@@ -112,110 +112,6 @@ class SentinelSpec:
     execution: SentinelExecution
 
 
-# --------------------------------------------------------------------------- strategies
-
-
-class _Strategy:
-    """Buffers matched events and decides when they become a trigger."""
-
-    __slots__ = ("buffer", "dropped", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.buffer: list[Observed] = []
-        self.limit = limit
-        self.dropped = 0
-
-    def _keep(self, events: Sequence[Observed]) -> None:
-        self.buffer.extend(events)
-        over = len(self.buffer) - self.limit
-        if over > 0:
-            del self.buffer[:over]
-            self.dropped += over
-
-    def add(self, events: Sequence[Observed], now: int) -> list[Observed] | None:
-        """Takes matched events; returns a batch to fire now, if any."""
-        raise NotImplementedError
-
-    def deadline(self) -> int | None:
-        """When the buffered events fire by themselves (``None``: never)."""
-        return None
-
-    def take(self) -> list[Observed] | None:
-        """Empties the buffer (``None`` when it was empty)."""
-        if not self.buffer:
-            return None
-        batch, self.buffer = self.buffer, []
-        return batch
-
-
-class _Immediate(_Strategy):
-    __slots__ = ()
-
-    def add(self, events: Sequence[Observed], now: int) -> list[Observed] | None:
-        return list(events)
-
-
-class _Count(_Strategy):
-    __slots__ = ("threshold",)
-
-    def __init__(self, limit: int, threshold: int) -> None:
-        super().__init__(limit)
-        self.threshold = threshold
-
-    def add(self, events: Sequence[Observed], now: int) -> list[Observed] | None:
-        self._keep(events)
-        if len(self.buffer) >= self.threshold:
-            return self.take()
-        return None
-
-
-class _Debounce(_Strategy):
-    __slots__ = ("last", "quiet")
-
-    def __init__(self, limit: int, quiet: int) -> None:
-        super().__init__(limit)
-        self.quiet = quiet
-        self.last = 0
-
-    def add(self, events: Sequence[Observed], now: int) -> list[Observed] | None:
-        self._keep(events)
-        self.last = now
-        return None
-
-    def deadline(self) -> int | None:
-        return self.last + self.quiet if self.buffer else None
-
-
-class _TimeWindow(_Strategy):
-    __slots__ = ("opened", "width")
-
-    def __init__(self, limit: int, width: int) -> None:
-        super().__init__(limit)
-        self.width = width
-        self.opened = 0
-
-    def add(self, events: Sequence[Observed], now: int) -> list[Observed] | None:
-        if not self.buffer:
-            self.opened = now
-        self._keep(events)
-        return None
-
-    def deadline(self) -> int | None:
-        return self.opened + self.width if self.buffer else None
-
-
-def _strategy(execution: SentinelExecution, limit: int) -> _Strategy:
-    if isinstance(execution, ImmediateExecution):
-        return _Immediate(limit)
-    if isinstance(execution, CountExecution):
-        return _Count(limit, execution.threshold)
-    if isinstance(execution, DebounceExecution):
-        return _Debounce(limit, execution.milliseconds)
-    if isinstance(execution, TimeWindowExecution):
-        return _TimeWindow(limit, execution.milliseconds)
-    raise TypeError(f"unknown execution strategy {execution!r}")  # the schema forbids it
-
-
 # --------------------------------------------------------------------------- sequences
 
 
@@ -257,17 +153,34 @@ class _Sequence:
 # --------------------------------------------------------------------------- engine
 
 
+IMMEDIATE: Final = 0
+COUNT: Final = 1
+DEBOUNCE: Final = 2
+TIME_WINDOW: Final = 3
+
+
 class SentinelRoute:
-    """One sentinel inside the engine: its matcher, strategy and queue."""
+    """One sentinel inside the engine: its matcher, strategy state and queue.
+
+    The strategies are a mode and a few fields rather than objects, so that
+    the engine's feed loop applies them inline: routing is the hot path.
+    """
 
     __slots__ = (
+        "buffer",
+        "buffer_dropped",
         "dropped",
         "id",
+        "last",
+        "limit",
+        "mode",
         "number",
+        "opened",
+        "period",
         "queue",
         "sequence",
-        "strategy",
         "test",
+        "threshold",
         "triggered",
     )
 
@@ -278,13 +191,77 @@ class SentinelRoute:
             compile_conditions(trigger.conditions) if isinstance(trigger, EventTrigger) else None
         )
         self.sequence = _Sequence(trigger) if isinstance(trigger, SequenceTrigger) else None
-        self.strategy = _strategy(spec.execution, buffer_limit)
+        execution = spec.execution
+        self.threshold = 0
+        self.period = 0
+        """The debounce's quiet time or the window's width (milliseconds)."""
+        if isinstance(execution, ImmediateExecution):
+            self.mode = IMMEDIATE
+        elif isinstance(execution, CountExecution):
+            self.mode, self.threshold = COUNT, execution.threshold
+        elif isinstance(execution, DebounceExecution):
+            self.mode, self.period = DEBOUNCE, execution.milliseconds
+        elif isinstance(execution, TimeWindowExecution):
+            self.mode, self.period = TIME_WINDOW, execution.milliseconds
+        else:  # the schema allows no other
+            raise TypeError(f"unknown execution strategy {execution!r}")
+        self.buffer: list[Observed] = []
+        """Matched events waiting for the strategy to fire."""
+        self.limit = buffer_limit
+        self.buffer_dropped = 0
+        """Matched events pushed out of the full buffer."""
+        self.last = 0
+        """The debounce: when the last event matched."""
+        self.opened = 0
+        """The time window: when it opened."""
         self.queue: deque[Trigger] = deque(maxlen=queue_limit)
         self.number = 0
         self.triggered = 0
         """Triggers fired (queued) so far, dropped ones included."""
         self.dropped = 0
         """Triggers pushed out of the full queue."""
+
+    @property
+    def timed(self) -> bool:
+        """Whether the strategy fires by itself once time passes."""
+        return self.mode in (DEBOUNCE, TIME_WINDOW)
+
+    def add(self, events: Sequence[Observed], now: int) -> bool:
+        """Hands matched events to the strategy; True when a trigger fired."""
+        mode = self.mode
+        if mode == IMMEDIATE:
+            self.fire(list(events), now)
+            return True
+        buffer = self.buffer
+        if mode == TIME_WINDOW and not buffer:
+            self.opened = now
+        buffer.extend(events)
+        if len(buffer) > self.limit:
+            over = len(buffer) - self.limit
+            del buffer[:over]
+            self.buffer_dropped += over
+        if mode == COUNT:
+            if len(buffer) >= self.threshold:
+                self.fire(self.take(), now)
+                return True
+        elif mode == DEBOUNCE:
+            self.last = now
+        return False
+
+    def deadline(self) -> int | None:
+        """When the buffered events fire by themselves (``None``: never)."""
+        if not self.buffer:
+            return None
+        if self.mode == DEBOUNCE:
+            return self.last + self.period
+        if self.mode == TIME_WINDOW:
+            return self.opened + self.period
+        return None
+
+    def take(self) -> list[Observed]:
+        """Empties the buffer, returning what it held."""
+        batch, self.buffer = self.buffer, []
+        return batch
 
     def fire(self, events: list[Observed], now: int) -> None:
         """Queues a trigger holding ``events``."""
@@ -326,7 +303,7 @@ class TriggerEngine:
             else:
                 for kind in dict.fromkeys(types):
                     self._by_type.setdefault(kind, []).append(route)
-            if isinstance(route.strategy, _Debounce | _TimeWindow):
+            if route.timed:
                 self._timed.append(route)
         self._cache: dict[str, tuple[SentinelRoute, ...]] = {}
         self._deadline: int | None = None
@@ -374,30 +351,49 @@ class TriggerEngine:
                 event = Observed(kind, data, seq, now)
             if route.sequence is not None:
                 done = route.sequence.see(event)
-                if done is None:
-                    continue
-                batch = route.strategy.add(done, now)
-            else:
-                batch = route.strategy.add((event,), now)
-            if batch is not None:
-                route.fire(batch, now)
+                if done is not None and route.add(done, now):
+                    fired += 1
+                elif done is not None and route.mode >= DEBOUNCE:
+                    self._lower_deadline(route)
+                continue
+            # One matched event, the strategies inline (see SentinelRoute.add).
+            mode = route.mode
+            if mode == IMMEDIATE:
+                route.fire([event], now)
                 fired += 1
-            elif route.strategy.buffer:
-                deadline = route.strategy.deadline()
-                if deadline is not None and (self._deadline is None or deadline < self._deadline):
-                    self._deadline = deadline
+                continue
+            buffer = route.buffer
+            buffer.append(event)
+            if len(buffer) > route.limit:
+                del buffer[0]
+                route.buffer_dropped += 1
+            if mode == COUNT:
+                if len(buffer) >= route.threshold:
+                    route.fire(route.take(), now)
+                    fired += 1
+                continue
+            if mode == DEBOUNCE:
+                route.last = now
+            elif len(buffer) == 1:
+                route.opened = now
+            deadline = now + route.period if mode == DEBOUNCE else route.opened + route.period
+            if self._deadline is None or deadline < self._deadline:
+                self._deadline = deadline
         return fired
+
+    def _lower_deadline(self, route: SentinelRoute) -> None:
+        deadline = route.deadline()
+        if deadline is not None and (self._deadline is None or deadline < self._deadline):
+            self._deadline = deadline
 
     def tick(self, now: int) -> int:
         """Fires the time-based strategies due at ``now``; returns how many."""
         fired = 0
         for route in self._timed:
-            deadline = route.strategy.deadline()
+            deadline = route.deadline()
             if deadline is not None and now >= deadline:
-                batch = route.strategy.take()
-                if batch:
-                    route.fire(batch, now)
-                    fired += 1
+                route.fire(route.take(), now)
+                fired += 1
         self._recompute_deadline()
         return fired
 
@@ -406,15 +402,14 @@ class TriggerEngine:
         an unfinished sequence stays unfinished. Returns how many fired."""
         fired = 0
         for route in self.routes.values():
-            batch = route.strategy.take()
-            if batch:
-                route.fire(batch, now)
+            if route.buffer:
+                route.fire(route.take(), now)
                 fired += 1
         self._deadline = None
         return fired
 
     def _recompute_deadline(self) -> None:
-        deadlines = [d for r in self._timed if (d := r.strategy.deadline()) is not None]
+        deadlines = [d for r in self._timed if (d := r.deadline()) is not None]
         self._deadline = min(deadlines) if deadlines else None
 
     def next_deadline(self) -> int | None:
@@ -439,4 +434,4 @@ class TriggerEngine:
     def buffered(self, sentinel: str) -> int:
         """Matched events waiting in ``sentinel``'s strategy."""
         route = self.routes.get(sentinel)
-        return len(route.strategy.buffer) if route is not None else 0
+        return len(route.buffer) if route is not None else 0
