@@ -176,7 +176,7 @@ def test_buffer_keeps_the_newest_events() -> None:
     for seq in range(10):
         engine.feed("info", {}, seq, 0)
     assert engine.buffered("s") == 4
-    assert engine.routes["s"].strategy.dropped == 6
+    assert engine.routes["s"].buffer_dropped == 6
     assert engine.tick(100) == 1
     trigger = engine.pop("s")
     assert trigger is not None and [e.seq for e in trigger.events] == [6, 7, 8, 9]
