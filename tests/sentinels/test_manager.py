@@ -205,18 +205,23 @@ async def test_failures_unload_after_max_consecutive(tmp_path: Path) -> None:
 
 
 async def test_a_success_resets_the_failure_count(tmp_path: Path) -> None:
+    # Triggers 1-2 fail, 3 succeeds, 4-5 fail, 6 succeeds: never 3 in a row.
+    prompt = (
+        "@@sentinel:fail kind=rate-limit times=2@@"
+        "<% if (Number(it.events[0].id) >= 4) { %>@@sentinel:fail kind=timeout times=2@@<% } %>"
+    )
     h = Harness(tmp_path)
     h.manager.load(
-        [_attached(tmp_path, userPromptText="@@sentinel:fail kind=rate-limit times=2@@", errorHandling={"maxConsecutiveFailures": 3})]
+        [_attached(tmp_path, userPromptText=prompt, errorHandling={"maxConsecutiveFailures": 3})]
     )
-    await h.replay(_tools(2))
+    await h.replay(_tools(6))
     await h.manager.drain()
-    await h.replay(_tools(3, start=10))
-    await h.manager.drain()
-    assert len(h.of(SentinelError)) == 2 and all(e.retriable for e in h.of(SentinelError))
-    assert len(h.of(SentinelOutput)) == 3
+    errors = h.of(SentinelError)
+    assert [e.consecutive_failure_count for e in errors] == [1, 2, 1, 2]
+    assert all(e.retriable for e in errors)
+    assert [o.trigger_number for o in h.of(SentinelOutput)] == [3, 6]
     (state,) = h.manager.states()
-    assert (state.llm_call_count, state.failed_llm_calls, state.status) == (5, 2, "active")
+    assert (state.llm_call_count, state.failed_llm_calls, state.status) == (6, 4, "active")
 
 
 @pytest.mark.parametrize(

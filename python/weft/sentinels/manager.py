@@ -409,15 +409,18 @@ class SentinelManager:
     # ------------------------------------------------------------------ processing
 
     def _context(self, trigger: Trigger) -> dict[str, Any]:
-        events = [
-            {
-                "id": str(e.seq),
-                "type": e.type,
-                "timestamp": iso_from_ms(e.at),
-                "data": e.data if isinstance(e.data, dict) else dict(e.data),
-            }
-            for e in trigger.events
-        ]
+        # A copy of the events (JSON, so a round trip through orjson is a
+        # fast deep copy): a template may assign into what it is given, and
+        # the same event data is shared by every sentinel and the journal.
+        events = orjson.loads(
+            orjson.dumps(
+                [
+                    {"id": str(e.seq), "type": e.type, "timestamp": iso_from_ms(e.at), "data": e.data}
+                    for e in trigger.events
+                ],
+                default=dict,
+            )
+        )
         codon = {"id": self.codon.id, "name": self.codon.name}
         if self.codon.description is not None:
             codon["description"] = self.codon.description

@@ -641,6 +641,9 @@ class _Parser:
             target = self.toks[start_at : self.i]
             self.i += 1
             value = self.assignment()
+            member = getattr(left, "member_of", None)
+            if member is not None:
+                return _assign_member(member[0], member[1], op, value, target[0].line)
             return self.assign_to(target, op, value)
         return left
 
@@ -965,7 +968,33 @@ def _member(obj: Expr, key: Expr, *, optional: bool, line: int) -> Expr:
         except TemplateError as e:
             raise TemplateError(f"line {line}: {e}") from None
 
+    member.member_of = (obj, key)  # type: ignore[attr-defined]  # for `obj[key] = value`
     return member
+
+
+MAX_ARRAY_GROWTH: Final = 1_000_000
+"""The highest index a template may assign in an array (``xs[i] = v``)."""
+
+
+def _assign_member(obj: Expr, key: Expr, op: str, value: Expr, line: int) -> Expr:
+    """``obj[key] op= value`` on an object or an array the template made or was given."""
+    fn = _OPS.get(op[0]) if op != "=" else None
+
+    def assign(s: _Scope, r: _Run) -> Any:
+        target, name = obj(s, r), key(s, r)
+        v = value(s, r)
+        if fn is not None:
+            v = fn(get_member(target, name), v)
+        if isinstance(target, dict):
+            target[js_string(name)] = v
+        elif isinstance(target, list) and type(name) is int and 0 <= name < MAX_ARRAY_GROWTH:
+            target.extend([UNDEFINED] * (name + 1 - len(target)))
+            target[name] = v
+        else:
+            raise TemplateError(f"line {line}: cannot set property {js_string(name)!r} of {js_string(target)}")
+        return v
+
+    return assign
 
 
 def _call_expr(fn: Expr, args: list[Expr], *, optional: bool, line: int) -> Expr:
