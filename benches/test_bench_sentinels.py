@@ -211,7 +211,9 @@ def _naive_holds(condition: Any, data: dict[str, Any]) -> bool:
 def _naive_run(stream: list[tuple[str, dict[str, Any], int, int]]) -> int:
     # The same strategies and queues, reached by a scan: an engine per
     # sentinel, fed only what the scan found to match.
-    engines = [TriggerEngine([SentinelSpec(s.id, EventTrigger(on=["*"]), s.execution)]) for s in SPECS]
+    engines = [
+        TriggerEngine([SentinelSpec(s.id, EventTrigger(on=["*"]), s.execution)]) for s in SPECS
+    ]
     sequences = [TriggerEngine([s]) for s in SPECS]
     for kind, data, seq, now in stream:
         for spec, engine, sequence in zip(SPECS, engines, sequences, strict=True):

@@ -44,7 +44,9 @@ class ModelApi:
         return f"http://127.0.0.1:{self.port}"
 
     def answer(self, status: int, body: Any, **headers: str) -> None:
-        self.answers.append(Answer(status, body, {k.replace("_", "-"): v for k, v in headers.items()}))
+        self.answers.append(
+            Answer(status, body, {k.replace("_", "-"): v for k, v in headers.items()})
+        )
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
@@ -71,7 +73,11 @@ class ModelApi:
                     headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.seen.append(Seen(method, path, headers, json.loads(body) if body else None))
-                answer = self.answers.pop(0) if self.answers else Answer(500, {"error": "no answer queued"})
+                answer = (
+                    self.answers.pop(0)
+                    if self.answers
+                    else Answer(500, {"error": "no answer queued"})
+                )
                 payload = json.dumps(answer.body).encode()
                 head = [
                     f"HTTP/1.1 {answer.status} X",

@@ -95,7 +95,9 @@ class _Model:
     def matches(self, seq: int, kind: str, data: dict[str, Any]) -> list[int]:
         trig = self.spec.trigger
         if isinstance(trig, EventTrigger):
-            ok = ("*" in trig.on or kind in trig.on) and all(holds(c, data) for c in trig.conditions)
+            ok = ("*" in trig.on or kind in trig.on) and all(
+                holds(c, data) for c in trig.conditions
+            )
             return [seq] if ok else []
         assert isinstance(trig, SequenceTrigger)
         if "*" not in trig.interest_filter.on and kind not in trig.interest_filter.on:
@@ -156,8 +158,8 @@ def run_reference(
             if isinstance(ex, TimeWindowExecution) and not m.buffer:
                 pass  # the window opens at this event's time (buffer[0])
             m.buffer.extend((s, now) for s in got)
-            if isinstance(ex, ImmediateExecution):
-                fire(m, now)
-            elif isinstance(ex, CountExecution) and len(m.buffer) >= ex.threshold:
+            if isinstance(ex, ImmediateExecution) or (
+                isinstance(ex, CountExecution) and len(m.buffer) >= ex.threshold
+            ):
                 fire(m, now)
     return fired

@@ -50,7 +50,16 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     execution = tmp_path_factory.mktemp("hello") / "exec"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
     subprocess.run(
-        [sys.executable, "-m", "weft", "run", str(ROOT / "examples/hello"), "--execution", str(execution), "--headless"],
+        [
+            sys.executable,
+            "-m",
+            "weft",
+            "run",
+            str(ROOT / "examples/hello"),
+            "--execution",
+            str(execution),
+            "--headless",
+        ],
         check=True,
         capture_output=True,
         env=env,
@@ -75,7 +84,15 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
 class Harness:
     """A manager with a hand-driven clock, collecting what it emits."""
 
-    def __init__(self, tmp: Path, *, env: dict[str, str] | None = None, override: str | None = "fake/haiku", clock: Any = None, after_seq: int = 0) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        env: dict[str, str] | None = None,
+        override: str | None = "fake/haiku",
+        clock: Any = None,
+        after_seq: int = 0,
+    ) -> None:
         self.now = 1_800_000_000_000
         self.events: list[SentinelData] = []
         self.states: list[tuple[list[SentinelState], float]] = []
@@ -112,7 +129,9 @@ def _config(**over: Any) -> SentinelConfig:
         "model": "fake/haiku",
         "trigger": {"type": "event", "on": ["tool.result"]},
         "execution": {"strategy": "immediate"},
-        "userPromptText": "<%= it.events.length %> events: <%= it.events.map(e => e.type).join(',') %>",
+        "userPromptText": (
+            "<%= it.events.length %> events: <%= it.events.map(e => e.type).join(',') %>"
+        ),
     }
     raw.update(over)
     return msgspec.convert(raw, SentinelConfig)
@@ -128,16 +147,28 @@ def _attached(tmp: Path, settings: dict[str, Any] | None = None, **over: Any) ->
 
 def _tools(n: int, *, error: bool = False, start: int = 1) -> Recorded:
     return [
-        ("tool.result", {"codonId": "greet", "toolUseId": f"t{i}", "toolName": "Bash", "isError": error}, i, 1_800_000_000_000 + i)
+        (
+            "tool.result",
+            {"codonId": "greet", "toolUseId": f"t{i}", "toolName": "Bash", "isError": error},
+            i,
+            1_800_000_000_000 + i,
+        )
         for i in range(start, start + n)
     ]
 
 
-async def test_example_sentinels_run_over_a_recorded_fake_agent_run(recorded: Recorded, tmp_path: Path) -> None:
+async def test_example_sentinels_run_over_a_recorded_fake_agent_run(
+    recorded: Recorded, tmp_path: Path
+) -> None:
     loaded = load_hank(ROOT / "examples/sentinels", check_environment=False)
-    (codon, _), = loaded.codons()
+    ((codon, _),) = loaded.codons()
     attached, failures = attach(codon, loaded.directory, loaded.sentinel_configs)
-    assert failures == [] and [a.config.id for a in attached] == ["narrator", "cost-watch", "error-streak"]
+    assert failures == []
+    assert [a.config.id for a in attached] == [
+        "narrator",
+        "cost-watch",
+        "error-streak",
+    ]
     h = Harness(tmp_path)
     assert h.manager.load(attached) == []
     greet = [e for e in recorded if e[1].get("codonId") in (None, "greet")]
@@ -145,9 +176,14 @@ async def test_example_sentinels_run_over_a_recorded_fake_agent_run(recorded: Re
     await h.manager.drain()
     await h.manager.unload("codon-complete")
 
-    assert [e.sentinel_id for e in h.of(SentinelLoaded)] == ["narrator", "cost-watch", "error-streak"]
+    assert [e.sentinel_id for e in h.of(SentinelLoaded)] == [
+        "narrator",
+        "cost-watch",
+        "error-streak",
+    ]
     outputs = h.of(SentinelOutput)
-    assert outputs and {o.sentinel_id for o in outputs} == {"narrator"}  # no cost > $0.50, no errors
+    assert outputs
+    assert {o.sentinel_id for o in outputs} == {"narrator"}
     assert [o.trigger_number for o in outputs] == list(range(1, len(outputs) + 1))
     assert all(o.output_type == "text" and o.cost > 0 and o.model == "fake/haiku" for o in outputs)
     assert sum(o.event_count for o in outputs) == sum(
@@ -160,9 +196,11 @@ async def test_example_sentinels_run_over_a_recorded_fake_agent_run(recorded: Re
         ("error-streak", "codon-complete"),
     ]
     narrator = {s.id: s for s in h.manager.states()}["narrator"]
-    assert narrator.llm_call_count == len(outputs) and narrator.failed_llm_calls == 0
+    assert narrator.llm_call_count == len(outputs)
+    assert narrator.failed_llm_calls == 0
     assert narrator.total_cost == pytest.approx(sum(o.cost for o in outputs))
-    assert narrator.status == "unloaded" and narrator.unload_reason == "codon-complete"
+    assert narrator.status == "unloaded"
+    assert narrator.unload_reason == "codon-complete"
     assert h.manager.total_cost == pytest.approx(narrator.total_cost)
     log = h.state_dir / "sentinels/outputs/narrator/narration.md"
     assert log.read_text().count("\n---\n") == len(outputs) - 1
@@ -199,7 +237,11 @@ async def test_failures_unload_after_max_consecutive(tmp_path: Path) -> None:
         2,
     )
     (state,) = h.manager.states()
-    assert (state.failed_llm_calls, state.status, state.unload_reason) == (2, "unloaded", "consecutive-failures")
+    assert (state.failed_llm_calls, state.status, state.unload_reason) == (
+        2,
+        "unloaded",
+        "consecutive-failures",
+    )
     await h.manager.unload()
     assert len(h.of(SentinelUnloaded)) == 1  # not unloaded twice
 
@@ -231,7 +273,9 @@ async def test_a_success_resets_the_failure_count(tmp_path: Path) -> None:
         ({"userPromptText": "@@sentinel:fail kind=auth@@"}, "llm-call-failed"),
     ],
 )
-async def test_fatal_errors_unload_at_once(tmp_path: Path, over: dict[str, Any], error_type: str) -> None:
+async def test_fatal_errors_unload_at_once(
+    tmp_path: Path, over: dict[str, Any], error_type: str
+) -> None:
     h = Harness(tmp_path)
     h.manager.load([_attached(tmp_path, **over)])
     await h.replay(_tools(3))
@@ -241,7 +285,15 @@ async def test_fatal_errors_unload_at_once(tmp_path: Path, over: dict[str, Any],
     assert unloaded.reason == "fatal-error"
     # With unloadOnFatalError false the same errors count towards the limit.
     h2 = Harness(tmp_path / "again")
-    h2.manager.load([_attached(tmp_path, **over, errorHandling={"unloadOnFatalError": False, "maxConsecutiveFailures": 3})])
+    h2.manager.load(
+        [
+            _attached(
+                tmp_path,
+                **over,
+                errorHandling={"unloadOnFatalError": False, "maxConsecutiveFailures": 3},
+            )
+        ]
+    )
     await h2.replay(_tools(4))
     await h2.manager.drain()
     assert len(h2.of(SentinelError)) == 3
@@ -281,7 +333,10 @@ async def test_structured_output_is_validated_and_written(tmp_path: Path) -> Non
     outputs = {(o.sentinel_id, o.trigger_number): o for o in h.of(SentinelOutput)}
     assert outputs[("watcher", 1)].content == {"verdict": "fake", "count": 1}
     assert outputs[("enum", 2)].content == "ok"
-    assert orjson.loads((h.workspace / "costs/latest.json").read_bytes()) == {"verdict": "fake", "count": 1}
+    assert orjson.loads((h.workspace / "costs/latest.json").read_bytes()) == {
+        "verdict": "fake",
+        "count": 1,
+    }
     lines = (h.workspace / "reports/enum.jsonl").read_bytes().splitlines()
     assert [orjson.loads(line)["content"] for line in lines] == ["ok", "ok"]
     assert orjson.loads(lines[0])["triggerNumber"] == 1
@@ -296,7 +351,12 @@ async def test_fail_codon_if_not_loaded(tmp_path: Path) -> None:
     h = Harness(tmp_path, override=None)
     failures = h.manager.load(
         [
-            _attached(tmp_path, {"failCodonIfNotLoaded": True}, id="needs-key", model="anthropic/claude-haiku-4-5"),
+            _attached(
+                tmp_path,
+                {"failCodonIfNotLoaded": True},
+                id="needs-key",
+                model="anthropic/claude-haiku-4-5",
+            ),
             _attached(tmp_path, id="optional", model="mistral/large"),
             _attached(tmp_path, {"outputPaths": {"logFile": "../outside.md"}}, id="escapes"),
             _attached(tmp_path, id="fine"),
@@ -332,14 +392,17 @@ async def test_reporting_settings_and_ignored_events(tmp_path: Path) -> None:
             )
         ]
     )
-    for seq, kind in enumerate(["sentinel.output", "sentinel.error", "pong", "server.ready", "info"], 1):
+    for seq, kind in enumerate(
+        ["sentinel.output", "sentinel.error", "pong", "server.ready", "info"], 1
+    ):
         h.manager.feed(kind, {"message": "x"}, seq)
     await h.manager.drain()
     await h.manager.unload()
     assert [type(e) for e in h.events] == [SentinelTriggered]  # only "info" woke it
     assert h.of(SentinelTriggered)[0].event_count == 1
     (state,) = h.manager.states()
-    assert state.llm_call_count == 1 and state.total_triggers == 1  # the output was written, not reported
+    assert state.llm_call_count == 1
+    assert state.total_triggers == 1
 
 
 async def test_events_seen_before_a_restart_are_not_fed_again(tmp_path: Path) -> None:
@@ -364,9 +427,13 @@ async def test_debounce_fires_on_its_own_timer(tmp_path: Path) -> None:
     await h.manager.unload()
 
 
-async def test_triggers_of_one_sentinel_are_processed_in_order_one_at_a_time(tmp_path: Path) -> None:
+async def test_triggers_of_one_sentinel_are_processed_in_order_one_at_a_time(
+    tmp_path: Path,
+) -> None:
     h = Harness(tmp_path)
-    h.manager.load([_attached(tmp_path, userPromptText="@@sentinel:sleep ms=30@@ <%= it.events[0].id %>")])
+    h.manager.load(
+        [_attached(tmp_path, userPromptText="@@sentinel:sleep ms=30@@ <%= it.events[0].id %>")]
+    )
     calls: list[str] = []
     active = 0
     peak = 0

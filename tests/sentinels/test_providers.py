@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 import pytest
-
 from tests.sentinels.httpapi import ModelApi
+
 from weft.agents.events import Tokens
 from weft.sentinels.providers import (
     FakeProvider,
@@ -21,7 +21,10 @@ from weft.sentinels.providers import (
 
 SCHEMA = {
     "type": "object",
-    "properties": {"severity": {"type": "string", "enum": ["low", "high"]}, "n": {"type": "integer"}},
+    "properties": {
+        "severity": {"type": "string", "enum": ["low", "high"]},
+        "n": {"type": "integer"},
+    },
     "required": ["severity", "n"],
 }
 FAST_RETRY = {"retry-after-ms": "5"}
@@ -40,7 +43,9 @@ def _request(**kw: Any) -> LlmRequest:
     return LlmRequest(**base)
 
 
-def _message(content: list[dict[str, Any]], model: str = "claude-haiku-4-5-20251001") -> dict[str, Any]:
+def _message(
+    content: list[dict[str, Any]], model: str = "claude-haiku-4-5-20251001"
+) -> dict[str, Any]:
     return {
         "id": "msg_1",
         "type": "message",
@@ -108,7 +113,8 @@ async def test_anthropic_text_call_sends_the_request_and_reads_usage() -> None:
         assert (seen.method, seen.path) == ("POST", "/v1/messages")
         assert _key(seen.headers) == "sk-ant-test"
         assert seen.body["model"] == "claude-haiku-4-5"
-        assert seen.body["max_tokens"] == 300 and seen.body["temperature"] == 0.3
+        assert seen.body["max_tokens"] == 300
+        assert seen.body["temperature"] == 0.3
         assert seen.body["system"] == "You watch an agent."
         assert seen.body["messages"] == [{"role": "user", "content": "What happened?"}]
         cost = price("anthropic/claude-haiku-4-5", response.model, response.tokens)
@@ -125,11 +131,20 @@ async def test_anthropic_structured_output_is_a_forced_tool_call() -> None:
         api.answer(
             200,
             _message(
-                [{"type": "tool_use", "id": "tu_1", "name": "verdict", "input": {"severity": "high", "n": 2}}]
+                [
+                    {
+                        "type": "tool_use",
+                        "id": "tu_1",
+                        "name": "verdict",
+                        "input": {"severity": "high", "n": 2},
+                    }
+                ]
             ),
         )
         provider, model = registry.get("anthropic/claude-haiku-4-5")
-        response = await provider.complete(_request(model=model, schema=SCHEMA, schema_name="verdict"))
+        response = await provider.complete(
+            _request(model=model, schema=SCHEMA, schema_name="verdict")
+        )
         assert response.value == {"severity": "high", "n": 2}
         body = api.seen[0].body
         assert body["tools"] == [{"name": "verdict", "input_schema": SCHEMA}]
@@ -143,7 +158,10 @@ async def test_anthropic_retries_overload_then_succeeds() -> None:
     api = ModelApi()
     registry = await _registry(api)
     try:
-        overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        overloaded = {
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"},
+        }
         api.answer(529, overloaded, **FAST_RETRY)
         api.answer(529, overloaded, **FAST_RETRY)
         api.answer(200, _message([{"type": "text", "text": "ok"}]))
@@ -196,7 +214,9 @@ async def test_openai_chat_text_and_structured() -> None:
         text = await provider.complete(_request(model=model))
         assert text.text == "Two tools failed."
         assert text.tokens == Tokens(input=60, output=20, cache_read=40)
-        structured = await provider.complete(_request(model=model, schema=SCHEMA, schema_name="verdict"))
+        structured = await provider.complete(
+            _request(model=model, schema=SCHEMA, schema_name="verdict")
+        )
         assert structured.value == {"severity": "low", "n": 0}
         first, second = api.seen
         assert first.path == "/v1/chat/completions"
@@ -231,7 +251,11 @@ async def test_openai_responses_api_with_an_array_schema() -> None:
                         "role": "assistant",
                         "status": "completed",
                         "content": [
-                            {"type": "output_text", "text": '{"value": ["a", "b"]}', "annotations": []}
+                            {
+                                "type": "output_text",
+                                "text": '{"value": ["a", "b"]}',
+                                "annotations": [],
+                            }
                         ],
                     }
                 ],
@@ -258,7 +282,8 @@ async def test_openai_responses_api_with_an_array_schema() -> None:
         assert seen.body["instructions"] == "You watch an agent."
         assert seen.body["max_output_tokens"] == 300
         fmt = seen.body["text"]["format"]
-        assert fmt["type"] == "json_schema" and fmt["schema"]["properties"]["value"] == schema
+        assert fmt["type"] == "json_schema"
+        assert fmt["schema"]["properties"]["value"] == schema
     finally:
         await registry.aclose()
         await api.stop()
@@ -325,11 +350,14 @@ async def test_fake_provider_is_deterministic_and_scripted() -> None:
     fake = FakeProvider()
     plain = _request(model="haiku")
     first, again = await fake.complete(plain), await fake.complete(plain)
-    assert first == again and first.text.startswith("[fake/haiku] read a prompt of")
+    assert first == again
+    assert first.text.startswith("[fake/haiku] read a prompt of")
     assert price("fake/haiku", first.model, first.tokens) == pytest.approx(
         (first.tokens.input * 1 + first.tokens.output * 5) / 1e6
     )
-    said = await fake.complete(_request(messages=(Message("user", "@@sentinel:say Hello there.@@"),)))
+    said = await fake.complete(
+        _request(messages=(Message("user", "@@sentinel:say Hello there.@@"),))
+    )
     assert said.text == "Hello there."
     structured = await fake.complete(_request(schema=SCHEMA))
     assert structured.value == {"severity": "low", "n": 0}
@@ -349,4 +377,4 @@ async def test_fake_provider_is_deterministic_and_scripted() -> None:
         )
     start = time.monotonic()
     await fake.complete(_request(messages=(Message("user", "@@sentinel:sleep ms=200@@"),)))
-    assert time.monotonic() - start >= 0.2
+    assert time.monotonic() - start >= 0.19  # uvloop timers have millisecond resolution

@@ -43,7 +43,10 @@ def test_optional_chains_and_defaults() -> None:
     assert render("<%= it.events[0]?.data?.cost || 0 %>", {"events": []}) == "0"
     assert render("<%= it.events[1]?.data?.cost || 0 %>", IT) == "0.125"
     assert render("<%= it.missing?.a.b.c ?? 'none' %>", IT) == "none"
-    with pytest.raises(TemplateError, match=r"prompt.md: line 1: cannot read properties of undefined \(reading 'b'\)"):
+    with pytest.raises(
+        TemplateError,
+        match=r"prompt.md: line 1: cannot read properties of undefined \(reading 'b'\)",
+    ):
         render("<%= it.missing.b %>", IT)
 
 
@@ -55,11 +58,14 @@ def test_loops_and_substring_in_the_reference_shape() -> None:
         "<% } %>"
         "done"
     )
-    assert render(source, IT) == (
-        "Codon Build at 2026-01-01T00:00:05.000Z"  # Eta eats the newline after each tag
-        "- tool.result: " + '{"toolName":"Bash","' + "\n"
-        "- token.usage: " + '{"cost":0.125,"input' + "\n"
-        "done"
+    assert (
+        render(source, IT)
+        == (
+            "Codon Build at 2026-01-01T00:00:05.000Z"  # Eta eats the newline after each tag
+            "- tool.result: " + '{"toolName":"Bash","' + "\n"
+            "- token.usage: " + '{"cost":0.125,"input' + "\n"
+            "done"
+        )
     )
 
 
@@ -87,7 +93,10 @@ def test_expressions() -> None:
         "<%= Math.max(1, 5, 3) %>|<%= Math.round(2.5) %>|<%= Math.floor(-1.5) %>": "5|3|-2",
         "<%= 'abcdef'.slice(-3) %>|<%= 'abc'.substring(2, 0) %>": "def|ab",
         "<% let t = 0; for (let i = 0; i < 5; i++) { if (i === 3) break; t += i } %><%= t %>": "3",
-        "<% const xs = [1,2,3]; let s = '' %><% for (const x of xs) { if (x === 2) { continue } else { s += x } } %><%= s %>": "13",
+        (
+            "<% const xs = [1,2,3]; let s = '' %>"
+            "<% for (const x of xs) { if (x === 2) { continue } else { s += x } } %><%= s %>"
+        ): "13",
         "<%= true ? 'y' : 'n' %>|<%= !'' %>|<%= [] ? 1 : 2 %>": "y|true|1",
         "<%= parseInt('42px') + parseFloat('1.5') %>": "43.5",
         "<%= String(null) + Number('3') %>": "null3",
@@ -140,10 +149,14 @@ def test_ten_thousand_events_render_quickly() -> None:
 @settings(max_examples=200)
 @given(
     st.recursive(
-        st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=8),
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+        st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=8),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+        ),
         max_leaves=10,
     )
 )
 def test_stringify_round_trips_any_json(value: Any) -> None:
-    assert json.loads(render("<%= JSON.stringify(it.v, null, 2) %>", {"v": value}) or "null") == value
+    assert (
+        json.loads(render("<%= JSON.stringify(it.v, null, 2) %>", {"v": value}) or "null") == value
+    )

@@ -7,8 +7,8 @@ from typing import Any
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tests.sentinels.reference import Fired, run_reference
+
 from weft.config.schema import (
     Condition,
     CountExecution,
@@ -179,7 +179,8 @@ def test_buffer_keeps_the_newest_events() -> None:
     assert engine.routes["s"].buffer_dropped == 6
     assert engine.tick(100) == 1
     trigger = engine.pop("s")
-    assert trigger is not None and [e.seq for e in trigger.events] == [6, 7, 8, 9]
+    assert trigger is not None
+    assert [e.seq for e in trigger.events] == [6, 7, 8, 9]
 
 
 def test_debounce_waits_for_quiet_and_time_window_does_not() -> None:
@@ -192,14 +193,16 @@ def test_debounce_waits_for_quiet_and_time_window_does_not() -> None:
     for seq, now in enumerate([0, 5, 9, 14, 18]):
         engine.feed("e", {}, seq, now)
     window = engine.pop("window")
-    assert window is not None and [e.seq for e in window.events] == [0, 1, 2]
+    assert window is not None
+    assert [e.seq for e in window.events] == [0, 1, 2]
     assert window.at == 14
     assert engine.pop("quiet") is None
     assert engine.next_deadline() == 24  # the window opened at 14
     assert engine.tick(24) == 1
     assert engine.tick(28) == 1  # the debounce: 18 + 10
     quiet = engine.pop("quiet")
-    assert quiet is not None and [e.seq for e in quiet.events] == [0, 1, 2, 3, 4]
+    assert quiet is not None
+    assert [e.seq for e in quiet.events] == [0, 1, 2, 3, 4]
 
 
 def test_consecutive_sequence_needs_the_steps_in_a_row() -> None:
@@ -217,7 +220,8 @@ def test_consecutive_sequence_needs_the_steps_in_a_row() -> None:
         engine.feed("tool.result", {"isError": flag}, seq, seq)
         engine.feed("assistant.action", {"action": "message"}, 100 + seq, seq)  # not of interest
     fired = engine.pop("errors")
-    assert fired is not None and [e.seq for e in fired.events] == [3, 4, 5]
+    assert fired is not None
+    assert [e.seq for e in fired.events] == [3, 4, 5]
     assert engine.pop("errors") is None  # seq 6 starts a new run
 
 
@@ -239,17 +243,21 @@ def test_remove_stops_routing() -> None:
     engine.feed("x", {}, 1, 0)
     engine.remove("a")
     assert engine.feed("x", {}, 2, 0) == 1
-    assert engine.pending("a") == 0 and engine.pending("b") == 2
+    assert engine.pending("a") == 0
+    assert engine.pending("b") == 2
 
 
 def test_configs_convert_from_reference_json() -> None:
-    raw = {"type": "event", "on": ["token.usage"], "conditions": [
-        {"path": "totalCost", "operator": "greaterThan", "value": 0.5}
-    ]}
+    raw = {
+        "type": "event",
+        "on": ["token.usage"],
+        "conditions": [{"path": "totalCost", "operator": "greaterThan", "value": 0.5}],
+    }
     trigger = msgspec.convert(raw, EventTrigger)
     engine = TriggerEngine([_spec("cost", trigger, CountExecution(threshold=2))])
     for seq, cost in enumerate([0.1, 0.6, 0.7, 0.9]):
         engine.feed("token.usage", {"totalCost": cost}, seq, 0)
     fired = engine.pop("cost")
-    assert fired is not None and [e.seq for e in fired.events] == [1, 2]
+    assert fired is not None
+    assert [e.seq for e in fired.events] == [1, 2]
     assert engine.buffered("cost") == 1

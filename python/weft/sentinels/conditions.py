@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from weft.config.schema import Condition
 
-__all__ = ["MISSING", "Predicate", "compile_conditions", "compile_condition", "lookup"]
+__all__ = ["MISSING", "Predicate", "compile_condition", "compile_conditions", "lookup"]
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 """A compiled condition (or conjunction of conditions) on an event's data."""

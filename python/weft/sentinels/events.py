@@ -112,5 +112,6 @@ class SentinelUnloaded(SentinelData):
 
 
 SENTINEL_EVENT_TYPES: Final = frozenset(
-    c.TYPE for c in (SentinelLoaded, SentinelTriggered, SentinelOutput, SentinelError, SentinelUnloaded)
+    c.TYPE
+    for c in (SentinelLoaded, SentinelTriggered, SentinelOutput, SentinelError, SentinelUnloaded)
 )

@@ -284,12 +284,16 @@ def _string_method(s: str, name: str) -> Any:
         "split": lambda a: _split(s, a),
         "replace": lambda a: s.replace(js_string(_arg(a, 0)), js_string(_arg(a, 1)), 1),
         "replaceAll": lambda a: s.replace(js_string(_arg(a, 0)), js_string(_arg(a, 1))),
-        "padStart": lambda a: s.rjust(_int_arg(a, 0, 0), (js_string(_arg(a, 1)) or " ")[0])
-        if _arg(a, 1) is UNDEFINED or js_string(_arg(a, 1))
-        else s,
-        "padEnd": lambda a: s.ljust(_int_arg(a, 0, 0), (js_string(_arg(a, 1)) or " ")[0])
-        if _arg(a, 1) is UNDEFINED or js_string(_arg(a, 1))
-        else s,
+        "padStart": lambda a: (
+            s.rjust(_int_arg(a, 0, 0), (js_string(_arg(a, 1)) or " ")[0])
+            if _arg(a, 1) is UNDEFINED or js_string(_arg(a, 1))
+            else s
+        ),
+        "padEnd": lambda a: (
+            s.ljust(_int_arg(a, 0, 0), (js_string(_arg(a, 1)) or " ")[0])
+            if _arg(a, 1) is UNDEFINED or js_string(_arg(a, 1))
+            else s
+        ),
         "repeat": lambda a: s * max(0, min(_int_arg(a, 0, 0), 100_000)),
         "charAt": lambda a: s[i] if 0 <= (i := _int_arg(a, 0, 0)) < len(s) else "",
         "at": lambda a: s[i] if -len(s) <= (i := _int_arg(a, 0, 0)) < len(s) else UNDEFINED,
@@ -325,20 +329,24 @@ def _array_method(items: list[Any], name: str) -> Any:
 
     methods: dict[str, Callable[[list[Any]], Any]] = {
         "map": lambda a: each(_arg(a, 0)),
-        "filter": lambda a: [x for x, keep in zip(items, each(_arg(a, 0)), strict=True) if truthy(keep)],
+        "filter": lambda a: [
+            x for x, keep in zip(items, each(_arg(a, 0)), strict=True) if truthy(keep)
+        ],
         "forEach": lambda a: (each(_arg(a, 0)), UNDEFINED)[1],
         "find": lambda a: find(_arg(a, 0)),
         "some": lambda a: any(truthy(r) for r in each(_arg(a, 0))),
         "every": lambda a: all(truthy(r) for r in each(_arg(a, 0))),
         "reduce": lambda a: _reduce(items, a),
         "slice": lambda a: items[slice(*_slice_bounds(len(items), a))],
-        "join": lambda a: (
-            "," if _arg(a, 0) is UNDEFINED else js_string(_arg(a, 0))
-        ).join("" if x is None or x is UNDEFINED else js_string(x) for x in items),
+        "join": lambda a: ("," if _arg(a, 0) is UNDEFINED else js_string(_arg(a, 0))).join(
+            "" if x is None or x is UNDEFINED else js_string(x) for x in items
+        ),
         "includes": lambda a: any(js_equal(x, _arg(a, 0)) for x in items),
         "indexOf": lambda a: next((i for i, x in enumerate(items) if js_equal(x, _arg(a, 0))), -1),
         "concat": lambda a: items + [y for x in a for y in (x if isinstance(x, list) else [x])],
-        "at": lambda a: items[i] if -len(items) <= (i := _int_arg(a, 0, 0)) < len(items) else UNDEFINED,
+        "at": lambda a: (
+            items[i] if -len(items) <= (i := _int_arg(a, 0, 0)) < len(items) else UNDEFINED
+        ),
         "toString": lambda a: js_string(items),
         "flat": lambda a: [y for x in items for y in (x if isinstance(x, list) else [x])],
     }
@@ -349,7 +357,9 @@ def _array_method(items: list[Any], name: str) -> Any:
 def get_member(obj: Any, name: Any) -> Any:
     """``obj[name]``; reading from null or undefined is an error (as in JS)."""
     if obj is None or obj is UNDEFINED:
-        raise TemplateError(f"cannot read properties of {js_string(obj)} (reading '{js_string(name)}')")
+        raise TemplateError(
+            f"cannot read properties of {js_string(obj)} (reading '{js_string(name)}')"
+        )
     if isinstance(obj, dict):
         return obj.get(js_string(name), UNDEFINED)
     if isinstance(obj, list | str):

@@ -180,13 +180,17 @@ class _Sentinel:
         """Whether events of kind ``what`` go out (reportToWebsocket: the codon
         settings win over the config; defaults as in the reference)."""
         settings = self.attached.settings
-        chosen = (settings.report_to_websocket if settings else None) or self.config.report_to_websocket
+        chosen = (
+            settings.report_to_websocket if settings else None
+        ) or self.config.report_to_websocket
         if chosen is None:
             return what != "triggers"
         return bool(getattr(chosen, what))
 
 
-def _strategy_name(config: SentinelConfig) -> Literal["immediate", "debounce", "count", "timeWindow"]:
+def _strategy_name(
+    config: SentinelConfig,
+) -> Literal["immediate", "debounce", "count", "timeWindow"]:
     execution = config.execution
     if isinstance(execution, DebounceExecution):
         return "debounce"
@@ -285,7 +289,9 @@ class SentinelManager:
                         sentinel_id=config.id,
                         codon_id=self.codon.id,
                         model=sentinel.model_id,
-                        trigger_type="event" if isinstance(config.trigger, EventTrigger) else "sequence",
+                        trigger_type="event"
+                        if isinstance(config.trigger, EventTrigger)
+                        else "sequence",
                         execution_strategy=_strategy_name(config),
                         conversational=config.conversational is not None,
                         source=entry.source,
@@ -309,7 +315,9 @@ class SentinelManager:
             user_source = _read_prompt(config.user_prompt_file, base, "userPromptFile")
         if user_source is None:
             raise TemplateError(f'sentinel "{config.id}" has no user prompt')
-        system = compile_template(system_source, f"{config.id} system prompt") if system_source else None
+        system = (
+            compile_template(system_source, f"{config.id} system prompt") if system_source else None
+        )
         user = compile_template(user_source, f"{config.id} user prompt")
         schema = load_schema(config, base)
         target = resolve_outputs(
@@ -328,7 +336,9 @@ class SentinelManager:
             system=system,
             user=user,
             schema=schema,
-            writer=OutputWriter(target, config.join_string if config.join_string is not None else DEFAULT_JOIN),
+            writer=OutputWriter(
+                target, config.join_string if config.join_string is not None else DEFAULT_JOIN
+            ),
             state=SentinelState(
                 id=config.id,
                 model=model_id,
@@ -415,7 +425,12 @@ class SentinelManager:
         events = orjson.loads(
             orjson.dumps(
                 [
-                    {"id": str(e.seq), "type": e.type, "timestamp": iso_from_ms(e.at), "data": e.data}
+                    {
+                        "id": str(e.seq),
+                        "type": e.type,
+                        "timestamp": iso_from_ms(e.at),
+                        "data": e.data,
+                    }
                     for e in trigger.events
                 ],
                 default=dict,
@@ -426,11 +441,17 @@ class SentinelManager:
             codon["description"] = self.codon.description
         if self.codon.start_time is not None:
             codon["startTime"] = self.codon.start_time
-        return {"events": events, "codon": codon, "world": {"currentTime": iso_from_ms(self._clock())}}
+        return {
+            "events": events,
+            "codon": codon,
+            "world": {"currentTime": iso_from_ms(self._clock())},
+        }
 
     async def _process(self, sentinel: _Sentinel, trigger: Trigger) -> None:
         state = sentinel.state
-        sentinel.state = state = msgspec.structs.replace(state, total_triggers=state.total_triggers + 1)
+        sentinel.state = state = msgspec.structs.replace(
+            state, total_triggers=state.total_triggers + 1
+        )
         if sentinel.reports("triggers"):
             self._emit(
                 SentinelTriggered(
@@ -459,12 +480,18 @@ class SentinelManager:
             max_output_tokens=params.max_output_tokens if params else 8192,
             max_retries=params.max_retries if params else 2,
             schema=sentinel.schema,
-            schema_name=(sentinel.config.structured_output.schema_name if sentinel.config.structured_output else None)
+            schema_name=(
+                sentinel.config.structured_output.schema_name
+                if sentinel.config.structured_output
+                else None
+            )
             or "output",
             schema_description=sentinel.config.structured_output.schema_description
             if sentinel.config.structured_output
             else None,
-            options=(params.provider_options or {}).get(sentinel.provider.name, {}) if params else {},
+            options=(params.provider_options or {}).get(sentinel.provider.name, {})
+            if params
+            else {},
         )
         called_at = self._clock()
         try:
@@ -472,7 +499,9 @@ class SentinelManager:
         except ProviderError as e:
             self._count_call(sentinel, called_at, failed=True, cost=0.0)
             fatal = e.kind in _FATAL_PROVIDER_ERRORS
-            await self._failed(sentinel, trigger, "llm-call-failed", str(e), fatal=fatal, retriable=e.retriable)
+            await self._failed(
+                sentinel, trigger, "llm-call-failed", str(e), fatal=fatal, retriable=e.retriable
+            )
             return
         cost = price(sentinel.model_id, response.model, response.tokens) or 0.0
         content: Any = response.text
@@ -503,10 +532,14 @@ class SentinelManager:
         try:
             await asyncio.to_thread(sentinel.writer.append, content, record)
         except (OSError, UnsafePathError) as e:
-            await self._failed(sentinel, trigger, "file-write-failed", f"cannot write the output: {e}", fatal=True)
+            await self._failed(
+                sentinel, trigger, "file-write-failed", f"cannot write the output: {e}", fatal=True
+            )
             return
         if sentinel.config.conversational is not None:
-            sentinel.history = _trim([*messages, Message("assistant", response.text)], sentinel.config)
+            sentinel.history = _trim(
+                [*messages, Message("assistant", response.text)], sentinel.config
+            )
             await self._save_history(sentinel)
         sentinel.failures = 0
         if sentinel.reports("outputs"):
@@ -518,7 +551,9 @@ class SentinelManager:
                     output_type="structured" if sentinel.schema is not None else "text",
                     content=content,
                     cost=cost,
-                    tokens=SentinelTokens(input=response.tokens.input, output=response.tokens.output),
+                    tokens=SentinelTokens(
+                        input=response.tokens.input, output=response.tokens.output
+                    ),
                     event_count=len(trigger.events),
                     model=response.model,
                 )
@@ -609,7 +644,9 @@ class SentinelManager:
                 self._unload_one(sentinel, reason, None)
         self._states_changed()
 
-    def _unload_one(self, sentinel: _Sentinel, reason: UnloadReason, error_type: str | None) -> None:
+    def _unload_one(
+        self, sentinel: _Sentinel, reason: UnloadReason, error_type: str | None
+    ) -> None:
         sentinel.active = False
         self._engine.remove(sentinel.id)
         state = sentinel.state
@@ -674,7 +711,9 @@ def _read_history(path: Path) -> list[Message]:
     return [
         Message(m["role"], m["content"])
         for m in raw
-        if isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+        if isinstance(m, dict)
+        and m.get("role") in ("user", "assistant")
+        and isinstance(m.get("content"), str)
     ]
 
 

@@ -73,7 +73,9 @@ def load_schema(config: SentinelConfig, base: Path) -> dict[str, Any] | None:
         try:
             schema = orjson.loads(path.read_bytes())
         except OSError as e:
-            raise SchemaError(f"cannot read structuredOutput.schemaFile {path}: {e.strerror}") from None
+            raise SchemaError(
+                f"cannot read structuredOutput.schemaFile {path}: {e.strerror}"
+            ) from None
         except orjson.JSONDecodeError as e:
             raise SchemaError(f"structuredOutput.schemaFile {path} is not JSON: {e}") from None
     else:
@@ -89,8 +91,11 @@ def load_schema(config: SentinelConfig, base: Path) -> dict[str, Any] | None:
         validator_for(schema).check_schema(schema)
     except InvalidSchema as e:
         where = "/".join(str(p) for p in e.path) or "(root)"
-        raise SchemaError(f"the structured-output schema is not valid JSON Schema at {where}: {e.message}") from None
-    return schema
+        raise SchemaError(
+            f"the structured-output schema is not valid JSON Schema at {where}: {e.message}"
+        ) from None
+    checked: dict[str, Any] = schema
+    return checked
 
 
 def schema_problem(value: Any, schema: dict[str, Any]) -> str | None:
@@ -139,7 +144,9 @@ def resolve_outputs(
     paths = settings.output_paths if settings is not None else None
     output = config.output
     log = (paths.log_file if paths else None) or (output.file if output else None)
-    last = (paths.last_value_file if paths else None) or (output.last_value_file if output else None)
+    last = (paths.last_value_file if paths else None) or (
+        output.last_value_file if output else None
+    )
     fmt = output.format if output else None
     sentinel_dir = managed_dir / component(config.id, what="sentinel id")
     jsonl = structured or fmt in ("jsonl", "json")
@@ -147,7 +154,8 @@ def resolve_outputs(
         log_path = _place(log, workspace, sentinel_dir, f"the log file of sentinel {config.id}")
         jsonl = structured or fmt in ("jsonl", "json") or log_path.suffix in (".jsonl", ".ndjson")
     else:
-        name = f"{config.id}-{component(codon_id, what='codon id')}-{stamp}.{'jsonl' if jsonl else 'md'}"
+        codon = component(codon_id, what="codon id")
+        name = f"{config.id}-{codon}-{stamp}.{'jsonl' if jsonl else 'md'}"
         log_path = inside(sentinel_dir, name, what=f"the log file of sentinel {config.id}")
     last_path = (
         _place(last, workspace, sentinel_dir, f"the lastValueFile of sentinel {config.id}")

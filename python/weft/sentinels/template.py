@@ -80,7 +80,46 @@ class Tok:
 
 
 _PUNCT = sorted(
-    """=== !== ... ?. ?? => == != <= >= && || ++ -- += -= *= /= { } ( ) [ ] ; , . < > + - * / % ! ? : =""".split(),
+    [
+        "===",
+        "!==",
+        "...",
+        "?.",
+        "??",
+        "=>",
+        "==",
+        "!=",
+        "<=",
+        ">=",
+        "&&",
+        "||",
+        "++",
+        "--",
+        "+=",
+        "-=",
+        "*=",
+        "/=",
+        "{",
+        "}",
+        "(",
+        ")",
+        "[",
+        "]",
+        ";",
+        ",",
+        ".",
+        "<",
+        ">",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "!",
+        "?",
+        ":",
+        "=",
+    ],
     key=len,
     reverse=True,
 )
@@ -184,9 +223,7 @@ class _Lexer:
             m = _NUMBER.match(src, pos)
             assert m is not None
             text = m.group()
-            value: float | int = (
-                int(text, 16) if text[:2].lower() == "0x" else float(text)
-            )
+            value: float | int = int(text, 16) if text[:2].lower() == "0x" else float(text)
             if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
                 value = int(value)
             self.toks.append(Tok("num", value, line))
@@ -310,15 +347,15 @@ class _Run:
         self.size = 0
 
 
-class _Break(Exception):
+class _Break(Exception):  # noqa: N818 -- control flow of the interpreter, not an error
     pass
 
 
-class _Continue(Exception):
+class _Continue(Exception):  # noqa: N818 -- control flow of the interpreter, not an error
     pass
 
 
-class _Return(Exception):
+class _Return(Exception):  # noqa: N818 -- control flow of the interpreter, not an error
     def __init__(self, value: Any) -> None:
         self.value = value
 
@@ -330,7 +367,10 @@ Stmt = Callable[[_Scope, _Run], None]
 def _step(run: _Run, line: int) -> None:
     run.steps += 1
     if run.steps > STEP_LIMIT:
-        raise TemplateError(f"line {line}: the template ran more than {STEP_LIMIT:,} steps (a loop that never ends?)")
+        raise TemplateError(
+            f"line {line}: the template ran more than {STEP_LIMIT:,} steps "
+            "(a loop that never ends?)"
+        )
 
 
 _BINARY: Final[dict[str, int]] = {
@@ -354,7 +394,12 @@ _BINARY: Final[dict[str, int]] = {
 
 
 def _add(a: Any, b: Any) -> Any:
-    if isinstance(a, str) or isinstance(b, str) or isinstance(a, list | dict) or isinstance(b, list | dict):
+    if (
+        isinstance(a, str)
+        or isinstance(b, str)
+        or isinstance(a, list | dict)
+        or isinstance(b, list | dict)
+    ):
         return js_string(a) + js_string(b)
     return js_number(a) + js_number(b)
 
@@ -498,7 +543,9 @@ class _Parser:
                 run.out.append(text)
                 run.size += len(text)
                 if run.size > OUTPUT_LIMIT:
-                    raise TemplateError(f"line {line}: the prompt is longer than {OUTPUT_LIMIT:,} characters")
+                    raise TemplateError(
+                        f"line {line}: the prompt is longer than {OUTPUT_LIMIT:,} characters"
+                    )
 
             return emit
         if t.kind == "op" and t.value == ";":
@@ -522,7 +569,23 @@ class _Parser:
             }.get(t.value)
             if handler is not None:
                 return handler()
-            if t.value in ("new", "class", "function", "while", "do", "import", "this", "async", "await", "try", "throw", "switch", "with", "delete", "yield"):
+            if t.value in (
+                "new",
+                "class",
+                "function",
+                "while",
+                "do",
+                "import",
+                "this",
+                "async",
+                "await",
+                "try",
+                "throw",
+                "switch",
+                "with",
+                "delete",
+                "yield",
+            ):
                 raise self.error(f"{t.value!r} is not supported in sentinel templates")
         expr = self.expression()
         self.accept("op", ";")
@@ -572,15 +635,20 @@ class _Parser:
         line = self.tok.line
         self.i += 1
         self.expect("op", "(")
-        if self.tok.kind == "name" and self.tok.value in ("const", "let", "var"):
-            if self.toks[self.i + 2].kind == "name" and self.toks[self.i + 2].value in ("of", "in"):
-                self.i += 1
-                var = self.expect("name").value
-                kind = self.expect("name").value
-                source = self.expression()
-                self.expect("op", ")")
-                body = _block(self.block_or_statement())
-                return _for_of(var, kind, source, body, line)
+        ahead = self.toks[self.i + 2] if self.i + 2 < len(self.toks) else self.tok
+        if (
+            self.tok.kind == "name"
+            and self.tok.value in ("const", "let", "var")
+            and ahead.kind == "name"
+            and ahead.value in ("of", "in")
+        ):
+            self.i += 1
+            var = self.expect("name").value
+            kind = self.expect("name").value
+            source = self.expression()
+            self.expect("op", ")")
+            body = _block(self.block_or_statement())
+            return _for_of(var, kind, source, body, line)
         init: Stmt = self.statement() if not self.at("op", ";") else (lambda s, r: None)
         if self.toks[self.i - 1].value != ";":
             self.expect("op", ";")
@@ -773,7 +841,12 @@ class _Parser:
     def postfix(self) -> Expr:
         t = self.tok
         expr = self.call_chain()
-        if t.kind == "name" and self.at("op") and self.tok.value in ("++", "--") and self.toks[self.i - 1] is t:
+        if (
+            t.kind == "name"
+            and self.at("op")
+            and self.tok.value in ("++", "--")
+            and self.toks[self.i - 1] is t
+        ):
             step = 1 if self.tok.value == "++" else -1
             self.i += 1
             return _increment(t, step, prefix=False)
@@ -797,7 +870,9 @@ class _Parser:
                     self.expect("op", "]")
                     expr = _member(expr, key, optional=True, line=t.line)
                 else:
-                    expr = _member(expr, _const(self.expect("name").value), optional=True, line=t.line)
+                    expr = _member(
+                        expr, _const(self.expect("name").value), optional=True, line=t.line
+                    )
             elif t.kind == "op" and t.value == "[":
                 self.i += 1
                 key = self.expression()
@@ -898,7 +973,7 @@ class _Parser:
         return render
 
 
-class _Undeclared(TemplateError):
+class _Undeclared(TemplateError):  # noqa: N818 -- a TemplateError already
     """A name that no scope declares (``typeof`` turns it into "undefined")."""
 
 
@@ -919,7 +994,13 @@ def _for_of(var: str, kind: str, source: Expr, body: Stmt, line: int) -> Stmt:
     def run_for_of(scope: _Scope, run: _Run) -> None:
         items = source(scope, run)
         if kind == "in":
-            seq: Any = list(items) if isinstance(items, dict) else [str(i) for i in range(len(items))] if isinstance(items, list | str) else []
+            seq: Any = (
+                list(items)
+                if isinstance(items, dict)
+                else [str(i) for i in range(len(items))]
+                if isinstance(items, list | str)
+                else []
+            )
         elif isinstance(items, list | str):
             seq = items
         elif isinstance(items, dict):
@@ -953,7 +1034,7 @@ def _binary(op: str, left: Expr, right: Expr) -> Expr:
     return lambda s, r: fn(left(s, r), right(s, r))
 
 
-class _Optional(Exception):
+class _Optional(Exception):  # noqa: N818 -- control flow of the interpreter, not an error
     """An optional chain met null or undefined: the whole chain is undefined."""
 
 
@@ -991,7 +1072,9 @@ def _assign_member(obj: Expr, key: Expr, op: str, value: Expr, line: int) -> Exp
             target.extend([UNDEFINED] * (name + 1 - len(target)))
             target[name] = v
         else:
-            raise TemplateError(f"line {line}: cannot set property {js_string(name)!r} of {js_string(target)}")
+            raise TemplateError(
+                f"line {line}: cannot set property {js_string(name)!r} of {js_string(target)}"
+            )
         return v
 
     return assign
@@ -1099,15 +1182,24 @@ GLOBALS: Final[Mapping[str, Any]] = {
         "max": _fn("max", _minmax(max, -math.inf)),
         "min": _fn("min", _minmax(min, math.inf)),
         "round": _fn("round", lambda a: _round(_a(a, 0))),
-        "floor": _fn("floor", lambda a: math.floor(n) if math.isfinite(n := js_number(_a(a, 0))) else n),
-        "ceil": _fn("ceil", lambda a: math.ceil(n) if math.isfinite(n := js_number(_a(a, 0))) else n),
+        "floor": _fn(
+            "floor", lambda a: math.floor(n) if math.isfinite(n := js_number(_a(a, 0))) else n
+        ),
+        "ceil": _fn(
+            "ceil", lambda a: math.ceil(n) if math.isfinite(n := js_number(_a(a, 0))) else n
+        ),
         "abs": _fn("abs", lambda a: abs(js_number(_a(a, 0)))),
         "PI": math.pi,
     },
     "Object": {
         "keys": _fn("keys", lambda a: list(v) if isinstance(v := _a(a, 0), dict) else []),
-        "values": _fn("values", lambda a: list(v.values()) if isinstance(v := _a(a, 0), dict) else []),
-        "entries": _fn("entries", lambda a: [[k, x] for k, x in v.items()] if isinstance(v := _a(a, 0), dict) else []),
+        "values": _fn(
+            "values", lambda a: list(v.values()) if isinstance(v := _a(a, 0), dict) else []
+        ),
+        "entries": _fn(
+            "entries",
+            lambda a: [[k, x] for k, x in v.items()] if isinstance(v := _a(a, 0), dict) else [],
+        ),
     },
     "Array": {"isArray": _fn("isArray", lambda a: isinstance(_a(a, 0), list))},
     "String": _fn("String", lambda a: js_string(_a(a, 0)) if a else ""),

@@ -46,7 +46,10 @@ class AnthropicProvider:
         if request.system:
             kwargs["system"] = request.system
         if request.schema is not None:
-            tool: dict[str, Any] = {"name": request.schema_name, "input_schema": _object_schema(request.schema)}
+            tool: dict[str, Any] = {
+                "name": request.schema_name,
+                "input_schema": _object_schema(request.schema),
+            }
             if request.schema_description:
                 tool["description"] = request.schema_description
             kwargs["tools"] = [tool]
@@ -72,7 +75,9 @@ class AnthropicProvider:
                     return LlmResponse(
                         orjson.dumps(value).decode(), tokens, message.model, value=value
                     )
-            raise ProviderError("bad-output", "the model answered without the structured output tool")
+            raise ProviderError(
+                "bad-output", "the model answered without the structured output tool"
+            )
         text = "".join(block.text for block in message.content if block.type == "text")
         return LlmResponse(text, tokens, message.model)
 
@@ -102,10 +107,14 @@ def _error(sdk: Any, e: Exception) -> ProviderError:
     if isinstance(e, sdk.AuthenticationError | sdk.PermissionDeniedError):
         return ProviderError("auth", f"Anthropic API refused the key: {_message(e)}")
     if isinstance(e, sdk.RateLimitError):
-        return ProviderError("rate-limit", f"Anthropic API rate limit: {_message(e)}", retriable=True)
+        return ProviderError(
+            "rate-limit", f"Anthropic API rate limit: {_message(e)}", retriable=True
+        )
     status = getattr(e, "status_code", None)
     retriable = isinstance(status, int) and status >= 500
-    return ProviderError("api-error", f"Anthropic API error {status}: {_message(e)}", retriable=retriable)
+    return ProviderError(
+        "api-error", f"Anthropic API error {status}: {_message(e)}", retriable=retriable
+    )
 
 
 def _message(e: Exception) -> str:

@@ -64,8 +64,12 @@ def sample(schema: Any, depth: int = 0) -> Any:
     if isinstance(kind, list):
         kind = kind[0] if kind else None
     if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        required = schema.get("required") if isinstance(schema.get("required"), list) else list(props)
+        props: dict[str, Any] = schema.get("properties") or {}
+        if not isinstance(props, dict):
+            props = {}
+        required: list[Any] = schema.get("required") or list(props)
+        if not isinstance(required, list):
+            required = list(props)
         return {k: sample(props.get(k, {}), depth + 1) for k in required}
     if kind == "array":
         count = schema.get("minItems", 1) if isinstance(schema.get("minItems"), int) else 1
@@ -117,9 +121,13 @@ class FakeProvider:
         value: Any = None
         if request.schema is not None:
             if malformed == "json":
-                raise ProviderError("bad-output", "the model's structured output is not JSON: '{oops'")
+                raise ProviderError(
+                    "bad-output", "the model's structured output is not JSON: '{oops'"
+                )
             value = {"unexpected": [1, 2, 3]} if malformed else sample(request.schema)
-            if malformed and not (isinstance(request.schema, dict) and request.schema.get("type") == "object"):
+            if malformed and not (
+                isinstance(request.schema, dict) and request.schema.get("type") == "object"
+            ):
                 value = {"not": "what the schema wants"}
             text = orjson.dumps(value).decode()
         elif say is not None:
@@ -139,7 +147,9 @@ class FakeProvider:
             return
         self._failures[rest] += 1
         err_kind: ErrorKind = kind  # type: ignore[assignment]
-        raise ProviderError(err_kind, f"fake {kind} (scripted by @@sentinel:fail@@)", retriable=kind in _RETRIABLE)
+        raise ProviderError(
+            err_kind, f"fake {kind} (scripted by @@sentinel:fail@@)", retriable=kind in _RETRIABLE
+        )
 
     async def aclose(self) -> None:
         """Nothing to close."""

@@ -82,7 +82,9 @@ def _schema(request: LlmRequest) -> dict[str, Any]:
     return out
 
 
-async def _chat(client: Any, request: LlmRequest, options: dict[str, Any]) -> tuple[str, Tokens, str]:
+async def _chat(
+    client: Any, request: LlmRequest, options: dict[str, Any]
+) -> tuple[str, Tokens, str]:
     messages: list[dict[str, str]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
