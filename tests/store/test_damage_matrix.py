@@ -219,6 +219,7 @@ REFUSED = {
 }
 
 
+
 def files_under(directory: Path) -> dict[str, bytes]:
     """Relative path -> bytes of every file under ``directory``."""
     return {
@@ -228,7 +229,9 @@ def files_under(directory: Path) -> dict[str, bytes]:
     }
 
 
-CASES = [pytest.param(target, how, id=f"{target}-{how}") for target in TARGETS for how in DAMAGES]
+CASES = [
+    pytest.param(target, how, id=f"{target}-{how}") for target in TARGETS for how in DAMAGES
+]
 
 
 @pytest.mark.parametrize(("target", "how"), CASES)
