@@ -98,13 +98,18 @@ def scenarios(draw: st.DrawFn) -> tuple[list[SentinelSpec], list[tuple[Any, ...]
 
 
 def run_engine(
-    specs: list[SentinelSpec], ops: list[tuple[Any, ...]], buffer_limit: int
+    specs: list[SentinelSpec],
+    ops: list[tuple[Any, ...]],
+    buffer_limit: int,
+    *,
+    compiled: bool = True,
 ) -> list[Fired]:
     engine = TriggerEngine(specs, buffer_limit=buffer_limit, queue_limit=1000)
+    feed = engine.feed if compiled else engine.feed_interpreted
     fired: list[Fired] = []
     for op in ops:
         if op[0] == "event":
-            engine.feed(op[1], op[2], op[3], op[4])
+            feed(op[1], op[2], op[3], op[4])
         elif op[0] == "tick":
             engine.tick(op[1])
         else:
@@ -131,9 +136,9 @@ def test_engine_fires_what_the_reference_model_fires(
     scenario: tuple[list[SentinelSpec], list[tuple[Any, ...]], int],
 ) -> None:
     specs, ops, limit = scenario
-    assert _by_sentinel(run_engine(specs, ops, limit)) == _by_sentinel(
-        run_reference(specs, ops, limit)
-    )
+    expected = _by_sentinel(run_reference(specs, ops, limit))
+    assert _by_sentinel(run_engine(specs, ops, limit)) == expected
+    assert _by_sentinel(run_engine(specs, ops, limit, compiled=False)) == expected
 
 
 @settings(max_examples=100)

@@ -228,3 +228,40 @@ def compile_conditions(conditions: Sequence[Condition]) -> Predicate | None:
         first, second = tests
         return lambda data: first(data) and second(data)
     return lambda data: all(t(data) for t in tests)
+
+
+def inline_condition(condition: Condition, name: str, namespace: dict[str, Any]) -> str:
+    """A Python expression on ``data`` equal to :func:`compile_condition`'s
+    predicate, for the trigger engine's generated routing code.
+
+    The condition's values never enter the source: they are bound in
+    ``namespace`` under names made from ``name`` (an identifier the caller
+    chose), and the source holds only those names and fixed text. The common
+    single-key operators become one expression; the rest call the compiled
+    predicate.
+    """
+    parts = condition.path.split(".")
+    op, value = condition.operator, condition.value
+    key, val = f"{name}_k", f"{name}_v"
+    if len(parts) == 1:
+        namespace[key] = parts[0]
+        if op == "equals" and isinstance(value, str):
+            namespace[val] = value
+            return f"(type(_v := data.get({key})) is str and _v == {val})"
+        if op == "equals" and isinstance(value, bool):
+            namespace[val] = value
+            return f"(data.get({key}) is {val})"
+        if op in ("greaterThan", "lessThan") and _is_number(value):
+            namespace[val] = value
+            cmp = ">" if op == "greaterThan" else "<"
+            return f"(type(_v := data.get({key})) in _NUMBER_TYPES and _v {cmp} {val})"
+        if (
+            op in ("in", "notIn")
+            and isinstance(value, list)
+            and all(isinstance(v, str) for v in value)
+        ):
+            namespace[val] = frozenset(value)
+            test = f"(type(_v := data.get({key})) is str and _v in {val})"
+            return test if op == "in" else f"(not {test})"
+    namespace[name] = compile_condition(condition)
+    return f"{name}(data)"

@@ -32,17 +32,21 @@ deadline; :meth:`TriggerEngine.next_deadline` says when that is, so the
 adapter sleeps exactly that long. :meth:`TriggerEngine.flush` fires whatever
 is buffered at once (the drain before and after a codon completes).
 
-Routing is indexed by event type: a feed looks up the routes of its type
-(cached with the ``*`` routes appended), so an event that no sentinel watches
-costs one dictionary lookup however many sentinels are attached. The
-benchmark (``benches/test_bench_sentinels.py``) holds this against a scan of
+Routing is indexed by event type: the first event of a type compiles the
+routes that watch it (its own and the ``*`` ones) into one straight-line
+function (:func:`_compile_router`), cached by type, so an event that no
+sentinel watches costs one dictionary lookup however many sentinels are
+attached, and one that some watch runs only their conditions and strategy
+steps. :meth:`TriggerEngine.feed_interpreted` is the same logic without the
+generated code; property tests hold both to a reference model. The benchmark
+(``benches/test_bench_sentinels.py``) measures routing against a scan of
 every sentinel per event.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -58,7 +62,12 @@ from weft.config.schema import (
     SequenceTrigger,
     TimeWindowExecution,
 )
-from weft.sentinels.conditions import Predicate, compile_conditions
+from weft.sentinels.conditions import (
+    _NUMBER_TYPES,
+    Predicate,
+    compile_conditions,
+    inline_condition,
+)
 
 __all__ = [
     "BUFFER_LIMIT",
@@ -118,13 +127,16 @@ class SentinelSpec:
 class _Sequence:
     """Progress of one sequence trigger through its pattern."""
 
-    __slots__ = ("consecutive", "matched", "steps")
+    __slots__ = ("consecutive", "matched", "steps", "uniform")
 
     def __init__(self, trigger: SequenceTrigger) -> None:
         self.steps: tuple[tuple[str, Predicate | None], ...] = tuple(
             (step.type, compile_conditions(step.conditions)) for step in trigger.pattern
         )
         self.consecutive = bool(trigger.options and trigger.options.consecutive)
+        self.uniform = all(step == trigger.pattern[0] for step in trigger.pattern)
+        """Every step is the same ("three tool errors in a row"): one test per
+        event decides, whatever the pattern's length."""
         self.matched: list[Observed] = []
 
     def _fits(self, index: int, event: Observed) -> bool:
@@ -133,20 +145,26 @@ class _Sequence:
 
     def see(self, event: Observed) -> list[Observed] | None:
         """Advances on an event of interest; the completed match, if any."""
-        if self.consecutive:
+        matched = self.matched
+        if self.consecutive and self.uniform:
+            if self._fits(0, event):
+                matched.append(event)
+            else:
+                matched.clear()
+        elif self.consecutive:
             # The last len(pattern) events of interest, each fitting its step.
-            self.matched.append(event)
-            if len(self.matched) > len(self.steps):
-                del self.matched[0]
-            if len(self.matched) < len(self.steps) or not all(
-                self._fits(i, e) for i, e in enumerate(self.matched)
+            matched.append(event)
+            if len(matched) > len(self.steps):
+                del matched[0]
+            if len(matched) < len(self.steps) or not all(
+                self._fits(i, e) for i, e in enumerate(matched)
             ):
                 return None
-        elif self._fits(len(self.matched), event):
-            self.matched.append(event)
-        if len(self.matched) == len(self.steps):
-            done, self.matched = self.matched, []
-            return done
+        elif self._fits(len(matched), event):
+            matched.append(event)
+        if len(matched) == len(self.steps):
+            self.matched = []
+            return matched
         return None
 
 
@@ -179,6 +197,7 @@ class SentinelRoute:
         "period",
         "queue",
         "sequence",
+        "spec",
         "test",
         "threshold",
         "triggered",
@@ -186,6 +205,7 @@ class SentinelRoute:
 
     def __init__(self, spec: SentinelSpec, buffer_limit: int, queue_limit: int) -> None:
         self.id = spec.id
+        self.spec = spec
         trigger = spec.trigger
         self.test: Predicate | None = (
             compile_conditions(trigger.conditions) if isinstance(trigger, EventTrigger) else None
@@ -272,6 +292,89 @@ class SentinelRoute:
         self.queue.append(Trigger(self.id, self.number, tuple(events), now))
 
 
+_Router = Callable[[Mapping[str, Any], int, int], int]
+"""The compiled routing of one event type: ``(data, seq, now) -> triggers fired``."""
+
+
+def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelRoute]) -> _Router:
+    """One function that routes events of type ``kind`` to ``routes``.
+
+    Routing is the hot path (every committed event, every sentinel), so the
+    per-route decisions are unrolled into straight-line code: the conditions
+    inline (:func:`~weft.sentinels.conditions.inline_condition`), each
+    strategy's step written out for its mode, no loop and no dispatch. The
+    source is assembled from fixed text and generated names only; every
+    config value (keys, constants, limits, the routes themselves) is bound in
+    the function's namespace, never written into the source.
+    :meth:`TriggerEngine.feed_interpreted` makes the same decisions without
+    generated code.
+    """
+    ns: dict[str, Any] = {
+        "Observed": Observed,
+        "_NUMBER_TYPES": _NUMBER_TYPES,
+        "E": engine,
+        "KIND": kind,
+    }
+    lines = ["def route(data, seq, now):", "    fired = 0", "    ev = None"]
+    for i, route in enumerate(routes):
+        r = f"r{i}"
+        ns[r] = route
+        trigger = route.spec.trigger
+        tests: list[str] = []
+        if isinstance(trigger, EventTrigger):
+            tests = [inline_condition(c, f"c{i}_{j}", ns) for j, c in enumerate(trigger.conditions)]
+        lines.append(f"    if {' and '.join(tests) or 'True'}:")
+        lines.append("        if ev is None:")
+        lines.append("            ev = Observed(KIND, data, seq, now)")
+        if route.sequence is not None:
+            lines += [
+                f"        done = {r}.sequence.see(ev)",
+                "        if done is not None:",
+                f"            if {r}.add(done, now):",
+                "                fired += 1",
+                "            else:",
+                f"                E._lower_deadline({r})",
+            ]
+            continue
+        if route.mode == IMMEDIATE:
+            lines += [f"        {r}.fire([ev], now)", "        fired += 1"]
+            continue
+        ns[f"L{i}"] = route.limit
+        lines += [
+            f"        b = {r}.buffer",
+            "        b.append(ev)",
+            f"        if len(b) > L{i}:",
+            "            del b[0]",
+            f"            {r}.buffer_dropped += 1",
+        ]
+        if route.mode == COUNT:
+            ns[f"N{i}"] = route.threshold
+            lines += [
+                f"        if len(b) >= N{i}:",
+                f"            {r}.fire({r}.take(), now)",
+                "            fired += 1",
+            ]
+            continue
+        ns[f"P{i}"] = route.period
+        if route.mode == DEBOUNCE:
+            lines += [f"        {r}.last = now", f"        d = now + P{i}"]
+        else:
+            lines += [
+                "        if len(b) == 1:",
+                f"            {r}.opened = now",
+                f"        d = {r}.opened + P{i}",
+            ]
+        lines += [
+            "        if E._deadline is None or d < E._deadline:",
+            "            E._deadline = d",
+        ]
+    lines.append("    return fired")
+    # exec: see the docstring; the source holds no text from the config.
+    exec(compile("\n".join(lines), f"<sentinel routes for {len(routes)} sentinels>", "exec"), ns)
+    router: _Router = ns["route"]
+    return router
+
+
 def _types(trigger: SentinelTrigger) -> list[str]:
     if isinstance(trigger, EventTrigger):
         return list(trigger.on)
@@ -305,7 +408,8 @@ class TriggerEngine:
                     self._by_type.setdefault(kind, []).append(route)
             if route.timed:
                 self._timed.append(route)
-        self._cache: dict[str, tuple[SentinelRoute, ...]] = {}
+        self._cache: dict[str, _Router | None] = {}
+        """The compiled router of each event type seen (``None``: nobody watches it)."""
         self._deadline: int | None = None
         """No timer fires before it (``None``: no timer set); kept so that a
         feed only visits the timed strategies when one may be due."""
@@ -326,10 +430,14 @@ class TriggerEngine:
         self._recompute_deadline()
 
     def _routes(self, kind: str) -> tuple[SentinelRoute, ...]:
-        routes = (*self._by_type.get(kind, ()), *self._wild)
+        return (*self._by_type.get(kind, ()), *self._wild)
+
+    def _router(self, kind: str) -> _Router | None:
+        routes = self._routes(kind)
+        router = _compile_router(self, kind, routes) if routes else None
         if len(self._cache) < _TYPE_CACHE_LIMIT:
-            self._cache[kind] = routes
-        return routes
+            self._cache[kind] = router
+        return router
 
     def feed(self, kind: str, data: Mapping[str, Any], seq: int, now: int) -> int:
         """Routes one committed event at ``now``; returns the triggers it queued
@@ -337,9 +445,21 @@ class TriggerEngine:
         fired = 0
         if self._deadline is not None and now >= self._deadline:
             fired = self.tick(now)
-        routes = self._cache.get(kind)
-        if routes is None:
-            routes = self._routes(kind)
+        try:
+            router = self._cache[kind]
+        except KeyError:
+            router = self._router(kind)
+        if router is None:
+            return fired
+        return fired + router(data, seq, now)
+
+    def feed_interpreted(self, kind: str, data: Mapping[str, Any], seq: int, now: int) -> int:
+        """:meth:`feed` without the compiled routers: the same decisions, made
+        route by route. The property tests hold the two to the same triggers."""
+        fired = 0
+        if self._deadline is not None and now >= self._deadline:
+            fired = self.tick(now)
+        routes = self._routes(kind)
         if not routes:
             return fired
         event: Observed | None = None
@@ -356,29 +476,10 @@ class TriggerEngine:
                 elif done is not None and route.mode >= DEBOUNCE:
                     self._lower_deadline(route)
                 continue
-            # One matched event, the strategies inline (see SentinelRoute.add).
-            mode = route.mode
-            if mode == IMMEDIATE:
-                route.fire([event], now)
+            if route.add((event,), now):
                 fired += 1
-                continue
-            buffer = route.buffer
-            buffer.append(event)
-            if len(buffer) > route.limit:
-                del buffer[0]
-                route.buffer_dropped += 1
-            if mode == COUNT:
-                if len(buffer) >= route.threshold:
-                    route.fire(route.take(), now)
-                    fired += 1
-                continue
-            if mode == DEBOUNCE:
-                route.last = now
-            elif len(buffer) == 1:
-                route.opened = now
-            deadline = now + route.period if mode == DEBOUNCE else route.opened + route.period
-            if self._deadline is None or deadline < self._deadline:
-                self._deadline = deadline
+            elif route.mode >= DEBOUNCE:
+                self._lower_deadline(route)
         return fired
 
     def _lower_deadline(self, route: SentinelRoute) -> None:
