@@ -455,3 +455,20 @@ async def test_triggers_of_one_sentinel_are_processed_in_order_one_at_a_time(
     await h.manager.drain()
     assert peak == 1
     assert [c.split()[-1] for c in calls] == ["1", "2", "3", "4"]
+
+
+async def test_an_unforeseen_exception_is_a_counted_failure(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.manager.load([_attached(tmp_path, errorHandling={"maxConsecutiveFailures": 2})])
+    fake = h.registry.get("fake/haiku")[0]
+
+    async def broken(request: Any) -> Any:
+        raise RuntimeError("socket went away")
+
+    fake.complete = broken  # type: ignore[method-assign]
+    await h.replay(_tools(3))
+    await h.manager.drain()
+    assert [e.message for e in h.of(SentinelError)] == [
+        "unexpected RuntimeError: socket went away"
+    ] * 2
+    assert h.of(SentinelUnloaded)[0].reason == "consecutive-failures"

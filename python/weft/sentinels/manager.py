@@ -253,6 +253,8 @@ class SentinelManager:
         self._engine = TriggerEngine([])
         self._timer: asyncio.Task[None] | None = None
         self._timer_wake: asyncio.Event | None = None
+        self._timer_due: int | None = None
+        """When the timer task wakes next (``None``: it is not sleeping)."""
         self._closed = False
 
     # ------------------------------------------------------------------ load
@@ -376,8 +378,12 @@ class SentinelManager:
         fired = self._engine.feed(event_type, data, seq, self._clock())
         if fired:
             self._wake_workers()
-        elif self._engine.next_deadline() is not None:
-            self._ensure_timer()
+        else:
+            # Cheap: the engine's lower bound, compared with when the timer
+            # wakes; only an earlier deadline needs the timer woken.
+            earliest = self._engine.earliest
+            if earliest is not None and (self._timer_due is None or earliest < self._timer_due):
+                self._ensure_timer()
 
     def _wake_workers(self) -> None:
         for sentinel in self._sentinels.values():
@@ -404,15 +410,26 @@ class SentinelManager:
                 return
             delay = max(0, deadline - self._clock()) / 1000
             wake.clear()
+            self._timer_due = deadline
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=delay)
+            self._timer_due = None
             if self._engine.tick(self._clock()):
                 self._wake_workers()
 
     async def _work(self, sentinel: _Sentinel) -> None:
         try:
             while sentinel.active and (trigger := self._engine.pop(sentinel.id)) is not None:
-                await self._process(sentinel, trigger)
+                try:
+                    await self._process(sentinel, trigger)
+                except Exception as e:  # a provider or writer failing in a way not foreseen
+                    await self._failed(
+                        sentinel,
+                        trigger,
+                        "llm-call-failed",
+                        f"unexpected {type(e).__name__}: {e}",
+                        fatal=False,
+                    )
         finally:
             sentinel.task = None
 

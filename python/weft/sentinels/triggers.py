@@ -513,6 +513,12 @@ class TriggerEngine:
         deadlines = [d for r in self._timed if (d := r.deadline()) is not None]
         self._deadline = min(deadlines) if deadlines else None
 
+    @property
+    def earliest(self) -> int | None:
+        """No timer fires before this (a lower bound, free to read; ``None``:
+        no timer is set). :meth:`next_deadline` is the exact time."""
+        return self._deadline
+
     def next_deadline(self) -> int | None:
         """When :meth:`tick` next has something to fire (``None``: no timer)."""
         # ``_deadline`` is a lower bound (a debounce that moved later keeps
