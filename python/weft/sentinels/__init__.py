@@ -1,0 +1,55 @@
+"""Sentinels: LLM observers that watch a codon's events and write about them.
+
+The pieces, each with one job (a sans-I/O core, thin I/O around it):
+
+* :mod:`~weft.sentinels.conditions`: trigger conditions compiled into
+  predicates, with JavaScript's comparison rules;
+* :mod:`~weft.sentinels.triggers`: the trigger engine, without I/O or clock:
+  event and sequence triggers, the strategies (immediate, debounce, count,
+  timeWindow), the bounded event buffer and trigger queue;
+* :mod:`~weft.sentinels.template` (with :mod:`~weft.sentinels.jsvalues`):
+  Eta prompt templates run by a safe interpreter of the JavaScript subset
+  sentinel prompts use (the module says why not an embedded JS engine);
+* :mod:`~weft.sentinels.providers`: ``provider/model`` ids to the official
+  ``anthropic`` and ``openai`` SDKs (Google through its OpenAI-compatible
+  endpoint) and the scripted ``fake`` provider; usage priced from
+  :mod:`weft.agents.pricing`;
+* :mod:`~weft.sentinels.outputs`: structured-output schemas (JSON Schema,
+  never Zod code), the log and last-value files, inside their folders;
+* :mod:`~weft.sentinels.events`: the ``sentinel.*`` event data;
+* :mod:`~weft.sentinels.config`: a sentinel config file on its own, and a
+  codon's entries resolved against the configs the hank loader checked;
+* :mod:`~weft.sentinels.manager`: one codon's sentinels: load, feed, process
+  serially per sentinel, drain, unload, failure thresholds, SentinelState.
+
+Design notes. The engine is fed committed events only (durable before
+visible), in journal order, and never sentinel or connection events. Every
+time it needs is passed in, so its tests drive time by hand; the manager owns
+the one timer. Model calls are the slow part: each sentinel has a worker that
+takes its triggers one at a time, while the engine keeps routing (the queue
+of 100 triggers per sentinel drops the oldest when a model cannot keep up).
+The runtime is not wired yet: the runner will create a manager per codon,
+feed it from the StateManager's fan-out, journal what ``emit`` gives it, and
+turn ``on_states`` into ``SentinelStatesUpdated`` transitions.
+"""
+
+from weft.sentinels.config import attach, load_sentinel_config
+from weft.sentinels.manager import AttachedSentinel, CodonInfo, LoadFailure, SentinelManager
+from weft.sentinels.providers import ProviderRegistry
+from weft.sentinels.template import TemplateError, compile_template
+from weft.sentinels.triggers import SentinelSpec, Trigger, TriggerEngine
+
+__all__ = [
+    "AttachedSentinel",
+    "CodonInfo",
+    "LoadFailure",
+    "ProviderRegistry",
+    "SentinelManager",
+    "SentinelSpec",
+    "TemplateError",
+    "Trigger",
+    "TriggerEngine",
+    "attach",
+    "compile_template",
+    "load_sentinel_config",
+]

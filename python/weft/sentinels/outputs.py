@@ -1,0 +1,200 @@
+"""Sentinel outputs: the schema check, the log file and the last value.
+
+* :func:`load_schema`: a sentinel's structured-output JSON Schema, from
+  ``schema`` (inline), ``schemaStr`` (JSON text), ``schemaFile`` or
+  ``enumValues``, checked against its metaschema at load time;
+* :func:`schema_problem`: why a value does not meet the schema (``None``
+  when it does), in one line with the JSON path;
+* :func:`resolve_outputs`: where a sentinel writes, by the reference's
+  priority (the codon's ``settings.outputPaths``, then the config's
+  ``output``, then an automatic path); a path with a ``/`` is in the agent's
+  workspace, a bare name in the managed folder, and either must stay inside
+  (:func:`weft.paths.inside`);
+* :class:`OutputWriter`: appends to the log (text joined by ``joinString``
+  in ``.md``, or one JSON object a line in ``.jsonl``) and replaces the last
+  value file atomically. Blocking: the manager calls it off the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from weft.config.schema import SentinelConfig, SentinelSettings
+from weft.paths import component, inside
+
+__all__ = [
+    "DEFAULT_JOIN",
+    "OutputTarget",
+    "OutputWriter",
+    "SchemaError",
+    "load_schema",
+    "resolve_outputs",
+    "schema_problem",
+]
+
+DEFAULT_JOIN = "\n---\n"
+"""What separates text outputs in a log (the reference's default)."""
+
+
+class SchemaError(Exception):
+    """A structured-output schema cannot be used; the message says why."""
+
+
+def load_schema(config: SentinelConfig, base: Path) -> dict[str, Any] | None:
+    """The JSON Schema of ``config``'s structured output (``None``: text output).
+
+    ``base`` is the folder ``schemaFile`` is relative to (the sentinel config
+    file's, or the hank's for an inline config). Raises :class:`SchemaError`.
+    """
+    spec = config.structured_output
+    if spec is None:
+        return None
+    schema: Any
+    if spec.output == "enum":
+        schema = {"type": "string", "enum": list(spec.enum_values or [])}
+    elif spec.schema is not None:
+        schema = spec.schema
+    elif spec.schema_str is not None:
+        try:
+            schema = orjson.loads(spec.schema_str)
+        except orjson.JSONDecodeError:
+            raise SchemaError(
+                "structuredOutput.schemaStr is not JSON: structured output is described by "
+                "JSON Schema, never by code (Zod source is not evaluated); write the schema "
+                "as JSON Schema"
+            ) from None
+    elif spec.schema_file is not None:
+        path = inside(base, spec.schema_file, what="structuredOutput.schemaFile")
+        try:
+            schema = orjson.loads(path.read_bytes())
+        except OSError as e:
+            raise SchemaError(
+                f"cannot read structuredOutput.schemaFile {path}: {e.strerror}"
+            ) from None
+        except orjson.JSONDecodeError as e:
+            raise SchemaError(f"structuredOutput.schemaFile {path} is not JSON: {e}") from None
+    else:
+        raise SchemaError(f'structuredOutput "{spec.output}" needs a JSON Schema')
+    if not isinstance(schema, dict):
+        raise SchemaError("the structured-output schema must be a JSON object")
+    if spec.output == "array" and schema.get("type") not in (None, "array"):
+        schema = {"type": "array", "items": schema}
+    from jsonschema.exceptions import SchemaError as InvalidSchema
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema).check_schema(schema)
+    except InvalidSchema as e:
+        where = "/".join(str(p) for p in e.path) or "(root)"
+        raise SchemaError(
+            f"the structured-output schema is not valid JSON Schema at {where}: {e.message}"
+        ) from None
+    checked: dict[str, Any] = schema
+    return checked
+
+
+def schema_problem(value: Any, schema: dict[str, Any]) -> str | None:
+    """Why ``value`` does not meet ``schema``, in one line (``None``: it does)."""
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
+    error = best_match(validator_for(schema)(schema).iter_errors(value))
+    if error is None:
+        return None
+    where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return f"{where}: {error.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputTarget:
+    """Where one sentinel writes during one codon."""
+
+    log_file: Path
+    log_format: Literal["md", "jsonl"]
+    last_value_file: Path | None
+
+
+def _place(value: str, workspace: Path, managed: Path, what: str) -> Path:
+    if "/" in value:
+        return inside(workspace, value, what=what)
+    return inside(managed, component(value, what=what), what=what)
+
+
+def resolve_outputs(
+    config: SentinelConfig,
+    settings: SentinelSettings | None,
+    *,
+    codon_id: str,
+    workspace: Path,
+    managed_dir: Path,
+    stamp: str,
+) -> OutputTarget:
+    """The files ``config`` writes to for codon ``codon_id`` (see the module doc).
+
+    ``managed_dir`` is the execution's sentinel output folder; the automatic
+    log is ``<managed_dir>/<sentinelId>/<sentinelId>-<codonId>-<stamp>.<ext>``.
+    Raises :class:`~weft.errors.UnsafePathError` for a path that leaves its folder.
+    """
+    structured = config.structured_output is not None
+    paths = settings.output_paths if settings is not None else None
+    output = config.output
+    log = (paths.log_file if paths else None) or (output.file if output else None)
+    last = (paths.last_value_file if paths else None) or (
+        output.last_value_file if output else None
+    )
+    fmt = output.format if output else None
+    sentinel_dir = managed_dir / component(config.id, what="sentinel id")
+    jsonl = structured or fmt in ("jsonl", "json")
+    if log is not None:
+        log_path = _place(log, workspace, sentinel_dir, f"the log file of sentinel {config.id}")
+        jsonl = structured or fmt in ("jsonl", "json") or log_path.suffix in (".jsonl", ".ndjson")
+    else:
+        codon = component(codon_id, what="codon id")
+        name = f"{config.id}-{codon}-{stamp}.{'jsonl' if jsonl else 'md'}"
+        log_path = inside(sentinel_dir, name, what=f"the log file of sentinel {config.id}")
+    last_path = (
+        _place(last, workspace, sentinel_dir, f"the lastValueFile of sentinel {config.id}")
+        if last
+        else None
+    )
+    return OutputTarget(log_path, "jsonl" if jsonl else "md", last_path)
+
+
+class OutputWriter:
+    """Appends a sentinel's outputs to its files (blocking I/O)."""
+
+    def __init__(self, target: OutputTarget, join: str = DEFAULT_JOIN) -> None:
+        self.target = target
+        self.join = join
+        self._written = target.log_file.exists() and target.log_file.stat().st_size > 0
+
+    def append(self, content: Any, record: dict[str, Any]) -> None:
+        """Writes one output: ``content`` (text or value) and, for JSON logs,
+        the ``record`` around it (trigger number, time, cost ...)."""
+        target = self.target
+        target.log_file.parent.mkdir(parents=True, exist_ok=True)
+        if target.log_format == "jsonl":
+            line = orjson.dumps({**record, "content": content}) + b"\n"
+        else:
+            text = content if isinstance(content, str) else orjson.dumps(content).decode()
+            line = ((self.join if self._written else "") + text).encode()
+        with open(target.log_file, "ab") as f:
+            f.write(line)
+        self._written = True
+        if target.last_value_file is not None:
+            _replace(target.last_value_file, orjson.dumps(content, option=orjson.OPT_INDENT_2))
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` at once: a temp file renamed over it, so a
+    reader sees the old value or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
