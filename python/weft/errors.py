@@ -49,6 +49,9 @@ their package::
     ├── AgentStartError               weft.agents: an agent CLI could not start
     ├── PricingError                  weft.agents: the price table is unreadable
     ├── ServerError                   weft.server: the WebSocket server did not start
+    ├── TemplateError                 weft.sentinels: a prompt template cannot be parsed or run
+    ├── SchemaError                   weft.sentinels: a structured-output schema is unusable
+    ├── ProviderError                 weft.sentinels: a sentinel's model call failed
     ├── ClientError                   weft.client: talking to a run's server
     │   ├── HandshakeError            the server refused the handshake
     │   ├── CommandError              the server refused or failed a command

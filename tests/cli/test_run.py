@@ -169,7 +169,7 @@ def test_a_failed_run_exits_1(tmp_path: Path, env: dict[str, str]) -> None:
     result = weft("run", hank, "--execution", execution, "--headless", env=env, cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     no_traceback(result)
-    assert "Invalid API key" in result.stdout + result.stderr
+    assert "Not logged in" in result.stdout + result.stderr  # the auth_error text of 2.1.330
     state = read_state(execution)
     assert runs_oldest_first(state)[0]["status"] == "failed"
     records = codon_records(state)

@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from weft.errors import WeftError
+
 __all__ = [
     "UNDEFINED",
     "JsFunction",
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 
-class TemplateError(Exception):
+class TemplateError(WeftError):
     """A template cannot be parsed or evaluated; the message says where."""
 
 

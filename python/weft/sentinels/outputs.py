@@ -25,6 +25,7 @@ from typing import Any, Literal
 import orjson
 
 from weft.config.schema import SentinelConfig, SentinelSettings
+from weft.errors import WeftError
 from weft.paths import component, inside
 
 __all__ = [
@@ -41,7 +42,7 @@ DEFAULT_JOIN = "\n---\n"
 """What separates text outputs in a log (the reference's default)."""
 
 
-class SchemaError(Exception):
+class SchemaError(WeftError):
     """A structured-output schema cannot be used; the message says why."""
 
 

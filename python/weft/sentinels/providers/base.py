@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from weft.agents.events import Tokens
+from weft.errors import WeftError
 
 __all__ = ["ErrorKind", "LlmRequest", "LlmResponse", "Message", "Provider", "ProviderError"]
 
@@ -62,7 +63,7 @@ class LlmResponse:
     """Structured output, already decoded (``None`` for text)."""
 
 
-class ProviderError(Exception):
+class ProviderError(WeftError):
     """A model call failed. ``retriable``: the same call may succeed later."""
 
     def __init__(self, kind: ErrorKind, message: str, *, retriable: bool = False) -> None:
