@@ -28,7 +28,7 @@ from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, prepare_execution
 from weft.runtime.layout import ExecutionLayout
 from weft.runtime.setup_errors import ExecutionSetupError
-from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ServerError
 from weft.terminal import printable_lines
 
