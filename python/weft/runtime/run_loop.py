@@ -35,6 +35,7 @@ from weft.events.transitions import (
 )
 from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
 from weft.runtime import rollback
+from weft.runtime.attempt import CodonRequest, CodonResult
 from weft.runtime.policy import Action, decide
 from weft.runtime.run_state import (
     DONE,
@@ -49,7 +50,7 @@ from weft.runtime.run_state import (
     new_run_id,
     summary,
 )
-from weft.runtime.runner import CodonRequest, CodonResult, CodonRunner
+from weft.runtime.runner import CodonRunner
 from weft.state import StateManager
 
 

@@ -2,7 +2,7 @@
 
 Startup follows seed 001's order: the lock (taken by the store), the
 checkpoint repository, the state manager, the event journal (the same
-store), the sentinel host (a seam: :class:`~weft.runtime.runner.NoSentinels`
+store), the sentinel host (a seam: :class:`~weft.runtime.attempt.NoSentinels`
 until sentinels exist), the WebSocket server (:mod:`weft.server`; the runtime
 carries out its steering commands). Then runs a dead process left
 ``running`` are marked crashed, and the run is chosen:
@@ -53,10 +53,11 @@ from weft.events.transitions import (
 )
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
+from weft.runtime.attempt import Interrupt
 from weft.runtime.recovery import Recovery
 from weft.runtime.run_loop import RunLoop
 from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, Shutdown, new_run_id
-from weft.runtime.runner import CodonRunner, Interrupt
+from weft.runtime.runner import CodonRunner
 from weft.runtime.steering import Steering
 from weft.server import ServerInfo, start_server
 from weft.state import Processed, StateManager

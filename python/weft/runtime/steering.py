@@ -20,8 +20,8 @@ from weft.events.stream import (
     CheckpointListEvent,
 )
 from weft.runtime import rollback
+from weft.runtime.attempt import Interrupt
 from weft.runtime.run_state import Next, Request, Rewind, RuntimeState, Shutdown
-from weft.runtime.runner import Interrupt
 from weft.server.protocol import (
     CodonStartData,
     RollbackToCheckpointData,
