@@ -38,14 +38,7 @@ from weft.events.transitions import (
     CostsIncremented,
     TransitionMetadata,
 )
-from weft.runtime.attempt import (
-    Attempt,
-    builtins_of,
-    move,
-    shorten,
-    token_usage_event,
-    usage_of,
-)
+from weft.runtime.attempt import Attempt, builtins_of, move, shorten, token_usage_event, usage_of
 from weft.state import StateManager
 
 

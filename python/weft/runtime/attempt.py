@@ -16,14 +16,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from weft.agents.events import (
-    SessionExited,
-    SessionResult,
-    Tokens,
-)
-from weft.agents.harness import (
-    AgentSession,
-)
+from weft.agents.events import SessionExited, SessionResult, Tokens
+from weft.agents.harness import AgentSession
 from weft.clock import utc_now_iso
 from weft.config.prompt import AssembledPrompt
 from weft.events.stream import (

@@ -20,19 +20,9 @@ from weft._core import ExecutionThread
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.clock import utc_now_iso
-from weft.errors import (
-    CheckpointLossError,
-)
-from weft.events.stream import (
-    InfoEvent,
-    ProcessEndedEvent,
-)
-from weft.events.transitions import (
-    Continuation,
-    ContinuationSource,
-    Fresh,
-    RunStarted,
-)
+from weft.errors import CheckpointLossError
+from weft.events.stream import InfoEvent, ProcessEndedEvent
+from weft.events.transitions import Continuation, ContinuationSource, Fresh, RunStarted
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.runtime import rollback, survivors
 from weft.runtime.run_state import RuntimeState

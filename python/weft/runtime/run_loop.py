@@ -17,9 +17,7 @@ import time
 
 from weft.clock import utc_now_iso
 from weft.config.schema import ContextExceeded
-from weft.errors import (
-    WeftError,
-)
+from weft.errors import WeftError
 from weft.events.stream import (
     CodonRetryEvent,
     CodonSummary,
@@ -29,10 +27,7 @@ from weft.events.stream import (
     ServerIdleEvent,
     StateSnapshotEvent,
 )
-from weft.events.transitions import (
-    RunCompleted,
-    RunFailed,
-)
+from weft.events.transitions import RunCompleted, RunFailed
 from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
 from weft.runtime import rollback
 from weft.runtime.attempt import CodonRequest, CodonResult
@@ -124,8 +119,7 @@ class RunLoop(RuntimeState):
                     f"{request.target.codon_id} ({request.target.sha[:10]})"
                 )
                 self._emit(
-                    InfoEvent(message=f"Redoing {request.codon_id} from {origin}"),
-                    cursor.run_id,
+                    InfoEvent(message=f"Redoing {request.codon_id} from {origin}"), cursor.run_id
                 )
             await rollback.execute(
                 request.target,

@@ -20,13 +20,8 @@ from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
 from weft.config.schema import Loop
-from weft.errors import (
-    CommandRejectedError,
-)
-from weft.events.stream import (
-    CodonSummary,
-    StreamData,
-)
+from weft.errors import CommandRejectedError
+from weft.events.stream import CodonSummary, StreamData
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.progress import RunProgress
 from weft.runtime import rollback

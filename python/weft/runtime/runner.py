@@ -26,10 +26,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-from weft.agents.events import (
-    ErrorClass,
-    SessionExited,
-)
+from weft.agents.events import ErrorClass, SessionExited
 from weft.agents.harness import (
     AgentStartError,
     Harness,
@@ -42,12 +39,7 @@ from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.errors import CheckpointError
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import (
-    ConfigError,
-    PersistenceError,
-    StorageFullError,
-    UnsafePathError,
-)
+from weft.errors import ConfigError, PersistenceError, StorageFullError, UnsafePathError
 from weft.events.stream import (
     CodonCompletedEvent,
     ErrorEvent,
@@ -56,12 +48,7 @@ from weft.events.stream import (
     RigSetupCompletedEvent,
     StreamData,
 )
-from weft.events.transitions import (
-    CodonStarted,
-    CodonStatus,
-    FailureReason,
-    TransitionMetadata,
-)
+from weft.events.transitions import CodonStarted, CodonStatus, FailureReason, TransitionMetadata
 from weft.progress import NANO, nanos
 from weft.runtime.agent_events import AgentEvents
 from weft.runtime.attempt import (
@@ -447,9 +434,7 @@ class CodonRunner:
         if why is Interrupt.SKIP:
             sha = await self._checkpoint(a, "skipped")
             self._move(
-                a,
-                "skipped",
-                TransitionMetadata(skipped_during=a.status, checkpoint_sha=sha),
+                a, "skipped", TransitionMetadata(skipped_during=a.status, checkpoint_sha=sha)
             )
             return await self._done(a, "skipped", checkpoint=sha)
         if why is Interrupt.FORCE_STOP:

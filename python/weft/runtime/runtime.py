@@ -41,16 +41,9 @@ import time
 from weft.agents.harness import Harness, route
 from weft.agents.registry import harness_for
 from weft.checkpoints.aio import AsyncCheckpointRepo
-from weft.errors import (
-    PersistenceError,
-    StorageFullError,
-)
-from weft.events.stream import (
-    InfoEvent,
-)
-from weft.events.transitions import (
-    InitialCheckpointSet,
-)
+from weft.errors import PersistenceError, StorageFullError
+from weft.events.stream import InfoEvent
+from weft.events.transitions import InitialCheckpointSet
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
 from weft.runtime.attempt import Interrupt

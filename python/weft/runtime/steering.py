@@ -12,13 +12,8 @@ import asyncio
 
 import msgspec
 
-from weft.errors import (
-    CommandRejectedError,
-)
-from weft.events.stream import (
-    CheckpointEntry,
-    CheckpointListEvent,
-)
+from weft.errors import CommandRejectedError
+from weft.events.stream import CheckpointEntry, CheckpointListEvent
 from weft.runtime import rollback
 from weft.runtime.attempt import Interrupt
 from weft.runtime.run_state import Next, Request, Rewind, RuntimeState, Shutdown
