@@ -29,6 +29,12 @@ ends the current run and starts a new one from a checkpoint, and the loop
 goes on in that run. The first SIGINT or SIGTERM stops
 gracefully (the agent gets its stop sequence, an error checkpoint is taken,
 the run ends as failed and can be continued); the second kills the agent.
+
+This module holds :class:`Runtime` itself: startup and shutdown in that
+order, signals, and the refusal watch. Its parts, one job each, are mixins
+over :class:`~weft.runtime.run_state.RuntimeState`: the start of a run in
+:mod:`weft.runtime.recovery`, the server's commands in
+:mod:`weft.runtime.steering`, the run loop in :mod:`weft.runtime.run_loop`.
 """
 
 from __future__ import annotations
