@@ -92,7 +92,7 @@ class _Session:
                 self._exit = SessionExited(ok=False, exit_code=None, signal=15)
                 yield self._exit
                 return
-            assert isinstance(step, AgentEvent)  # type: ignore[misc,arg-type]
+            assert isinstance(step, AgentEvent)
             if isinstance(step, SessionExited):
                 self._exit = step
             yield step
@@ -149,7 +149,7 @@ class _Env:
         return [p.event for p in self.seen if isinstance(p.event, kind)]
 
     def rejected(self) -> list[str]:
-        return [p.outcome.message for p in self.seen if not p.outcome.ok]
+        return [str(p.outcome.message) for p in self.seen if not p.outcome.ok]
 
 
 async def _run(
@@ -202,7 +202,7 @@ async def _run(
             checkpoints,
             loaded,
             layout,
-            harness_for=lambda model: (harness, "sonnet"),  # type: ignore[arg-type,return-value]
+            harness_for=lambda model: (harness, "sonnet"),
             stop_grace=0.5,
         )
         planned = plan.next_codon(None)
