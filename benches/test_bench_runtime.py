@@ -36,7 +36,7 @@ from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.cli import main
 from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
-from weft.runtime.supervisor import Runtime, RuntimeOptions
+from weft.runtime.runtime import Runtime, RuntimeOptions
 from weft.store import ExecutionStore
 
 CODONS = 200

@@ -25,7 +25,7 @@ from weft.config import load_hank
 from weft.events.stream import TokenUsageEvent, decode_event
 from weft.progress import RunProgress, nanos
 from weft.runtime.execution import prepare_execution
-from weft.runtime.supervisor import Runtime
+from weft.runtime.runtime import Runtime
 from weft.server.fanout import envelope
 from weft.state import Processed, StateManager
 from weft.store import ExecutionStore

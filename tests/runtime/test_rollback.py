@@ -28,7 +28,7 @@ from weft.config import load_hank
 from weft.plan import ExecutionPlan
 from weft.runtime.execution import prepare_execution
 from weft.runtime.rollback import possibly_started
-from weft.runtime.supervisor import RunOutcome, Runtime
+from weft.runtime.runtime import RunOutcome, Runtime
 from weft.store import ExecutionStore
 
 

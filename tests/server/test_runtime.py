@@ -33,7 +33,7 @@ from tests.runtime.hanks import (
 import weft.client
 from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
-from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, read_token
 from weft.server.auth import read_read_token
 from weft.server.session import READ_BURST

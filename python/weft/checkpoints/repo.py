@@ -10,6 +10,12 @@ commits with an explicit parent. Unchanged files are never read.
 
 All public methods are serialised by one lock; blocking callers in async code
 should use :class:`weft.checkpoints.aio.AsyncCheckpointRepo`.
+
+Why over 600 lines: it is one class, :class:`CheckpointRepo`, whose
+operations share one lock, one index (the stat cache) and one object store;
+split across modules they would share that state through private attributes,
+and the lock's invariant (every public method holds it) would no longer be
+visible in one place.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from weft.config.runtime import RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, prepare_execution
 from weft.runtime.layout import ExecutionLayout
+from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.runtime.setup_errors import ExecutionSetupError
-from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ServerError
 from weft.terminal import printable_lines
 

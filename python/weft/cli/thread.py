@@ -34,7 +34,7 @@ from weft.plan import ExecutionPlan
 from weft.runtime import rollback
 from weft.runtime.layout import ExecutionLayout
 from weft.runtime.meta import read_meta
-from weft.runtime.supervisor import new_run_id
+from weft.runtime.runtime import new_run_id
 from weft.store import ExecutionStore
 from weft.terminal import printable, printable_lines
 

@@ -9,41 +9,25 @@ requires (seed 000), and the checkpoint is taken *before* the terminal
 transition, because ``completed`` carries its SHA.
 
 The runner submits transitions fire-and-forget: the StateManager keeps them
-in order and the supervisor watches for rejections (a rejection here is a
+in order and the runtime watches for rejections (a rejection here is a
 bug, and stops the run). It only waits where a decision depends on the
 state: never on the hot path of agent events.
+
+The attempt's records live in :mod:`weft.runtime.attempt`; its agent events
+are turned into transitions and stream events by :mod:`weft.runtime.agent_events`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import os
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal
 
-import msgspec
-
-from weft.agents.events import (
-    AgentEvent,
-    AssistantText,
-    ErrorClass,
-    RetryNotice,
-    SessionExited,
-    SessionResult,
-    SessionStarted,
-    Thinking,
-    Tokens,
-    ToolResult,
-    ToolUse,
-    UsageDelta,
-)
+from weft.agents.events import ErrorClass, SessionExited
 from weft.agents.harness import (
-    AgentSession,
     AgentStartError,
     Harness,
     SessionSpec,
@@ -53,44 +37,34 @@ from weft.agents.harness import (
 )
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.errors import CheckpointError
-from weft.clock import utc_now_iso
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
-from weft.errors import (
-    ConfigError,
-    PersistenceError,
-    StorageFullError,
-    UnsafePathError,
-)
+from weft.errors import ConfigError, PersistenceError, StorageFullError, UnsafePathError
 from weft.events.stream import (
-    TOOL_RESULT_LIMIT,
-    AssistantActionEvent,
     CodonCompletedEvent,
-    CodonStartedEvent,
     ErrorEvent,
     InfoEvent,
     ProcessEndedEvent,
-    ProcessExit,
     RigSetupCompletedEvent,
     StreamData,
-    TokenUsageEvent,
-    ToolResultEvent,
 )
-from weft.events.transitions import (
-    AssistantMessageCountUpdated,
-    CodonFinalCostSet,
-    CodonStarted,
-    CodonStatus,
-    CodonTransitioned,
-    CostsIncremented,
-    FailureReason,
-    TokenUsage,
-    TransitionMetadata,
-)
-from weft.plan import PlannedCodon
+from weft.events.transitions import CodonStarted, CodonStatus, FailureReason, TransitionMetadata
 from weft.progress import NANO, nanos
+from weft.runtime.agent_events import AgentEvents
+from weft.runtime.attempt import (
+    Attempt,
+    CodonRequest,
+    CodonResult,
+    Interrupt,
+    NoSentinels,
+    SentinelHost,
+    builtins_of,
+    exit_code_of,
+    move,
+    process_exit_of,
+)
 from weft.runtime.execution import ExecutionLayout
-from weft.runtime.rig import RigResult, run_rig
+from weft.runtime.rig import run_rig
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
 from weft.store.diskspace import RESUME_HINT, is_storage_failure, storage_error
@@ -99,208 +73,6 @@ _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI
 
 DEFAULT_IDLE_TIMEOUT = 180.0
 """Seconds without agent output before the session is ended (reference default)."""
-
-
-class Interrupt(enum.StrEnum):
-    """Why the supervisor cuts a codon short."""
-
-    SKIP = "skip"
-    """The user skipped it: ``skipped``, at no cost."""
-    FORCE_STOP = "force_stop"
-    """The user stopped it: ``failed``, not retriable."""
-    SHUTDOWN = "shutdown"
-    """Weft is shutting down: ``failed``, retriable, so a later run redoes it."""
-
-
-class SentinelHost(Protocol):
-    """The seam for sentinels (LLM observers of a codon's events).
-
-    Sentinel support is not built yet; :class:`NoSentinels` is what runs
-    until it is. The runner calls ``load`` while ``starting`` and ``drain``
-    while ``completing-sentinels``, exactly where sentinels belong.
-    """
-
-    async def load(self, planned: PlannedCodon, run_id: str) -> None:
-        """Loads the codon's sentinels."""
-        ...
-
-    async def drain(self, planned: PlannedCodon, run_id: str) -> None:
-        """Lets the codon's sentinels finish their work."""
-        ...
-
-
-class NoSentinels:
-    """No sentinel runs; a codon that declares some is told so once."""
-
-    def __init__(self, emit: Callable[[StreamData, str, str], None]) -> None:
-        self._emit = emit
-
-    async def load(self, planned: PlannedCodon, run_id: str) -> None:
-        """Says that the codon's sentinels are not run."""
-        if planned.codon.sentinels:
-            count = len(planned.codon.sentinels)
-            self._emit(
-                InfoEvent(
-                    message=(
-                        f"Codon {planned.codon_id} declares {count} sentinel(s); this version "
-                        "of Weft does not run sentinels yet, so they are skipped."
-                    )
-                ),
-                run_id,
-                planned.codon_id,
-            )
-
-    async def drain(self, planned: PlannedCodon, run_id: str) -> None:
-        """Nothing to wait for."""
-
-
-@dataclass(frozen=True, slots=True)
-class CodonRequest:
-    """One attempt of one codon, as the supervisor asks for it."""
-
-    run_id: str
-    branch: str
-    planned: PlannedCodon
-    patterns: list[str]
-    """The checkpointed-file patterns in force (union up to this codon)."""
-    parent_sha: str
-    """The tip of the run's checkpoint branch (or the run's starting checkpoint)."""
-    previous_session_id: str | None = None
-    """For ``continue-previous``: the session to resume."""
-    accepts_context_exceeded: bool = False
-    """Running out of context completes the codon (an ``exhaustWithPrompt``
-    codon, or one inside a ``contextExceeded`` loop)."""
-    attempt: int = 1
-    skip_rig: bool = False
-    """``codon.start`` with ``skipPreCommands``: no rig setup this time."""
-
-
-@dataclass(slots=True)
-class CodonResult:
-    """How an attempt ended."""
-
-    codon_id: str
-    status: Literal["completed", "failed", "skipped"]
-    failure: FailureReason | None = None
-    session_id: str | None = None
-    cost: float = 0.0
-    tokens: Tokens = field(default_factory=Tokens)
-    checkpoint_sha: str | None = None
-    context_exceeded: bool = False
-    duration_ms: int = 0
-    exit: SessionExited | None = None
-    assistant_messages: int = 0
-    start_time: str | None = None
-
-    @property
-    def continuable(self) -> bool:
-        """Whether a ``continue-previous`` successor may resume this session
-        (seed 003: completed, or skipped after at least one assistant message)."""
-        if self.session_id is None:
-            return False
-        return self.status == "completed" or (
-            self.status == "skipped" and self.assistant_messages > 0
-        )
-
-    @property
-    def retriable(self) -> bool:
-        """Whether running the codon again may help."""
-        return self.failure is not None and self.failure.retriable
-
-
-def _usage(tokens: Tokens) -> TokenUsage:
-    return TokenUsage(
-        input_tokens=tokens.input,
-        output_tokens=tokens.output,
-        cache_creation_tokens=tokens.cache_creation,
-        cache_read_tokens=tokens.cache_read,
-    )
-
-
-def _token_usage(
-    codon_id: str,
-    tokens: Tokens,
-    cost: float | None,
-    *,
-    model: str | None = None,
-    final: bool = False,
-) -> TokenUsageEvent:
-    return TokenUsageEvent(
-        codon_id=codon_id,
-        input_tokens=tokens.input,
-        output_tokens=tokens.output,
-        cache_creation_tokens=tokens.cache_creation,
-        cache_read_tokens=tokens.cache_read,
-        total_cost=cost,
-        final=final,
-        model_id=model,
-    )
-
-
-def _exit_code(exit: SessionExited | None) -> int:
-    if exit is None:
-        return -1
-    if exit.exit_code is not None:
-        return exit.exit_code
-    return 128 + exit.signal if exit.signal is not None else -1
-
-
-def _process_exit(exit: SessionExited | None) -> ProcessExit | None:
-    if exit is None:
-        return None
-    if exit.signal is not None:
-        return ProcessExit(type="killed", signal=exit.signal)
-    if exit.exit_code == 0:
-        return ProcessExit(type="success")
-    return ProcessExit(type="error", code=exit.exit_code)
-
-
-def _short(text: str, limit: int = TOOL_RESULT_LIMIT) -> tuple[str, bool]:
-    if len(text) <= limit:
-        return text, False
-    return text[:limit] + "...", True
-
-
-class _Attempt:
-    """The mutable facts of one attempt, kept together so the terminal move
-    can be computed from them in one place."""
-
-    def __init__(self, request: CodonRequest) -> None:
-        self.request = request
-        self.status: CodonStatus = "preparing"
-        self.started = time.monotonic()
-        self.start_time = utc_now_iso()
-        self.session: AgentSession | None = None
-        self.session_id: str | None = None
-        self.result: SessionResult | None = None
-        self.exit: SessionExited | None = None
-        self.tokens = Tokens()
-        self.prompt: AssembledPrompt | None = None
-        self.model = ""
-        self.harness = ""
-        """The prompt, model and harness of the agent session (once it starts)."""
-        self.messages: set[str] = set()
-        self.tools: dict[str, tuple[str, float]] = {}
-        self.interrupt: Interrupt | None = None
-        self.rig: asyncio.Task[RigResult] | None = None
-        self.storage: str | None = None
-        """Why a write of this attempt found the disk full: the attempt fails
-        with kind ``storage`` and the run ends (retrying cannot help)."""
-        self.reported_cost: float | None = None
-        """The total the agent reported, as submitted in ``CodonFinalCostSet``,
-        while no increment followed it: the core's codon cost is then exactly
-        this (rounded as the core rounds), so the terminal move can name it
-        without waiting for the core to apply the queue. Not a tally: the
-        value is the agent's, passed through."""
-
-    @property
-    def duration_ms(self) -> int:
-        return int((time.monotonic() - self.started) * 1000)
-
-    @property
-    def live(self) -> bool:
-        """Whether the core takes cost and message updates now (the agent runs)."""
-        return self.status in ("running", "completing-sentinels")
 
 
 class CodonRunner:
@@ -332,10 +104,11 @@ class CodonRunner:
         self.first_output_timeout = first_output_timeout
         self.stop_grace = stop_grace
         self.env = env
-        self._current: _Attempt | None = None
+        self._current: Attempt | None = None
         self._variables = template_variables(layout.workspace)
         self.tips: dict[str, str] = {}
         """The newest checkpoint of each branch this runner committed to."""
+        self._events = AgentEvents(manager)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -343,18 +116,8 @@ class CodonRunner:
         """Queues a stream event in the one order of the execution."""
         self.manager.emit(event, run_id=run_id, codon_id=codon_id)
 
-    def _move(self, a: _Attempt, to: CodonStatus, meta: TransitionMetadata | None = None) -> None:
-        self.manager.transition(
-            CodonTransitioned(
-                run_id=a.request.run_id,
-                codon_id=a.request.planned.codon_id,
-                from_status=a.status,
-                to_status=to,
-                timestamp=utc_now_iso(),
-                metadata=meta,
-            )
-        )
-        a.status = to
+    def _move(self, a: Attempt, to: CodonStatus, meta: TransitionMetadata | None = None) -> None:
+        move(self.manager, a, to, meta)
 
     @property
     def current_codon(self) -> str | None:
@@ -390,7 +153,7 @@ class CodonRunner:
 
     async def run(self, request: CodonRequest) -> CodonResult:
         """Runs one attempt of ``request`` to a terminal state."""
-        a = _Attempt(request)
+        a = Attempt(request)
         self._current = a
         try:
             return await self._run(a)
@@ -404,10 +167,22 @@ class CodonRunner:
         finally:
             self._current = None
 
-    async def _run(self, a: _Attempt) -> CodonResult:
-        req = a.request
-        planned = req.planned
-        codon = planned.codon
+    async def _run(self, a: Attempt) -> CodonResult:
+        """The attempt step by step: each step moves it on (None) or ends it."""
+        self._record_start(a)
+        for step in (self._preparing, self._starting, self._spawning):
+            ended = await step(a)
+            if ended is not None:
+                return ended
+        session = a.session
+        assert session is not None
+        await self._stream(a)
+        # The session has exited and its group was SIGKILLed with it.
+        self.emit(ProcessEndedEvent(pid=session.pid), a.request.run_id, a.request.planned.codon_id)
+        return await self._finish(a)
+
+    def _record_start(self, a: Attempt) -> None:
+        req, planned = a.request, a.request.planned
         # Not awaited: recovery never relies on this record being durable
         # before the rig or the agent acts (a restart treats the codon after
         # each run's last recorded codon as possibly started, see
@@ -421,14 +196,17 @@ class CodonRunner:
             )
         )
 
+    async def _preparing(self, a: Attempt) -> CodonResult | None:
+        """``preparing``: the rig setup and its checkpoint, then ``starting``."""
+        req, planned = a.request, a.request.planned
         rig_sha: str | None = None
-        if codon.rig_setup and req.skip_rig:
+        if planned.codon.rig_setup and req.skip_rig:
             self.emit(
                 InfoEvent(message=f"Rig setup of {planned.codon_id} skipped (skipPreCommands)"),
                 req.run_id,
                 planned.codon_id,
             )
-        elif codon.rig_setup:
+        elif planned.codon.rig_setup:
             failed = await self._rig(a)
             if failed is not None:
                 return failed
@@ -443,10 +221,15 @@ class CodonRunner:
         if a.interrupt is not None:
             return await self._interrupted(a)
         self._move(a, "starting", TransitionMetadata(checkpoint_sha=rig_sha) if rig_sha else None)
+        return None
 
+    async def _starting(self, a: Attempt) -> CodonResult | None:
+        """``starting``: the sentinels and the prompt."""
+        req, planned = a.request, a.request.planned
+        codon = planned.codon
         await self.sentinels.load(planned, req.run_id)
         try:
-            prompt = await asyncio.to_thread(
+            a.prompt = await asyncio.to_thread(
                 assemble_prompt, codon, self.hank.directory, self._variables, hank=self.hank.hank
             )
         except ConfigError as exc:
@@ -461,13 +244,19 @@ class CodonRunner:
             )
         if a.interrupt is not None:
             return await self._interrupted(a)
+        return None
 
+    async def _spawning(self, a: Attempt) -> CodonResult | None:
+        """The agent process starts: ``initializing``."""
+        req, planned = a.request, a.request.planned
+        assert a.prompt is not None
         try:
-            harness, model = self._harness_for(codon.model)
-            spec = self._spec(a, prompt, model, harness)
+            harness, model = self._harness_for(planned.codon.model)
+            spec = self._spec(a, a.prompt, model, harness)
             a.session = await harness.start(spec)
         except (AgentStartError, UnsafePathError, ValueError) as exc:
             return await self._fail(a, "agent_start", False, str(exc))
+        a.model, a.harness = model, harness.name
         self.emit(
             started_event(
                 a.session.pid,
@@ -493,13 +282,10 @@ class CodonRunner:
         if a.interrupt is not None:
             # Asked to stop while spawning: the stop above found no session yet.
             await a.session.stop(StopReason.OPERATOR)
-        await self._stream(a, prompt, model, harness.name)
-        # The session has exited and its group was SIGKILLed with it.
-        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
-        return await self._finish(a)
+        return None
 
     def _spec(
-        self, a: _Attempt, prompt: AssembledPrompt, model: str, harness: Harness
+        self, a: Attempt, prompt: AssembledPrompt, model: str, harness: Harness
     ) -> SessionSpec:
         req = a.request
         codon = req.planned.codon
@@ -537,7 +323,7 @@ class CodonRunner:
 
     # ------------------------------------------------------------------ rig
 
-    async def _rig(self, a: _Attempt) -> CodonResult | None:
+    async def _rig(self, a: Attempt) -> CodonResult | None:
         req = a.request
         codon_id = req.planned.codon_id
         emit = functools.partial(self.manager.emit, run_id=req.run_id, codon_id=codon_id)
@@ -585,173 +371,21 @@ class CodonRunner:
 
     # ------------------------------------------------------------------ agent events
 
-    async def _stream(self, a: _Attempt, prompt: AssembledPrompt, model: str, harness: str) -> None:
+    async def _stream(self, a: Attempt) -> None:
+        """Feeds the session's agent events to the handlers until it exits."""
         session = a.session
         assert session is not None
-        a.prompt, a.model, a.harness = prompt, model, harness
         async for event in session.events():
             if isinstance(event, SessionExited):
                 a.exit = event
                 break
-            self._on_event(a, event)
+            self._events.on_event(a, event)
         if a.exit is None:
             a.exit = await session.wait()
 
-    def _on_event(self, a: _Attempt, event: AgentEvent) -> None:
-        """Turns one agent event into transitions and stream events: one method
-        per event class (StderrLine has none: it is kept in the session's
-        stderr tail and verdict, not journaled line by line)."""
-        handler = _AGENT_HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, a, event)
-
-    def _session_started(self, a: _Attempt, event: SessionStarted) -> None:
-        req = a.request
-        a.session_id = event.session_id
-        if a.status != "initializing":
-            return
-        self._move(a, "running", TransitionMetadata(claude_session_id=event.session_id))
-        prompt = a.prompt
-        self.emit(
-            CodonStartedEvent(
-                codon_id=req.planned.codon_id,
-                codon_name=req.planned.codon.name,
-                codon_description=req.planned.codon.description,
-                session_id=event.session_id,
-                previous_session_id=req.previous_session_id,
-                start_time=utc_now_iso(),
-                model=event.model or a.model,
-                harness=a.harness,
-                prompt_metadata=(
-                    None
-                    if prompt is None or prompt.prompt_metadata is None
-                    else _builtins(prompt.prompt_metadata)
-                ),
-            ),
-            req.run_id,
-            req.planned.codon_id,
-        )
-
-    def _text(self, a: _Attempt, event: AssistantText) -> None:
-        if not event.partial:
-            codon_id = a.request.planned.codon_id
-            action = AssistantActionEvent(codon_id=codon_id, action="message", content=event.text)
-            self._action(a, event, action)
-
-    def _thinking(self, a: _Attempt, event: Thinking) -> None:
-        codon_id = a.request.planned.codon_id
-        action = AssistantActionEvent(codon_id=codon_id, action="thinking", content=event.text)
-        self._action(a, event, action)
-
-    def _tool_use(self, a: _Attempt, event: ToolUse) -> None:
-        if event.subagent:
-            return
-        a.tools[event.tool_use_id] = (event.name, time.monotonic())
-        action = AssistantActionEvent(
-            codon_id=a.request.planned.codon_id,
-            action="tool_use",
-            content=f"{event.name}",
-            tool_name=event.name,
-            tool_input=event.input,
-            tool_use_id=event.tool_use_id,
-        )
-        self._action(a, event, action)
-
-    def _action(
-        self, a: _Attempt, event: AssistantText | Thinking | ToolUse, action: AssistantActionEvent
-    ) -> None:
-        """Emits an assistant action; a new message id counts a message."""
-        if event.subagent:
-            return
-        run_id, codon_id = a.request.run_id, a.request.planned.codon_id
-        self.emit(action, run_id, codon_id)
-        if event.message_id is not None and event.message_id not in a.messages:
-            a.messages.add(event.message_id)
-            if a.live:
-                self.manager.transition(
-                    AssistantMessageCountUpdated(
-                        run_id=run_id, codon_id=codon_id, new_count=len(a.messages)
-                    )
-                )
-
-    def _tool_result(self, a: _Attempt, event: ToolResult) -> None:
-        if event.subagent:
-            return
-        codon_id = a.request.planned.codon_id
-        name, since = a.tools.pop(event.tool_use_id, (None, None))
-        text, truncated = _short(event.content)
-        self.emit(
-            ToolResultEvent(
-                codon_id=codon_id,
-                tool_use_id=event.tool_use_id,
-                tool_name=name,
-                result=text,
-                truncated=truncated,
-                original_length=len(event.content),
-                execution_time_ms=(
-                    None if since is None else int((time.monotonic() - since) * 1000)
-                ),
-                is_error=event.is_error,
-            ),
-            a.request.run_id,
-            codon_id,
-        )
-
-    def _usage_delta(self, a: _Attempt, event: UsageDelta) -> None:
-        run_id, codon_id = a.request.run_id, a.request.planned.codon_id
-        a.tokens = a.tokens + event.tokens
-        if a.live:
-            a.reported_cost = None  # an increment after the total: ask the core
-            self.manager.transition(
-                CostsIncremented(
-                    run_id=run_id,
-                    codon_id=codon_id,
-                    cost_delta=event.cost_usd or 0.0,
-                    tokens_delta=_usage(event.tokens),
-                )
-            )
-        self.emit(
-            _token_usage(codon_id, event.tokens, event.cost_usd, model=event.model),
-            run_id,
-            codon_id,
-        )
-
-    def _result(self, a: _Attempt, event: SessionResult) -> None:
-        run_id, codon_id = a.request.run_id, a.request.planned.codon_id
-        a.result = event
-        if event.session_id:
-            a.session_id = event.session_id
-        if event.cost_usd is None or not a.live:
-            return
-        a.tokens = event.tokens
-        a.reported_cost = event.cost_usd
-        self.manager.transition(
-            CodonFinalCostSet(
-                run_id=run_id,
-                codon_id=codon_id,
-                final_cost=event.cost_usd,
-                final_tokens=_usage(event.tokens),
-            )
-        )
-        self.emit(
-            _token_usage(codon_id, event.tokens, event.cost_usd, final=True), run_id, codon_id
-        )
-
-    def _retry_notice(self, a: _Attempt, event: RetryNotice) -> None:
-        codon_id = a.request.planned.codon_id
-        detail = f" ({event.error})" if event.error else ""
-        self.emit(
-            InfoEvent(
-                message=f"{codon_id}: the agent retries an API call "
-                f"(attempt {event.attempt}){detail}"
-            ),
-            a.request.run_id,
-            codon_id,
-        )
-
     # ------------------------------------------------------------------ ending
 
-    async def _finish(self, a: _Attempt) -> CodonResult:
+    async def _finish(self, a: Attempt) -> CodonResult:
         exit = a.exit
         assert exit is not None
         if exit.log_error is not None:
@@ -788,21 +422,19 @@ class CodonRunner:
                 a, "completed", checkpoint=sha, context_exceeded=context_exceeded
             )
         error_class = exit.error_class or ErrorClass.ERROR_RESULT
-        message = exit.message or f"the agent exited with code {_exit_code(exit)}"
+        message = exit.message or f"the agent exited with code {exit_code_of(exit)}"
         if exit.ok and a.status != "running":
             error_class, message = ErrorClass.NO_RESULT, "the agent never reported a session"
         return await self._fail(
             a, str(error_class), exit.retriable, message, retry_after_ms=exit.retry_after_ms
         )
 
-    async def _interrupted(self, a: _Attempt) -> CodonResult:
+    async def _interrupted(self, a: Attempt) -> CodonResult:
         why = a.interrupt
         if why is Interrupt.SKIP:
             sha = await self._checkpoint(a, "skipped")
             self._move(
-                a,
-                "skipped",
-                TransitionMetadata(skipped_during=a.status, checkpoint_sha=sha),
+                a, "skipped", TransitionMetadata(skipped_during=a.status, checkpoint_sha=sha)
             )
             return await self._done(a, "skipped", checkpoint=sha)
         if why is Interrupt.FORCE_STOP:
@@ -811,7 +443,7 @@ class CodonRunner:
 
     async def _fail(
         self,
-        a: _Attempt,
+        a: Attempt,
         kind: str,
         retriable: bool,
         message: str,
@@ -828,7 +460,7 @@ class CodonRunner:
             a,
             "failed",
             TransitionMetadata(
-                exit_code=_exit_code(a.exit),
+                exit_code=exit_code_of(a.exit),
                 failure_reason=reason,
                 failed_during=a.status,
                 checkpoint_sha=sha,
@@ -836,7 +468,7 @@ class CodonRunner:
         )
         return await self._done(a, "failed", checkpoint=sha, failure=reason)
 
-    async def _attempt_cost(self, a: _Attempt) -> float | None:
+    async def _attempt_cost(self, a: Attempt) -> float | None:
         """The attempt's cost as the core holds it. When the agent reported a
         total, that is it; otherwise the core is asked once the queue is applied
         (the core applies a batch before committing it, so this waits for the
@@ -849,7 +481,7 @@ class CodonRunner:
 
     async def _done(
         self,
-        a: _Attempt,
+        a: Attempt,
         status: Literal["completed", "failed", "skipped"],
         *,
         checkpoint: str | None = None,
@@ -879,8 +511,8 @@ class CodonRunner:
                 success=status == "completed",
                 cost=result.cost,
                 duration=result.duration_ms,
-                exit_status=_process_exit(a.exit),
-                failure_reason=None if failure is None else _builtins(failure),
+                exit_status=process_exit_of(a.exit),
+                failure_reason=None if failure is None else builtins_of(failure),
                 checkpoint_sha=checkpoint,
             ),
             req.run_id,
@@ -888,7 +520,7 @@ class CodonRunner:
         )
         return result
 
-    async def _checkpoint(self, a: _Attempt, kind: str) -> str | None:
+    async def _checkpoint(self, a: Attempt, kind: str) -> str | None:
         """Takes a checkpoint of the covered files; None when it failed (reported)."""
         req = a.request
         try:
@@ -929,31 +561,4 @@ class CodonRunner:
         return self.tips.get(req.branch, req.parent_sha)
 
 
-_AgentHandler = Callable[[CodonRunner, _Attempt, Any], None]
-_AGENT_HANDLERS: dict[type[Any], _AgentHandler] = {
-    SessionStarted: CodonRunner._session_started,
-    AssistantText: CodonRunner._text,
-    Thinking: CodonRunner._thinking,
-    ToolUse: CodonRunner._tool_use,
-    ToolResult: CodonRunner._tool_result,
-    UsageDelta: CodonRunner._usage_delta,
-    SessionResult: CodonRunner._result,
-    RetryNotice: CodonRunner._retry_notice,
-}
-"""One handler per agent event class the runner acts on."""
-
-
-def _builtins(value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = msgspec.to_builtins(value)
-    return out
-
-
-__all__ = [
-    "DEFAULT_IDLE_TIMEOUT",
-    "CodonRequest",
-    "CodonResult",
-    "CodonRunner",
-    "Interrupt",
-    "NoSentinels",
-    "SentinelHost",
-]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "CodonRunner"]

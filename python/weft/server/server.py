@@ -25,6 +25,12 @@ until the client is within the fan-out's ring of recent events; then the rest
 comes from the ring and the client goes live in the same loop step, so the
 stream it gets is gap-free, duplicate-free and in order, however fast the
 run is producing events.
+
+Why over 600 lines: it is the I/O half of one sans-I/O design (the protocol's
+decisions are in :mod:`weft.server.session`, the encoding in
+:mod:`weft.server.fanout`); what remains is :class:`ProtocolServer` acting on
+one connection's actions (join, history pages, commands, close), which share
+the connection table and the shutdown state.
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ log = logging.getLogger(__name__)
 
 class RuntimeCommands(Protocol):
     """What the server calls for ``codon.*`` and ``server.*`` commands
-    (:class:`weft.runtime.supervisor.Runtime` is one)."""
+    (:class:`weft.runtime.runtime.Runtime` is one)."""
 
     async def command(self, name: str, data: msgspec.Struct | None = None) -> bool:
         """Carries out ``name`` with its checked ``data``; False when it does

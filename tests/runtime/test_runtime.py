@@ -1,4 +1,4 @@
-"""The runtime supervisor end to end, on the real fake agent.
+"""The runtime end to end, on the real fake agent.
 
 Each test writes a small hank, runs it through :class:`Runtime` and checks
 what the run left: the state recovered from the store, the journal items the
@@ -40,7 +40,7 @@ from tests.runtime.hanks import (
 
 from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
-from weft.runtime.supervisor import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.store import ExecutionStore
 
 Hook = Callable[[Runtime], Callable[[str, dict[str, Any]], None]]

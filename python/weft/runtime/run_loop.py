@@ -1,0 +1,385 @@
+"""The run loop: codons one after another under their failure policy.
+
+In autostart mode the loop runs the plan's codons in order; in manual mode it
+waits for a request before each codon (``server.idle`` says why), parks on a
+failed codon and stays up when the codons are done. A rewind (a rollback or
+a redo) ends the current run and starts a new one from a checkpoint, and the
+loop goes on in that run. Loops grow lazily as iterations finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+
+from weft.clock import utc_now_iso
+from weft.config.schema import ContextExceeded
+from weft.errors import WeftError
+from weft.events.stream import (
+    CodonRetryEvent,
+    CodonSummary,
+    ErrorEvent,
+    InfoEvent,
+    LoopIterationCompletedEvent,
+    ServerIdleEvent,
+    StateSnapshotEvent,
+)
+from weft.events.transitions import RunCompleted, RunFailed
+from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
+from weft.runtime import rollback
+from weft.runtime.attempt import CodonRequest, CodonResult
+from weft.runtime.policy import Action, decide
+from weft.runtime.run_state import (
+    DONE,
+    Cursor,
+    IdleReason,
+    Next,
+    Request,
+    Rewind,
+    RunOutcome,
+    RuntimeState,
+    Shutdown,
+    new_run_id,
+    summary,
+)
+from weft.runtime.runner import CodonRunner
+from weft.state import StateManager
+
+
+class RunLoop(RuntimeState):
+    """Runs the cursor's codons, carries out rewinds, ends the run."""
+
+    async def _drive(self, manager: StateManager, runner: CodonRunner) -> RunOutcome:
+        """The run loop: codons one after another (autostart), or as commands
+        ask (manual mode, which also stays up when the codons are done)."""
+        cursor = self._cursor
+        assert cursor is not None
+        outcome = RunOutcome("completed", 0, cursor.run_id, "")
+        idle: IdleReason = "startup"
+        while not self._stopping and self._fatal is None:
+            request: Request
+            if not self.options.autostart:
+                request = await self._wait(cursor, idle)
+            elif cursor.current is not None and cursor.failure is None:
+                request = Next()
+            else:
+                break
+            if isinstance(request, Shutdown):
+                break
+            skip_rig = request.skip_rig
+            if isinstance(request, Rewind):
+                rewound = await self._rewind(manager, cursor, request)
+                if rewound is None:
+                    idle = "codon-completed"
+                    continue
+                cursor = self._cursor = rewound
+                outcome.run_id = cursor.run_id
+                idle = "rollback-completed"
+                if not request.run_next or cursor.current is None:
+                    continue
+            await self._step(manager, runner, cursor, outcome, skip_rig)
+            idle = "codon-completed"
+        return await self._finish(manager, cursor, outcome)
+
+    async def _wait(self, cursor: Cursor, reason: IdleReason) -> Request:
+        """Waits for a command; says so with ``server.idle`` first."""
+        if cursor.current is None and cursor.failure is None:
+            reason = "all-codons-completed"
+            message = "All codons completed: send codon.redo, rollback.* or server.shutdown"
+        elif cursor.failure is not None:
+            message = f"{cursor.failure}: send codon.redo, rollback.* or server.shutdown"
+        else:
+            assert cursor.current is not None
+            message = f"Waiting for codon.next to start {cursor.current.codon_id}"
+        self._waiting = True
+        self._emit(ServerIdleEvent(reason=reason, message=message), cursor.run_id)
+        try:
+            return await self._requests.get()
+        finally:
+            self._waiting = False
+
+    async def _rewind(
+        self, manager: StateManager, cursor: Cursor, request: Rewind
+    ) -> Cursor | None:
+        """Carries out a rollback or a redo: a new run from its target. None
+        when it could not be done (an ``error`` event says why)."""
+        checkpoints = self._checkpoints
+        assert checkpoints is not None
+        new_id = new_run_id()
+        try:
+            _, thread, _ = await rollback.analyze(manager, checkpoints)
+            if request.reason == "retry":
+                origin = (
+                    "the initial state"
+                    if request.target is None
+                    else f"the {request.target.checkpoint_type} checkpoint of "
+                    f"{request.target.codon_id} ({request.target.sha[:10]})"
+                )
+                self._emit(
+                    InfoEvent(message=f"Redoing {request.codon_id} from {origin}"), cursor.run_id
+                )
+            await rollback.execute(
+                request.target,
+                thread=thread,
+                manager=manager,
+                checkpoints=checkpoints,
+                plan=cursor.plan,
+                layout=self.layout,
+                current_run_id=cursor.run_id if cursor.open else None,
+                new_run_id=new_id,
+                server_pid=os.getpid(),
+                emit=self._emit,
+                reason=request.reason,
+            )
+            _, self._thread, _ = await rollback.analyze(manager, checkpoints)
+        except (WeftError, OSError) as exc:
+            self._emit(
+                ErrorEvent(message=f"{request.reason} failed: {exc}", severity="operation"),
+                cursor.run_id,
+            )
+            return None
+        finally:
+            self._rolling_back = False
+        plan, target = cursor.plan, request.target
+        if request.codon_id is not None:
+            current = plan.get(request.codon_id)
+        elif target is None:
+            current = plan.next_codon(None)
+        elif target.after_codon is None:
+            current = plan.get(target.codon_id)
+        else:
+            current = plan.next_codon(target.codon_id)
+        parent = checkpoints.initial_sha if target is None else target.sha
+        await self._read_thread(manager)
+        self._cursor = Cursor(new_id, plan, current, parent)
+        self._snapshot(new_id)
+        return self._cursor
+
+    async def _step(
+        self,
+        manager: StateManager,
+        runner: CodonRunner,
+        cursor: Cursor,
+        outcome: RunOutcome,
+        skip_rig: bool,
+    ) -> None:
+        """Runs the cursor's codon under its failure policy and moves the cursor on."""
+        assert cursor.current is not None
+        current = self._configured(cursor.current)
+        result = await self._attempts(runner, cursor, current, skip_rig)
+        self._finished.append(
+            CodonSummary(
+                codon_id=current.codon_id,
+                run_id=cursor.run_id,
+                status=result.status,
+                cost=result.cost,
+                start_time=result.start_time,
+                end_time=utc_now_iso(),
+            )
+        )
+        outcome.codons[current.codon_id] = result.status
+        if result.checkpoint_sha is not None:
+            outcome.checkpoints += 1
+            cursor.parent = result.checkpoint_sha
+        ignored = result.status == "failed" and current.codon.on_failure == "ignore"
+        if result.status == "failed" and not ignored:
+            if not self._stopping:
+                # Stopped by request is not failed: the run ends as interrupted.
+                reason = result.failure.message if result.failure else "failed"
+                cursor.failure = f"Codon {current.codon_id} failed: {reason}"
+                await self._end_run(manager, cursor, failed=True)
+            self._snapshot(cursor.run_id)
+            return
+        if result.continuable and result.session_id is not None:
+            cursor.sessions[current.codon_id] = result.session_id
+        change = cursor.plan.on_codon_finished(
+            current.codon_id, context_exceeded=result.context_exceeded
+        )
+        cursor.plan = self._apply_plan_change(manager, change, cursor.run_id)
+        cursor.current = cursor.plan.next_codon(current.codon_id)
+        if cursor.current is None:
+            await self._end_run(manager, cursor, failed=False)
+        self._snapshot(cursor.run_id)
+
+    async def _end_run(self, manager: StateManager, cursor: Cursor, *, failed: bool) -> None:
+        if not cursor.open:
+            return
+        cursor.open = False
+        end = utc_now_iso()
+        ended = RunFailed(run_id=cursor.run_id, end_time=end) if failed else None
+        await manager.transition_and_wait(ended or RunCompleted(run_id=cursor.run_id, end_time=end))
+
+    async def _read_thread(self, manager: StateManager) -> None:
+        """Reads the finished codons and the cost from the execution thread:
+        at the start and after a rollback or a redo. Between those, codons
+        are only added, and ``_step`` adds them without a read (a read waits
+        for the journal's commit)."""
+        thread = await manager.execution_thread()
+        self._finished = [summary(tc) for tc in reversed(list(thread.codons)) if tc.status in DONE]
+
+    def _snapshot(self, run_id: str) -> None:
+        """Emits ``state.snapshot``: the thread's finished codons and the cost."""
+        cursor = self._cursor
+        self._emit(
+            StateSnapshotEvent(
+                completed_codons=self._finished,
+                total_cost=self._manager.core.total_cost() if self._manager else 0.0,
+                total_time=int((time.monotonic() - self._started) * 1000),
+                is_rolling_back=self._rolling_back,
+                current_codon=None
+                if cursor is None or cursor.current is None
+                else cursor.current.codon_id,
+            ),
+            run_id,
+        )
+
+    async def _finish(
+        self, manager: StateManager, cursor: Cursor, outcome: RunOutcome
+    ) -> RunOutcome:
+        """The outcome, with the run ended the way it went."""
+        outcome.run_id = cursor.run_id
+        outcome.cost = manager.core.run_cost(cursor.run_id) or 0.0
+        if self._fatal is not None:
+            outcome.status, outcome.exit_code, outcome.message = "failed", 1, self._fatal
+            self._emit(ErrorEvent(message=self._fatal, fatal=True, severity="fatal"), cursor.run_id)
+        elif cursor.failure is not None:
+            outcome.status, outcome.exit_code, outcome.message = "failed", 1, cursor.failure
+        elif cursor.current is not None:
+            code = 128 + (self._signal or int(signal.SIGINT))
+            outcome.status, outcome.exit_code = "interrupted", code
+            outcome.message = "Stopped before the run finished; run the same command to continue"
+        if outcome.status == "completed":
+            outcome.message = "All codons completed"
+            await self._end_run(manager, cursor, failed=False)
+            if self.options.autostart:
+                self._emit(
+                    ServerIdleEvent(reason="all-codons-completed", message=outcome.message),
+                    cursor.run_id,
+                )
+        else:
+            await self._end_run(manager, cursor, failed=True)
+        await manager.flush()
+        return outcome
+
+    async def _attempts(
+        self, runner: CodonRunner, cursor: Cursor, current: PlannedCodon, skip_rig: bool
+    ) -> CodonResult:
+        """Runs ``current`` until it finishes or its failure policy gives up."""
+        plan, run_id, branch, parent = cursor.plan, cursor.run_id, cursor.branch, cursor.parent
+        previous = plan.previous_codon(current.codon_id)
+        attempt = 1
+        while True:
+            request = CodonRequest(
+                run_id=run_id,
+                branch=branch,
+                planned=current,
+                patterns=plan.checkpoint_patterns(current.codon_id),
+                parent_sha=parent,
+                previous_session_id=(
+                    None
+                    if previous is None
+                    else cursor.sessions.get(previous.codon_id)
+                    or self._thread_session(current.codon_id)
+                ),
+                accepts_context_exceeded=self._accepts_context_exceeded(plan, current),
+                attempt=attempt,
+                skip_rig=skip_rig,
+            )
+            result = await runner.run(request)
+            if result.failure is not None and result.failure.kind == "storage":
+                # A full disk: no retry or failure policy can help, the run ends.
+                self._fatal = self._fatal or result.failure.message
+                return result
+            if result.status != "failed" or self._stopping or self._fatal is not None:
+                return result
+            failure = result.failure
+            decision = decide(
+                current.codon,
+                attempt=attempt,
+                retriable=result.retriable,
+                retry_after_ms=None if failure is None else failure.retry_after_ms,
+            )
+            if decision.action is not Action.RETRY:
+                if decision.action is Action.IGNORE:
+                    self._emit(
+                        InfoEvent(
+                            message=f"Codon {current.codon_id} failed, continuing "
+                            "(onFailure=ignore)"
+                        ),
+                        run_id,
+                        current.codon_id,
+                    )
+                return result
+            config_attempts = (
+                current.codon.retry_config.max_attempts if current.codon.retry_config else 3
+            )
+            self._emit(
+                CodonRetryEvent(
+                    codon_id=current.codon_id,
+                    attempt=attempt + 1,
+                    max_attempts=config_attempts,
+                    delay_ms=decision.delay_ms,
+                    reason=failure.message if failure and failure.message else decision.reason,
+                ),
+                run_id,
+                current.codon_id,
+            )
+            self._sleep = asyncio.ensure_future(asyncio.sleep(decision.delay_ms / 1000))
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sleep
+            self._sleep = None
+            if self._stopping:
+                return result
+            parent = runner.tips.get(branch, parent)
+            attempt += 1
+
+    def _configured(self, planned: PlannedCodon) -> PlannedCodon:
+        """``planned`` with its codon as the hank file says now: a resumed
+        execution whose hank changed (accepted with --yes) runs the codons it
+        has not finished with their new configuration, while the stored plan
+        keeps the order and the loop iterations."""
+        codon = self._codons_by_id.get(planned.codon.id)
+        if codon is None or codon == planned.codon:
+            return planned
+        return PlannedCodon(planned.codon_id, codon, planned.loop_context)
+
+    def _thread_session(self, codon_id: str) -> str | None:
+        thread = self._thread
+        return None if thread is None else thread.find_continuation_session_id(codon_id)
+
+    def _accepts_context_exceeded(self, plan: ExecutionPlan, current: PlannedCodon) -> bool:
+        if current.codon.exhaust_with_prompt is not None:
+            return True
+        context = current.loop_context
+        if context is None:
+            return False
+        loop = plan.loops.get(context.loop_id)
+        return loop is not None and isinstance(loop.terminate_on, ContextExceeded)
+
+    def _apply_plan_change(
+        self, manager: StateManager, change: PlanChange, run_id: str
+    ) -> ExecutionPlan:
+        for transition in plan_transitions(change, run_id):
+            manager.transition(transition)
+        finished = change.finished
+        if change.iteration_completed and finished.loop_context is not None:
+            context = finished.loop_context
+            codons = [c.codon_id for c in change.plan.iteration(context.loop_id, context.iteration)]
+            figures = self._progress.figures(codons, time.time_ns())
+            self._emit(
+                LoopIterationCompletedEvent(
+                    loop_id=context.loop_id,
+                    iteration=context.iteration,
+                    duration_ms=figures.duration_ms,
+                    cost_usd=figures.cost,
+                    tokens_used=figures.tokens,
+                    is_final=change.loop_finished,
+                    termination_reason=change.termination_reason,
+                ),
+                run_id,
+                finished.codon_id,
+            )
+        return change.plan

@@ -1,0 +1,206 @@
+"""What the runtime's parts share: its options, its outcome, the cursor (the
+run it records into and what runs next), the run loop's requests, and
+:class:`RuntimeState`, the state every part of :class:`~weft.runtime.runtime.Runtime`
+reads (each part is a mixin over it: :mod:`~weft.runtime.recovery` starts the
+run, :mod:`~weft.runtime.steering` takes the server's commands,
+:mod:`~weft.runtime.run_loop` runs the codons).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from weft._core import ExecutionThread, ThreadCodon
+from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.checkpoints.repo import run_branch
+from weft.config.loader import LoadedHank
+from weft.config.schema import Loop
+from weft.errors import CommandRejectedError
+from weft.events.stream import CodonSummary, StreamData
+from weft.plan import ExecutionPlan, PlannedCodon
+from weft.progress import RunProgress
+from weft.runtime import rollback
+from weft.runtime.execution import PreparedExecution
+from weft.runtime.runner import CodonRunner
+from weft.server import ProtocolServer
+from weft.state import Processed, StateManager
+
+Listener = Callable[[Processed], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """How ``weft run`` was asked to behave."""
+
+    autostart: bool = True
+    ignore_rig_failures: bool = False
+    idle_timeout: float | None = None
+    first_output_timeout: float | None = 60.0
+    stop_grace: float = 5.0
+    serve: bool = True
+    """Start the WebSocket server beside the run."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0: a free port (the lock file and ``Runtime.server`` tell which)."""
+    allow_anonymous_read: bool = False
+    """Let loopback clients read the run without a token (``--allow-anonymous-read``)."""
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """How a ``weft run`` ended."""
+
+    status: Literal["completed", "failed", "interrupted", "nothing_to_do"]
+    exit_code: int
+    run_id: str | None
+    message: str
+    codons: dict[str, str] = field(default_factory=dict)
+    """Codon id -> its final status in this run."""
+    cost: float = 0.0
+    """The run's cost, read from the core's cost cache when it ended."""
+    checkpoints: int = 0
+    duration_ms: int = 0
+
+
+def new_run_id() -> str:
+    """``<ms since epoch>-<5 base36 chars>``, the reference's run id shape."""
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+    suffix = "".join(secrets.choice(alphabet) for _ in range(5))
+    return f"{time.time_ns() // 1_000_000}-{suffix}"
+
+
+@dataclass(slots=True)
+class Cursor:
+    """Where the runtime stands: the run it records into and what runs next."""
+
+    run_id: str
+    plan: ExecutionPlan
+    current: PlannedCodon | None
+    parent: str
+    """The checkpoint the next codon starts from."""
+    open: bool = True
+    """The run is still ``running`` (not yet completed or failed)."""
+    failure: str | None = None
+    """Why the last codon failed for good (manual mode parks on it)."""
+    sessions: dict[str, str] = field(default_factory=dict)
+    """Sessions this run's codons established, for ``continue-previous``
+    successors (earlier runs' sessions come from the execution thread)."""
+
+    @property
+    def branch(self) -> str:
+        return run_branch(self.run_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """Run the cursor's codon (``codon.next``, ``codon.start``)."""
+
+    skip_rig: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rewind:
+    """Start a new run from a checkpoint: a rollback, or a redo (``retry``)
+    that then runs ``codon_id`` again."""
+
+    target: rollback.RollbackTarget | None
+    reason: Literal["rollback", "retry"]
+    codon_id: str | None = None
+    run_next: bool = False
+    skip_rig: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    pass
+
+
+Request: TypeAlias = Next | Rewind | Shutdown
+
+IdleReason: TypeAlias = Literal[
+    "startup", "codon-completed", "all-codons-completed", "rollback-completed"
+]
+
+
+DONE = frozenset(("completed", "failed", "skipped"))
+
+
+def summary(tc: ThreadCodon) -> CodonSummary:
+    record = tc.codon
+    return CodonSummary(
+        codon_id=tc.codon_id,
+        run_id=tc.run_id,
+        status=tc.status,
+        cost=float(record.get("finalCost") or 0.0),
+        start_time=record.get("startTime"),
+        end_time=record.get("endTime"),
+    )
+
+
+class RuntimeState:
+    """The runtime's state, set up once; the parts read and move it. Only
+    the event loop's thread touches it."""
+
+    def __init__(
+        self,
+        prepared: PreparedExecution,
+        hank: LoadedHank,
+        options: RuntimeOptions | None = None,
+        *,
+        listeners: tuple[Listener, ...] = (),
+        on_state: Callable[[Mapping[str, Any]], None] | None = None,
+        on_server: Callable[[ProtocolServer], None] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.prepared = prepared
+        self.layout = prepared.layout
+        self.hank = hank
+        self.options = options or RuntimeOptions()
+        self.env = env
+        self.server: ProtocolServer | None = None
+        """The WebSocket server, once started."""
+        self._listeners = listeners
+        self._on_state = on_state
+        self._on_server = on_server
+        self._requests: asyncio.Queue[Request] = asyncio.Queue()
+        self._waiting = False
+        """The run loop waits for a command (manual mode, or parked)."""
+        self._rolling_back = False
+        self._stopping = False
+        self._forced = False
+        self._fatal: str | None = None
+        self._runner: CodonRunner | None = None
+        self._manager: StateManager | None = None
+        self._checkpoints: AsyncCheckpointRepo | None = None
+        self._cursor: Cursor | None = None
+        self._sleep: asyncio.Future[None] | None = None
+        self._signal = 0
+        self._started = time.monotonic()
+        self._thread: ExecutionThread | None = None
+        self._finished: list[CodonSummary] = []
+        """The thread's finished codons, oldest first, for ``state.snapshot``."""
+        self._codons_by_id = {
+            codon.id: codon
+            for item in hank.hank.hank
+            for codon in (item.codons if isinstance(item, Loop) else [item])
+        }
+        self._progress = RunProgress()
+        """The run's fold: the loop iterations' figures come from it, so they
+        agree with the codons' own lines."""
+
+    def _emit(
+        self, event: StreamData, run_id: str | None = None, codon_id: str | None = None
+    ) -> None:
+        assert self._manager is not None
+        self._manager.emit(event, run_id=run_id, codon_id=codon_id)
+
+    def _parts(self) -> tuple[Cursor, StateManager, AsyncCheckpointRepo]:
+        cursor, manager, checkpoints = self._cursor, self._manager, self._checkpoints
+        if cursor is None or manager is None or checkpoints is None:
+            raise CommandRejectedError("the run has not started yet; try again")
+        return cursor, manager, checkpoints

@@ -1,0 +1,247 @@
+"""The runtime: start an execution, run its codons, stop cleanly.
+
+Startup follows seed 001's order: the lock (taken by the store), the
+checkpoint repository, the state manager, the event journal (the same
+store), the sentinel host (a seam: :class:`~weft.runtime.attempt.NoSentinels`
+until sentinels exist), the WebSocket server (:mod:`weft.server`; the runtime
+carries out its steering commands). Then runs a dead process left
+``running`` are marked crashed, and the run is chosen:
+
+* no run yet: a fresh run with the whole plan;
+* the execution thread (seed 003) ended in failure: roll back to its last
+  git-confirmed success (:mod:`weft.runtime.rollback`) and continue after it;
+* otherwise: a continuation after the thread's newest codon with a confirmed
+  checkpoint; the files the next codon covers are restored to it first, so a
+  half-done attempt leaves nothing behind;
+* no confirmed checkpoint at all: the work tree goes to a recovery branch,
+  the covered files go back to the initial checkpoint (rig copies removed)
+  and a fresh run starts; with nothing left to run, there is nothing to do.
+
+Before all of that, right after the lock is taken, process groups a dead run
+left behind are ended (:mod:`weft.runtime.survivors`), so nothing of the old
+run writes to the work tree while it is restored or run again.
+
+Then codons run one at a time, in plan order, under their failure policy;
+loops grow lazily as iterations finish. In manual mode (``autostart=False``)
+the run loop waits for a command before each codon, parks on a failed codon
+and stays up when the codons are done; while it waits, a rollback or a redo
+ends the current run and starts a new one from a checkpoint, and the loop
+goes on in that run. The first SIGINT or SIGTERM stops
+gracefully (the agent gets its stop sequence, an error checkpoint is taken,
+the run ends as failed and can be continued); the second kills the agent.
+
+This module holds :class:`Runtime` itself: startup and shutdown in that
+order, signals, and the refusal watch. Its parts, one job each, are mixins
+over :class:`~weft.runtime.run_state.RuntimeState`: the start of a run in
+:mod:`weft.runtime.recovery`, the server's commands in
+:mod:`weft.runtime.steering`, the run loop in :mod:`weft.runtime.run_loop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+
+from weft.agents.harness import Harness, route
+from weft.agents.registry import harness_for
+from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.errors import PersistenceError, StorageFullError
+from weft.events.stream import InfoEvent
+from weft.events.transitions import InitialCheckpointSet
+from weft.plan import ExecutionPlan
+from weft.runtime import rollback, survivors
+from weft.runtime.attempt import Interrupt
+from weft.runtime.recovery import Recovery
+from weft.runtime.run_loop import RunLoop
+from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, Shutdown, new_run_id
+from weft.runtime.runner import CodonRunner
+from weft.runtime.steering import Steering
+from weft.server import ServerInfo, start_server
+from weft.state import Processed, StateManager
+from weft.store.diskspace import is_storage_failure, storage_error
+from weft.store.execution import ExecutionStore
+
+
+class Runtime(Steering, Recovery, RunLoop):
+    """Runs one execution's codons until they are done, a codon fails for
+    good, or someone stops it; in manual mode (``autostart=False``) it waits
+    for a command before each codon and stays up when the codons are done,
+    until ``server.shutdown``.
+
+    It is both the server's :class:`~weft.server.RuntimeCommands` and its
+    :class:`~weft.server.RollbackHandler`. Steering commands that do not
+    apply now raise :class:`~weft.errors.CommandRejectedError` with a message
+    saying why and what to do instead.
+    """
+
+    def _on_processed(self, item: Processed) -> None:
+        if item.event is not None and not item.outcome.ok and self._fatal is None:
+            # The runtime is the only writer; a refusal means its picture of
+            # the state is wrong, and going on would only make it worse.
+            self._fatal = f"internal error: {item.outcome.kind} was refused: {item.outcome.message}"
+            self._requests.put_nowait(Shutdown())  # wakes a waiting run loop
+            runner = self._runner
+            if runner is not None:
+                asyncio.get_running_loop().create_task(runner.interrupt(Interrupt.FORCE_STOP))
+
+    async def run(self) -> RunOutcome:
+        """Starts, runs the codons, shuts down. Never leaves the lock held.
+
+        Raises :class:`~weft.server.ServerError` (before anything runs) when
+        the WebSocket server cannot listen where it was asked to.
+        """
+        self._started = time.monotonic()
+        installed = self._install_signals()
+        store = await asyncio.to_thread(ExecutionStore.open, self.layout.weft_dir)
+        try:
+            manager, checkpoints = await self._open(store)
+            outcome = await self._execute(manager, checkpoints)
+        except PersistenceError as exc:
+            cause = exc.__cause__
+            message = (
+                str(cause)
+                if isinstance(cause, StorageFullError)
+                else f"the journal can no longer be written: {exc}"
+            )
+            outcome = self._failed_outcome(message)
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            outcome = self._failed_outcome(str(storage_error(str(self.layout.weft_dir), exc)))
+        finally:
+            loop = asyncio.get_running_loop()
+            for signum in installed:
+                loop.remove_signal_handler(signum)
+            closing_failure = await self._close(store)
+        if closing_failure is not None and outcome.exit_code == 0:
+            # Everything is in the journal, but the final snapshot is not on disk.
+            outcome = self._failed_outcome(str(closing_failure))
+        outcome.duration_ms = int((time.monotonic() - self._started) * 1000)
+        return outcome
+
+    def _install_signals(self) -> list[int]:
+        """SIGINT and SIGTERM stop the run (the second one forcibly); returns
+        the signals whose handlers were installed, to remove them after."""
+        loop = asyncio.get_running_loop()
+        installed: list[int] = []
+        for signum in (int(signal.SIGINT), int(signal.SIGTERM)):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self._on_signal, signum)
+                installed.append(signum)
+        return installed
+
+    async def _open(self, store: ExecutionStore) -> tuple[StateManager, AsyncCheckpointRepo]:
+        """Seed 001's startup order after the lock: survivors ended, the
+        checkpoint repository, the load checks, the state manager and its
+        listeners, the server; then what startup found is said."""
+        # First of all, before anything can run again: the lock is ours, so
+        # every process group still journaled as open belongs to a dead run.
+        leftover = await asyncio.to_thread(survivors.open_groups, store.journal)
+        ended = await survivors.end_survivors(leftover) if leftover else []
+        checkpoints = await AsyncCheckpointRepo.open(self.layout.checkpoints, self.layout.workspace)
+        self._checkpoints = checkpoints
+        warnings = await self._load_checks(store, checkpoints)
+        manager = store.state_manager()
+        self._manager = manager
+        manager.add_listener(self._on_processed)
+        manager.add_listener(self._progress.apply)
+        for listener in self._listeners:
+            manager.add_listener(listener)
+        if self.options.serve:
+            await self._serve(manager, store)
+        for note in (*store.startup_notes(), *warnings):
+            self._emit(InfoEvent(message=note))
+        for repair in checkpoints.repairs:
+            self._emit(InfoEvent(message=f"Checkpoint repository: {repair}"))
+        self._report_survivors(ended)
+        crashed = await store.mark_crashed_runs(manager)
+        for run_id in crashed:
+            self._emit(
+                InfoEvent(
+                    message=f"Run {run_id} was left running by a process that died; marked crashed"
+                )
+            )
+        return manager, checkpoints
+
+    async def _serve(self, manager: StateManager, store: ExecutionStore) -> None:
+        """Starts the WebSocket server; the runtime carries out its commands."""
+        self.server = await start_server(
+            manager,
+            store,
+            commands=self,
+            rollback=self,
+            host=self.options.host,
+            port=self.options.port,
+            allow_anonymous_read=self.options.allow_anonymous_read,
+            info=ServerInfo(
+                execution_path=str(self.layout.root),
+                agent_root_path=str(self.layout.workspace),
+                data_path=None if self.prepared.data_path is None else str(self.prepared.data_path),
+            ),
+        )
+        if self._on_server is not None:
+            self._on_server(self.server)
+
+    async def _close(self, store: ExecutionStore) -> StorageFullError | None:
+        """Closes what :meth:`_open` opened, the server first (after the run's
+        last event: clients get everything first); returns the storage failure
+        that kept the final snapshot off the disk, if one did."""
+        if self.server is not None:
+            await self.server.close()
+        if self._checkpoints is not None:
+            await self._checkpoints.close()
+        try:
+            await store.close(self._manager)
+        except PersistenceError:
+            pass  # reported by run(): the run already failed on it
+        except StorageFullError as exc:
+            return exc
+        return None
+
+    def _failed_outcome(self, message: str) -> RunOutcome:
+        """A run ended by a persistence failure (exit 1, one line saying why)."""
+        cursor = self._cursor
+        return RunOutcome("failed", 1, None if cursor is None else cursor.run_id, message)
+
+    async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
+        state, thread, _ = await rollback.analyze(manager, checkpoints)
+        if self._on_state is not None:
+            self._on_state(state)
+        if state.get("initialCheckpoint") is None:
+            manager.transition(InitialCheckpointSet(sha=checkpoints.initial_sha))
+        if state["runs"]:
+            plan = ExecutionPlan.from_state(state["executionPlan"], self.hank.hank)
+        else:
+            plan = ExecutionPlan.from_hank(self.hank.hank)
+        self._thread = thread
+        run_id = new_run_id()
+        start = await self._start_run(manager, checkpoints, state, thread, plan, run_id)
+        if start is None:
+            message = f"Execution {self.layout.root} is complete: nothing to do"
+            self._emit(InfoEvent(message=message))
+            return RunOutcome("nothing_to_do", 0, None, message)
+        plan, current, parent = start
+        self._runner = CodonRunner(
+            manager,
+            checkpoints,
+            self.hank,
+            self.layout,
+            harness_for=self._harness,
+            ignore_rig_failures=self.options.ignore_rig_failures,
+            idle_timeout=self.options.idle_timeout,
+            first_output_timeout=self.options.first_output_timeout,
+            stop_grace=self.options.stop_grace,
+            env=self.env,
+        )
+        self._cursor = Cursor(run_id, plan, current, parent)
+        await self._read_thread(manager)
+        return await self._drive(manager, self._runner)
+
+    def _harness(self, model: str) -> tuple[Harness, str]:
+        target = route(model)
+        return harness_for(target, self.env), target.model
+
+
+__all__ = ["RunOutcome", "Runtime", "RuntimeOptions", "new_run_id"]
