@@ -73,6 +73,12 @@ from weft.agents.process import (
     build_env,
     spawn,
 )
+from weft.agents.vendor_errors import (
+    CONTEXT_TEXT,
+    classify_api_error,
+    default_retriable,
+    parse_retry_after,
+)
 
 log = logging.getLogger(__name__)
 
@@ -276,35 +282,8 @@ _decode_envelope = msgspec.json.Decoder(_Envelope).decode
 _encode = msgspec.json.Encoder().encode
 
 
-# -- error text (reference hankweave-runtime §6.5, §6.6) -------------------------------------
+# -- the CLI's own error text (the API vocabulary is in vendor_errors) ---------------------
 
-_RATE = re.compile(r"rate[ _-]?limit|too many requests", re.I)
-_BILLING = re.compile(
-    r"billing|credit|insufficient|quota|available balance|out of budget|usage limit", re.I
-)
-_CLOUD_AUTH = re.compile(
-    r"accessdenied|unrecognizedclient|invalidsignature|expiredtoken|sso session"
-    r"|could not load credentials|sts:assumerole",
-    re.I,
-)
-_CLOUD_MODEL = re.compile(r"on-demand throughput|invalid model identifier|resourcenotfound", re.I)
-_TIMEOUT = re.compile(r"timeout|timed out", re.I)
-_AUTH = re.compile(
-    r"\b40[13]\b|authenticat|unauthori[sz]ed|forbidden|api[ _-]?key|oauth|/login", re.I
-)
-_INVALID = re.compile(r"invalid_request|validationexception|\b400\b", re.I)
-_BARE_429 = re.compile(r"\b429\b")
-_TRANSPORT = re.compile(
-    r"econnreset|econnrefused|econnaborted|epipe|etimedout|enotfound|eai_again|socket"
-    r"|fetch failed|connection (?:reset|closed|error)|stream terminated|network"
-    r"|unable to connect",
-    re.I,
-)
-_OVERLOADED = re.compile(r"\b5\d\d\b|overloaded", re.I)
-_CONTEXT = re.compile(
-    r"output token maximum|prompt is too long|context_length_exceeded|maximum context length",
-    re.I,
-)
 _NO_CONVERSATION = re.compile(r"no conversation found", re.I)
 _INPUT_ERRORS = re.compile(
     r"is already in use|input must be provided|requires --verbose|unknown option"
@@ -312,69 +291,6 @@ _INPUT_ERRORS = re.compile(
     re.I,
 )
 _LOGIN = re.compile(r"invalid api key|please run /login|not logged in", re.I)
-_RETRY_AFTER = (
-    (re.compile(r"retry-after-ms\W{0,3}(\d+(?:\.\d+)?)", re.I), 1.0),
-    (
-        re.compile(
-            r"retry[- ]after\W{0,3}(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I
-        ),
-        0,
-    ),
-    (re.compile(r"try again in\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
-    (re.compile(r"\bwait\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
-)
-
-
-def classify_error_text(text: str) -> tuple[ErrorClass, bool] | None:
-    """The class and retriability an API error message names (first match
-    wins, in the order of reference hankweave-runtime §6.6), or ``None``."""
-    if _RATE.search(text):
-        return ErrorClass.RATE_LIMIT, True
-    if _BILLING.search(text):
-        return ErrorClass.BILLING, False
-    if _CLOUD_AUTH.search(text):
-        return ErrorClass.AUTH, False
-    if _CLOUD_MODEL.search(text):
-        return ErrorClass.API_ERROR, False
-    if _TIMEOUT.search(text):
-        return ErrorClass.API_ERROR, True
-    if _AUTH.search(text):
-        return ErrorClass.AUTH, False
-    if _CONTEXT.search(text):
-        return ErrorClass.CONTEXT_EXCEEDED, False
-    if _INVALID.search(text):
-        return ErrorClass.API_ERROR, False
-    if _BARE_429.search(text):
-        return ErrorClass.RATE_LIMIT, True
-    if _TRANSPORT.search(text):
-        return ErrorClass.API_ERROR, True
-    if _OVERLOADED.search(text):
-        return ErrorClass.OVERLOADED, True
-    return None
-
-
-def parse_retry_after(text: str) -> int | None:
-    """A retry delay named in an error message, in milliseconds:
-    ``retry-after-ms: 1500``, ``retry after 30 s``, ``try again in 2 minutes``,
-    ``wait 10 seconds`` (a bare number is seconds)."""
-    for pattern, fixed in _RETRY_AFTER:
-        m = pattern.search(text)
-        if m is None:
-            continue
-        value = float(m.group(1))
-        if fixed:
-            return int(value * fixed)
-        unit = (m.group(2) or "s").lower()
-        if unit.startswith(("ms", "milli")):
-            scale = 1.0
-        elif unit.startswith("m"):
-            scale = 60_000.0
-        else:
-            scale = 1000.0
-        return int(value * scale)
-    return None
-
-
 _API_ERROR_CODES: dict[str, tuple[ErrorClass, bool]] = {
     "authentication_failed": (ErrorClass.AUTH, False),
     "billing_error": (ErrorClass.BILLING, False),
@@ -401,15 +317,6 @@ def _status_class(status: int) -> tuple[ErrorClass, bool] | None:
     if 400 <= status < 500:
         return ErrorClass.API_ERROR, False
     return None
-
-
-_RETRIABLE = {
-    ErrorClass.RATE_LIMIT: True,
-    ErrorClass.OVERLOADED: True,
-    ErrorClass.CRASH_MID_RUN: True,
-    ErrorClass.TIMEOUT: True,
-    ErrorClass.ERROR_RESULT: True,
-}
 
 
 # -- transcripts (§1.9) ------------------------------------------------------------------------
@@ -808,7 +715,7 @@ class ClaudeParser:
             self.reported_ids.append(r.session_id)
         ok = r.subtype == "success" and not r.is_error
         texts = [r.result or "", *map(str, r.errors)]
-        if r.is_error and any(_CONTEXT.search(t) for t in texts):
+        if r.is_error and any(CONTEXT_TEXT.search(t) for t in texts):
             self._context_exceeded = self._context_error = True
         error_class = None if ok else self._result_class(r)
         cost, source, tokens, per_model = self._result_cost(r)
@@ -862,7 +769,7 @@ class ClaudeParser:
                 return by_status
         for text in (self._api_error_text, r.result, *map(str, r.errors)):
             if text:
-                found = classify_error_text(text)
+                found = classify_api_error(text)
                 if found is not None:
                     return found
         return None
@@ -872,7 +779,7 @@ class ClaudeParser:
             assert self._result is not None
             found = self._api_class(self._result)
             return found[1] if found is not None else True
-        return _RETRIABLE.get(error_class, False)
+        return default_retriable(error_class)
 
     def _result_message(self, r: _Result) -> str:
         for text in (*map(str, r.errors), r.result, self._api_error_text):
