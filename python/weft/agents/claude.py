@@ -48,6 +48,7 @@ from typing import Any, TypeAlias
 import msgspec
 
 from weft.agents import pricing
+from weft.agents.adapter_parts import child_env, exit_how, session_exited
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -55,7 +56,6 @@ from weft.agents.events import (
     ErrorClass,
     ModelUsage,
     RetryNotice,
-    SessionExited,
     SessionResult,
     SessionStarted,
     Thinking,
@@ -70,7 +70,6 @@ from weft.agents.process import (
     MAX_LINE_BYTES,
     EnvPolicy,
     SubprocessSession,
-    build_env,
     spawn,
 )
 from weft.agents.vendor_errors import (
@@ -471,33 +470,26 @@ class ClaudeParser:
                 message = self._result_message(result)
             texts = [result.result or "", *map(str, result.errors), self._api_error_text or ""]
             return [
-                SessionExited(
-                    ok=ok,
-                    exit_code=end.exit_code,
-                    signal=end.signal,
+                session_exited(
+                    end,
                     error_class=error_class,
                     retriable=retriable,
                     message=message,
                     retry_after_ms=None if ok else _first_retry_after(texts, end.stderr_tail),
                     result_seen=True,
-                    session_id=session_id,
-                    session_aliases=aliases,
-                    cost_usd=ev.cost_usd,
-                    cost_source=ev.cost_source,
+                    session=(session_id, aliases),
+                    cost=(ev.cost_usd, ev.cost_source),
                     tokens=ev.tokens,
                     malformed_lines=self.malformed,
                     unknown_types=self.unknown_types,
                     context_exceeded=self._context_exceeded,
-                    stderr_tail=end.stderr_tail,
                 )
             ]
         error_class, retriable, message = self._no_result_verdict(end)
         cost, source, tokens = self._estimate()
         return [
-            SessionExited(
-                ok=False,
-                exit_code=end.exit_code,
-                signal=end.signal,
+            session_exited(
+                end,
                 error_class=error_class,
                 retriable=retriable,
                 message=message,
@@ -505,15 +497,12 @@ class ClaudeParser:
                     [self._api_error_text or "", *self._stderr_notes], end.stderr_tail
                 ),
                 result_seen=False,
-                session_id=session_id,
-                session_aliases=aliases,
-                cost_usd=cost,
-                cost_source=source,
+                session=(session_id, aliases),
+                cost=(cost, source),
                 tokens=tokens,
                 malformed_lines=self.malformed,
                 unknown_types=self.unknown_types,
                 context_exceeded=self._context_exceeded,
-                stderr_tail=end.stderr_tail,
             )
         ]
 
@@ -804,7 +793,7 @@ class ClaudeParser:
             return ErrorClass.AUTH, False, _matching_line(notes, _LOGIN)
         if self._context_error:
             return ErrorClass.CONTEXT_EXCEEDED, False, self._api_error_text or "context exceeded"
-        how = f"exit code {end.exit_code}" if end.exit_code is not None else f"signal {end.signal}"
+        how = exit_how(end)
         if end.exit_code == 0:
             return (
                 ErrorClass.NO_RESULT,
@@ -1063,7 +1052,7 @@ class ClaudeHarness:
     def env(self, spec: SessionSpec, parent: Mapping[str, str] | None = None) -> dict[str, str]:
         """The child's environment (see :func:`weft.agents.process.build_env`)."""
         source = os.environ if parent is None else parent
-        return build_env(claude_env_policy(source, fake=self.fake), spec.env, source)
+        return child_env(claude_env_policy(source), spec, source, fake=self.fake)
 
     def parser(self, spec: SessionSpec, env: Mapping[str, str]) -> ClaudeParser:
         """A parser for one session of ``spec``."""

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,14 @@ from typing import Any, TypeAlias
 
 import msgspec
 
+from weft.agents.adapter_parts import (
+    child_env,
+    exit_how,
+    session_exited,
+    session_ids,
+    warn_unsupported,
+    with_system_prompt,
+)
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -63,10 +70,8 @@ from weft.agents.events import (
 from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
 from weft.agents.process import (
-    FAKE_AGENT_PREFIX,
     EnvPolicy,
     SubprocessSession,
-    build_env,
     spawn,
 )
 from weft.agents.vendor_errors import (
@@ -77,17 +82,6 @@ from weft.agents.vendor_errors import (
 )
 
 _log = logging.getLogger(__name__)
-
-
-def session_ids(requested: str | None, reported: list[str]) -> tuple[str | None, list[str]]:
-    """The canonical session id and the alias chain (the requested id, then
-    every distinct id the CLI reported). The last reported id is canonical:
-    it is the one the CLI itself announced for this conversation."""
-    chain: list[str] = []
-    for sid in ([requested] if requested else []) + reported:
-        if sid not in chain:
-            chain.append(sid)
-    return (reported[-1] if reported else requested), chain
 
 
 # --------------------------------------------------------------------------
@@ -642,7 +636,7 @@ class CodexParser:
         suffix = f": {tail}" if tail else ""
         if end.exit_code == 0:
             return ErrorClass.NO_RESULT, started, "codex exited 0 without ending its turn" + suffix
-        how = f"exit code {end.exit_code}" if end.exit_code is not None else f"signal {end.signal}"
+        how = exit_how(end)
         found = classify_error_text(error_lines(end.stderr_tail))
         if found is not None:
             return found[0], found[1], f"codex failed ({how}){suffix}"
@@ -664,29 +658,21 @@ class CodexParser:
         retriable: bool,
         message: str | None,
     ) -> SessionExited:
-        cost, source = self._cost()
-        canonical, aliases = session_ids(self._requested, self._reported_ids)
         wait = None
         if cls is not None:
             wait = retry_after_ms("\n".join([*self._errors, error_lines(end.stderr_tail)]))
-        return SessionExited(
-            ok=cls is None,
-            exit_code=end.exit_code,
-            signal=end.signal,
+        return session_exited(
+            end,
             error_class=cls,
             retriable=retriable,
             message=message,
             retry_after_ms=wait,
             result_seen=self._outcome is not None,
-            session_id=canonical,
-            session_aliases=aliases,
-            cost_usd=cost,
-            cost_source=source,
+            session=session_ids(self._requested, self._reported_ids),
+            cost=self._cost(),
             tokens=self._tokens,
             malformed_lines=self.malformed_lines,
             unknown_types=self.unknown_types,
-            context_exceeded=cls is ErrorClass.CONTEXT_EXCEEDED,
-            stderr_tail=end.stderr_tail,
         )
 
 
@@ -700,30 +686,6 @@ CODEX_ENV = EnvPolicy(prefixes=("CODEX_", "OPENAI_"))
 settings (``OPENAI_BASE_URL``...)."""
 
 _SHARED_LEDGER = ThreadUsageLedger()
-
-
-def with_system_prompt(spec: SessionSpec) -> str:
-    """The prompt, after ``append_system_prompt`` when there is one: Codex and
-    Gemini have no flag that adds to their system prompt, so the text goes
-    first, as instructions the user prompt follows."""
-    if not spec.append_system_prompt:
-        return spec.prompt
-    return f"{spec.append_system_prompt}\n\n{spec.prompt}"
-
-
-def warn_unsupported(name: str, spec: SessionSpec) -> None:
-    """Log the limits a CLI cannot enforce itself (Weft's own budgets still
-    apply)."""
-    if spec.max_turns is not None:
-        _log.warning(
-            "%s has no turn limit flag; max_turns=%s is not enforced", name, spec.max_turns
-        )
-    if spec.max_budget_usd is not None:
-        _log.warning(
-            "%s has no spending cap flag; max_budget_usd=%s is not enforced by the CLI",
-            name,
-            spec.max_budget_usd,
-        )
 
 
 class CodexHarness:
@@ -773,11 +735,7 @@ class CodexHarness:
 
     def env(self, spec: SessionSpec, parent: Mapping[str, str] | None = None) -> dict[str, str]:
         """The child's environment (see :func:`weft.agents.process.build_env`)."""
-        source = os.environ if parent is None else parent
-        policy = CODEX_ENV
-        if self.fake:
-            policy = EnvPolicy(prefixes=(*CODEX_ENV.prefixes, FAKE_AGENT_PREFIX))
-        return build_env(policy, spec.env, source)
+        return child_env(CODEX_ENV, spec, parent, fake=self.fake)
 
     async def baseline(self, spec: SessionSpec, env: Mapping[str, str]) -> ThreadTotal | None:
         """The usage total of the thread ``spec`` resumes: from its rollout

@@ -28,13 +28,19 @@ What shapes the parser:
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
 import msgspec
 
-from weft.agents.codex import session_ids, warn_unsupported, with_system_prompt
+from weft.agents.adapter_parts import (
+    child_env,
+    exit_how,
+    session_exited,
+    session_ids,
+    warn_unsupported,
+    with_system_prompt,
+)
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -51,7 +57,7 @@ from weft.agents.events import (
 )
 from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
-from weft.agents.process import FAKE_AGENT_PREFIX, EnvPolicy, SubprocessSession, build_env, spawn
+from weft.agents.process import EnvPolicy, SubprocessSession, spawn
 from weft.agents.vendor_errors import (
     classify_error_text,
     default_retriable,
@@ -440,7 +446,7 @@ class GeminiParser:
         suffix = f": {tail}" if tail else ""
         if end.exit_code == 0:
             return ErrorClass.NO_RESULT, started, "gemini exited 0 without a result" + suffix
-        how = f"exit code {end.exit_code}" if end.exit_code is not None else f"signal {end.signal}"
+        how = exit_how(end)
         found = classify_error_text("\n".join([*self._warnings, error_lines(end.stderr_tail)]))
         if found is not None and found[0] is ErrorClass.CANNOT_RESUME:
             # An unknown --resume id exits 42 like any input error; the
@@ -471,29 +477,22 @@ class GeminiParser:
         retriable: bool,
         message: str | None,
     ) -> SessionExited:
-        canonical, aliases = session_ids(self._requested, self._reported_ids)
         wait = None
         if cls is not None:
             errors = self._result.errors if self._result is not None else self._warnings
             wait = retry_after_ms("\n".join([*errors, error_lines(end.stderr_tail)]))
-        return SessionExited(
-            ok=cls is None,
-            exit_code=end.exit_code,
-            signal=end.signal,
+        return session_exited(
+            end,
             error_class=cls,
             retriable=retriable,
             message=message,
             retry_after_ms=wait,
             result_seen=self._result is not None,
-            session_id=canonical,
-            session_aliases=aliases,
-            cost_usd=self._cost,
-            cost_source=self._cost_source,
+            session=session_ids(self._requested, self._reported_ids),
+            cost=(self._cost, self._cost_source),
             tokens=self._tokens,
             malformed_lines=self.malformed_lines,
             unknown_types=self.unknown_types,
-            context_exceeded=cls is ErrorClass.CONTEXT_EXCEEDED,
-            stderr_tail=end.stderr_tail,
         )
 
 
@@ -570,11 +569,7 @@ class GeminiHarness:
 
     def env(self, spec: SessionSpec, parent: Mapping[str, str] | None = None) -> dict[str, str]:
         """The child's environment (see :func:`weft.agents.process.build_env`)."""
-        source = os.environ if parent is None else parent
-        policy = GEMINI_ENV
-        if self.fake:
-            policy = EnvPolicy(prefixes=(*GEMINI_ENV.prefixes, FAKE_AGENT_PREFIX))
-        return build_env(policy, spec.env, source)
+        return child_env(GEMINI_ENV, spec, parent, fake=self.fake)
 
     def parser(self, spec: SessionSpec) -> GeminiParser:
         """A parser for one session of ``spec``."""
