@@ -20,11 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from weft.agents.claude import (
-    ClaudeHarness,
-    ClaudeParser,
-    sanitize_project_dir,
-)
+from weft.agents.claude import ClaudeHarness
+from weft.agents.claude_parser import ClaudeParser
+from weft.agents.claude_transcripts import sanitize_project_dir
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
