@@ -36,17 +36,18 @@ from pathlib import Path
 import msgspec
 
 from weft.agents import pricing
-from weft.agents.adapter_parts import exit_how, session_exited
+from weft.agents.adapter_parts import session_exited
+from weft.agents.claude_cost import result_cost
 from weft.agents.claude_transcripts import transcript_path
 from weft.agents.claude_verdict import (
     API_ERROR_CODES,
     INPUT_ERRORS,
     LOGIN,
     NO_CONVERSATION,
+    exit_verdict,
     first_retry_after,
-    last_error_line,
-    matching_line,
     status_class,
+    stderr_verdict,
 )
 from weft.agents.claude_wire import (
     KNOWN_TYPES,
@@ -66,7 +67,6 @@ from weft.agents.events import (
     AssistantText,
     CostSource,
     ErrorClass,
-    ModelUsage,
     RetryNotice,
     SessionResult,
     SessionStarted,
@@ -442,7 +442,13 @@ class ClaudeParser:
         if r.is_error and any(CONTEXT_TEXT.search(t) for t in texts):
             self._context_exceeded = self._context_error = True
         error_class = None if ok else self._result_class(r)
-        cost, source, tokens, per_model = self._result_cost(r)
+        cost, source, tokens, per_model = result_cost(
+            r,
+            model=self.model,
+            fallback_model=self._priced_model,
+            table=self._table,
+            at=self._at,
+        )
         event = SessionResult(
             ok=ok,
             subtype=r.subtype or None,
@@ -518,34 +524,12 @@ class ClaudeParser:
     def _no_result_verdict(self, end: ProcessEnd) -> tuple[ErrorClass, bool, str]:
         if end.stopped is not None:
             return stopped_verdict(end.stopped)
-        notes = " ".join(self._stderr_notes) + "\n" + end.stderr_tail
-        last = last_error_line(end.stderr_tail)
-        if NO_CONVERSATION.search(notes):
-            return ErrorClass.CANNOT_RESUME, False, matching_line(notes, NO_CONVERSATION)
-        if INPUT_ERRORS.search(notes):
-            return ErrorClass.INPUT_ERROR, False, matching_line(notes, INPUT_ERRORS)
-        if LOGIN.search(notes):
-            return ErrorClass.AUTH, False, matching_line(notes, LOGIN)
+        found = stderr_verdict(" ".join(self._stderr_notes) + "\n" + end.stderr_tail)
+        if found is not None:
+            return found
         if self._context_error:
             return ErrorClass.CONTEXT_EXCEEDED, False, self._api_error_text or "context exceeded"
-        how = exit_how(end)
-        if end.exit_code == 0:
-            return (
-                ErrorClass.NO_RESULT,
-                self.session_id is not None,
-                "claude exited 0 without a result line" + (f": {last}" if last else ""),
-            )
-        if self.session_id is None:
-            return (
-                ErrorClass.CRASH_BEFORE_INIT,
-                False,
-                f"claude died before starting a session ({how})" + (f": {last}" if last else ""),
-            )
-        return (
-            ErrorClass.CRASH_MID_RUN,
-            True,
-            f"claude died mid-run without a result ({how})" + (f": {last}" if last else ""),
-        )
+        return exit_verdict(end, started=self.session_id is not None)
 
     def _canonical_id(self) -> tuple[str | None, list[str]]:
         chain: list[str] = []
@@ -568,79 +552,7 @@ class ClaudeParser:
 
     # -- cost --
 
-    def _result_cost(
-        self, r: Result
-    ) -> tuple[float | None, CostSource, Tokens, dict[str, ModelUsage]]:
-        main = r.usage.tokens() if r.usage is not None else None
-        per_model: dict[str, ModelUsage] = {}
-        computed_nanos: int | None = 0
-        own = r.model_usage_since_last_result
-        usage_by_model = own if own is not None else r.modelUsage
-        all_reported = bool(usage_by_model)
-        reported_sum = 0.0
-        total = Tokens()
-        for name, mu in usage_by_model.items():
-            tokens = Tokens(
-                input=mu.inputTokens,
-                output=mu.outputTokens,
-                cache_creation=mu.cacheCreationInputTokens,
-                cache_read=mu.cacheReadInputTokens,
-            )
-            if main is not None and name == self.model and main.cache_creation_1h:
-                # modelUsage has no lifetime split; the main model's is in usage.
-                split = min(main.cache_creation_1h, tokens.cache_creation)
-                tokens = msgspec.structs.replace(tokens, cache_creation_1h=split)
-            total = total + tokens
-            if mu.costUSD is not None:
-                reported_sum += mu.costUSD
-                nanos: int | None = round(mu.costUSD * 1e9)
-                cost: float | None = pricing.round_usd(mu.costUSD)
-            else:
-                all_reported = False
-                nanos = self._table.cost_nanos(name, tokens, self._at)
-                cost = None if nanos is None else nanos / 1e9
-            if computed_nanos is not None:
-                computed_nanos = None if nanos is None else computed_nanos + nanos
-            per_model[name] = ModelUsage(tokens=tokens, cost_usd=cost)
-        if main is not None:
-            total = _field_max(total, main)
-        if own is not None:
-            # The per-process share: total_cost_usd is the session's running total.
-            if not own:
-                return 0.0, CostSource.REPORTED, total, per_model
-            if all_reported:
-                return pricing.round_usd(reported_sum), CostSource.REPORTED, total, per_model
-        reported = r.total_cost_usd if r.total_cost_usd is not None else r.cost_usd
-        if reported is not None and own is None:
-            return pricing.round_usd(reported), CostSource.REPORTED, total, per_model
-        if per_model:
-            if all_reported:
-                return pricing.round_usd(reported_sum), CostSource.MODEL_USAGE, total, per_model
-            if computed_nanos is not None:
-                return computed_nanos / 1e9, CostSource.COMPUTED, total, per_model
-            return None, CostSource.UNPRICED, total, per_model
-        if main is None or main.total == 0:
-            return 0.0, CostSource.COMPUTED, total, per_model
-        model = self.model or self._last_model()
-        nanos = self._table.cost_nanos(model, main, self._at) if model else None
-        if nanos is None:
-            return None, CostSource.UNPRICED, total, per_model
-        return nanos / 1e9, CostSource.COMPUTED, total, per_model
-
-    def _last_model(self) -> str | None:
-        return self._priced_model
-
     def _estimate(self) -> tuple[float | None, CostSource, Tokens]:
         if self._estimate_nanos is None:
             return None, CostSource.UNPRICED, self._estimate_tokens
         return self._estimate_nanos / 1e9, CostSource.ESTIMATE, self._estimate_tokens
-
-
-def _field_max(a: Tokens, b: Tokens) -> Tokens:
-    return Tokens(
-        input=max(a.input, b.input),
-        output=max(a.output, b.output),
-        cache_creation=max(a.cache_creation, b.cache_creation),
-        cache_read=max(a.cache_read, b.cache_read),
-        cache_creation_1h=max(a.cache_creation_1h, b.cache_creation_1h),
-    )

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from weft.agents.adapter_parts import exit_how
 from weft.agents.events import ErrorClass
+from weft.agents.harness import ProcessEnd
 from weft.agents.vendor_errors import parse_retry_after
 
 NO_CONVERSATION = re.compile(r"no conversation found", re.I)
@@ -78,3 +80,33 @@ def first_retry_after(texts: Sequence[str], stderr_tail: str) -> int | None:
             if found is not None:
                 return found
     return None
+
+
+def stderr_verdict(notes: str) -> tuple[ErrorClass, bool, str] | None:
+    """The verdict the CLI's own stderr words give a session without a
+    result (unknown session, bad input, login), or ``None``."""
+    for cls, pattern in (
+        (ErrorClass.CANNOT_RESUME, NO_CONVERSATION),
+        (ErrorClass.INPUT_ERROR, INPUT_ERRORS),
+        (ErrorClass.AUTH, LOGIN),
+    ):
+        if pattern.search(notes):
+            return cls, False, matching_line(notes, pattern)
+    return None
+
+
+def exit_verdict(end: ProcessEnd, *, started: bool) -> tuple[ErrorClass, bool, str]:
+    """The verdict of a session that ended without a result and without
+    words that name the cause: by its exit, and whether it had started."""
+    last = last_error_line(end.stderr_tail)
+    suffix = f": {last}" if last else ""
+    if end.exit_code == 0:
+        return ErrorClass.NO_RESULT, started, "claude exited 0 without a result line" + suffix
+    how = exit_how(end)
+    if not started:
+        return (
+            ErrorClass.CRASH_BEFORE_INIT,
+            False,
+            f"claude died before starting a session ({how}){suffix}",
+        )
+    return ErrorClass.CRASH_MID_RUN, True, f"claude died mid-run without a result ({how}){suffix}"
