@@ -37,9 +37,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import msgspec
 
@@ -50,6 +48,27 @@ from weft.agents.adapter_parts import (
     session_ids,
     warn_unsupported,
     with_system_prompt,
+)
+from weft.agents.codex_usage import (
+    ThreadTotal,
+    ThreadUsageLedger,
+    codex_home,
+    rollout_thread_total,
+)
+from weft.agents.codex_wire import (
+    IGNORED_TYPES,
+    KNOWN_TYPES,
+    AnyEvent,
+    Item,
+    ItemCompleted,
+    ItemStarted,
+    ItemUpdated,
+    ThreadStarted,
+    TurnCompleted,
+    TurnFailed,
+    Usage,
+    decoder,
+    envelope_decoder,
 )
 from weft.agents.events import (
     AgentEvent,
@@ -84,104 +103,6 @@ from weft.agents.vendor_errors import (
 _log = logging.getLogger(__name__)
 
 
-# --------------------------------------------------------------------------
-# Wire format (§2.2). Fields the adapter does not depend on are not declared,
-# and unknown fields are ignored, so additions in newer builds pass through.
-# --------------------------------------------------------------------------
-
-
-class _Usage(msgspec.Struct):
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _ErrorBody(msgspec.Struct):
-    message: str = ""
-
-
-class _Item(msgspec.Struct):
-    id: str = ""
-    type: str | None = None
-    item_type: str | None = None
-    """The pre-0.4x name of ``type``."""
-    text: str | None = None
-    command: str | None = None
-    aggregated_output: str | None = None
-    exit_code: int | None = None
-    status: str | None = None
-    changes: Any = None
-    server: str | None = None
-    tool: str | None = None
-    arguments: Any = None
-    result: Any = None
-    error: Any = None
-    query: str | None = None
-    prompt: str | None = None
-    message: str | None = None
-
-
-class _Event(msgspec.Struct, tag_field="type"):
-    pass
-
-
-class _ThreadStarted(_Event, tag="thread.started"):
-    thread_id: str
-
-
-class _ItemStarted(_Event, tag="item.started"):
-    item: _Item
-
-
-class _ItemUpdated(_Event, tag="item.updated"):
-    item: _Item
-
-
-class _ItemCompleted(_Event, tag="item.completed"):
-    item: _Item
-
-
-class _TurnCompleted(_Event, tag="turn.completed"):
-    usage: _Usage | None = None
-
-
-class _TurnFailed(_Event, tag="turn.failed"):
-    error: _ErrorBody | None = None
-
-
-class _Error(_Event, tag="error"):
-    message: str = ""
-
-
-_AnyEvent: TypeAlias = (
-    _ThreadStarted
-    | _ItemStarted
-    | _ItemUpdated
-    | _ItemCompleted
-    | _TurnCompleted
-    | _TurnFailed
-    | _Error
-)
-
-_IGNORED_TYPES = frozenset({"turn.started", "item.plan.delta", "request_user_input"})
-_KNOWN_TYPES = _IGNORED_TYPES | {
-    "thread.started",
-    "item.started",
-    "item.updated",
-    "item.completed",
-    "turn.completed",
-    "turn.failed",
-    "error",
-}
-
-
-class _Envelope(msgspec.Struct):
-    type: str
-
-
-_decoder = msgspec.json.Decoder(_AnyEvent)
-_envelope_decoder = msgspec.json.Decoder(_Envelope)
-
 _TOOL_KINDS = frozenset(
     {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}
 )
@@ -192,117 +113,7 @@ _RECONNECTING = re.compile(r"reconnecting\.*\s*(\d+)\s*/\s*(\d+)", re.IGNORECASE
 _MALFORMED_LOG_CHARS = 200
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadTotal:
-    """A Codex thread's cumulative usage as ``turn.completed`` reports it."""
-
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-
-    def covers(self, earlier: ThreadTotal) -> bool:
-        """Whether this total can follow ``earlier`` (no field went down)."""
-        return (
-            self.input_tokens >= earlier.input_tokens
-            and self.cached_input_tokens >= earlier.cached_input_tokens
-            and self.output_tokens >= earlier.output_tokens
-        )
-
-    def minus(self, earlier: ThreadTotal) -> Tokens:
-        """What was used since ``earlier``, in Weft's token shape: the cached
-        subset of the input moves to ``cache_read``."""
-        spent_in = self.input_tokens - earlier.input_tokens
-        cached = self.cached_input_tokens - earlier.cached_input_tokens
-        cached = min(cached, spent_in)
-        return Tokens(
-            input=spent_in - cached,
-            output=self.output_tokens - earlier.output_tokens,
-            cache_read=cached,
-        )
-
-
-class ThreadUsageLedger:
-    """The last usage total seen for each Codex thread, in this process: the
-    baseline of the thread's next session when its rollout file has none."""
-
-    def __init__(self) -> None:
-        self._totals: dict[str, ThreadTotal] = {}
-
-    def get(self, thread_id: str) -> ThreadTotal | None:
-        """The last total recorded for ``thread_id``."""
-        return self._totals.get(thread_id)
-
-    def record(self, thread_id: str, total: ThreadTotal) -> None:
-        """Note the total ``thread_id`` just reported."""
-        self._totals[thread_id] = total
-
-
-class _RolloutUsage(msgspec.Struct):
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _RolloutInfo(msgspec.Struct):
-    total_token_usage: _RolloutUsage | None = None
-
-
-class _RolloutPayload(msgspec.Struct):
-    type: str = ""
-    info: _RolloutInfo | None = None
-
-
-class _RolloutLine(msgspec.Struct):
-    type: str = ""
-    payload: _RolloutPayload | None = None
-
-
-_rollout_decoder = msgspec.json.Decoder(_RolloutLine)
-
-
-def codex_home(env: Mapping[str, str]) -> Path:
-    """Where Codex keeps its sessions: ``$CODEX_HOME``, else ``~/.codex``."""
-    if env.get("CODEX_HOME"):
-        return Path(env["CODEX_HOME"])
-    return Path(env.get("HOME") or Path.home()) / ".codex"
-
-
-def rollout_files(home: Path, thread_id: str) -> list[Path]:
-    """The rollout files of ``thread_id``
-    (``sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``), oldest first."""
-    return sorted((home / "sessions").glob(f"*/*/*/rollout-*-{thread_id}.jsonl"))
-
-
-def rollout_thread_total(home: Path, thread_id: str) -> ThreadTotal | None:
-    """The thread's last usage total as its rollout records it (the
-    ``event_msg`` / ``token_count`` rows), or ``None`` when there is no
-    rollout or it records no usage. Blocking: run it off the event loop."""
-    last: ThreadTotal | None = None
-    for path in rollout_files(home, thread_id):
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            _log.info("cannot read the codex rollout %s: %s", path, e.strerror)
-            continue
-        for line in data.splitlines():
-            if b"token_count" not in line:
-                continue
-            try:
-                row = decode_lossy(_rollout_decoder.decode, line)
-            except msgspec.DecodeError:
-                continue
-            payload = row.payload
-            if payload is None or payload.type != "token_count" or payload.info is None:
-                continue
-            usage = payload.info.total_token_usage
-            if usage is not None:
-                last = ThreadTotal(
-                    usage.input_tokens, usage.cached_input_tokens, usage.output_tokens
-                )
-    return last
-
-
-def _tool_name(kind: str, item: _Item) -> str:
+def _tool_name(kind: str, item: Item) -> str:
     if kind == "mcp_tool_call":
         return f"mcp__{item.server or 'unknown'}__{item.tool or 'unknown'}"
     if kind == "collab_tool_call" and item.tool:
@@ -310,7 +121,7 @@ def _tool_name(kind: str, item: _Item) -> str:
     return kind
 
 
-def _tool_input(kind: str, item: _Item) -> dict[str, Any]:
+def _tool_input(kind: str, item: Item) -> dict[str, Any]:
     if kind == "command_execution":
         return {"command": item.command or ""}
     if kind == "file_change":
@@ -333,7 +144,7 @@ def _error_message(error: Any) -> str | None:
     return None
 
 
-def _tool_result(kind: str, item: _Item) -> tuple[str, bool]:
+def _tool_result(kind: str, item: Item) -> tuple[str, bool]:
     failed = (item.status or "") in _FAILED_STATUSES
     if kind == "command_execution":
         nonzero = item.exit_code is not None and item.exit_code != 0
@@ -426,7 +237,7 @@ class CodexParser:
         if not stripped.startswith(b"{"):
             return []
         try:
-            event = decode_lossy(_decoder.decode, stripped)
+            event = decode_lossy(decoder.decode, stripped)
         except msgspec.DecodeError:
             return self._unparsed(stripped)
         return self._dispatch(event)
@@ -462,14 +273,14 @@ class CodexParser:
 
     def _unparsed(self, line: bytes) -> list[AgentEvent]:
         try:
-            envelope = decode_lossy(_envelope_decoder.decode, line)
+            envelope = decode_lossy(envelope_decoder.decode, line)
         except msgspec.DecodeError:
             envelope = None
-        if envelope is not None and envelope.type not in _KNOWN_TYPES:
+        if envelope is not None and envelope.type not in KNOWN_TYPES:
             self.unknown_types += 1
             _log.debug("codex: unknown event type %r ignored", envelope.type)
             return []
-        if envelope is not None and envelope.type in _IGNORED_TYPES:
+        if envelope is not None and envelope.type in IGNORED_TYPES:
             return []
         self.malformed_lines += 1
         _log.warning(
@@ -478,16 +289,16 @@ class CodexParser:
         )
         return []
 
-    def _dispatch(self, event: _AnyEvent) -> list[AgentEvent]:
-        if isinstance(event, _ThreadStarted):
+    def _dispatch(self, event: AnyEvent) -> list[AgentEvent]:
+        if isinstance(event, ThreadStarted):
             return self._started(event.thread_id)
-        if isinstance(event, _ItemStarted | _ItemUpdated):
+        if isinstance(event, ItemStarted | ItemUpdated):
             return self._item_progress(event.item)
-        if isinstance(event, _ItemCompleted):
+        if isinstance(event, ItemCompleted):
             return self._item_completed(event.item)
-        if isinstance(event, _TurnCompleted):
+        if isinstance(event, TurnCompleted):
             return self._turn_completed(event.usage)
-        if isinstance(event, _TurnFailed):
+        if isinstance(event, TurnFailed):
             message = event.error.message if event.error else ""
             return self._turn_failed(message)
         return self._error(event.message)
@@ -502,11 +313,11 @@ class CodexParser:
         self._reported_ids.append(thread_id)
         return [SessionStarted(session_id=thread_id, model=self._model, cwd=self._cwd)]
 
-    def _kind(self, item: _Item) -> str | None:
+    def _kind(self, item: Item) -> str | None:
         kind = item.type or item.item_type
         return "agent_message" if kind == "assistant_message" else kind
 
-    def _item_progress(self, item: _Item) -> list[AgentEvent]:
+    def _item_progress(self, item: Item) -> list[AgentEvent]:
         kind = self._kind(item)
         if kind in _TOOL_KINDS and item.id not in self._open_tools:
             self._open_tools.add(item.id)
@@ -517,7 +328,7 @@ class CodexParser:
             ]
         return []
 
-    def _item_completed(self, item: _Item) -> list[AgentEvent]:
+    def _item_completed(self, item: Item) -> list[AgentEvent]:
         kind = self._kind(item)
         if kind == "agent_message":
             self._last_text = item.text or ""
@@ -538,7 +349,7 @@ class CodexParser:
             _log.debug("codex: unknown item type %r ignored", kind)
         return []
 
-    def _turn_completed(self, usage: _Usage | None) -> list[AgentEvent]:
+    def _turn_completed(self, usage: Usage | None) -> list[AgentEvent]:
         events: list[AgentEvent] = []
         self._turns += 1
         if usage is not None:
