@@ -1,18 +1,22 @@
 """Parts every CLI adapter needs, in one place so no adapter imports another.
 
 Session-id aliasing, the prompt for CLIs without a system-prompt flag, the
-warning for limits a CLI cannot enforce, the child's environment, and the
-:class:`~weft.agents.events.SessionExited` every parser ends with.
+warning for limits a CLI cannot enforce, the child's environment, the
+:class:`~weft.agents.events.SessionExited` every parser ends with, and
+:class:`JsonLineParser`, the line handling the Codex and Gemini parsers share.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Generic, TypeVar
 
-from weft.agents.events import CostSource, ErrorClass, SessionExited, Tokens
-from weft.agents.harness import ProcessEnd, SessionSpec
+import msgspec
+
+from weft.agents.events import AgentEvent, CostSource, ErrorClass, SessionExited, Tokens
+from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy
 from weft.agents.process import FAKE_AGENT_PREFIX, EnvPolicy, build_env
 
 
@@ -118,7 +122,116 @@ def session_exited(
     )
 
 
+_E = TypeVar("_E")
+_MALFORMED_LOG_CHARS = 200
+
+
+class JsonLineParser(Generic[_E]):
+    """The line handling of a parser whose CLI prints one JSON event a line
+    (Codex, Gemini): non-JSON lines are skipped, each JSON line is decoded
+    into the adapter's tagged union ``_E`` and handed to :meth:`_dispatch`; a
+    line that does not decode is counted as an unknown type or as malformed
+    (and logged), never fatal. It also keeps the session ids the CLI reports.
+
+    Subclasses set :attr:`harness` and implement :meth:`_dispatch` and
+    ``finish``.
+    """
+
+    harness: ClassVar[str]
+    """The adapter's name, for logs (``codex``)."""
+    session_noun: ClassVar[str] = "session"
+    """What the CLI calls a session, for logs (Codex: ``thread``)."""
+
+    def __init__(
+        self,
+        *,
+        decode: Callable[[bytes], _E],
+        envelope_type: Callable[[bytes], Any],
+        known_types: frozenset[str],
+        ignored_types: frozenset[str] = frozenset(),
+        resume_session_id: str | None = None,
+    ) -> None:
+        self._decode = decode
+        self._envelope_type = envelope_type
+        """The ``type`` of a line the union refused (``DecodeError`` if none)."""
+        self._known_types = known_types
+        self._ignored_types = ignored_types
+        self._requested = resume_session_id
+        self._reported_ids: list[str] = []
+        self._log = logging.getLogger(f"weft.agents.{self.harness}")
+        self.malformed_lines = 0
+        self.unknown_types = 0
+
+    @property
+    def session_id(self) -> str | None:
+        """The latest session (thread) id the CLI reported, if any."""
+        return self._reported_ids[-1] if self._reported_ids else None
+
+    def session_ids(self) -> tuple[str | None, list[str]]:
+        """The canonical session id and its aliases (:func:`session_ids`)."""
+        return session_ids(self._requested, self._reported_ids)
+
+    def _new_session(self, session_id: str) -> bool:
+        """Record a session id the CLI reported; ``False`` if already known.
+        A resumed session that reports another id is logged: the alias chain
+        keeps both."""
+        if session_id in self._reported_ids:
+            return False
+        if self._requested and session_id != self._requested:
+            self._log.warning(
+                "%s resumed %s %s but reported %s %s",
+                self.harness,
+                self.session_noun,
+                self._requested,
+                self.session_noun,
+                session_id,
+            )
+        self._reported_ids.append(session_id)
+        return True
+
+    def feed(self, line: bytes) -> list[AgentEvent]:
+        """Parse one stdout line (plain-text lines, such as Gemini's YOLO
+        banner, are skipped)."""
+        stripped = line.strip()
+        if not stripped.startswith(b"{"):
+            return []
+        try:
+            event = decode_lossy(self._decode, stripped)
+        except msgspec.DecodeError:
+            self._unparsed(stripped)
+            return []
+        return self._dispatch(event)
+
+    def stderr(self, line: str) -> list[AgentEvent]:
+        """Nothing to add: the process layer passes each line on and keeps
+        the tail, which ``finish`` reads (both CLIs print some fatal errors
+        only there)."""
+        return []
+
+    def _dispatch(self, event: _E) -> list[AgentEvent]:
+        raise NotImplementedError
+
+    def _unparsed(self, line: bytes) -> None:
+        try:
+            kind = decode_lossy(self._envelope_type, line)
+        except msgspec.DecodeError:
+            kind = None
+        if kind is not None and kind not in self._known_types:
+            self.unknown_types += 1
+            self._log.debug("%s: unknown event type %r ignored", self.harness, kind)
+            return
+        if kind is not None and kind in self._ignored_types:
+            return
+        self.malformed_lines += 1
+        self._log.warning(
+            "%s: malformed stream line ignored: %s",
+            self.harness,
+            line[:_MALFORMED_LOG_CHARS].decode(errors="replace"),
+        )
+
+
 __all__ = [
+    "JsonLineParser",
     "child_env",
     "exit_how",
     "session_exited",

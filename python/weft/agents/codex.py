@@ -42,10 +42,10 @@ from typing import Any
 import msgspec
 
 from weft.agents.adapter_parts import (
+    JsonLineParser,
     child_env,
     exit_how,
     session_exited,
-    session_ids,
     warn_unsupported,
     with_system_prompt,
 )
@@ -68,7 +68,7 @@ from weft.agents.codex_wire import (
     TurnFailed,
     Usage,
     decoder,
-    envelope_decoder,
+    line_type,
 )
 from weft.agents.events import (
     AgentEvent,
@@ -86,7 +86,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
+from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
 from weft.agents.process import (
     EnvPolicy,
@@ -109,8 +109,6 @@ _TOOL_KINDS = frozenset(
 _QUIET_KINDS = frozenset({"todo_list", "plan"})
 _FAILED_STATUSES = frozenset({"failed", "declined", "error"})
 _RECONNECTING = re.compile(r"reconnecting\.*\s*(\d+)\s*/\s*(\d+)", re.IGNORECASE)
-
-_MALFORMED_LOG_CHARS = 200
 
 
 def _tool_name(kind: str, item: Item) -> str:
@@ -172,7 +170,7 @@ def _tool_result(kind: str, item: Item) -> tuple[str, bool]:
     return "", failed
 
 
-class CodexParser:
+class CodexParser(JsonLineParser[AnyEvent]):
     """Sans-I/O parser of ``codex exec --json`` output.
 
     ``model`` is the model Weft asked for (Codex does not echo it).
@@ -184,6 +182,7 @@ class CodexParser:
     """
 
     harness = "codex"
+    session_noun = "thread"
 
     def __init__(
         self,
@@ -195,13 +194,18 @@ class CodexParser:
         ledger: ThreadUsageLedger | None = None,
         pricer: Pricer = default_pricer,
     ) -> None:
+        super().__init__(
+            decode=decoder.decode,
+            envelope_type=line_type,
+            known_types=KNOWN_TYPES,
+            ignored_types=IGNORED_TYPES,
+            resume_session_id=resume_session_id,
+        )
         self._model = model
         self._ledger = ledger
         self._cwd = cwd
-        self._requested = resume_session_id
         self._pricer = pricer
         self._last_total = baseline or ThreadTotal()
-        self._reported_ids: list[str] = []
         self._tokens = Tokens()
         self._usage_seen = False
         self._turns = 0
@@ -211,13 +215,6 @@ class CodexParser:
         self._errors: list[str] = []
         self._last_text: str | None = None
         self._open_tools: set[str] = set()
-        self.malformed_lines = 0
-        self.unknown_types = 0
-
-    @property
-    def session_id(self) -> str | None:
-        """The thread id, once Codex reported one."""
-        return self._reported_ids[-1] if self._reported_ids else None
 
     @property
     def thread_total(self) -> ThreadTotal:
@@ -230,23 +227,6 @@ class CodexParser:
         return self._tokens
 
     # -- StreamParser -----------------------------------------------------
-
-    def feed(self, line: bytes) -> list[AgentEvent]:
-        """Parse one stdout line."""
-        stripped = line.strip()
-        if not stripped.startswith(b"{"):
-            return []
-        try:
-            event = decode_lossy(decoder.decode, stripped)
-        except msgspec.DecodeError:
-            return self._unparsed(stripped)
-        return self._dispatch(event)
-
-    def stderr(self, line: str) -> list[AgentEvent]:
-        """Nothing to add: the process layer passes each line on and keeps
-        the tail, which :meth:`finish` reads (Codex prints some fatal errors
-        only there)."""
-        return []
 
     def finish(self, end: ProcessEnd) -> list[AgentEvent]:
         """Decide the verdict (§2.5)."""
@@ -271,24 +251,6 @@ class CodexParser:
 
     # -- dispatch ------------------------------------------------------------
 
-    def _unparsed(self, line: bytes) -> list[AgentEvent]:
-        try:
-            envelope = decode_lossy(envelope_decoder.decode, line)
-        except msgspec.DecodeError:
-            envelope = None
-        if envelope is not None and envelope.type not in KNOWN_TYPES:
-            self.unknown_types += 1
-            _log.debug("codex: unknown event type %r ignored", envelope.type)
-            return []
-        if envelope is not None and envelope.type in IGNORED_TYPES:
-            return []
-        self.malformed_lines += 1
-        _log.warning(
-            "codex: malformed stream line ignored: %s",
-            line[:_MALFORMED_LOG_CHARS].decode(errors="replace"),
-        )
-        return []
-
     def _dispatch(self, event: AnyEvent) -> list[AgentEvent]:
         if isinstance(event, ThreadStarted):
             return self._started(event.thread_id)
@@ -304,13 +266,8 @@ class CodexParser:
         return self._error(event.message)
 
     def _started(self, thread_id: str) -> list[AgentEvent]:
-        if thread_id in self._reported_ids:
+        if not self._new_session(thread_id):
             return []
-        if self._requested and thread_id != self._requested:
-            _log.warning(
-                "codex resumed thread %s but reported thread %s", self._requested, thread_id
-            )
-        self._reported_ids.append(thread_id)
         return [SessionStarted(session_id=thread_id, model=self._model, cwd=self._cwd)]
 
     def _kind(self, item: Item) -> str | None:
@@ -479,7 +436,7 @@ class CodexParser:
             message=message,
             retry_after_ms=wait,
             result_seen=self._outcome is not None,
-            session=session_ids(self._requested, self._reported_ids),
+            session=self.session_ids(),
             cost=self._cost(),
             tokens=self._tokens,
             malformed_lines=self.malformed_lines,

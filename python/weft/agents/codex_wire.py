@@ -102,3 +102,9 @@ class Envelope(msgspec.Struct):
 
 decoder = msgspec.json.Decoder(AnyEvent)
 envelope_decoder = msgspec.json.Decoder(Envelope)
+
+
+def line_type(line: bytes) -> str:
+    """The ``type`` of a line the event union refused (``DecodeError`` when
+    it has none)."""
+    return envelope_decoder.decode(line).type

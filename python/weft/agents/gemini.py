@@ -34,10 +34,10 @@ from typing import Any, TypeAlias
 import msgspec
 
 from weft.agents.adapter_parts import (
+    JsonLineParser,
     child_env,
     exit_how,
     session_exited,
-    session_ids,
     warn_unsupported,
     with_system_prompt,
 )
@@ -55,7 +55,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
+from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
 from weft.agents.process import EnvPolicy, SubprocessSession, spawn
 from weft.agents.vendor_errors import (
@@ -100,8 +100,6 @@ _EXIT_HINTS: dict[int, str] = {
         "or trust the folder"
     ),
 }
-
-_MALFORMED_LOG_CHARS = 200
 
 
 # --------------------------------------------------------------------------
@@ -179,6 +177,10 @@ _decoder = msgspec.json.Decoder(_AnyEvent)
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 
 
+def _line_type(line: bytes) -> str:
+    return _envelope_decoder.decode(line).type
+
+
 def stats_tokens(stats: _ModelStats) -> Tokens:
     """Weft's token shape for one Gemini stats block: ``input`` is the
     uncached input, ``cache_read`` the cached part, and the output includes
@@ -199,7 +201,7 @@ def _text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-class GeminiParser:
+class GeminiParser(JsonLineParser[_AnyEvent]):
     """Sans-I/O parser of ``gemini --output-format stream-json`` output.
 
     ``model`` is the model Weft asked for; it prices the run when the CLI does
@@ -216,11 +218,15 @@ class GeminiParser:
         resume_session_id: str | None = None,
         pricer: Pricer = default_pricer,
     ) -> None:
+        super().__init__(
+            decode=_decoder.decode,
+            envelope_type=_line_type,
+            known_types=_KNOWN_TYPES,
+            resume_session_id=resume_session_id,
+        )
         self._model = model
         self._cwd = cwd
-        self._requested = resume_session_id
         self._pricer = pricer
-        self._reported_ids: list[str] = []
         self._chunks: list[str] = []
         self._messages = 0
         self._last_text: str | None = None
@@ -230,34 +236,8 @@ class GeminiParser:
         self._tokens = Tokens()
         self._cost: float | None = None
         self._cost_source = CostSource.UNPRICED
-        self.malformed_lines = 0
-        self.unknown_types = 0
-
-    @property
-    def session_id(self) -> str | None:
-        """The session id, once Gemini reported one."""
-        return self._reported_ids[-1] if self._reported_ids else None
 
     # -- StreamParser -----------------------------------------------------
-
-    def feed(self, line: bytes) -> list[AgentEvent]:
-        """Parse one stdout line (plain-text lines such as the YOLO banner are
-        skipped)."""
-        stripped = line.strip()
-        if not stripped.startswith(b"{"):
-            return []
-        try:
-            event = decode_lossy(_decoder.decode, stripped)
-        except msgspec.DecodeError:
-            self._unparsed(stripped)
-            return []
-        return self._dispatch(event)
-
-    def stderr(self, line: str) -> list[AgentEvent]:
-        """Nothing to add: the process layer passes each line on and keeps
-        the tail, which :meth:`finish` reads (Gemini prints some fatal errors
-        only there)."""
-        return []
 
     def finish(self, end: ProcessEnd) -> list[AgentEvent]:
         """Decide the verdict (§6 rule 6)."""
@@ -282,21 +262,6 @@ class GeminiParser:
         return [*events, self._exited(end, *self._no_result_verdict(end))]
 
     # -- dispatch ------------------------------------------------------------
-
-    def _unparsed(self, line: bytes) -> None:
-        try:
-            envelope = decode_lossy(_envelope_decoder.decode, line)
-        except msgspec.DecodeError:
-            envelope = None
-        if envelope is not None and envelope.type not in _KNOWN_TYPES:
-            self.unknown_types += 1
-            _log.debug("gemini: unknown event type %r ignored", envelope.type)
-            return
-        self.malformed_lines += 1
-        _log.warning(
-            "gemini: malformed stream line ignored: %s",
-            line[:_MALFORMED_LOG_CHARS].decode(errors="replace"),
-        )
 
     def _dispatch(self, event: _AnyEvent) -> list[AgentEvent]:
         if isinstance(event, _Message):
@@ -323,15 +288,8 @@ class GeminiParser:
         return events
 
     def _started(self, event: _Init) -> list[AgentEvent]:
-        if event.session_id in self._reported_ids:
+        if not self._new_session(event.session_id):
             return []
-        if self._requested and event.session_id != self._requested:
-            _log.warning(
-                "gemini resumed session %s but reported session %s",
-                self._requested,
-                event.session_id,
-            )
-        self._reported_ids.append(event.session_id)
         return [
             SessionStarted(
                 session_id=event.session_id, model=event.model or self._model, cwd=self._cwd
@@ -488,7 +446,7 @@ class GeminiParser:
             message=message,
             retry_after_ms=wait,
             result_seen=self._result is not None,
-            session=session_ids(self._requested, self._reported_ids),
+            session=self.session_ids(),
             cost=(self._cost, self._cost_source),
             tokens=self._tokens,
             malformed_lines=self.malformed_lines,
