@@ -17,6 +17,7 @@ import msgspec
 
 from weft.agents.events import AgentEvent, CostSource, ErrorClass, SessionExited, Tokens
 from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy
+from weft.agents.pricing import Pricer
 from weft.agents.process import FAKE_AGENT_PREFIX, EnvPolicy, build_env
 
 
@@ -145,12 +146,19 @@ class JsonLineParser(Generic[_E]):
     def __init__(
         self,
         *,
+        model: str,
+        cwd: str | None,
+        resume_session_id: str | None,
+        pricer: Pricer,
         decode: Callable[[bytes], _E],
         envelope_type: Callable[[bytes], Any],
         known_types: frozenset[str],
         ignored_types: frozenset[str] = frozenset(),
-        resume_session_id: str | None = None,
     ) -> None:
+        self._model = model
+        """The model Weft asked for (it prices usage the CLI does not price)."""
+        self._cwd = cwd
+        self._pricer = pricer
         self._decode = decode
         self._envelope_type = envelope_type
         """The ``type`` of a line the union refused (``DecodeError`` if none)."""

@@ -195,16 +195,16 @@ class CodexParser(JsonLineParser[AnyEvent]):
         pricer: Pricer = default_pricer,
     ) -> None:
         super().__init__(
+            model=model,
+            cwd=cwd,
+            resume_session_id=resume_session_id,
+            pricer=pricer,
             decode=decoder.decode,
             envelope_type=line_type,
             known_types=KNOWN_TYPES,
             ignored_types=IGNORED_TYPES,
-            resume_session_id=resume_session_id,
         )
-        self._model = model
         self._ledger = ledger
-        self._cwd = cwd
-        self._pricer = pricer
         self._last_total = baseline or ThreadTotal()
         self._tokens = Tokens()
         self._usage_seen = False

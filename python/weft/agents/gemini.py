@@ -219,14 +219,14 @@ class GeminiParser(JsonLineParser[_AnyEvent]):
         pricer: Pricer = default_pricer,
     ) -> None:
         super().__init__(
+            model=model,
+            cwd=cwd,
+            resume_session_id=resume_session_id,
+            pricer=pricer,
             decode=_decoder.decode,
             envelope_type=_line_type,
             known_types=_KNOWN_TYPES,
-            resume_session_id=resume_session_id,
         )
-        self._model = model
-        self._cwd = cwd
-        self._pricer = pricer
         self._chunks: list[str] = []
         self._messages = 0
         self._last_text: str | None = None
