@@ -82,6 +82,19 @@ def exit_how(end: ProcessEnd) -> str:
     return f"signal {end.signal}"
 
 
+def crash_verdict(
+    end: ProcessEnd, *, started: bool, suffix: str, before: str, mid: str
+) -> tuple[ErrorClass, bool, str]:
+    """The verdict of a process that died without a result or a named cause:
+    before its session started (not retriable: it would die again) or
+    mid-run (retriable). ``before`` and ``mid`` open the message, the exit
+    and ``suffix`` (``": <the stderr line>"``) close it."""
+    how = exit_how(end)
+    if not started:
+        return ErrorClass.CRASH_BEFORE_INIT, False, f"{before} ({how}){suffix}"
+    return ErrorClass.CRASH_MID_RUN, True, f"{mid} ({how}){suffix}"
+
+
 def session_exited(
     end: ProcessEnd,
     *,
@@ -241,6 +254,7 @@ class JsonLineParser(Generic[_E]):
 __all__ = [
     "JsonLineParser",
     "child_env",
+    "crash_verdict",
     "exit_how",
     "session_exited",
     "session_ids",

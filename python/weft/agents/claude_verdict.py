@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from weft.agents.adapter_parts import exit_how
+from weft.agents.adapter_parts import crash_verdict
 from weft.agents.events import ErrorClass
 from weft.agents.harness import ProcessEnd
 from weft.agents.vendor_errors import parse_retry_after
@@ -102,11 +102,10 @@ def exit_verdict(end: ProcessEnd, *, started: bool) -> tuple[ErrorClass, bool, s
     suffix = f": {last}" if last else ""
     if end.exit_code == 0:
         return ErrorClass.NO_RESULT, started, "claude exited 0 without a result line" + suffix
-    how = exit_how(end)
-    if not started:
-        return (
-            ErrorClass.CRASH_BEFORE_INIT,
-            False,
-            f"claude died before starting a session ({how}){suffix}",
-        )
-    return ErrorClass.CRASH_MID_RUN, True, f"claude died mid-run without a result ({how}){suffix}"
+    return crash_verdict(
+        end,
+        started=started,
+        suffix=suffix,
+        before="claude died before starting a session",
+        mid="claude died mid-run without a result",
+    )

@@ -44,6 +44,7 @@ import msgspec
 from weft.agents.adapter_parts import (
     JsonLineParser,
     child_env,
+    crash_verdict,
     exit_how,
     session_exited,
     warn_unsupported,
@@ -411,13 +412,13 @@ class CodexParser(JsonLineParser[AnyEvent]):
         if end.exit_code == 2 and not started:
             # clap's status for a command line it refuses
             return ErrorClass.INPUT_ERROR, False, f"codex refused its arguments ({how}){suffix}"
-        if not started:
-            return (
-                ErrorClass.CRASH_BEFORE_INIT,
-                False,
-                f"codex died before starting a thread ({how}){suffix}",
-            )
-        return ErrorClass.CRASH_MID_RUN, True, f"codex died mid-turn ({how}){suffix}"
+        return crash_verdict(
+            end,
+            started=started,
+            suffix=suffix,
+            before="codex died before starting a thread",
+            mid="codex died mid-turn",
+        )
 
     def _exited(
         self,

@@ -36,6 +36,7 @@ import msgspec
 from weft.agents.adapter_parts import (
     JsonLineParser,
     child_env,
+    crash_verdict,
     exit_how,
     session_exited,
     warn_unsupported,
@@ -416,16 +417,12 @@ class GeminiParser(JsonLineParser[_AnyEvent]):
             return cls, default_retriable(cls), f"{hint} ({how}){suffix}"
         if found is not None:
             return found[0], found[1], f"gemini failed ({how}){suffix}"
-        if not started:
-            return (
-                ErrorClass.CRASH_BEFORE_INIT,
-                False,
-                f"gemini died before starting a session ({how}){suffix}",
-            )
-        return (
-            ErrorClass.CRASH_MID_RUN,
-            True,
-            f"gemini died mid-run without a result ({how}){suffix}",
+        return crash_verdict(
+            end,
+            started=started,
+            suffix=suffix,
+            before="gemini died before starting a session",
+            mid="gemini died mid-run without a result",
         )
 
     def _exited(
