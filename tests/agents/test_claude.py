@@ -20,13 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from weft.agents.claude import (
-    ClaudeHarness,
-    ClaudeParser,
-    classify_error_text,
-    parse_retry_after,
-    sanitize_project_dir,
-)
+from weft.agents.claude import ClaudeHarness
+from weft.agents.claude_parser import ClaudeParser
+from weft.agents.claude_transcripts import sanitize_project_dir
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -46,6 +42,8 @@ from weft.agents.events import (
 from weft.agents.harness import ProcessEnd, SessionSpec, StopReason, Timeouts, route
 from weft.agents.pricing import default_table
 from weft.agents.registry import fake_command, harness_for
+from weft.agents.vendor_errors import classify_api_error as classify_error_text
+from weft.agents.vendor_errors import parse_retry_after
 
 GOLDEN = Path(__file__).parent / "golden" / "claude"
 SID = "e75a5c8f-4cac-4402-a219-8278ea351740"

@@ -14,13 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from weft.agents import pricing
-from weft.agents.codex import (
-    CodexHarness,
-    CodexParser,
-    ThreadTotal,
-    ThreadUsageLedger,
-    rollout_thread_total,
-)
+from weft.agents.codex import CodexHarness, CodexParser
+from weft.agents.codex_usage import ThreadTotal, ThreadUsageLedger, rollout_thread_total
 from weft.agents.events import (
     AgentEvent,
     AssistantText,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from weft.agents.claude import ClaudeParser
+from weft.agents.claude_parser import ClaudeParser
 from weft.agents.codex import CodexParser
 from weft.agents.events import AssistantText
 from weft.agents.gemini import GeminiParser

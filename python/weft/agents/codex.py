@@ -35,15 +35,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import msgspec
 
+from weft.agents.adapter_parts import (
+    JsonLineParser,
+    child_env,
+    crash_verdict,
+    exit_how,
+    session_exited,
+    warn_unsupported,
+    with_system_prompt,
+)
+from weft.agents.codex_usage import (
+    ThreadTotal,
+    ThreadUsageLedger,
+    codex_home,
+    rollout_thread_total,
+)
+from weft.agents.codex_wire import (
+    IGNORED_TYPES,
+    KNOWN_TYPES,
+    AnyEvent,
+    Item,
+    ItemCompleted,
+    ItemStarted,
+    ItemUpdated,
+    ThreadStarted,
+    TurnCompleted,
+    TurnFailed,
+    Usage,
+    decoder,
+    line_type,
+)
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -60,13 +87,11 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
+from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
 from weft.agents.process import (
-    FAKE_AGENT_PREFIX,
     EnvPolicy,
     SubprocessSession,
-    build_env,
     spawn,
 )
 from weft.agents.vendor_errors import (
@@ -79,115 +104,6 @@ from weft.agents.vendor_errors import (
 _log = logging.getLogger(__name__)
 
 
-def session_ids(requested: str | None, reported: list[str]) -> tuple[str | None, list[str]]:
-    """The canonical session id and the alias chain (the requested id, then
-    every distinct id the CLI reported). The last reported id is canonical:
-    it is the one the CLI itself announced for this conversation."""
-    chain: list[str] = []
-    for sid in ([requested] if requested else []) + reported:
-        if sid not in chain:
-            chain.append(sid)
-    return (reported[-1] if reported else requested), chain
-
-
-# --------------------------------------------------------------------------
-# Wire format (§2.2). Fields the adapter does not depend on are not declared,
-# and unknown fields are ignored, so additions in newer builds pass through.
-# --------------------------------------------------------------------------
-
-
-class _Usage(msgspec.Struct):
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _ErrorBody(msgspec.Struct):
-    message: str = ""
-
-
-class _Item(msgspec.Struct):
-    id: str = ""
-    type: str | None = None
-    item_type: str | None = None
-    """The pre-0.4x name of ``type``."""
-    text: str | None = None
-    command: str | None = None
-    aggregated_output: str | None = None
-    exit_code: int | None = None
-    status: str | None = None
-    changes: Any = None
-    server: str | None = None
-    tool: str | None = None
-    arguments: Any = None
-    result: Any = None
-    error: Any = None
-    query: str | None = None
-    prompt: str | None = None
-    message: str | None = None
-
-
-class _Event(msgspec.Struct, tag_field="type"):
-    pass
-
-
-class _ThreadStarted(_Event, tag="thread.started"):
-    thread_id: str
-
-
-class _ItemStarted(_Event, tag="item.started"):
-    item: _Item
-
-
-class _ItemUpdated(_Event, tag="item.updated"):
-    item: _Item
-
-
-class _ItemCompleted(_Event, tag="item.completed"):
-    item: _Item
-
-
-class _TurnCompleted(_Event, tag="turn.completed"):
-    usage: _Usage | None = None
-
-
-class _TurnFailed(_Event, tag="turn.failed"):
-    error: _ErrorBody | None = None
-
-
-class _Error(_Event, tag="error"):
-    message: str = ""
-
-
-_AnyEvent: TypeAlias = (
-    _ThreadStarted
-    | _ItemStarted
-    | _ItemUpdated
-    | _ItemCompleted
-    | _TurnCompleted
-    | _TurnFailed
-    | _Error
-)
-
-_IGNORED_TYPES = frozenset({"turn.started", "item.plan.delta", "request_user_input"})
-_KNOWN_TYPES = _IGNORED_TYPES | {
-    "thread.started",
-    "item.started",
-    "item.updated",
-    "item.completed",
-    "turn.completed",
-    "turn.failed",
-    "error",
-}
-
-
-class _Envelope(msgspec.Struct):
-    type: str
-
-
-_decoder = msgspec.json.Decoder(_AnyEvent)
-_envelope_decoder = msgspec.json.Decoder(_Envelope)
-
 _TOOL_KINDS = frozenset(
     {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}
 )
@@ -195,120 +111,8 @@ _QUIET_KINDS = frozenset({"todo_list", "plan"})
 _FAILED_STATUSES = frozenset({"failed", "declined", "error"})
 _RECONNECTING = re.compile(r"reconnecting\.*\s*(\d+)\s*/\s*(\d+)", re.IGNORECASE)
 
-_MALFORMED_LOG_CHARS = 200
 
-
-@dataclass(frozen=True, slots=True)
-class ThreadTotal:
-    """A Codex thread's cumulative usage as ``turn.completed`` reports it."""
-
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-
-    def covers(self, earlier: ThreadTotal) -> bool:
-        """Whether this total can follow ``earlier`` (no field went down)."""
-        return (
-            self.input_tokens >= earlier.input_tokens
-            and self.cached_input_tokens >= earlier.cached_input_tokens
-            and self.output_tokens >= earlier.output_tokens
-        )
-
-    def minus(self, earlier: ThreadTotal) -> Tokens:
-        """What was used since ``earlier``, in Weft's token shape: the cached
-        subset of the input moves to ``cache_read``."""
-        spent_in = self.input_tokens - earlier.input_tokens
-        cached = self.cached_input_tokens - earlier.cached_input_tokens
-        cached = min(cached, spent_in)
-        return Tokens(
-            input=spent_in - cached,
-            output=self.output_tokens - earlier.output_tokens,
-            cache_read=cached,
-        )
-
-
-class ThreadUsageLedger:
-    """The last usage total seen for each Codex thread, in this process: the
-    baseline of the thread's next session when its rollout file has none."""
-
-    def __init__(self) -> None:
-        self._totals: dict[str, ThreadTotal] = {}
-
-    def get(self, thread_id: str) -> ThreadTotal | None:
-        """The last total recorded for ``thread_id``."""
-        return self._totals.get(thread_id)
-
-    def record(self, thread_id: str, total: ThreadTotal) -> None:
-        """Note the total ``thread_id`` just reported."""
-        self._totals[thread_id] = total
-
-
-class _RolloutUsage(msgspec.Struct):
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _RolloutInfo(msgspec.Struct):
-    total_token_usage: _RolloutUsage | None = None
-
-
-class _RolloutPayload(msgspec.Struct):
-    type: str = ""
-    info: _RolloutInfo | None = None
-
-
-class _RolloutLine(msgspec.Struct):
-    type: str = ""
-    payload: _RolloutPayload | None = None
-
-
-_rollout_decoder = msgspec.json.Decoder(_RolloutLine)
-
-
-def codex_home(env: Mapping[str, str]) -> Path:
-    """Where Codex keeps its sessions: ``$CODEX_HOME``, else ``~/.codex``."""
-    if env.get("CODEX_HOME"):
-        return Path(env["CODEX_HOME"])
-    return Path(env.get("HOME") or Path.home()) / ".codex"
-
-
-def rollout_files(home: Path, thread_id: str) -> list[Path]:
-    """The rollout files of ``thread_id``
-    (``sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``), oldest first."""
-    return sorted((home / "sessions").glob(f"*/*/*/rollout-*-{thread_id}.jsonl"))
-
-
-def rollout_thread_total(home: Path, thread_id: str) -> ThreadTotal | None:
-    """The thread's last usage total as its rollout records it (the
-    ``event_msg`` / ``token_count`` rows), or ``None`` when there is no
-    rollout or it records no usage. Blocking: run it off the event loop."""
-    last: ThreadTotal | None = None
-    for path in rollout_files(home, thread_id):
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            _log.info("cannot read the codex rollout %s: %s", path, e.strerror)
-            continue
-        for line in data.splitlines():
-            if b"token_count" not in line:
-                continue
-            try:
-                row = decode_lossy(_rollout_decoder.decode, line)
-            except msgspec.DecodeError:
-                continue
-            payload = row.payload
-            if payload is None or payload.type != "token_count" or payload.info is None:
-                continue
-            usage = payload.info.total_token_usage
-            if usage is not None:
-                last = ThreadTotal(
-                    usage.input_tokens, usage.cached_input_tokens, usage.output_tokens
-                )
-    return last
-
-
-def _tool_name(kind: str, item: _Item) -> str:
+def _tool_name(kind: str, item: Item) -> str:
     if kind == "mcp_tool_call":
         return f"mcp__{item.server or 'unknown'}__{item.tool or 'unknown'}"
     if kind == "collab_tool_call" and item.tool:
@@ -316,7 +120,7 @@ def _tool_name(kind: str, item: _Item) -> str:
     return kind
 
 
-def _tool_input(kind: str, item: _Item) -> dict[str, Any]:
+def _tool_input(kind: str, item: Item) -> dict[str, Any]:
     if kind == "command_execution":
         return {"command": item.command or ""}
     if kind == "file_change":
@@ -339,7 +143,7 @@ def _error_message(error: Any) -> str | None:
     return None
 
 
-def _tool_result(kind: str, item: _Item) -> tuple[str, bool]:
+def _tool_result(kind: str, item: Item) -> tuple[str, bool]:
     failed = (item.status or "") in _FAILED_STATUSES
     if kind == "command_execution":
         nonzero = item.exit_code is not None and item.exit_code != 0
@@ -367,7 +171,7 @@ def _tool_result(kind: str, item: _Item) -> tuple[str, bool]:
     return "", failed
 
 
-class CodexParser:
+class CodexParser(JsonLineParser[AnyEvent]):
     """Sans-I/O parser of ``codex exec --json`` output.
 
     ``model`` is the model Weft asked for (Codex does not echo it).
@@ -379,6 +183,7 @@ class CodexParser:
     """
 
     harness = "codex"
+    session_noun = "thread"
 
     def __init__(
         self,
@@ -390,13 +195,18 @@ class CodexParser:
         ledger: ThreadUsageLedger | None = None,
         pricer: Pricer = default_pricer,
     ) -> None:
-        self._model = model
+        super().__init__(
+            model=model,
+            cwd=cwd,
+            resume_session_id=resume_session_id,
+            pricer=pricer,
+            decode=decoder.decode,
+            envelope_type=line_type,
+            known_types=KNOWN_TYPES,
+            ignored_types=IGNORED_TYPES,
+        )
         self._ledger = ledger
-        self._cwd = cwd
-        self._requested = resume_session_id
-        self._pricer = pricer
         self._last_total = baseline or ThreadTotal()
-        self._reported_ids: list[str] = []
         self._tokens = Tokens()
         self._usage_seen = False
         self._turns = 0
@@ -406,13 +216,6 @@ class CodexParser:
         self._errors: list[str] = []
         self._last_text: str | None = None
         self._open_tools: set[str] = set()
-        self.malformed_lines = 0
-        self.unknown_types = 0
-
-    @property
-    def session_id(self) -> str | None:
-        """The thread id, once Codex reported one."""
-        return self._reported_ids[-1] if self._reported_ids else None
 
     @property
     def thread_total(self) -> ThreadTotal:
@@ -425,23 +228,6 @@ class CodexParser:
         return self._tokens
 
     # -- StreamParser -----------------------------------------------------
-
-    def feed(self, line: bytes) -> list[AgentEvent]:
-        """Parse one stdout line."""
-        stripped = line.strip()
-        if not stripped.startswith(b"{"):
-            return []
-        try:
-            event = decode_lossy(_decoder.decode, stripped)
-        except msgspec.DecodeError:
-            return self._unparsed(stripped)
-        return self._dispatch(event)
-
-    def stderr(self, line: str) -> list[AgentEvent]:
-        """Nothing to add: the process layer passes each line on and keeps
-        the tail, which :meth:`finish` reads (Codex prints some fatal errors
-        only there)."""
-        return []
 
     def finish(self, end: ProcessEnd) -> list[AgentEvent]:
         """Decide the verdict (§2.5)."""
@@ -466,53 +252,30 @@ class CodexParser:
 
     # -- dispatch ------------------------------------------------------------
 
-    def _unparsed(self, line: bytes) -> list[AgentEvent]:
-        try:
-            envelope = decode_lossy(_envelope_decoder.decode, line)
-        except msgspec.DecodeError:
-            envelope = None
-        if envelope is not None and envelope.type not in _KNOWN_TYPES:
-            self.unknown_types += 1
-            _log.debug("codex: unknown event type %r ignored", envelope.type)
-            return []
-        if envelope is not None and envelope.type in _IGNORED_TYPES:
-            return []
-        self.malformed_lines += 1
-        _log.warning(
-            "codex: malformed stream line ignored: %s",
-            line[:_MALFORMED_LOG_CHARS].decode(errors="replace"),
-        )
-        return []
-
-    def _dispatch(self, event: _AnyEvent) -> list[AgentEvent]:
-        if isinstance(event, _ThreadStarted):
+    def _dispatch(self, event: AnyEvent) -> list[AgentEvent]:
+        if isinstance(event, ThreadStarted):
             return self._started(event.thread_id)
-        if isinstance(event, _ItemStarted | _ItemUpdated):
+        if isinstance(event, ItemStarted | ItemUpdated):
             return self._item_progress(event.item)
-        if isinstance(event, _ItemCompleted):
+        if isinstance(event, ItemCompleted):
             return self._item_completed(event.item)
-        if isinstance(event, _TurnCompleted):
+        if isinstance(event, TurnCompleted):
             return self._turn_completed(event.usage)
-        if isinstance(event, _TurnFailed):
+        if isinstance(event, TurnFailed):
             message = event.error.message if event.error else ""
             return self._turn_failed(message)
         return self._error(event.message)
 
     def _started(self, thread_id: str) -> list[AgentEvent]:
-        if thread_id in self._reported_ids:
+        if not self._new_session(thread_id):
             return []
-        if self._requested and thread_id != self._requested:
-            _log.warning(
-                "codex resumed thread %s but reported thread %s", self._requested, thread_id
-            )
-        self._reported_ids.append(thread_id)
         return [SessionStarted(session_id=thread_id, model=self._model, cwd=self._cwd)]
 
-    def _kind(self, item: _Item) -> str | None:
+    def _kind(self, item: Item) -> str | None:
         kind = item.type or item.item_type
         return "agent_message" if kind == "assistant_message" else kind
 
-    def _item_progress(self, item: _Item) -> list[AgentEvent]:
+    def _item_progress(self, item: Item) -> list[AgentEvent]:
         kind = self._kind(item)
         if kind in _TOOL_KINDS and item.id not in self._open_tools:
             self._open_tools.add(item.id)
@@ -523,7 +286,7 @@ class CodexParser:
             ]
         return []
 
-    def _item_completed(self, item: _Item) -> list[AgentEvent]:
+    def _item_completed(self, item: Item) -> list[AgentEvent]:
         kind = self._kind(item)
         if kind == "agent_message":
             self._last_text = item.text or ""
@@ -544,7 +307,7 @@ class CodexParser:
             _log.debug("codex: unknown item type %r ignored", kind)
         return []
 
-    def _turn_completed(self, usage: _Usage | None) -> list[AgentEvent]:
+    def _turn_completed(self, usage: Usage | None) -> list[AgentEvent]:
         events: list[AgentEvent] = []
         self._turns += 1
         if usage is not None:
@@ -642,20 +405,20 @@ class CodexParser:
         suffix = f": {tail}" if tail else ""
         if end.exit_code == 0:
             return ErrorClass.NO_RESULT, started, "codex exited 0 without ending its turn" + suffix
-        how = f"exit code {end.exit_code}" if end.exit_code is not None else f"signal {end.signal}"
+        how = exit_how(end)
         found = classify_error_text(error_lines(end.stderr_tail))
         if found is not None:
             return found[0], found[1], f"codex failed ({how}){suffix}"
         if end.exit_code == 2 and not started:
             # clap's status for a command line it refuses
             return ErrorClass.INPUT_ERROR, False, f"codex refused its arguments ({how}){suffix}"
-        if not started:
-            return (
-                ErrorClass.CRASH_BEFORE_INIT,
-                False,
-                f"codex died before starting a thread ({how}){suffix}",
-            )
-        return ErrorClass.CRASH_MID_RUN, True, f"codex died mid-turn ({how}){suffix}"
+        return crash_verdict(
+            end,
+            started=started,
+            suffix=suffix,
+            before="codex died before starting a thread",
+            mid="codex died mid-turn",
+        )
 
     def _exited(
         self,
@@ -664,29 +427,21 @@ class CodexParser:
         retriable: bool,
         message: str | None,
     ) -> SessionExited:
-        cost, source = self._cost()
-        canonical, aliases = session_ids(self._requested, self._reported_ids)
         wait = None
         if cls is not None:
             wait = retry_after_ms("\n".join([*self._errors, error_lines(end.stderr_tail)]))
-        return SessionExited(
-            ok=cls is None,
-            exit_code=end.exit_code,
-            signal=end.signal,
+        return session_exited(
+            end,
             error_class=cls,
             retriable=retriable,
             message=message,
             retry_after_ms=wait,
             result_seen=self._outcome is not None,
-            session_id=canonical,
-            session_aliases=aliases,
-            cost_usd=cost,
-            cost_source=source,
+            session=self.session_ids(),
+            cost=self._cost(),
             tokens=self._tokens,
             malformed_lines=self.malformed_lines,
             unknown_types=self.unknown_types,
-            context_exceeded=cls is ErrorClass.CONTEXT_EXCEEDED,
-            stderr_tail=end.stderr_tail,
         )
 
 
@@ -700,30 +455,6 @@ CODEX_ENV = EnvPolicy(prefixes=("CODEX_", "OPENAI_"))
 settings (``OPENAI_BASE_URL``...)."""
 
 _SHARED_LEDGER = ThreadUsageLedger()
-
-
-def with_system_prompt(spec: SessionSpec) -> str:
-    """The prompt, after ``append_system_prompt`` when there is one: Codex and
-    Gemini have no flag that adds to their system prompt, so the text goes
-    first, as instructions the user prompt follows."""
-    if not spec.append_system_prompt:
-        return spec.prompt
-    return f"{spec.append_system_prompt}\n\n{spec.prompt}"
-
-
-def warn_unsupported(name: str, spec: SessionSpec) -> None:
-    """Log the limits a CLI cannot enforce itself (Weft's own budgets still
-    apply)."""
-    if spec.max_turns is not None:
-        _log.warning(
-            "%s has no turn limit flag; max_turns=%s is not enforced", name, spec.max_turns
-        )
-    if spec.max_budget_usd is not None:
-        _log.warning(
-            "%s has no spending cap flag; max_budget_usd=%s is not enforced by the CLI",
-            name,
-            spec.max_budget_usd,
-        )
 
 
 class CodexHarness:
@@ -773,11 +504,7 @@ class CodexHarness:
 
     def env(self, spec: SessionSpec, parent: Mapping[str, str] | None = None) -> dict[str, str]:
         """The child's environment (see :func:`weft.agents.process.build_env`)."""
-        source = os.environ if parent is None else parent
-        policy = CODEX_ENV
-        if self.fake:
-            policy = EnvPolicy(prefixes=(*CODEX_ENV.prefixes, FAKE_AGENT_PREFIX))
-        return build_env(policy, spec.env, source)
+        return child_env(CODEX_ENV, spec, parent, fake=self.fake)
 
     async def baseline(self, spec: SessionSpec, env: Mapping[str, str]) -> ThreadTotal | None:
         """The usage total of the thread ``spec`` resumes: from its rollout

@@ -28,13 +28,20 @@ What shapes the parser:
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
 import msgspec
 
-from weft.agents.codex import session_ids, warn_unsupported, with_system_prompt
+from weft.agents.adapter_parts import (
+    JsonLineParser,
+    child_env,
+    crash_verdict,
+    exit_how,
+    session_exited,
+    warn_unsupported,
+    with_system_prompt,
+)
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
@@ -49,9 +56,9 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
-from weft.agents.harness import ProcessEnd, SessionSpec, decode_lossy, stopped_verdict
+from weft.agents.harness import ProcessEnd, SessionSpec, stopped_verdict
 from weft.agents.pricing import Pricer, default_pricer
-from weft.agents.process import FAKE_AGENT_PREFIX, EnvPolicy, SubprocessSession, build_env, spawn
+from weft.agents.process import EnvPolicy, SubprocessSession, spawn
 from weft.agents.vendor_errors import (
     classify_error_text,
     default_retriable,
@@ -94,8 +101,6 @@ _EXIT_HINTS: dict[int, str] = {
         "or trust the folder"
     ),
 }
-
-_MALFORMED_LOG_CHARS = 200
 
 
 # --------------------------------------------------------------------------
@@ -173,6 +178,10 @@ _decoder = msgspec.json.Decoder(_AnyEvent)
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 
 
+def _line_type(line: bytes) -> str:
+    return _envelope_decoder.decode(line).type
+
+
 def stats_tokens(stats: _ModelStats) -> Tokens:
     """Weft's token shape for one Gemini stats block: ``input`` is the
     uncached input, ``cache_read`` the cached part, and the output includes
@@ -193,7 +202,7 @@ def _text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-class GeminiParser:
+class GeminiParser(JsonLineParser[_AnyEvent]):
     """Sans-I/O parser of ``gemini --output-format stream-json`` output.
 
     ``model`` is the model Weft asked for; it prices the run when the CLI does
@@ -210,11 +219,15 @@ class GeminiParser:
         resume_session_id: str | None = None,
         pricer: Pricer = default_pricer,
     ) -> None:
-        self._model = model
-        self._cwd = cwd
-        self._requested = resume_session_id
-        self._pricer = pricer
-        self._reported_ids: list[str] = []
+        super().__init__(
+            model=model,
+            cwd=cwd,
+            resume_session_id=resume_session_id,
+            pricer=pricer,
+            decode=_decoder.decode,
+            envelope_type=_line_type,
+            known_types=_KNOWN_TYPES,
+        )
         self._chunks: list[str] = []
         self._messages = 0
         self._last_text: str | None = None
@@ -224,34 +237,8 @@ class GeminiParser:
         self._tokens = Tokens()
         self._cost: float | None = None
         self._cost_source = CostSource.UNPRICED
-        self.malformed_lines = 0
-        self.unknown_types = 0
-
-    @property
-    def session_id(self) -> str | None:
-        """The session id, once Gemini reported one."""
-        return self._reported_ids[-1] if self._reported_ids else None
 
     # -- StreamParser -----------------------------------------------------
-
-    def feed(self, line: bytes) -> list[AgentEvent]:
-        """Parse one stdout line (plain-text lines such as the YOLO banner are
-        skipped)."""
-        stripped = line.strip()
-        if not stripped.startswith(b"{"):
-            return []
-        try:
-            event = decode_lossy(_decoder.decode, stripped)
-        except msgspec.DecodeError:
-            self._unparsed(stripped)
-            return []
-        return self._dispatch(event)
-
-    def stderr(self, line: str) -> list[AgentEvent]:
-        """Nothing to add: the process layer passes each line on and keeps
-        the tail, which :meth:`finish` reads (Gemini prints some fatal errors
-        only there)."""
-        return []
 
     def finish(self, end: ProcessEnd) -> list[AgentEvent]:
         """Decide the verdict (§6 rule 6)."""
@@ -276,21 +263,6 @@ class GeminiParser:
         return [*events, self._exited(end, *self._no_result_verdict(end))]
 
     # -- dispatch ------------------------------------------------------------
-
-    def _unparsed(self, line: bytes) -> None:
-        try:
-            envelope = decode_lossy(_envelope_decoder.decode, line)
-        except msgspec.DecodeError:
-            envelope = None
-        if envelope is not None and envelope.type not in _KNOWN_TYPES:
-            self.unknown_types += 1
-            _log.debug("gemini: unknown event type %r ignored", envelope.type)
-            return
-        self.malformed_lines += 1
-        _log.warning(
-            "gemini: malformed stream line ignored: %s",
-            line[:_MALFORMED_LOG_CHARS].decode(errors="replace"),
-        )
 
     def _dispatch(self, event: _AnyEvent) -> list[AgentEvent]:
         if isinstance(event, _Message):
@@ -317,15 +289,8 @@ class GeminiParser:
         return events
 
     def _started(self, event: _Init) -> list[AgentEvent]:
-        if event.session_id in self._reported_ids:
+        if not self._new_session(event.session_id):
             return []
-        if self._requested and event.session_id != self._requested:
-            _log.warning(
-                "gemini resumed session %s but reported session %s",
-                self._requested,
-                event.session_id,
-            )
-        self._reported_ids.append(event.session_id)
         return [
             SessionStarted(
                 session_id=event.session_id, model=event.model or self._model, cwd=self._cwd
@@ -440,7 +405,7 @@ class GeminiParser:
         suffix = f": {tail}" if tail else ""
         if end.exit_code == 0:
             return ErrorClass.NO_RESULT, started, "gemini exited 0 without a result" + suffix
-        how = f"exit code {end.exit_code}" if end.exit_code is not None else f"signal {end.signal}"
+        how = exit_how(end)
         found = classify_error_text("\n".join([*self._warnings, error_lines(end.stderr_tail)]))
         if found is not None and found[0] is ErrorClass.CANNOT_RESUME:
             # An unknown --resume id exits 42 like any input error; the
@@ -452,16 +417,12 @@ class GeminiParser:
             return cls, default_retriable(cls), f"{hint} ({how}){suffix}"
         if found is not None:
             return found[0], found[1], f"gemini failed ({how}){suffix}"
-        if not started:
-            return (
-                ErrorClass.CRASH_BEFORE_INIT,
-                False,
-                f"gemini died before starting a session ({how}){suffix}",
-            )
-        return (
-            ErrorClass.CRASH_MID_RUN,
-            True,
-            f"gemini died mid-run without a result ({how}){suffix}",
+        return crash_verdict(
+            end,
+            started=started,
+            suffix=suffix,
+            before="gemini died before starting a session",
+            mid="gemini died mid-run without a result",
         )
 
     def _exited(
@@ -471,29 +432,22 @@ class GeminiParser:
         retriable: bool,
         message: str | None,
     ) -> SessionExited:
-        canonical, aliases = session_ids(self._requested, self._reported_ids)
         wait = None
         if cls is not None:
             errors = self._result.errors if self._result is not None else self._warnings
             wait = retry_after_ms("\n".join([*errors, error_lines(end.stderr_tail)]))
-        return SessionExited(
-            ok=cls is None,
-            exit_code=end.exit_code,
-            signal=end.signal,
+        return session_exited(
+            end,
             error_class=cls,
             retriable=retriable,
             message=message,
             retry_after_ms=wait,
             result_seen=self._result is not None,
-            session_id=canonical,
-            session_aliases=aliases,
-            cost_usd=self._cost,
-            cost_source=self._cost_source,
+            session=self.session_ids(),
+            cost=(self._cost, self._cost_source),
             tokens=self._tokens,
             malformed_lines=self.malformed_lines,
             unknown_types=self.unknown_types,
-            context_exceeded=cls is ErrorClass.CONTEXT_EXCEEDED,
-            stderr_tail=end.stderr_tail,
         )
 
 
@@ -570,11 +524,7 @@ class GeminiHarness:
 
     def env(self, spec: SessionSpec, parent: Mapping[str, str] | None = None) -> dict[str, str]:
         """The child's environment (see :func:`weft.agents.process.build_env`)."""
-        source = os.environ if parent is None else parent
-        policy = GEMINI_ENV
-        if self.fake:
-            policy = EnvPolicy(prefixes=(*GEMINI_ENV.prefixes, FAKE_AGENT_PREFIX))
-        return build_env(policy, spec.env, source)
+        return child_env(GEMINI_ENV, spec, parent, fake=self.fake)
 
     def parser(self, spec: SessionSpec) -> GeminiParser:
         """A parser for one session of ``spec``."""

@@ -1,10 +1,14 @@
-"""Error classification for the CLIs that only give free text: Codex and Gemini.
+"""Error classification from error text, for every adapter.
 
-They report failures as sentences (an HTTP status at best), so the class is
-found by words: first the phrases only Codex and Gemini use, then the
-vocabulary of API errors the Claude adapter already knows (one place for rate
-limits, billing, auth, 5xx...), then the transport errors Codex names in its
-own words. Retry-After waits are read from the same texts.
+The API vocabulary (:func:`classify_api_error`, :func:`parse_retry_after`)
+is shared by all three adapters: rate limits, billing, auth, 5xx... in the
+order of reference hankweave-runtime §6.6. Claude reads it after its own
+structured fields (error code, HTTP status).
+
+Codex and Gemini report failures as sentences (an HTTP status at best), so
+:func:`classify_error_text` finds the class by words: first the phrases only
+Codex and Gemini use, then the API vocabulary, then the transport errors Codex
+names in its own words. Retry-After waits are read from the same texts.
 """
 
 from __future__ import annotations
@@ -12,8 +16,105 @@ from __future__ import annotations
 import math
 import re
 
-from weft.agents import claude
 from weft.agents.events import ErrorClass
+
+# -- the API vocabulary (reference hankweave-runtime §6.5, §6.6) ----------------------------
+
+_RATE = re.compile(r"rate[ _-]?limit|too many requests", re.I)
+_BILLING = re.compile(
+    r"billing|credit|insufficient|quota|available balance|out of budget|usage limit", re.I
+)
+_CLOUD_AUTH = re.compile(
+    r"accessdenied|unrecognizedclient|invalidsignature|expiredtoken|sso session"
+    r"|could not load credentials|sts:assumerole",
+    re.I,
+)
+_CLOUD_MODEL = re.compile(r"on-demand throughput|invalid model identifier|resourcenotfound", re.I)
+_TIMEOUT = re.compile(r"timeout|timed out", re.I)
+_AUTH = re.compile(
+    r"\b40[13]\b|authenticat|unauthori[sz]ed|forbidden|api[ _-]?key|oauth|/login", re.I
+)
+_INVALID = re.compile(r"invalid_request|validationexception|\b400\b", re.I)
+_BARE_429 = re.compile(r"\b429\b")
+_TRANSPORT = re.compile(
+    r"econnreset|econnrefused|econnaborted|epipe|etimedout|enotfound|eai_again|socket"
+    r"|fetch failed|connection (?:reset|closed|error)|stream terminated|network"
+    r"|unable to connect",
+    re.I,
+)
+_OVERLOADED = re.compile(r"\b5\d\d\b|overloaded", re.I)
+# Also how Claude tells a context error from other API errors in a result line.
+CONTEXT_TEXT = re.compile(
+    r"output token maximum|prompt is too long|context_length_exceeded|maximum context length",
+    re.I,
+)
+_API_RETRY_AFTER = (
+    (re.compile(r"retry-after-ms\W{0,3}(\d+(?:\.\d+)?)", re.I), 1.0),
+    (
+        re.compile(
+            r"retry[- ]after\W{0,3}(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I
+        ),
+        0,
+    ),
+    (re.compile(r"try again in\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
+    (re.compile(r"\bwait\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
+)
+
+
+def classify_api_error(text: str) -> tuple[ErrorClass, bool] | None:
+    """The class and retriability an API error message names (first match
+    wins, in the order of reference hankweave-runtime §6.6), or ``None``."""
+    if _RATE.search(text):
+        return ErrorClass.RATE_LIMIT, True
+    if _BILLING.search(text):
+        return ErrorClass.BILLING, False
+    if _CLOUD_AUTH.search(text):
+        return ErrorClass.AUTH, False
+    if _CLOUD_MODEL.search(text):
+        return ErrorClass.API_ERROR, False
+    if _TIMEOUT.search(text):
+        return ErrorClass.API_ERROR, True
+    if _AUTH.search(text):
+        return ErrorClass.AUTH, False
+    if CONTEXT_TEXT.search(text):
+        return ErrorClass.CONTEXT_EXCEEDED, False
+    if _INVALID.search(text):
+        return ErrorClass.API_ERROR, False
+    if _BARE_429.search(text):
+        return ErrorClass.RATE_LIMIT, True
+    if _TRANSPORT.search(text):
+        return ErrorClass.API_ERROR, True
+    if _OVERLOADED.search(text):
+        return ErrorClass.OVERLOADED, True
+    return None
+
+
+def parse_retry_after(text: str) -> int | None:
+    """A retry delay named in an error message, in milliseconds:
+    ``retry-after-ms: 1500``, ``retry after 30 s``, ``try again in 2 minutes``,
+    ``wait 10 seconds`` (a bare number is seconds)."""
+    for pattern, fixed in _API_RETRY_AFTER:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        value = float(m.group(1))
+        if fixed:
+            return int(value * fixed)
+        return int(value * _unit_ms(m.group(2)))
+    return None
+
+
+def _unit_ms(unit: str | None) -> float:
+    """Milliseconds in one ``unit`` of a retry delay (a bare number is seconds)."""
+    unit = (unit or "s").lower()
+    if unit.startswith(("ms", "milli")):
+        return 1.0
+    if unit.startswith("m"):
+        return 60_000.0
+    return 1000.0
+
+
+# -- Codex and Gemini ------------------------------------------------------------------------
 
 _VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
     (
@@ -119,7 +220,7 @@ def classify_error_text(text: str) -> tuple[ErrorClass, bool] | None:
     for cls, retriable, pattern in _VENDOR_FIRST:
         if pattern.search(text):
             return cls, retriable
-    found = claude.classify_error_text(text)
+    found = classify_api_error(text)
     if found is not None:
         return found
     for cls, retriable, pattern in _VENDOR_LAST:
@@ -134,7 +235,7 @@ def retry_after_ms(text: str) -> int | None:
     in milliseconds."""
     match = _RETRY_AFTER.search(text)
     if match is None or not any(match.group("h", "m", "n")):
-        return claude.parse_retry_after(text)
+        return parse_retry_after(text)
     hours, minutes, number = match.group("h", "m", "n")
     total = 0.0
     if hours is not None:
@@ -142,14 +243,7 @@ def retry_after_ms(text: str) -> int | None:
     if minutes is not None:
         total += int(minutes) * 60_000
     if number is not None:
-        unit = (match.group("unit") or "s").lower()
-        if unit.startswith(("ms", "milli")):
-            scale = 1.0
-        elif unit.startswith("m"):
-            scale = 60_000.0
-        else:
-            scale = 1000.0
-        total += float(number) * scale
+        total += float(number) * _unit_ms(match.group("unit"))
     return math.ceil(total)
 
 
@@ -183,9 +277,12 @@ def error_lines(text: str) -> str:
 
 
 __all__ = [
+    "CONTEXT_TEXT",
+    "classify_api_error",
     "classify_error_text",
     "default_retriable",
     "error_lines",
     "last_line",
+    "parse_retry_after",
     "retry_after_ms",
 ]

@@ -1,0 +1,558 @@
+"""The parser of Claude Code's stream-json output (reference agent-cli-protocols §1, §4-§6).
+
+:class:`ClaudeParser` turns its NDJSON stdout into :mod:`weft.agents.events`:
+
+* **Decoding.** One msgspec decode per line into a tagged union of Structs;
+  fields Weft does not use (``tool_use_result``, ``slash_commands``, ...) are
+  skipped by the decoder without building Python objects. Unknown ``type``
+  values are counted, corrupt lines counted and logged, never fatal.
+* **Session ids** come only from the top-level ``session_id`` of ``system/init``
+  and ``result`` lines, never from nested content an agent could write. With
+  ``--resume`` the canonical id follows the alias rule of §1.6, checking which
+  transcript exists under ``$CLAUDE_CONFIG_DIR/projects/<sanitized cwd>/``.
+* **Usage** on ``assistant`` lines is a snapshot repeated once per content
+  block: it is max-merged per ``message.id`` and only the growth is reported
+  (:class:`~weft.agents.events.UsageDelta`, priced per request so the
+  long-context tier applies). The ``result`` line is authoritative.
+* **Cost** is this process's spend: the sum of
+  ``model_usage_since_last_result[*].costUSD`` when the line has that field
+  (2.1.330 reports ``total_cost_usd`` and ``modelUsage`` cumulatively over a
+  resumed session, so taking them would bill earlier codons again), else
+  ``total_cost_usd`` (``cost_usd`` in old builds), else the sum of
+  ``modelUsage[*].costUSD``, else computed from ``modelUsage`` (or ``usage``)
+  with the pricing table, else the live estimate.
+* **Verdict** (§1.7): a result line wins over the exit code; it is classified
+  by ``subtype`` before ``is_error``, then by the synthetic assistant's error
+  code, ``api_error_status`` and the error text. Without a result, the exit
+  decides: crash before or after init, or exit 0 without a result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+import msgspec
+
+from weft.agents import pricing
+from weft.agents.adapter_parts import session_exited
+from weft.agents.claude_cost import result_cost
+from weft.agents.claude_transcripts import transcript_path
+from weft.agents.claude_verdict import (
+    API_ERROR_CODES,
+    INPUT_ERRORS,
+    LOGIN,
+    NO_CONVERSATION,
+    exit_verdict,
+    first_retry_after,
+    status_class,
+    stderr_verdict,
+)
+from weft.agents.claude_wire import (
+    KNOWN_TYPES,
+    Assistant,
+    Result,
+    StreamEvent,
+    System,
+    Usage,
+    User,
+    as_dict,
+    decode_envelope,
+    decode_line,
+    result_text,
+)
+from weft.agents.events import (
+    AgentEvent,
+    AssistantText,
+    CostSource,
+    ErrorClass,
+    RetryNotice,
+    SessionResult,
+    SessionStarted,
+    Thinking,
+    Tokens,
+    ToolResult,
+    ToolUse,
+    UsageDelta,
+)
+from weft.agents.harness import ProcessEnd, decode_lossy, stopped_verdict
+from weft.agents.vendor_errors import (
+    CONTEXT_TEXT,
+    classify_api_error,
+    default_retriable,
+)
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_MODEL = "<synthetic>"
+_USAGE_WINDOW = 1024
+"""Messages whose usage maxima are kept for de-duplication."""
+
+
+# -- the parser ----------------------------------------------------------------------------
+
+
+class _MessageUsage:
+    """Per-message maxima of a usage snapshot (§1.5)."""
+
+    __slots__ = ("cost_nanos", "last", "model", "tokens")
+
+    def __init__(self, model: str | None) -> None:
+        self.model = model
+        self.tokens = Tokens()
+        self.cost_nanos: int | None = 0
+        self.last: Usage | None = None
+
+
+class ClaudeParser:
+    """Sans-I/O parser of ``claude -p --output-format stream-json`` output."""
+
+    def __init__(
+        self,
+        *,
+        cwd: Path | None = None,
+        config_dir: Path | None = None,
+        resume_session_id: str | None = None,
+        at: dt.date | None = None,
+        table: pricing.PricingTable | None = None,
+    ) -> None:
+        self._cwd = cwd
+        self._config_dir = config_dir
+        self._requested = resume_session_id
+        # One date per session: cost lookups then hit the table's cache.
+        self._at = at or dt.datetime.now(dt.UTC).date()
+        self._table = table or pricing.default_table()
+        self.session_id: str | None = None
+        """The id of the first ``system/init``."""
+        self.reported_ids: list[str] = []
+        self.model: str | None = None
+        self.malformed = 0
+        self.unknown_types = 0
+        self._usage: dict[str, _MessageUsage] = {}
+        """The latest messages' usage maxima (bounded: a message's blocks come
+        together, so old entries are never needed again)."""
+        self._estimate_tokens = Tokens()
+        self._estimate_nanos: int | None = 0
+        self._priced_model: str | None = None
+        self._sse_message_id: str | None = None
+        self._result: Result | None = None
+        self._result_event: SessionResult | None = None
+        self._api_error: str | None = None
+        self._api_error_text: str | None = None
+        self._context_exceeded = False
+        """Any sign of exhaustion, automatic compaction included (§6.5)."""
+        self._context_error = False
+        """An error that says the context ran out (not a compaction)."""
+        self._stderr_notes: list[str] = []
+
+    # -- StreamParser --
+
+    def feed(self, line: bytes) -> list[AgentEvent]:
+        """Parse one stdout line."""
+        if line[:1] != b"{":
+            line = line.strip()
+            if line[:1] != b"{":
+                return []  # blank, or text such as "[SandboxDebug] ..."
+        try:
+            msg = decode_lossy(decode_line, line)
+        except msgspec.ValidationError as e:
+            return self._odd_line(line, e)
+        except msgspec.DecodeError as e:
+            self.malformed += 1
+            log.warning("corrupt stream-json line (%s): %.200r", e, line)
+            return []
+        kind = type(msg)
+        if kind is Assistant:
+            return self._assistant(msg)
+        if kind is User:
+            return self._user(msg)
+        if kind is StreamEvent:
+            return self._stream_event(msg)
+        if kind is System:
+            return self._system(msg)
+        if kind is Result:
+            return self._on_result(msg)
+        return []
+
+    def stderr(self, line: str) -> list[AgentEvent]:
+        """Keep the stderr lines that decide a verdict without a result."""
+        if (
+            NO_CONVERSATION.search(line) or INPUT_ERRORS.search(line) or LOGIN.search(line)
+        ) and len(self._stderr_notes) < 20:
+            self._stderr_notes.append(line.strip())
+        return []
+
+    def finish(self, end: ProcessEnd) -> list[AgentEvent]:
+        """The verdict (§1.7)."""
+        session_id, aliases = self._canonical_id()
+        result = self._result
+        if result is not None and self._result_event is not None:
+            ev = self._result_event
+            ok = ev.ok
+            if ok and end.exit_code != 0:
+                log.warning(
+                    "claude reported success but exited with %s; the result wins",
+                    end.exit_code if end.exit_code is not None else f"signal {end.signal}",
+                )
+            if ok:
+                error_class, retriable, message = None, False, None
+            elif end.stopped is not None:
+                error_class, retriable, message = stopped_verdict(end.stopped)
+            else:
+                error_class, retriable = ev.error_class or ErrorClass.ERROR_RESULT, False
+                retriable = self._retriable(error_class, ev)
+                message = self._result_message(result)
+            texts = [result.result or "", *map(str, result.errors), self._api_error_text or ""]
+            return [
+                session_exited(
+                    end,
+                    error_class=error_class,
+                    retriable=retriable,
+                    message=message,
+                    retry_after_ms=None if ok else first_retry_after(texts, end.stderr_tail),
+                    result_seen=True,
+                    session=(session_id, aliases),
+                    cost=(ev.cost_usd, ev.cost_source),
+                    tokens=ev.tokens,
+                    malformed_lines=self.malformed,
+                    unknown_types=self.unknown_types,
+                    context_exceeded=self._context_exceeded,
+                )
+            ]
+        error_class, retriable, message = self._no_result_verdict(end)
+        cost, source, tokens = self._estimate()
+        return [
+            session_exited(
+                end,
+                error_class=error_class,
+                retriable=retriable,
+                message=message,
+                retry_after_ms=first_retry_after(
+                    [self._api_error_text or "", *self._stderr_notes], end.stderr_tail
+                ),
+                result_seen=False,
+                session=(session_id, aliases),
+                cost=(cost, source),
+                tokens=tokens,
+                malformed_lines=self.malformed,
+                unknown_types=self.unknown_types,
+                context_exceeded=self._context_exceeded,
+            )
+        ]
+
+    # -- line kinds --
+
+    def _odd_line(self, line: bytes, error: msgspec.ValidationError) -> list[AgentEvent]:
+        try:
+            kind = decode_envelope(line).type
+        except msgspec.MsgspecError:
+            kind = None
+        if isinstance(kind, str) and kind not in KNOWN_TYPES:
+            self.unknown_types += 1
+            log.debug("ignoring stream-json type %r", kind)
+        else:
+            self.malformed += 1
+            log.warning("stream-json line of an unexpected shape (%s): %.200r", error, line)
+        return []
+
+    def _system(self, msg: System) -> list[AgentEvent]:
+        sub = msg.subtype
+        if sub == "init":
+            sid = msg.session_id
+            if not sid:
+                self.malformed += 1
+                log.warning("system/init line without a session_id")
+                return []
+            if sid not in self.reported_ids:
+                self.reported_ids.append(sid)
+            if msg.model:
+                self.model = msg.model
+            if self.session_id is not None:
+                return []  # a later init (after compaction): recorded as an alias
+            self.session_id = sid
+            return [
+                SessionStarted(
+                    session_id=sid,
+                    model=msg.model,
+                    cwd=msg.cwd,
+                    tools=[t if isinstance(t, str) else str(t) for t in msg.tools],
+                    agent_version=msg.claude_code_version,
+                )
+            ]
+        if sub == "api_retry":
+            error = msg.error if isinstance(msg.error, str) else None
+            delay = msg.retry_delay_ms
+            return [
+                RetryNotice(
+                    attempt=msg.attempt or 0,
+                    max_retries=msg.max_retries,
+                    delay_ms=int(delay) if delay is not None else None,
+                    error=error,
+                    status=msg.error_status,
+                )
+            ]
+        if sub == "compact_boundary":
+            meta = msg.compact_metadata
+            if meta is not None and meta.trigger != "manual":
+                self._context_exceeded = True
+        return []
+
+    def _assistant(self, msg: Assistant) -> list[AgentEvent]:
+        message = msg.message
+        mid = message.id
+        sub = msg.parent_tool_use_id is not None
+        events: list[AgentEvent] = []
+        if message.model == SYNTHETIC_MODEL:
+            self._synthetic(msg)
+        content = message.content
+        if isinstance(content, list):
+            for block in content:
+                kind = block.type
+                if kind == "text":
+                    if block.text is not None:
+                        events.append(AssistantText(text=block.text, message_id=mid, subagent=sub))
+                elif kind == "tool_use":
+                    events.append(
+                        ToolUse(
+                            tool_use_id=block.id or "",
+                            name=block.name or "",
+                            input=as_dict(block.input),
+                            message_id=mid,
+                            subagent=sub,
+                        )
+                    )
+                elif kind == "thinking" and block.thinking:
+                    events.append(Thinking(text=block.thinking, message_id=mid, subagent=sub))
+        if message.usage is not None and mid is not None:
+            delta = self._usage_delta(mid, message.model, message.usage)
+            if delta is not None:
+                events.append(delta)
+        return events
+
+    def _synthetic(self, msg: Assistant) -> None:
+        content = msg.message.content
+        texts = [b.text for b in content if b.text] if isinstance(content, list) else [content]
+        text = "\n".join(t for t in texts if t)
+        if msg.error:
+            self._api_error = msg.error
+        if text:
+            self._api_error_text = text
+            stripped = text.strip()
+            if stripped == "API Error: terminated" or (
+                "exceeded the" in text and "output token maximum" in text
+            ):
+                self._context_exceeded = self._context_error = True
+
+    def _usage_delta(self, mid: str, model: str | None, usage: Usage) -> UsageDelta | None:
+        entry = self._usage.get(mid)
+        if entry is None:
+            # The first snapshot of a message (the common case): all of it is new.
+            if len(self._usage) >= _USAGE_WINDOW:
+                del self._usage[next(iter(self._usage))]
+            entry = self._usage[mid] = _MessageUsage(model)
+            if model and model != SYNTHETIC_MODEL:
+                self._priced_model = model
+            new = tokens = usage.tokens()
+            if tokens.total == 0 and tokens.cache_creation_1h == 0:
+                entry.last = usage
+                return None
+            old_cost: int | None = 0
+        else:
+            if usage == entry.last:
+                return None  # the same snapshot, repeated for the next content block
+            old = entry.tokens
+            split = usage.cache_creation
+            new = Tokens(
+                input=max(old.input, usage.input_tokens),
+                output=max(old.output, usage.output_tokens),
+                cache_creation=max(old.cache_creation, usage.cache_creation_input_tokens),
+                cache_read=max(old.cache_read, usage.cache_read_input_tokens),
+                cache_creation_1h=max(
+                    old.cache_creation_1h, split.ephemeral_1h_input_tokens if split else 0
+                ),
+            )
+            entry.last = usage
+            if new == old:
+                return None
+            tokens = Tokens(
+                input=new.input - old.input,
+                output=new.output - old.output,
+                cache_creation=new.cache_creation - old.cache_creation,
+                cache_read=new.cache_read - old.cache_read,
+                cache_creation_1h=new.cache_creation_1h - old.cache_creation_1h,
+            )
+            old_cost = entry.cost_nanos
+        entry.last = usage
+        entry.tokens = new
+        if model is None:
+            entry.cost_nanos = None
+        else:
+            entry.cost_nanos = self._table.cost_nanos(model, new, self._at, per_request=True)
+        if entry.cost_nanos is None or old_cost is None:
+            delta_cost = None
+            self._estimate_nanos = None
+        else:
+            delta_nanos = entry.cost_nanos - old_cost
+            delta_cost = delta_nanos / 1e9
+            if self._estimate_nanos is not None:
+                self._estimate_nanos += delta_nanos
+        self._estimate_tokens = self._estimate_tokens + tokens
+        return UsageDelta(model=model, tokens=tokens, cost_usd=delta_cost, message_id=mid)
+
+    def _user(self, msg: User) -> list[AgentEvent]:
+        content = msg.message.content
+        if not isinstance(content, list):
+            return []  # a replayed prompt
+        sub = msg.parent_tool_use_id is not None
+        return [
+            ToolResult(
+                tool_use_id=block.tool_use_id or "",
+                content=result_text(block.content),
+                is_error=bool(block.is_error),
+                subagent=sub,
+            )
+            for block in content
+            if block.type == "tool_result"
+        ]
+
+    def _stream_event(self, msg: StreamEvent) -> list[AgentEvent]:
+        event = msg.event
+        if event.type == "content_block_delta":
+            delta = event.delta
+            if delta is not None and delta.type == "text_delta" and delta.text:
+                return [
+                    AssistantText(
+                        text=delta.text,
+                        message_id=self._sse_message_id,
+                        partial=True,
+                        subagent=msg.parent_tool_use_id is not None,
+                    )
+                ]
+        elif event.type == "message_start" and event.message is not None:
+            self._sse_message_id = event.message.id
+        return []
+
+    def _on_result(self, r: Result) -> list[AgentEvent]:
+        self._result = r
+        if r.session_id and r.session_id not in self.reported_ids:
+            self.reported_ids.append(r.session_id)
+        ok = r.subtype == "success" and not r.is_error
+        texts = [r.result or "", *map(str, r.errors)]
+        if r.is_error and any(CONTEXT_TEXT.search(t) for t in texts):
+            self._context_exceeded = self._context_error = True
+        error_class = None if ok else self._result_class(r)
+        cost, source, tokens, per_model = result_cost(
+            r,
+            model=self.model,
+            fallback_model=self._priced_model,
+            table=self._table,
+            at=self._at,
+        )
+        event = SessionResult(
+            ok=ok,
+            subtype=r.subtype or None,
+            is_error=r.is_error,
+            text=r.result,
+            errors=[str(e) for e in r.errors],
+            session_id=r.session_id,
+            cost_usd=cost,
+            cost_source=source,
+            tokens=tokens,
+            model_usage=per_model,
+            num_turns=r.num_turns,
+            duration_ms=r.duration_ms,
+            error_class=error_class,
+            context_exceeded=self._context_exceeded,
+        )
+        self._result_event = event
+        return [event]
+
+    # -- verdict helpers --
+
+    def _result_class(self, r: Result) -> ErrorClass:
+        sub = r.subtype
+        if sub == "error_max_turns":
+            return ErrorClass.MAX_TURNS
+        if sub == "error_max_budget_usd":
+            return ErrorClass.BUDGET
+        errors = [str(e) for e in r.errors]
+        if any(NO_CONVERSATION.search(e) for e in errors):
+            return ErrorClass.CANNOT_RESUME
+        if self._context_error or r.terminal_reason == "blocking_limit":
+            return ErrorClass.CONTEXT_EXCEEDED
+        if sub == "error_max_structured_output_retries":
+            return ErrorClass.ERROR_RESULT
+        found = self._api_class(r)
+        if found is not None:
+            return found[0]
+        if sub == "success":  # is_error with a success subtype: a disguised API error
+            return ErrorClass.API_ERROR
+        return ErrorClass.ERROR_RESULT
+
+    def _api_class(self, r: Result) -> tuple[ErrorClass, bool] | None:
+        if self._api_error is not None and self._api_error in API_ERROR_CODES:
+            return API_ERROR_CODES[self._api_error]
+        if r.api_error_status is not None:
+            by_status = status_class(r.api_error_status)
+            if by_status is not None:
+                return by_status
+        for text in (self._api_error_text, r.result, *map(str, r.errors)):
+            if text:
+                found = classify_api_error(text)
+                if found is not None:
+                    return found
+        return None
+
+    def _retriable(self, error_class: ErrorClass, ev: SessionResult) -> bool:
+        if error_class is ErrorClass.API_ERROR:
+            assert self._result is not None
+            found = self._api_class(self._result)
+            return found[1] if found is not None else True
+        return default_retriable(error_class)
+
+    def _result_message(self, r: Result) -> str:
+        for text in (*map(str, r.errors), r.result, self._api_error_text):
+            if text:
+                return text
+        if r.subtype == "error_max_turns":
+            return "claude reached its maximum number of turns (--max-turns)"
+        if r.subtype == "error_max_budget_usd":
+            return "claude reached its spending cap (--max-budget-usd)"
+        return f"claude ended with result {r.subtype or '(no subtype)'}"
+
+    def _no_result_verdict(self, end: ProcessEnd) -> tuple[ErrorClass, bool, str]:
+        if end.stopped is not None:
+            return stopped_verdict(end.stopped)
+        found = stderr_verdict(" ".join(self._stderr_notes) + "\n" + end.stderr_tail)
+        if found is not None:
+            return found
+        if self._context_error:
+            return ErrorClass.CONTEXT_EXCEEDED, False, self._api_error_text or "context exceeded"
+        return exit_verdict(end, started=self.session_id is not None)
+
+    def _canonical_id(self) -> tuple[str | None, list[str]]:
+        chain: list[str] = []
+        for sid in (self._requested, *self.reported_ids):
+            if sid and sid not in chain:
+                chain.append(sid)
+        if not self.reported_ids:
+            return self._requested, chain
+        latest = self.reported_ids[-1]
+        candidates = [latest]
+        if self._requested and self._requested != latest:
+            candidates.append(self._requested)
+        elif len(self.reported_ids) > 1:
+            candidates.extend(reversed(self.reported_ids[:-1]))
+        if len(candidates) > 1 and self._cwd is not None and self._config_dir is not None:
+            for sid in candidates:
+                if transcript_path(self._config_dir, self._cwd, sid) is not None:
+                    return sid, chain
+        return latest, chain
+
+    # -- cost --
+
+    def _estimate(self) -> tuple[float | None, CostSource, Tokens]:
+        if self._estimate_nanos is None:
+            return None, CostSource.UNPRICED, self._estimate_tokens
+        return self._estimate_nanos / 1e9, CostSource.ESTIMATE, self._estimate_tokens
