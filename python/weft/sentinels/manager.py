@@ -86,6 +86,7 @@ from weft.sentinels.outputs import (
 )
 from weft.sentinels.providers import (
     LlmRequest,
+    LlmResponse,
     Message,
     Provider,
     ProviderError,
@@ -465,10 +466,47 @@ class SentinelManager:
         }
 
     async def _process(self, sentinel: _Sentinel, trigger: Trigger) -> None:
+        """One trigger of one sentinel: render, call the model, check and write
+        the output, report it. Each failure ends the trigger with its reason."""
+        self._announce(sentinel, trigger)
+        try:
+            context = self._context(trigger)
+            system = sentinel.system.render(context) if sentinel.system else None
+            user = sentinel.user.render(context)
+        except TemplateError as e:
+            await self._failed(sentinel, trigger, "template-render-failed", str(e), fatal=True)
+            return
+        messages = (*sentinel.history, Message("user", user))
+        called_at = self._clock()
+        try:
+            response = await sentinel.provider.complete(_request(sentinel, messages, system))
+        except ProviderError as e:
+            self._count_call(sentinel, called_at, failed=True, cost=0.0)
+            fatal = e.kind in _FATAL_PROVIDER_ERRORS
+            await self._failed(
+                sentinel, trigger, "llm-call-failed", str(e), fatal=fatal, retriable=e.retriable
+            )
+            return
+        cost = price(sentinel.model_id, response.model, response.tokens) or 0.0
+        content = await self._checked(sentinel, trigger, response, called_at, cost)
+        if content is _REFUSED:
+            return
+        self._count_call(sentinel, called_at, failed=False, cost=cost)
+        if not await self._write(sentinel, trigger, content, called_at, cost, response):
+            return
+        if sentinel.config.conversational is not None:
+            sentinel.history = _trim(
+                [*messages, Message("assistant", response.text)], sentinel.config
+            )
+            await self._save_history(sentinel)
+        sentinel.failures = 0
+        self._report_output(sentinel, trigger, content, cost, response)
+        self._states_changed()
+
+    def _announce(self, sentinel: _Sentinel, trigger: Trigger) -> None:
+        """Counts the trigger and says so (``sentinel.triggered``) when asked to."""
         state = sentinel.state
-        sentinel.state = state = msgspec.structs.replace(
-            state, total_triggers=state.total_triggers + 1
-        )
+        sentinel.state = msgspec.structs.replace(state, total_triggers=state.total_triggers + 1)
         if sentinel.reports("triggers"):
             self._emit(
                 SentinelTriggered(
@@ -480,63 +518,44 @@ class SentinelManager:
                     queue_size=self._engine.pending(sentinel.id),
                 )
             )
-        context = self._context(trigger)
-        try:
-            system = sentinel.system.render(context) if sentinel.system else None
-            user = sentinel.user.render(context)
-        except TemplateError as e:
-            await self._failed(sentinel, trigger, "template-render-failed", str(e), fatal=True)
-            return
-        params = sentinel.config.llm_params
-        messages = (*sentinel.history, Message("user", user))
-        request = LlmRequest(
-            model=sentinel.model,
-            messages=messages,
-            system=system,
-            temperature=params.temperature if params else 0.0,
-            max_output_tokens=params.max_output_tokens if params else 8192,
-            max_retries=params.max_retries if params else 2,
-            schema=sentinel.schema,
-            schema_name=(
-                sentinel.config.structured_output.schema_name
-                if sentinel.config.structured_output
-                else None
-            )
-            or "output",
-            schema_description=sentinel.config.structured_output.schema_description
-            if sentinel.config.structured_output
-            else None,
-            options=(params.provider_options or {}).get(sentinel.provider.name, {})
-            if params
-            else {},
+
+    async def _checked(
+        self,
+        sentinel: _Sentinel,
+        trigger: Trigger,
+        response: LlmResponse,
+        called_at: int,
+        cost: float,
+    ) -> Any:
+        """The output to keep: the text, or the structured value when it matches
+        the schema; :data:`_REFUSED` (the call counted as failed) when it does not."""
+        if sentinel.schema is None:
+            return response.text
+        problem = schema_problem(response.value, sentinel.schema)
+        if problem is None:
+            return response.value
+        self._count_call(sentinel, called_at, failed=True, cost=cost)
+        await self._failed(
+            sentinel,
+            trigger,
+            "llm-call-failed",
+            f"the structured output does not match the schema: {problem}",
+            fatal=False,
+            retriable=True,
         )
-        called_at = self._clock()
-        try:
-            response = await sentinel.provider.complete(request)
-        except ProviderError as e:
-            self._count_call(sentinel, called_at, failed=True, cost=0.0)
-            fatal = e.kind in _FATAL_PROVIDER_ERRORS
-            await self._failed(
-                sentinel, trigger, "llm-call-failed", str(e), fatal=fatal, retriable=e.retriable
-            )
-            return
-        cost = price(sentinel.model_id, response.model, response.tokens) or 0.0
-        content: Any = response.text
-        if sentinel.schema is not None:
-            problem = schema_problem(response.value, sentinel.schema)
-            if problem is not None:
-                self._count_call(sentinel, called_at, failed=True, cost=cost)
-                await self._failed(
-                    sentinel,
-                    trigger,
-                    "llm-call-failed",
-                    f"the structured output does not match the schema: {problem}",
-                    fatal=False,
-                    retriable=True,
-                )
-                return
-            content = response.value
-        self._count_call(sentinel, called_at, failed=False, cost=cost)
+        return _REFUSED
+
+    async def _write(
+        self,
+        sentinel: _Sentinel,
+        trigger: Trigger,
+        content: Any,
+        called_at: int,
+        cost: float,
+        response: LlmResponse,
+    ) -> bool:
+        """Appends the output to the sentinel's files; False (and the sentinel
+        unloaded) when they cannot be written."""
         record = {
             "timestamp": iso_from_ms(called_at),
             "sentinelId": sentinel.id,
@@ -552,13 +571,17 @@ class SentinelManager:
             await self._failed(
                 sentinel, trigger, "file-write-failed", f"cannot write the output: {e}", fatal=True
             )
-            return
-        if sentinel.config.conversational is not None:
-            sentinel.history = _trim(
-                [*messages, Message("assistant", response.text)], sentinel.config
-            )
-            await self._save_history(sentinel)
-        sentinel.failures = 0
+            return False
+        return True
+
+    def _report_output(
+        self,
+        sentinel: _Sentinel,
+        trigger: Trigger,
+        content: Any,
+        cost: float,
+        response: LlmResponse,
+    ) -> None:
         if sentinel.reports("outputs"):
             self._emit(
                 SentinelOutput(
@@ -575,7 +598,6 @@ class SentinelManager:
                     model=response.model,
                 )
             )
-        self._states_changed()
 
     def _count_call(self, sentinel: _Sentinel, at: int, *, failed: bool, cost: float) -> None:
         state = sentinel.state
@@ -741,3 +763,25 @@ def _write_history(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+_REFUSED: Final = object()
+"""What :meth:`SentinelManager._checked` returns for an output it refused."""
+
+
+def _request(sentinel: _Sentinel, messages: tuple[Message, ...], system: str | None) -> LlmRequest:
+    """The model call of one trigger, from the sentinel's ``llmParams`` and output."""
+    params = sentinel.config.llm_params
+    structured = sentinel.config.structured_output
+    return LlmRequest(
+        model=sentinel.model,
+        messages=messages,
+        system=system,
+        temperature=params.temperature if params else 0.0,
+        max_output_tokens=params.max_output_tokens if params else 8192,
+        max_retries=params.max_retries if params else 2,
+        schema=sentinel.schema,
+        schema_name=(structured.schema_name if structured else None) or "output",
+        schema_description=structured.schema_description if structured else None,
+        options=(params.provider_options or {}).get(sentinel.provider.name, {}) if params else {},
+    )
