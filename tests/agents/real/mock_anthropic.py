@@ -33,6 +33,7 @@ recorded with, so figures can be compared with its transcripts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -280,6 +281,7 @@ class AnthropicHandler(Handler):
                         return
                     if "cut" in keys:
                         req.outcome = "cut"
+                        req.partial = dataclasses.replace(billed, output=1)
                         self.cut()
                         return
                     if pause:

@@ -69,6 +69,9 @@ class Request:
     keys: dict[str, str] = field(default_factory=dict)
     billed: Billed | None = None
     """The usage the answer reported (None: an error or a cut stream)."""
+    partial: Billed | None = None
+    """A cut stream's usage as its ``message_start`` reported it (the CLI may or
+    may not count it, depending on whether it read that event before the cut)."""
     outcome: str = ""
 
 

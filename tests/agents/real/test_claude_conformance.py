@@ -213,7 +213,12 @@ async def test_real_and_fake_agree(
     # none was billed), the CLI's own continuation calls included.
     session = anthropic.session_calls(SESSION_HEADER, real.exited.session_id)
     billed = [r.billed for r in session if r.billed is not None]
-    assert real.exited.cost_usd == pytest.approx(billed_usd(MODEL, billed), abs=1e-8)
+    # A stream cut after its message_start: 2.1.330 counts that partial's usage
+    # when it read the event before noticing the cut (seen under load), and not
+    # otherwise. Either is the CLI's own figure, which Weft passes through.
+    partials = [r.partial for r in session if r.partial is not None]
+    allowed = {round(billed_usd(MODEL, billed), 9), round(billed_usd(MODEL, billed + partials), 9)}
+    assert round(real.exited.cost_usd or 0.0, 9) in allowed, (real.exited.cost_usd, allowed)
     if case.max_turns is not None:
         assert len(calls) == case.max_turns  # N turns are N API calls in 2.1.330
     if case.extra_args:
