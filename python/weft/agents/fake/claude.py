@@ -32,7 +32,6 @@ from weft.agents.fake.claude_tools import (
     Toolbox,
     ToolCall,
     bash_result,
-    failure,
 )
 from weft.agents.fake.common import (
     CliError,
@@ -41,7 +40,6 @@ from weft.agents.fake.common import (
     JsonObj,
     Settings,
     make_rng,
-    quote,
     read_stdin,
     read_stdin_if_ready,
     split_words,
@@ -76,19 +74,11 @@ STDOUT_KEPT_CHARS = 30_000
 PREVIEW_CHARS = 2048
 """The preview of a spilled output in the tool_result the model sees."""
 
-MAX_TOKENS_NUDGE = (
-    "Output token limit hit. Resume directly \u2014 no apology, no recap of what you were "
-    "doing. Pick up mid-thought if that is where the cut happened. Break remaining work into "
-    "smaller pieces."
-)
-"""The user prompt 2.1.330 injects after an answer stopped at ``max_tokens``."""
 ABORT_DIAGNOSTIC = "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
 """``errors`` of 2.1.330's result after a SIGINT."""
 
 DEFAULT_MAX_RETRIES = 10
 """Claude Code's API retries when ``CLAUDE_CODE_MAX_RETRIES`` is not set."""
-RETRIED_STATUSES = frozenset({401, 429, 529})
-"""Statuses 2.1.330 retries (with every 5xx); 400, 402, 403, 404 and 413 fail at once."""
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "delegate", "dontAsk", "plan")
 
@@ -1082,153 +1072,15 @@ class ClaudeRun(Flavour):
         """The real message for a missing prompt."""
         return CliError(ERR_EMPTY)
 
-    # -- Claude-only scenarios -------------------------------------------------
+    # -- Claude-only scenarios: see claude_scenarios.py -------------------------
 
     def own_scenarios(self) -> dict[str, ScenarioFn]:
-        """The §7.3 rows that only Claude has."""
-        return {
-            "tool_use": self.sc_tool_use,
-            "max_tokens": self.sc_max_tokens,
-            "parallel_tools": self.sc_parallel_tools,
-            "tool_error": self.sc_tool_error,
-            "thinking": self.sc_thinking,
-            "subagent": self.sc_subagent,
-            "partial_messages": self.sc_partial_messages,
-            "retry_then_ok": self.sc_retry_then_ok,
-            "api_error": self.sc_api_error,
-            "auth_error": self.sc_auth_error,
-            "max_turns": self.sc_max_turns,
-            "max_turns_legacy": self.sc_max_turns_legacy,
-            "max_budget": self.sc_max_budget,
-            "error_result": self.sc_error_result,
-            "cost_omitted": self.sc_cost_omitted,
-            "multi_model_cost": self.sc_multi_model_cost,
-            "resume": self.sc_success,
-            "multi_turn_stdin": self.sc_success,
-            "session_in_use": self.sc_session_in_use,
-        }
+        """The §7.3 rows that only Claude has (their steps are in :mod:`claude_scenarios`)."""
+        from weft.agents.fake.claude_scenarios import claude_scenarios
 
-    def sc_tool_use(self) -> Iterator[Step]:
-        """Text and a Bash tool_use in one message, its result, a reply."""
-        yield from self.opening()
-        yield from self.tool_round("I'll list the files first.", [self.toolbox.ls_call()])
-        yield from self.work()
-        yield from self.closing()
+        return claude_scenarios(self)
 
-    def sc_max_tokens(self) -> Iterator[Step]:
-        """An answer cut at ``max_tokens``; the CLI goes on by itself (2.1.330):
-        a synthetic user line with its nudge, a second call, success."""
-        yield from self.opening()
-        yield from self.work()
-        yield from self.call(
-            [{"type": "text", "text": "Here is the start of the answer, cut at the"}]
-        )
-        line = self._line(
-            {
-                "type": "user",
-                "message": {
-                    "role": "user",
-                    "content": [{"type": "text", "text": MAX_TOKENS_NUDGE}],
-                },
-                "parent_tool_use_id": None,
-            }
-        )
-        line["isSynthetic"] = True
-        self.user_turns += 1
-        self.transcript.add("user", line["uuid"], {"message": line["message"], "isMeta": True})
-        yield Emit(line)
-        yield from self.closing()
-
-    def sc_parallel_tools(self) -> Iterator[Step]:
-        """Two tool_use blocks in one message; results in reverse order."""
-        yield from self.opening()
-        calls = [self.toolbox.glob_call("*.md"), self.toolbox.glob_call("*.py")]
-        yield from self.tool_round("I'll search for both kinds of file.", calls, reverse=True)
-        yield from self.work()
-        yield from self.closing()
-
-    def sc_tool_error(self) -> Iterator[Step]:
-        """A Read of a missing file: ``is_error`` and a string tool_use_result."""
-        yield from self.opening()
-        missing = os.path.join(self.ctx.cwd, "__fake_missing__", "settings.json")
-        call = ToolCall(
-            self.ids.tool(),
-            "Read",
-            {"file_path": missing},
-            lambda: failure("File does not exist."),
-            target=missing,
-        )
-        yield from self.tool_round("Let me read the settings file.", [call])
-        yield from self.work()
-        yield from self.closing()
-
-    def sc_thinking(self) -> Iterator[Step]:
-        """A thinking block before the text (one message, two lines)."""
-        yield from self.opening()
-        yield from self.work()
-        thought = (
-            f"The user asked: {quote(self.ctx.directives.plain, 80)}. I should answer briefly."
-        )
-        signature = "Eq" + self.ids.base62(180)
-        if self.v330:
-            # 2.1.330 reports its estimate of the thinking as it streams.
-            estimate = 0
-            for share in (len(thought) // 8, len(thought) // 4 - len(thought) // 8):
-                estimate += max(1, share)
-                line = {
-                    "type": "system",
-                    "subtype": "thinking_tokens",
-                    "estimated_tokens": estimate,
-                    "estimated_tokens_delta": max(1, share),
-                }
-                yield Emit(self._line(line))
-        yield from self.closing(
-            extra_blocks=[{"type": "thinking", "thinking": thought, "signature": signature}]
-        )
-
-    def _subagent(self, model: str) -> Iterator[Step]:
-        task_id = self.ids.tool()
-        prompt = "Find the files that matter for this request and summarise them."
-        task = ToolCall(
-            task_id,
-            "Task",
-            {"description": "Explore the repository", "prompt": prompt, "subagent_type": "Explore"},
-            lambda: ("", False, None),
-        )
-        yield from self.call(
-            [{"type": "text", "text": "I'll ask a subagent to explore."}, task.block()]
-        )
-        inner = self.toolbox.glob_call("*")
-        yield from self.tool_round("Listing the top level.", [inner], parent=task_id, model=model)
-        summary = f"The working directory has {len(self.ctx.workspace.listing())} visible entries."
-        yield from self.call([{"type": "text", "text": summary}], parent=task_id, model=model)
-        usage = self.model_usage.get(model, Usage())
-        yield self.tool_result(
-            task_id,
-            [{"type": "text", "text": summary}],
-            False,
-            {
-                "status": "completed",
-                "prompt": prompt,
-                "agentId": self.ids.base62(8).lower(),
-                "content": [{"type": "text", "text": summary}],
-                "totalDurationMs": self.rng.randint(2000, 9000),
-                "totalTokens": usage.input + usage.output + usage.read + usage.write_5m,
-                "totalToolUseCount": 1,
-            },
-        )
-
-    def sc_subagent(self) -> Iterator[Step]:
-        """A Task tool whose subagent (on Haiku) works with parent_tool_use_id set."""
-        yield from self.opening()
-        yield from self._subagent(BACKGROUND_MODEL)
-        yield from self.work()
-        yield from self.closing()
-
-    def sc_partial_messages(self) -> Iterator[Step]:
-        """``stream_event`` deltas around every assistant line."""
-        self.partial = True
-        yield from self.sc_tool_use()
+    # -- API failures (scenarios and an unknown model) ---------------------------------------
 
     def _retry(self, attempt: int, status: int, error: str, delay: float) -> Emit:
         return Emit(
@@ -1249,18 +1101,6 @@ class ClaudeRun(Flavour):
         """``CLAUDE_CODE_MAX_RETRIES``, else Claude Code's default of 10."""
         raw = os.environ.get("CLAUDE_CODE_MAX_RETRIES", "")
         return int(raw) if raw.strip().isdigit() else DEFAULT_MAX_RETRIES
-
-    def sc_retry_then_ok(self) -> Iterator[Step]:
-        """``count`` (3) ``api_retry`` notices (529, overloaded), then normal.
-        Each is followed by its ``retry_delay_ms`` (``delay_ms``, 500, doubling)."""
-        yield from self.opening()
-        base = self.param_float("delay_ms", 500.0)
-        for attempt in range(1, self.param_int("count", 3) + 1):
-            delay = base * 2 ** (attempt - 1)
-            yield self._retry(attempt, 529, "overloaded", delay)
-            yield Sleep(delay)
-        yield from self.work()
-        yield from self.closing()
 
     def _synthetic(self, text: str, error: str) -> Emit:
         zero = {
@@ -1327,99 +1167,6 @@ class ClaudeRun(Flavour):
         self.turns += 1
         yield Emit(self.result_line(is_error=True, text=text, api_error_status=status))
         yield Exit(1)
-
-    def sc_api_error(self) -> Iterator[Step]:
-        """Rate-limited (``status``, 429) after ``count`` (2) retries."""
-        yield from self.opening()
-        yield from self.work()
-        status = self.param_int("status", 429)
-        if not self.v330:
-            retries = self.param_int("count", 2 if status in (429, 500, 529) else 0)
-        elif status in RETRIED_STATUSES or status >= 500:
-            # The real default (10 retries over about 3 minutes) only when
-            # CLAUDE_CODE_MAX_RETRIES asks for it; 2 quick ones otherwise.
-            env = os.environ.get("CLAUDE_CODE_MAX_RETRIES", "").strip()
-            retries = self.param_int("count", int(env) if env.isdigit() else 2)
-        else:
-            retries = 0  # 2.1.330 does not retry 400, 402, 403, 404 or 413
-        yield from self.api_failure(
-            status, retries=retries, delay=self.param_float("delay_ms", 500.0)
-        )
-
-    def sc_auth_error(self) -> Iterator[Step]:
-        """No usable credentials: no retries, a synthetic message, exit 1
-        (2.1.330's text for a missing key; a rejected key is ``api_error,status=401``,
-        which 2.1.330 retries)."""
-        yield from self.opening()
-        text = (
-            "Not logged in \u00b7 Please run /login"
-            if self.v330
-            else "Invalid API key \u00b7 Please run /login"
-        )
-        yield self._synthetic(text, "authentication_failed")
-        self.turns += 1
-        yield Emit(self.result_line(is_error=True, text=text))
-        yield Exit(1)
-
-    def _endless_rounds(self) -> Iterator[Step]:
-        yield from self.opening()
-        yield from self.work()
-        step = 0
-        while True:
-            step += 1
-            yield from self.tool_round(
-                f"Looking further (pass {step}).", [self.toolbox.glob_call("*")]
-            )
-
-    def sc_max_turns(self) -> Iterator[Step]:
-        """Tool rounds until ``--max-turns`` (or ``turns``, 3) trips."""
-        if self.max_turns is None:
-            self.max_turns = self.param_int("turns", 3)
-        return self._endless_rounds()
-
-    def sc_max_turns_legacy(self) -> Iterator[Step]:
-        """The 2.0.x shape: ``error_max_turns`` with ``is_error:false``, exit 0."""
-        self.legacy_max_turns = True
-        self.turn_allowance_offset = 0
-        return self.sc_max_turns()
-
-    def sc_max_budget(self) -> Iterator[Step]:
-        """Tool rounds until ``--max-budget-usd`` (or ``usd``, 0.05) is spent."""
-        if self.max_budget is None:
-            self.max_budget = self.param_float("usd", 0.05)
-        return self._endless_rounds()
-
-    def sc_error_result(self) -> Iterator[Step]:
-        """``error_during_execution`` with ``errors:["Tool execution crashed"]``."""
-        yield from self.opening()
-        yield from self.work()
-        yield from self.progress(1, 1)
-        yield Stderr(
-            "Error: Tool execution crashed\n    at runTool (cli.js:3120:11)\n"
-            "    at async query (cli.js:2877:5)\n"
-        )
-        yield Emit(
-            self.result_line(
-                subtype="error_during_execution", is_error=True, errors=["Tool execution crashed"]
-            )
-        )
-        yield Exit(1)
-
-    def sc_cost_omitted(self) -> Iterator[Step]:
-        """Success without ``total_cost_usd`` and ``costUSD``."""
-        self.omit_cost = True
-        return self.sc_success()
-
-    def sc_multi_model_cost(self) -> Iterator[Step]:
-        """Main model, a subagent on another (Opus, or Sonnet under Opus) and
-        the Haiku background call: three modelUsage entries."""
-        other = ALIASES["sonnet"] if self.model.startswith("claude-opus") else ALIASES["opus"]
-        if self.params.get("cache_ttl") == "1h":
-            self.ttl_1h = True
-        yield from self.opening()
-        yield from self._subagent(other)
-        yield from self.work()
-        yield from self.closing()
 
     def sc_session_in_use(self) -> Iterator[Step]:
         """The pre-assigned id collides with an existing session."""
