@@ -1,5 +1,15 @@
 """``fake-claude``: Claude Code's ``-p --output-format stream-json`` (§1, §7).
 
+Why this module is long (~1,170 lines): it is one class, :class:`ClaudeRun`,
+and the entry that builds it. The run owns one wire format end to end (lines,
+per-call usage, cost, transcript, results, tool rounds, and the fault
+injections that must produce those same lines), and its steps share that
+state, so splitting the class would only pass ``self`` between modules. The
+jobs that stand apart are already elsewhere: the command line in
+:mod:`claude_options`, the Claude-only scenario rows in :mod:`claude_scenarios`,
+sessions in :mod:`claude_session`, tools in :mod:`claude_tools` and the
+stream-json input mode in :mod:`claude_stream`.
+
 What it emits follows the §7.2 checklist: ``system/init`` first (after
 optional hook lines); per API call one ``assistant`` line per content block,
 all with the same ``message.id`` and the same usage snapshot (its

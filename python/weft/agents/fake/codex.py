@@ -1,5 +1,10 @@
 """``fake-codex``: ``codex exec --json`` (reference §2, §7.4).
 
+Why this module stays whole (~870 lines): it is one CLI's emulation. The
+rollout files, the :class:`CodexRun` steps, its few scenario rows and the
+``codex exec`` command line that picks the sandbox and the resumed thread read
+best together, and none is used by another fake.
+
 Events: ``thread.started{thread_id}``, ``turn.started``, ``item.started`` /
 ``item.updated`` / ``item.completed`` with ``item_<n>`` ids, then
 ``turn.completed{usage}`` or ``error`` + ``turn.failed``. ``usage`` is the

@@ -1,5 +1,10 @@
 """``fake-gemini``: ``gemini -p ... --output-format stream-json`` (§3, §7.4).
 
+Why this module stays whole (~710 lines): it is one CLI's emulation. The
+session files, the :class:`GeminiRun` steps, its few scenario rows and the
+command line that picks the prompt, approval mode and resumed session read
+best together, and none is used by another fake.
+
 Events, each with ``type`` and an ISO ``timestamp``: ``init{session_id,
 model}``, the user prompt echoed as ``message{role:user}``, assistant text
 as 2-5 ``message{role:assistant, delta:true}`` chunks, ``tool_use`` /
