@@ -1,5 +1,15 @@
 """``fake-claude``: Claude Code's ``-p --output-format stream-json`` (§1, §7).
 
+Why this module is long (~1,170 lines): it is one class, :class:`ClaudeRun`,
+and the entry that builds it. The run owns one wire format end to end (lines,
+per-call usage, cost, transcript, results, tool rounds, and the fault
+injections that must produce those same lines), and its steps share that
+state, so splitting the class would only pass ``self`` between modules. The
+jobs that stand apart are already elsewhere: the command line in
+:mod:`claude_options`, the Claude-only scenario rows in :mod:`claude_scenarios`,
+sessions in :mod:`claude_session`, tools in :mod:`claude_tools` and the
+stream-json input mode in :mod:`claude_stream`.
+
 What it emits follows the §7.2 checklist: ``system/init`` first (after
 optional hook lines); per API call one ``assistant`` line per content block,
 all with the same ``message.id`` and the same usage snapshot (its
@@ -16,15 +26,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from weft.agents.fake import directives as dirs
-from weft.agents.fake.argv import FLAG, OPTIONAL, VALUE, VARIADIC, ArgvError, Option, split_list
-from weft.agents.fake.argv import parse as parse_argv
+from weft.agents.fake.claude_options import (
+    ERR_EMPTY,
+    USAGE,
+    ClaudeOptions,
+    check_options,
+    resolve_model,
+)
 from weft.agents.fake.claude_session import Session, Transcript, project_dir, resolve_session
 from weft.agents.fake.claude_tools import (
     DEFAULT_TOOLS,
@@ -32,16 +46,13 @@ from weft.agents.fake.claude_tools import (
     Toolbox,
     ToolCall,
     bash_result,
-    failure,
 )
 from weft.agents.fake.common import (
     CliError,
     Clock,
-    FakeConfigError,
     JsonObj,
     Settings,
     make_rng,
-    quote,
     read_stdin,
     read_stdin_if_ready,
     split_words,
@@ -50,9 +61,7 @@ from weft.agents.fake.common import (
 )
 from weft.agents.fake.output import Chunks, Emit, Exit, Raw, Runner, Sleep, Stderr, Step, dumps
 from weft.agents.fake.pricing import (
-    ALIASES,
     BACKGROUND_MODEL,
-    LEGACY_ALIASES,
     Price,
     cost_units,
     price_of,
@@ -76,89 +85,11 @@ STDOUT_KEPT_CHARS = 30_000
 PREVIEW_CHARS = 2048
 """The preview of a spilled output in the tool_result the model sees."""
 
-MAX_TOKENS_NUDGE = (
-    "Output token limit hit. Resume directly \u2014 no apology, no recap of what you were "
-    "doing. Pick up mid-thought if that is where the cut happened. Break remaining work into "
-    "smaller pieces."
-)
-"""The user prompt 2.1.330 injects after an answer stopped at ``max_tokens``."""
 ABORT_DIAGNOSTIC = "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
 """``errors`` of 2.1.330's result after a SIGINT."""
 
 DEFAULT_MAX_RETRIES = 10
 """Claude Code's API retries when ``CLAUDE_CODE_MAX_RETRIES`` is not set."""
-RETRIED_STATUSES = frozenset({401, 429, 529})
-"""Statuses 2.1.330 retries (with every 5xx); 400, 402, 403, 404 and 413 fail at once."""
-
-PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "delegate", "dontAsk", "plan")
-
-OPTIONS = (
-    Option("print", FLAG, "-p", "--print"),
-    Option("output_format", VALUE, "--output-format", choices=("text", "json", "stream-json")),
-    Option("input_format", VALUE, "--input-format", choices=("text", "stream-json")),
-    Option("verbose", FLAG, "--verbose"),
-    Option("partial", FLAG, "--include-partial-messages"),
-    Option("replay", FLAG, "--replay-user-messages"),
-    Option("model", VALUE, "--model"),
-    Option("fallback_model", VALUE, "--fallback-model"),
-    Option("append_system_prompt", VALUE, "--append-system-prompt"),
-    Option("append_system_prompt_file", VALUE, "--append-system-prompt-file"),
-    Option("system_prompt", VALUE, "--system-prompt"),
-    Option("system_prompt_file", VALUE, "--system-prompt-file"),
-    Option("permission_mode", VALUE, "--permission-mode", choices=PERMISSION_MODES),
-    Option("skip_permissions", FLAG, "--dangerously-skip-permissions"),
-    Option("allow_skip_permissions", FLAG, "--allow-dangerously-skip-permissions"),
-    Option("allowed_tools", VARIADIC, "--allowedTools", "--allowed-tools"),
-    Option("disallowed_tools", VARIADIC, "--disallowedTools", "--disallowed-tools"),
-    Option("tools", VARIADIC, "--tools"),
-    Option("add_dir", VARIADIC, "--add-dir"),
-    Option("mcp_config", VARIADIC, "--mcp-config"),
-    Option("betas", VARIADIC, "--betas"),
-    Option("strict_mcp", FLAG, "--strict-mcp-config"),
-    Option("settings", VALUE, "--settings"),
-    Option("setting_sources", VALUE, "--setting-sources"),
-    Option("agents", VALUE, "--agents"),
-    Option("agent", VALUE, "--agent"),
-    Option("plugin_dir", VALUE, "--plugin-dir", repeat=True),
-    Option("max_turns", VALUE, "--max-turns"),
-    Option("max_budget", VALUE, "--max-budget-usd"),
-    Option("resume", OPTIONAL, "-r", "--resume"),
-    Option("continue", FLAG, "-c", "--continue"),
-    Option("fork", FLAG, "--fork-session"),
-    Option("session_id", VALUE, "--session-id"),
-    Option("no_persist", FLAG, "--no-session-persistence"),
-    Option("json_schema", VALUE, "--json-schema"),
-    Option("effort", VALUE, "--effort"),
-    Option("disable_slash", FLAG, "--disable-slash-commands"),
-    Option("permission_prompt_tool", VALUE, "--permission-prompt-tool"),
-    Option("debug", OPTIONAL, "-d", "--debug"),
-    Option("mcp_debug", FLAG, "--mcp-debug"),
-    Option("ide", FLAG, "--ide"),
-    Option("version", FLAG, "-v", "--version"),
-    Option("help", FLAG, "-h", "--help"),
-)
-
-ERR_VERBOSE = "Error: When using --print, --output-format=stream-json requires --verbose"
-ERR_EMPTY = (
-    "Error: Input must be provided either through stdin or as a prompt argument when using --print"
-)
-ERR_NESTED = (
-    "Error: Claude Code cannot be launched inside another Claude Code session.\n"
-    "Nested sessions share runtime resources and will crash all active sessions.\n"
-    "To bypass this check, unset the CLAUDECODE environment variable."
-)
-
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-
-USAGE = """Usage: claude [options] [command] [prompt]
-
-fake-claude: a stand-in for Claude Code (see docs/fake-agents.md).
-Supported: -p --output-format text|json|stream-json --verbose --input-format
---model --resume[=id] --continue --fork-session --session-id
---max-turns --max-budget-usd --permission-mode --dangerously-skip-permissions
---allowedTools/--disallowedTools/--tools/--add-dir/--mcp-config (variadic)
---include-partial-messages --replay-user-messages --no-session-persistence
-"""
 
 
 class _TurnLimitError(Exception):
@@ -246,116 +177,6 @@ class Usage:
 
 
 # -- the run -----------------------------------------------------------------------------------
-
-
-class ClaudeOptions:
-    """The parsed command line, checked."""
-
-    def __init__(self, argv: list[str]) -> None:
-        try:
-            parsed = parse_argv(argv, OPTIONS)
-        except ArgvError as exc:
-            raise CliError(str(exc)) from None
-        self.parsed = parsed
-        self.unknown = parsed.unknown
-        self.print = parsed.flag("print")
-        self.output_format = parsed.one("output_format") or "text"
-        self.input_format = parsed.one("input_format") or "text"
-        self.verbose = parsed.flag("verbose")
-        self.partial = parsed.flag("partial")
-        self.replay = parsed.flag("replay")
-        self.model_arg = parsed.one("model")
-        self.resume_given = parsed.given("resume")
-        self.resume = parsed.one("resume")
-        self.continue_ = parsed.flag("continue")
-        self.fork = parsed.flag("fork")
-        self.session_id = parsed.one("session_id")
-        self.no_persist = parsed.flag("no_persist")
-        self.positionals = parsed.positionals
-        skip = parsed.flag("skip_permissions")
-        self.permission_mode = parsed.one("permission_mode") or (
-            "bypassPermissions" if skip else "default"
-        )
-        self.allowed = split_list(parsed.many("allowed_tools"))
-        self.disallowed = split_list(parsed.many("disallowed_tools"))
-        self.tools_arg = split_list(parsed.many("tools")) if parsed.given("tools") else None
-        self.mcp_configs = parsed.many("mcp_config")
-        self.max_turns = self._positive_int("--max-turns <turns>", parsed.one("max_turns"))
-        self.max_budget = self._positive_float(
-            "--max-budget-usd <amount>", parsed.one("max_budget")
-        )
-
-    @staticmethod
-    def _positive_int(label: str, raw: str | None) -> int | None:
-        if raw is None:
-            return None
-        if not raw.strip().isdigit() or int(raw) < 1:
-            raise CliError(f"error: option '{label}' argument '{raw}' is invalid.")
-        return int(raw)
-
-    @staticmethod
-    def _positive_float(label: str, raw: str | None) -> float | None:
-        if raw is None:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            value = -1.0
-        if not value > 0:
-            raise CliError(f"error: option '{label}' argument '{raw}' is invalid.")
-        return value
-
-    def tools(self, defaults: tuple[str, ...] = TOOLS_2_1_330) -> list[str]:
-        """The ``tools`` list of the init line (``defaults`` unless the flags
-        say otherwise)."""
-        base = list(defaults)
-        if self.tools_arg is not None:
-            if self.tools_arg in ([], [""]):
-                base = []
-            elif self.tools_arg != ["default"]:
-                base = [t for t in self.tools_arg if t]
-        denied = {t for t in self.disallowed if "(" not in t}
-        return [t for t in base if t not in denied]
-
-    def mcp_servers(self) -> list[JsonObj]:
-        """``mcp_servers`` of the init line, from ``--mcp-config``."""
-        servers: list[JsonObj] = []
-        for item in self.mcp_configs:
-            text = item
-            if not item.lstrip().startswith("{"):
-                try:
-                    with open(item, encoding="utf-8") as fh:
-                        text = fh.read()
-                except OSError as exc:
-                    raise CliError(
-                        f"Error: Invalid MCP configuration:\nMCP config file not found: {item}"
-                    ) from exc
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError:
-                raise CliError(
-                    f"Error: Invalid MCP configuration:\nMCP config is not a valid JSON: {item}"
-                ) from None
-            entries = doc.get("mcpServers") if isinstance(doc, dict) else None
-            if isinstance(entries, dict):
-                servers.extend({"name": name, "status": "connected"} for name in entries)
-        return servers
-
-
-def resolve_model(arg: str | None, settings: Settings) -> str:
-    """The model id the init line reports: aliases map to full ids (the 5.5
-    models from 2.1.330, the 4.5 ones before)."""
-    env = os.environ
-    model = arg or env.get("ANTHROPIC_MODEL") or "sonnet"
-    overrides = {
-        "sonnet": env.get("ANTHROPIC_DEFAULT_SONNET_MODEL"),
-        "opus": env.get("ANTHROPIC_DEFAULT_OPUS_MODEL"),
-        "haiku": env.get("ANTHROPIC_DEFAULT_HAIKU_MODEL"),
-    }
-    if model in ALIASES:
-        aliases = ALIASES if settings.version_at_least(2, 1, 330) else LEGACY_ALIASES
-        return overrides[model] or aliases[model]
-    return model
 
 
 class ClaudeRun(Flavour):
@@ -1082,153 +903,15 @@ class ClaudeRun(Flavour):
         """The real message for a missing prompt."""
         return CliError(ERR_EMPTY)
 
-    # -- Claude-only scenarios -------------------------------------------------
+    # -- Claude-only scenarios: see claude_scenarios.py -------------------------
 
     def own_scenarios(self) -> dict[str, ScenarioFn]:
-        """The §7.3 rows that only Claude has."""
-        return {
-            "tool_use": self.sc_tool_use,
-            "max_tokens": self.sc_max_tokens,
-            "parallel_tools": self.sc_parallel_tools,
-            "tool_error": self.sc_tool_error,
-            "thinking": self.sc_thinking,
-            "subagent": self.sc_subagent,
-            "partial_messages": self.sc_partial_messages,
-            "retry_then_ok": self.sc_retry_then_ok,
-            "api_error": self.sc_api_error,
-            "auth_error": self.sc_auth_error,
-            "max_turns": self.sc_max_turns,
-            "max_turns_legacy": self.sc_max_turns_legacy,
-            "max_budget": self.sc_max_budget,
-            "error_result": self.sc_error_result,
-            "cost_omitted": self.sc_cost_omitted,
-            "multi_model_cost": self.sc_multi_model_cost,
-            "resume": self.sc_success,
-            "multi_turn_stdin": self.sc_success,
-            "session_in_use": self.sc_session_in_use,
-        }
+        """The §7.3 rows that only Claude has (their steps are in :mod:`claude_scenarios`)."""
+        from weft.agents.fake.claude_scenarios import claude_scenarios
 
-    def sc_tool_use(self) -> Iterator[Step]:
-        """Text and a Bash tool_use in one message, its result, a reply."""
-        yield from self.opening()
-        yield from self.tool_round("I'll list the files first.", [self.toolbox.ls_call()])
-        yield from self.work()
-        yield from self.closing()
+        return claude_scenarios(self)
 
-    def sc_max_tokens(self) -> Iterator[Step]:
-        """An answer cut at ``max_tokens``; the CLI goes on by itself (2.1.330):
-        a synthetic user line with its nudge, a second call, success."""
-        yield from self.opening()
-        yield from self.work()
-        yield from self.call(
-            [{"type": "text", "text": "Here is the start of the answer, cut at the"}]
-        )
-        line = self._line(
-            {
-                "type": "user",
-                "message": {
-                    "role": "user",
-                    "content": [{"type": "text", "text": MAX_TOKENS_NUDGE}],
-                },
-                "parent_tool_use_id": None,
-            }
-        )
-        line["isSynthetic"] = True
-        self.user_turns += 1
-        self.transcript.add("user", line["uuid"], {"message": line["message"], "isMeta": True})
-        yield Emit(line)
-        yield from self.closing()
-
-    def sc_parallel_tools(self) -> Iterator[Step]:
-        """Two tool_use blocks in one message; results in reverse order."""
-        yield from self.opening()
-        calls = [self.toolbox.glob_call("*.md"), self.toolbox.glob_call("*.py")]
-        yield from self.tool_round("I'll search for both kinds of file.", calls, reverse=True)
-        yield from self.work()
-        yield from self.closing()
-
-    def sc_tool_error(self) -> Iterator[Step]:
-        """A Read of a missing file: ``is_error`` and a string tool_use_result."""
-        yield from self.opening()
-        missing = os.path.join(self.ctx.cwd, "__fake_missing__", "settings.json")
-        call = ToolCall(
-            self.ids.tool(),
-            "Read",
-            {"file_path": missing},
-            lambda: failure("File does not exist."),
-            target=missing,
-        )
-        yield from self.tool_round("Let me read the settings file.", [call])
-        yield from self.work()
-        yield from self.closing()
-
-    def sc_thinking(self) -> Iterator[Step]:
-        """A thinking block before the text (one message, two lines)."""
-        yield from self.opening()
-        yield from self.work()
-        thought = (
-            f"The user asked: {quote(self.ctx.directives.plain, 80)}. I should answer briefly."
-        )
-        signature = "Eq" + self.ids.base62(180)
-        if self.v330:
-            # 2.1.330 reports its estimate of the thinking as it streams.
-            estimate = 0
-            for share in (len(thought) // 8, len(thought) // 4 - len(thought) // 8):
-                estimate += max(1, share)
-                line = {
-                    "type": "system",
-                    "subtype": "thinking_tokens",
-                    "estimated_tokens": estimate,
-                    "estimated_tokens_delta": max(1, share),
-                }
-                yield Emit(self._line(line))
-        yield from self.closing(
-            extra_blocks=[{"type": "thinking", "thinking": thought, "signature": signature}]
-        )
-
-    def _subagent(self, model: str) -> Iterator[Step]:
-        task_id = self.ids.tool()
-        prompt = "Find the files that matter for this request and summarise them."
-        task = ToolCall(
-            task_id,
-            "Task",
-            {"description": "Explore the repository", "prompt": prompt, "subagent_type": "Explore"},
-            lambda: ("", False, None),
-        )
-        yield from self.call(
-            [{"type": "text", "text": "I'll ask a subagent to explore."}, task.block()]
-        )
-        inner = self.toolbox.glob_call("*")
-        yield from self.tool_round("Listing the top level.", [inner], parent=task_id, model=model)
-        summary = f"The working directory has {len(self.ctx.workspace.listing())} visible entries."
-        yield from self.call([{"type": "text", "text": summary}], parent=task_id, model=model)
-        usage = self.model_usage.get(model, Usage())
-        yield self.tool_result(
-            task_id,
-            [{"type": "text", "text": summary}],
-            False,
-            {
-                "status": "completed",
-                "prompt": prompt,
-                "agentId": self.ids.base62(8).lower(),
-                "content": [{"type": "text", "text": summary}],
-                "totalDurationMs": self.rng.randint(2000, 9000),
-                "totalTokens": usage.input + usage.output + usage.read + usage.write_5m,
-                "totalToolUseCount": 1,
-            },
-        )
-
-    def sc_subagent(self) -> Iterator[Step]:
-        """A Task tool whose subagent (on Haiku) works with parent_tool_use_id set."""
-        yield from self.opening()
-        yield from self._subagent(BACKGROUND_MODEL)
-        yield from self.work()
-        yield from self.closing()
-
-    def sc_partial_messages(self) -> Iterator[Step]:
-        """``stream_event`` deltas around every assistant line."""
-        self.partial = True
-        yield from self.sc_tool_use()
+    # -- API failures (scenarios and an unknown model) ---------------------------------------
 
     def _retry(self, attempt: int, status: int, error: str, delay: float) -> Emit:
         return Emit(
@@ -1249,18 +932,6 @@ class ClaudeRun(Flavour):
         """``CLAUDE_CODE_MAX_RETRIES``, else Claude Code's default of 10."""
         raw = os.environ.get("CLAUDE_CODE_MAX_RETRIES", "")
         return int(raw) if raw.strip().isdigit() else DEFAULT_MAX_RETRIES
-
-    def sc_retry_then_ok(self) -> Iterator[Step]:
-        """``count`` (3) ``api_retry`` notices (529, overloaded), then normal.
-        Each is followed by its ``retry_delay_ms`` (``delay_ms``, 500, doubling)."""
-        yield from self.opening()
-        base = self.param_float("delay_ms", 500.0)
-        for attempt in range(1, self.param_int("count", 3) + 1):
-            delay = base * 2 ** (attempt - 1)
-            yield self._retry(attempt, 529, "overloaded", delay)
-            yield Sleep(delay)
-        yield from self.work()
-        yield from self.closing()
 
     def _synthetic(self, text: str, error: str) -> Emit:
         zero = {
@@ -1328,99 +999,6 @@ class ClaudeRun(Flavour):
         yield Emit(self.result_line(is_error=True, text=text, api_error_status=status))
         yield Exit(1)
 
-    def sc_api_error(self) -> Iterator[Step]:
-        """Rate-limited (``status``, 429) after ``count`` (2) retries."""
-        yield from self.opening()
-        yield from self.work()
-        status = self.param_int("status", 429)
-        if not self.v330:
-            retries = self.param_int("count", 2 if status in (429, 500, 529) else 0)
-        elif status in RETRIED_STATUSES or status >= 500:
-            # The real default (10 retries over about 3 minutes) only when
-            # CLAUDE_CODE_MAX_RETRIES asks for it; 2 quick ones otherwise.
-            env = os.environ.get("CLAUDE_CODE_MAX_RETRIES", "").strip()
-            retries = self.param_int("count", int(env) if env.isdigit() else 2)
-        else:
-            retries = 0  # 2.1.330 does not retry 400, 402, 403, 404 or 413
-        yield from self.api_failure(
-            status, retries=retries, delay=self.param_float("delay_ms", 500.0)
-        )
-
-    def sc_auth_error(self) -> Iterator[Step]:
-        """No usable credentials: no retries, a synthetic message, exit 1
-        (2.1.330's text for a missing key; a rejected key is ``api_error,status=401``,
-        which 2.1.330 retries)."""
-        yield from self.opening()
-        text = (
-            "Not logged in \u00b7 Please run /login"
-            if self.v330
-            else "Invalid API key \u00b7 Please run /login"
-        )
-        yield self._synthetic(text, "authentication_failed")
-        self.turns += 1
-        yield Emit(self.result_line(is_error=True, text=text))
-        yield Exit(1)
-
-    def _endless_rounds(self) -> Iterator[Step]:
-        yield from self.opening()
-        yield from self.work()
-        step = 0
-        while True:
-            step += 1
-            yield from self.tool_round(
-                f"Looking further (pass {step}).", [self.toolbox.glob_call("*")]
-            )
-
-    def sc_max_turns(self) -> Iterator[Step]:
-        """Tool rounds until ``--max-turns`` (or ``turns``, 3) trips."""
-        if self.max_turns is None:
-            self.max_turns = self.param_int("turns", 3)
-        return self._endless_rounds()
-
-    def sc_max_turns_legacy(self) -> Iterator[Step]:
-        """The 2.0.x shape: ``error_max_turns`` with ``is_error:false``, exit 0."""
-        self.legacy_max_turns = True
-        self.turn_allowance_offset = 0
-        return self.sc_max_turns()
-
-    def sc_max_budget(self) -> Iterator[Step]:
-        """Tool rounds until ``--max-budget-usd`` (or ``usd``, 0.05) is spent."""
-        if self.max_budget is None:
-            self.max_budget = self.param_float("usd", 0.05)
-        return self._endless_rounds()
-
-    def sc_error_result(self) -> Iterator[Step]:
-        """``error_during_execution`` with ``errors:["Tool execution crashed"]``."""
-        yield from self.opening()
-        yield from self.work()
-        yield from self.progress(1, 1)
-        yield Stderr(
-            "Error: Tool execution crashed\n    at runTool (cli.js:3120:11)\n"
-            "    at async query (cli.js:2877:5)\n"
-        )
-        yield Emit(
-            self.result_line(
-                subtype="error_during_execution", is_error=True, errors=["Tool execution crashed"]
-            )
-        )
-        yield Exit(1)
-
-    def sc_cost_omitted(self) -> Iterator[Step]:
-        """Success without ``total_cost_usd`` and ``costUSD``."""
-        self.omit_cost = True
-        return self.sc_success()
-
-    def sc_multi_model_cost(self) -> Iterator[Step]:
-        """Main model, a subagent on another (Opus, or Sonnet under Opus) and
-        the Haiku background call: three modelUsage entries."""
-        other = ALIASES["sonnet"] if self.model.startswith("claude-opus") else ALIASES["opus"]
-        if self.params.get("cache_ttl") == "1h":
-            self.ttl_1h = True
-        yield from self.opening()
-        yield from self._subagent(other)
-        yield from self.work()
-        yield from self.closing()
-
     def sc_session_in_use(self) -> Iterator[Step]:
         """The pre-assigned id collides with an existing session."""
         yield Stderr(f"Error: Session ID {self.session_id} is already in use.\n")
@@ -1428,34 +1006,6 @@ class ClaudeRun(Flavour):
 
 
 # -- entry -------------------------------------------------------------------------------------
-
-
-def _check_options(opts: ClaudeOptions, settings: Settings) -> None:
-    if opts.unknown and settings.strict_flags:
-        raise CliError(f"error: unknown option '{opts.unknown[0].split('=')[0]}'")
-    if os.environ.get("CLAUDECODE") == "1" and settings.version_at_least(2, 1):
-        raise CliError(ERR_NESTED)
-    if not opts.print:
-        raise FakeConfigError("interactive mode is not emulated; run it headless with -p (--print)")
-    if opts.output_format == "stream-json" and not opts.verbose:
-        raise CliError(ERR_VERBOSE)
-    if opts.input_format == "stream-json" and opts.output_format != "stream-json":
-        raise CliError("Error: --input-format=stream-json requires output-format=stream-json.")
-    if opts.partial and opts.output_format != "stream-json":
-        raise CliError(
-            "Error: --include-partial-messages requires --print and --output-format=stream-json."
-        )
-    if opts.resume_given and not opts.resume:
-        raise CliError("Error: --resume without a value requires interactive mode (no --print).")
-    opts.mcp_servers()  # a bad --mcp-config fails before any output
-    if opts.session_id is not None:
-        if not _UUID.match(opts.session_id):
-            raise CliError("Error: Invalid session ID. Must be a valid UUID.")
-        if (opts.resume or opts.continue_) and not opts.fork:
-            raise CliError(
-                "Error: --session-id can only be used with --continue or --resume "
-                "if --fork-session is also specified."
-            )
 
 
 def main(argv: list[str], settings: Settings) -> int:
@@ -1467,7 +1017,7 @@ def main(argv: list[str], settings: Settings) -> int:
     if opts.parsed.flag("help"):
         sys.stdout.write(USAGE)
         return 0
-    _check_options(opts, settings)
+    check_options(opts, settings)
     if opts.input_format == "stream-json":
         from weft.agents.fake.claude_stream import run_stream_input
 

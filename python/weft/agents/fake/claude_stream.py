@@ -15,7 +15,8 @@ import sys
 from collections.abc import Iterator
 
 from weft.agents.fake import directives as dirs
-from weft.agents.fake.claude import ClaudeOptions, open_run, resolve_model
+from weft.agents.fake.claude import open_run
+from weft.agents.fake.claude_options import ClaudeOptions, resolve_model
 from weft.agents.fake.common import (
     Clock,
     JsonObj,

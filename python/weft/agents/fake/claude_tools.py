@@ -220,116 +220,140 @@ class Toolbox:
 
     def op_call(self, op: Op) -> tuple[str, ToolCall]:
         """The lead text and tool call for one directive."""
-        ws = self.workspace
         tool_id = self.ids.tool()
         path = op.path or ""
-        shown = ws.display(path) if path else ""
+        shown = self.workspace.display(path) if path else ""
+        build = {
+            "write": self._write_call,
+            "append": self._append_call,
+            "edit": self._edit_call,
+            "read": self._read_call,
+            "delete": self._delete_call,
+        }.get(op.verb, self._bash_call)
+        return build(op, tool_id, path, shown)
 
-        if op.verb == "write":
+    def _write_call(self, op: Op, tool_id: str, path: str, shown: str) -> tuple[str, ToolCall]:
+        """Write a file with the directive's text."""
+        ws = self.workspace
 
-            def write() -> tuple[Any, bool, Any]:
-                try:
-                    full, original = ws.write(path, op.text)
-                except ToolError as exc:
-                    return failure(exc.message)
-                return write_result(full, op.text, original)
-
-            lead = f"I'll write `{path}`."
-            return lead, ToolCall(
-                tool_id, "Write", {"file_path": shown, "content": op.text}, write, target=shown
-            )
-        if op.verb == "append":
+        def write() -> tuple[Any, bool, Any]:
             try:
-                current = ws.read(path)[1] if os.path.exists(ws.resolve(path)) else ""
-            except ToolError:
-                current = ""
-            content = current + op.text
+                full, original = ws.write(path, op.text)
+            except ToolError as exc:
+                return failure(exc.message)
+            return write_result(full, op.text, original)
 
-            def append() -> tuple[Any, bool, Any]:
-                try:
-                    full, original = ws.write(path, content)
-                except ToolError as exc:
-                    return failure(exc.message)
-                return write_result(full, content, original)
+        lead = f"I'll write `{path}`."
+        return lead, ToolCall(
+            tool_id, "Write", {"file_path": shown, "content": op.text}, write, target=shown
+        )
 
-            lead = f"I'll add to `{path}`."
-            return lead, ToolCall(
-                tool_id, "Write", {"file_path": shown, "content": content}, append, target=shown
+    def _append_call(self, op: Op, tool_id: str, path: str, shown: str) -> tuple[str, ToolCall]:
+        """Write the file's current text plus the directive's (Claude has no append tool)."""
+        ws = self.workspace
+        try:
+            current = ws.read(path)[1] if os.path.exists(ws.resolve(path)) else ""
+        except ToolError:
+            current = ""
+        content = current + op.text
+
+        def append() -> tuple[Any, bool, Any]:
+            try:
+                full, original = ws.write(path, content)
+            except ToolError as exc:
+                return failure(exc.message)
+            return write_result(full, content, original)
+
+        lead = f"I'll add to `{path}`."
+        return lead, ToolCall(
+            tool_id, "Write", {"file_path": shown, "content": content}, append, target=shown
+        )
+
+    def _edit_call(self, op: Op, tool_id: str, path: str, shown: str) -> tuple[str, ToolCall]:
+        """Edit: replace ``old`` with ``new``."""
+        ws = self.workspace
+
+        def edit() -> tuple[Any, bool, Any]:
+            try:
+                full, original, updated = ws.edit(path, op.old, op.new, op.replace_all)
+            except ToolError as exc:
+                return failure(exc.message)
+            snippet = dirs.numbered(updated, limit=40)
+            content = (
+                f"The file {full} has been updated. Here's the result of running `cat -n` "
+                f"on a snippet of the edited file:\n{snippet}"
             )
-        if op.verb == "edit":
+            return (
+                content,
+                False,
+                {
+                    "filePath": full,
+                    "oldString": op.old,
+                    "newString": op.new,
+                    "originalFile": original,
+                    "structuredPatch": dirs.structured_patch(original, updated),
+                    "userModified": False,
+                    "replaceAll": op.replace_all,
+                },
+            )
 
-            def edit() -> tuple[Any, bool, Any]:
-                try:
-                    full, original, updated = ws.edit(path, op.old, op.new, op.replace_all)
-                except ToolError as exc:
-                    return failure(exc.message)
-                snippet = dirs.numbered(updated, limit=40)
-                content = (
-                    f"The file {full} has been updated. Here's the result of running `cat -n` "
-                    f"on a snippet of the edited file:\n{snippet}"
-                )
-                return (
-                    content,
-                    False,
-                    {
+        tool_input = {
+            "file_path": shown,
+            "old_string": op.old,
+            "new_string": op.new,
+            "replace_all": op.replace_all,
+        }
+        return f"I'll edit `{path}`.", ToolCall(tool_id, "Edit", tool_input, edit, target=shown)
+
+    def _read_call(self, op: Op, tool_id: str, path: str, shown: str) -> tuple[str, ToolCall]:
+        """Read a file; the result is ``cat -n`` text."""
+        ws = self.workspace
+
+        def read() -> tuple[Any, bool, Any]:
+            try:
+                full, text = ws.read(path)
+            except ToolError as exc:
+                return failure(exc.message)
+            lines = text.splitlines()
+            return (
+                dirs.numbered(text),
+                False,
+                {
+                    "type": "text",
+                    "file": {
                         "filePath": full,
-                        "oldString": op.old,
-                        "newString": op.new,
-                        "originalFile": original,
-                        "structuredPatch": dirs.structured_patch(original, updated),
-                        "userModified": False,
-                        "replaceAll": op.replace_all,
+                        "content": text,
+                        "numLines": len(lines),
+                        "startLine": 1,
+                        "totalLines": len(lines),
                     },
-                )
-
-            tool_input = {
-                "file_path": shown,
-                "old_string": op.old,
-                "new_string": op.new,
-                "replace_all": op.replace_all,
-            }
-            return f"I'll edit `{path}`.", ToolCall(tool_id, "Edit", tool_input, edit, target=shown)
-        if op.verb == "read":
-
-            def read() -> tuple[Any, bool, Any]:
-                try:
-                    full, text = ws.read(path)
-                except ToolError as exc:
-                    return failure(exc.message)
-                lines = text.splitlines()
-                return (
-                    dirs.numbered(text),
-                    False,
-                    {
-                        "type": "text",
-                        "file": {
-                            "filePath": full,
-                            "content": text,
-                            "numLines": len(lines),
-                            "startLine": 1,
-                            "totalLines": len(lines),
-                        },
-                    },
-                )
-
-            lead = f"Let me read `{path}`."
-            return lead, ToolCall(tool_id, "Read", {"file_path": shown}, read, target=shown)
-        if op.verb == "delete":
-            command = f"rm {shell_quote(path)}"
-
-            def delete() -> tuple[Any, bool, Any]:
-                try:
-                    ws.delete(path)
-                except ToolError as exc:
-                    text = f"Exit code 1\n{exc.message}"
-                    return text, True, f"Error: {text}"
-                return "", False, bash_result("", "")
-
-            tool_input = {"command": command, "description": f"Delete {path}"}
-            return f"I'll delete `{path}`.", ToolCall(
-                tool_id, "Bash", tool_input, delete, target=command
+                },
             )
-        # bash
+
+        lead = f"Let me read `{path}`."
+        return lead, ToolCall(tool_id, "Read", {"file_path": shown}, read, target=shown)
+
+    def _delete_call(self, op: Op, tool_id: str, path: str, shown: str) -> tuple[str, ToolCall]:
+        """Delete a file through Bash ``rm``."""
+        ws = self.workspace
+        command = f"rm {shell_quote(path)}"
+
+        def delete() -> tuple[Any, bool, Any]:
+            try:
+                ws.delete(path)
+            except ToolError as exc:
+                text = f"Exit code 1\n{exc.message}"
+                return text, True, f"Error: {text}"
+            return "", False, bash_result("", "")
+
+        tool_input = {"command": command, "description": f"Delete {path}"}
+        return f"I'll delete `{path}`.", ToolCall(
+            tool_id, "Bash", tool_input, delete, target=command
+        )
+
+    def _bash_call(self, op: Op, tool_id: str, path: str, shown: str) -> tuple[str, ToolCall]:
+        """Run the directive's command through Bash."""
+        ws = self.workspace
         command = op.text.strip()
 
         def bash() -> tuple[Any, bool, Any]:

@@ -1,5 +1,10 @@
 """``fake-codex``: ``codex exec --json`` (reference §2, §7.4).
 
+Why this module stays whole (~870 lines): it is one CLI's emulation. The
+rollout files, the :class:`CodexRun` steps, its few scenario rows and the
+``codex exec`` command line that picks the sandbox and the resumed thread read
+best together, and none is used by another fake.
+
 Events: ``thread.started{thread_id}``, ``turn.started``, ``item.started`` /
 ``item.updated`` / ``item.completed`` with ``item_<n>`` ids, then
 ``turn.completed{usage}`` or ``error`` + ``turn.failed``. ``usage`` is the
@@ -22,7 +27,7 @@ import sys
 from collections.abc import Iterable, Iterator
 
 from weft.agents.fake import directives as dirs
-from weft.agents.fake.argv import FLAG, VALUE, VARIADIC, ArgvError, Option
+from weft.agents.fake.argv import FLAG, VALUE, VARIADIC, ArgvError, Option, Parsed
 from weft.agents.fake.argv import parse as parse_argv
 from weft.agents.fake.common import (
     CliError,
@@ -588,15 +593,83 @@ def _config_value(configs: list[str], key: str) -> str | None:
 
 def main(argv: list[str], settings: Settings) -> int:
     """Run ``fake-codex`` with ``argv`` (without the program name)."""
+    args = _parse_command(argv, settings)
+    if args is None:
+        return 0
+    top, parsed = args
+    configs = top.many("config") + parsed.many("config")
+    cd = _merged(top, parsed, "cd")
+    if cd:
+        try:
+            os.chdir(cd)
+        except OSError as exc:
+            raise CliError(f"Error: failed to change directory to {cd}: {exc.strerror}") from None
+    resume, resume_id, prompt_arg = _resume_target(parsed)
+    prompt = _read_prompt(argv, prompt_arg, settings)
+    if not _either(top, parsed, "skip_git") and not in_git_repo(os.getcwd()):
+        raise CliError(
+            "Not inside a trusted directory and --skip-git-repo-check was not specified."
+        )
+    sandbox = _sandbox(top, parsed, configs)
+    model = _merged(top, parsed, "model") or _config_value(configs, "model") or DEFAULT_MODEL
+
+    directives = dirs.parse(prompt)
+    scenario, params = choose_scenario(directives, settings)
+    rng = make_rng(settings, "codex", argv, prompt)
+    clock = Clock(virtual=settings.seed is not None)
+    human: list[JsonObj] | None = None if parsed.flag("json") else []
+    runner = Runner(settings, clock, rng, capture=human)
+    runner.install_signals()
+    ctx = Context(
+        flavour="codex",
+        settings=settings,
+        argv=argv,
+        rng=rng,
+        clock=clock,
+        runner=runner,
+        cwd=os.getcwd(),
+        prompt=prompt,
+        directives=directives,
+        scenario=scenario,
+        params=params,
+    )
+    session = _open_session(ctx, resume, resume_id, ephemeral=parsed.flag("ephemeral"))
+    if _either(top, parsed, "full_auto"):
+        sys.stderr.write(
+            "warning: --full-auto is deprecated; use --sandbox workspace-write instead.\n"
+        )
+    run = CodexRun(
+        ctx,
+        thread_id=session.thread_id,
+        model=model,
+        sandbox=sandbox,
+        rollout=session.rollout,
+        totals=session.totals,
+        previous_prompt=session.previous_prompt,
+    )
+    missing = session.missing
+    steps = run.resume_missing() if missing and settings.script is None else run.steps()
+    code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
+    if human is not None:
+        _print_human(human, run)
+    last_file = _merged(top, parsed, "last_message")
+    if last_file and run.last_message is not None:
+        with open(last_file, "w", encoding="utf-8") as fh:
+            fh.write(run.last_message)
+    return code
+
+
+def _parse_command(argv: list[str], settings: Settings) -> tuple[Parsed, Parsed] | None:
+    """Parse ``codex [top options] exec [options]``; None once help or version is printed."""
     try:
         top = parse_argv(argv, OPTIONS, stop_at_positional=True)
         if top.flag("version"):
             sys.stdout.write(f"codex-cli {settings.version}\n")
-            return 0
+            return None
         if top.rest_index is None:
             if top.flag("help"):
                 sys.stdout.write(USAGE)
-                return 0
+                return None
             raise FakeConfigError("only `codex exec ...` is emulated; put `exec` first")
         sub = argv[top.rest_index]
         if sub not in ("exec", "e"):
@@ -607,7 +680,7 @@ def main(argv: list[str], settings: Settings) -> int:
         raise CliError(str(exc).replace("option", "argument"), 2) from None
     if parsed.flag("help"):
         sys.stdout.write(USAGE)
-        return 0
+        return None
     if parsed.given("approval"):
         raise CliError(
             "error: unexpected argument '--ask-for-approval' found\n\n"
@@ -618,18 +691,21 @@ def main(argv: list[str], settings: Settings) -> int:
     unknown = top.unknown + parsed.unknown
     if unknown and settings.strict_flags:
         raise CliError(f"error: unexpected argument '{unknown[0]}' found", 2)
+    return top, parsed
 
-    def merged(dest: str) -> str | None:
-        return parsed.one(dest) or top.one(dest)
 
-    configs = top.many("config") + parsed.many("config")
-    cd = merged("cd")
-    if cd:
-        try:
-            os.chdir(cd)
-        except OSError as exc:
-            raise CliError(f"Error: failed to change directory to {cd}: {exc.strerror}") from None
+def _merged(top: Parsed, parsed: Parsed, dest: str) -> str | None:
+    """An option given after ``exec`` or, failing that, before it."""
+    return parsed.one(dest) or top.one(dest)
 
+
+def _either(top: Parsed, parsed: Parsed, dest: str) -> bool:
+    """A flag given before or after ``exec``."""
+    return parsed.flag(dest) or top.flag(dest)
+
+
+def _resume_target(parsed: Parsed) -> tuple[bool, str | None, str | None]:
+    """``(resume, resume_id, prompt_arg)`` from the positionals after ``exec``."""
     positionals = list(parsed.positionals)
     resume = bool(positionals) and positionals[0] == "resume"
     resume_id: str | None = None
@@ -640,7 +716,11 @@ def main(argv: list[str], settings: Settings) -> int:
                 raise CliError("error: `codex exec resume` needs a SESSION_ID or --last", 2)
             resume_id = positionals.pop(0)
     prompt_arg = positionals[0] if positionals else None
+    return resume, resume_id, prompt_arg
 
+
+def _read_prompt(argv: list[str], prompt_arg: str | None, settings: Settings) -> str:
+    """The prompt from the argument and/or stdin; records the invocation."""
     stdin_text: str | None = None
     if not prompt_arg or prompt_arg == "-":
         if stdin_is_tty():
@@ -658,46 +738,46 @@ def main(argv: list[str], settings: Settings) -> int:
     write_record(settings, "codex", argv, stdin_text, {"prompt": prompt})
     if not prompt.strip():
         raise CliError("No prompt provided via stdin.")
-    if not parsed.flag("skip_git") and not top.flag("skip_git") and not in_git_repo(os.getcwd()):
-        raise CliError(
-            "Not inside a trusted directory and --skip-git-repo-check was not specified."
-        )
+    return prompt
 
+
+def _sandbox(top: Parsed, parsed: Parsed, configs: list[str]) -> str:
+    """The sandbox mode: config, then --full-auto, then --sandbox, then --yolo win."""
     sandbox = "read-only"
     configured = _config_value(configs, "sandbox_mode")
     if configured in SANDBOXES:
         sandbox = configured
-    if parsed.flag("full_auto") or top.flag("full_auto"):
+    if _either(top, parsed, "full_auto"):
         sandbox = "workspace-write"
-    chosen = merged("sandbox")
+    chosen = _merged(top, parsed, "sandbox")
     if chosen:
         sandbox = chosen
-    if parsed.flag("yolo") or top.flag("yolo"):
+    if _either(top, parsed, "yolo"):
         sandbox = "danger-full-access"
-    model = merged("model") or _config_value(configs, "model") or DEFAULT_MODEL
+    return sandbox
 
-    directives = dirs.parse(prompt)
-    scenario, params = choose_scenario(directives, settings)
-    rng = make_rng(settings, "codex", argv, prompt)
-    clock = Clock(virtual=settings.seed is not None)
-    human: list[JsonObj] | None = None if parsed.flag("json") else []
-    runner = Runner(settings, clock, rng, capture=human)
-    runner.install_signals()
-    cwd = os.getcwd()
-    ctx = Context(
-        flavour="codex",
-        settings=settings,
-        argv=argv,
-        rng=rng,
-        clock=clock,
-        runner=runner,
-        cwd=cwd,
-        prompt=prompt,
-        directives=directives,
-        scenario=scenario,
-        params=params,
-    )
-    ephemeral = parsed.flag("ephemeral")
+
+class _Session:
+    """The thread a run writes to: new, resumed, or a resume whose rollout is missing."""
+
+    def __init__(
+        self,
+        thread_id: str,
+        rollout: Rollout,
+        totals: Totals,
+        previous_prompt: str | None,
+        missing: bool,
+    ) -> None:
+        self.thread_id = thread_id
+        self.rollout = rollout
+        self.totals = totals
+        self.previous_prompt = previous_prompt
+        self.missing = missing
+
+
+def _open_session(ctx: Context, resume: bool, resume_id: str | None, ephemeral: bool) -> _Session:
+    """Find the rollout to resume, or name a new one and write its ``session_meta``."""
+    clock, cwd = ctx.clock, ctx.cwd
     totals = Totals()
     previous_prompt: str | None = None
     missing = False
@@ -729,34 +809,13 @@ def main(argv: list[str], settings: Settings) -> int:
                 "timestamp": clock.iso(),
                 "cwd": cwd,
                 "originator": "codex_exec",
-                "cli_version": settings.version,
+                "cli_version": ctx.settings.version,
                 "instructions": None,
                 "source": "exec",
                 "model_provider": "openai",
             },
         )
-    if parsed.flag("full_auto") or top.flag("full_auto"):
-        sys.stderr.write(
-            "warning: --full-auto is deprecated; use --sandbox workspace-write instead.\n"
-        )
-    run = CodexRun(
-        ctx,
-        thread_id=thread_id,
-        model=model,
-        sandbox=sandbox,
-        rollout=rollout,
-        totals=totals,
-        previous_prompt=previous_prompt,
-    )
-    steps = run.resume_missing() if missing and settings.script is None else run.steps()
-    code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
-    if human is not None:
-        _print_human(human, run)
-    last_file = merged("last_message")
-    if last_file and run.last_message is not None:
-        with open(last_file, "w", encoding="utf-8") as fh:
-            fh.write(run.last_message)
-    return code
+    return _Session(thread_id, rollout, totals, previous_prompt, missing)
 
 
 def _history(rows: list[JsonObj]) -> tuple[str | None, Totals]:

@@ -1,5 +1,10 @@
 """``fake-gemini``: ``gemini -p ... --output-format stream-json`` (§3, §7.4).
 
+Why this module stays whole (~710 lines): it is one CLI's emulation. The
+session files, the :class:`GeminiRun` steps, its few scenario rows and the
+command line that picks the prompt, approval mode and resumed session read
+best together, and none is used by another fake.
+
 Events, each with ``type`` and an ISO ``timestamp``: ``init{session_id,
 model}``, the user prompt echoed as ``message{role:user}``, assistant text
 as 2-5 ``message{role:assistant, delta:true}`` chunks, ``tool_use`` /
@@ -29,7 +34,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from weft.agents.fake import directives as dirs
-from weft.agents.fake.argv import FLAG, OPTIONAL, VALUE, VARIADIC, ArgvError, Option, split_list
+from weft.agents.fake.argv import (
+    FLAG,
+    OPTIONAL,
+    VALUE,
+    VARIADIC,
+    ArgvError,
+    Option,
+    Parsed,
+    split_list,
+)
 from weft.agents.fake.argv import parse as parse_argv
 from weft.agents.fake.common import (
     CliError,
@@ -525,54 +539,14 @@ class GeminiRun(Flavour):
 
 def main(argv: list[str], settings: Settings) -> int:
     """Run ``fake-gemini`` with ``argv`` (without the program name)."""
-    try:
-        parsed = parse_argv(argv, OPTIONS)
-    except ArgvError as exc:
-        raise CliError(str(exc).replace("error: option", "Error: option")) from None
-    if parsed.flag("version"):
-        sys.stdout.write(settings.version + "\n")
+    parsed = _parse_command(argv, settings)
+    if parsed is None:
         return 0
-    if parsed.flag("help"):
-        sys.stdout.write(USAGE)
-        return 0
-    if parsed.unknown and settings.strict_flags:
-        raise CliError(f"Unknown argument: {parsed.unknown[0].lstrip('-')}")
-    if parsed.flag("yolo") and parsed.given("approval_mode"):
-        raise CliError(
-            "Cannot use both --yolo (-y) and --approval-mode together. "
-            "Use --approval-mode=yolo instead."
-        )
     cwd = os.getcwd()
     if parsed.flag("list_sessions"):
-        for index, (_path, record) in enumerate(list_sessions(cwd), 1):
-            first = next(
-                (
-                    m.get("content", "")
-                    for m in record.get("messages", [])
-                    if m.get("type") == "user"
-                ),
-                "",
-            )
-            sys.stdout.write(f"  {index}. {quote(str(first), 60)} [{record.get('sessionId')}]\n")
+        _print_sessions(cwd)
         return 0
-    positional = " ".join(parsed.positionals)
-    prompt_flag = parsed.one("prompt")
-    if prompt_flag is not None and positional:
-        raise CliError(
-            "Cannot use both a positional prompt and the --prompt (-p) flag together", 42
-        )
-    stdin_text: str | None = None
-    if prompt_flag or positional:
-        prompt = prompt_flag or positional
-        stdin_text = read_stdin_if_ready(settings.stdin_wait_ms)
-        if stdin_text and stdin_text.strip():
-            prompt = f"{stdin_text.rstrip()}\n\n{prompt}"
-    elif not stdin_is_tty():
-        stdin_text = read_stdin()
-        prompt = stdin_text
-    else:
-        prompt = ""
-    write_record(settings, "gemini", argv, stdin_text, {"prompt": prompt})
+    prompt = _read_prompt(argv, parsed, settings)
 
     directives = dirs.parse(prompt)
     scenario, params = choose_scenario(directives, settings)
@@ -597,6 +571,87 @@ def main(argv: list[str], settings: Settings) -> int:
     )
     approval = "yolo" if parsed.flag("yolo") else (parsed.one("approval_mode") or "default")
     model = parsed.one("model") or os.environ.get("GEMINI_MODEL") or DEFAULT_MODEL
+    session_id, record_path, session, previous_prompt, missing = _open_session(ctx, parsed)
+    run = GeminiRun(
+        ctx,
+        session_id=session_id,
+        model=model,
+        approval=approval,
+        allowed=split_list(parsed.many("allowed_tools")),
+        record_path=record_path,
+        record=session,
+        previous_prompt=previous_prompt,
+    )
+    if not prompt.strip() and scenario != "bad_input":
+        raise run.empty_prompt_error()
+    steps = run.resume_missing() if missing and settings.script is None else run.steps()
+    code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
+    if capture is not None:
+        _print_captured(capture, run, output_format)
+    return code
+
+
+def _parse_command(argv: list[str], settings: Settings) -> Parsed | None:
+    """Parse and check the flags; None once help or version is printed."""
+    try:
+        parsed = parse_argv(argv, OPTIONS)
+    except ArgvError as exc:
+        raise CliError(str(exc).replace("error: option", "Error: option")) from None
+    if parsed.flag("version"):
+        sys.stdout.write(settings.version + "\n")
+        return None
+    if parsed.flag("help"):
+        sys.stdout.write(USAGE)
+        return None
+    if parsed.unknown and settings.strict_flags:
+        raise CliError(f"Unknown argument: {parsed.unknown[0].lstrip('-')}")
+    if parsed.flag("yolo") and parsed.given("approval_mode"):
+        raise CliError(
+            "Cannot use both --yolo (-y) and --approval-mode together. "
+            "Use --approval-mode=yolo instead."
+        )
+    return parsed
+
+
+def _print_sessions(cwd: str) -> None:
+    """``--list-sessions``: one line per recorded session, oldest first."""
+    for index, (_path, record) in enumerate(list_sessions(cwd), 1):
+        first = next(
+            (m.get("content", "") for m in record.get("messages", []) if m.get("type") == "user"),
+            "",
+        )
+        sys.stdout.write(f"  {index}. {quote(str(first), 60)} [{record.get('sessionId')}]\n")
+
+
+def _read_prompt(argv: list[str], parsed: Parsed, settings: Settings) -> str:
+    """The prompt from ``-p``, the positionals and/or stdin; records the invocation."""
+    positional = " ".join(parsed.positionals)
+    prompt_flag = parsed.one("prompt")
+    if prompt_flag is not None and positional:
+        raise CliError(
+            "Cannot use both a positional prompt and the --prompt (-p) flag together", 42
+        )
+    stdin_text: str | None = None
+    if prompt_flag or positional:
+        prompt = prompt_flag or positional
+        stdin_text = read_stdin_if_ready(settings.stdin_wait_ms)
+        if stdin_text and stdin_text.strip():
+            prompt = f"{stdin_text.rstrip()}\n\n{prompt}"
+    elif not stdin_is_tty():
+        stdin_text = read_stdin()
+        prompt = stdin_text
+    else:
+        prompt = ""
+    write_record(settings, "gemini", argv, stdin_text, {"prompt": prompt})
+    return prompt
+
+
+def _open_session(
+    ctx: Context, parsed: Parsed
+) -> tuple[str, str | None, JsonObj, str | None, bool]:
+    """``(session_id, record_path, record, previous_prompt, missing)``: the session
+    ``--resume`` names (latest, an index or an id), or a new one."""
+    cwd, clock = ctx.cwd, ctx.clock
     missing = False
     previous_prompt: str | None = None
     record_path: str | None
@@ -631,23 +686,7 @@ def main(argv: list[str], settings: Settings) -> int:
             "lastUpdated": clock.iso(),
             "messages": [],
         }
-    run = GeminiRun(
-        ctx,
-        session_id=session_id,
-        model=model,
-        approval=approval,
-        allowed=split_list(parsed.many("allowed_tools")),
-        record_path=record_path,
-        record=session,
-        previous_prompt=previous_prompt,
-    )
-    if not prompt.strip() and scenario != "bad_input":
-        raise run.empty_prompt_error()
-    steps = run.resume_missing() if missing and settings.script is None else run.steps()
-    code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
-    if capture is not None:
-        _print_captured(capture, run, output_format)
-    return code
+    return session_id, record_path, session, previous_prompt, missing
 
 
 def _print_captured(events: list[JsonObj], run: GeminiRun, output_format: str) -> None:
