@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from weft.agents.claude import SYNTHETIC_MODEL, ClaudeParser
+from weft.agents.claude_parser import SYNTHETIC_MODEL, ClaudeParser
 from weft.agents.events import (
     AgentEvent,
     AssistantText,
