@@ -4,6 +4,7 @@ paths, checkpoint patterns, archive paths, and commands that look dangerous.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from pathlib import Path
@@ -140,6 +141,7 @@ def _workspace_path_problem(target: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def leaves_workspace(value: str, *, glob: bool = False) -> str | None:
     """Why ``value``, a path (or with ``glob`` a glob, where ``\\`` escapes) relative
     to the agent's workspace, would name something outside it (``None`` when it
@@ -174,10 +176,21 @@ def check_checkpointed_files(codon: dict[str, Any], path: JsonPath, sink: Sink) 
                 "relative to it, such as notes/** or *.md",
             )
             continue
-        try:
-            PatternSet.compile([pattern])
-        except CheckpointPatternError as e:
-            sink.add(where, "bad_path", printable(str(e)))
+        problem = _pattern_problem(pattern)
+        if problem is not None:
+            sink.add(where, "bad_path", problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern_problem(pattern: str) -> str | None:
+    """Why the checkpoint module refuses ``pattern``, or None. Cached: a hank
+    repeats the same few patterns over its codons, and compiling one is the
+    costliest check of a hank (it was half of loading a 1,000-codon hank)."""
+    try:
+        PatternSet.compile([pattern])
+    except CheckpointPatternError as e:
+        return printable(str(e))
+    return None
 
 
 def check_archive_paths(obj: dict[str, Any], path: JsonPath, sink: Sink) -> None:
