@@ -36,3 +36,17 @@ def test_an_unknown_option_is_a_usage_error_without_a_traceback() -> None:
     assert done.returncode == 2
     assert "unrecognized arguments: --frobnicate" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_before_a_command_handles_it_exits_130_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    from weft.cli import validate
+
+    def interrupted(_: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validate, "run", interrupted)
+    assert main(["validate", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "weft: interrupted"

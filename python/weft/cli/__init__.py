@@ -69,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"weft: error: {printable_lines(str(storage_error(_where(e), e)))}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C before a command installs its own handling (loading a hank,
+        # preparing an execution): what was saved stays saved; no traceback.
+        print("weft: interrupted", file=sys.stderr)
+        return 130
     return code
 
 
