@@ -8,6 +8,7 @@ warning for limits a CLI cannot enforce, the child's environment, the
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -140,7 +141,7 @@ _E = TypeVar("_E")
 _MALFORMED_LOG_CHARS = 200
 
 
-class JsonLineParser(Generic[_E]):
+class JsonLineParser(abc.ABC, Generic[_E]):
     """The line handling of a parser whose CLI prints one JSON event a line
     (Codex, Gemini): non-JSON lines are skipped, each JSON line is decoded
     into the adapter's tagged union ``_E`` and handed to :meth:`_dispatch`; a
@@ -229,8 +230,9 @@ class JsonLineParser(Generic[_E]):
         only there)."""
         return []
 
+    @abc.abstractmethod
     def _dispatch(self, event: _E) -> list[AgentEvent]:
-        raise NotImplementedError
+        """The normalised events of one decoded line (each CLI's own)."""
 
     def _unparsed(self, line: bytes) -> None:
         try:

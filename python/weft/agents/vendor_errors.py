@@ -61,31 +61,28 @@ _API_RETRY_AFTER = (
 )
 
 
+_API_ERROR_CLASSES: tuple[tuple[re.Pattern[str], ErrorClass, bool], ...] = (
+    (_RATE, ErrorClass.RATE_LIMIT, True),
+    (_BILLING, ErrorClass.BILLING, False),
+    (_CLOUD_AUTH, ErrorClass.AUTH, False),
+    (_CLOUD_MODEL, ErrorClass.API_ERROR, False),
+    (_TIMEOUT, ErrorClass.API_ERROR, True),
+    (_AUTH, ErrorClass.AUTH, False),
+    (CONTEXT_TEXT, ErrorClass.CONTEXT_EXCEEDED, False),
+    (_INVALID, ErrorClass.API_ERROR, False),
+    (_BARE_429, ErrorClass.RATE_LIMIT, True),
+    (_TRANSPORT, ErrorClass.API_ERROR, True),
+    (_OVERLOADED, ErrorClass.OVERLOADED, True),
+)
+"""(pattern, class, retriable), in the order of reference hankweave-runtime §6.6."""
+
+
 def classify_api_error(text: str) -> tuple[ErrorClass, bool] | None:
-    """The class and retriability an API error message names (first match
-    wins, in the order of reference hankweave-runtime §6.6), or ``None``."""
-    if _RATE.search(text):
-        return ErrorClass.RATE_LIMIT, True
-    if _BILLING.search(text):
-        return ErrorClass.BILLING, False
-    if _CLOUD_AUTH.search(text):
-        return ErrorClass.AUTH, False
-    if _CLOUD_MODEL.search(text):
-        return ErrorClass.API_ERROR, False
-    if _TIMEOUT.search(text):
-        return ErrorClass.API_ERROR, True
-    if _AUTH.search(text):
-        return ErrorClass.AUTH, False
-    if CONTEXT_TEXT.search(text):
-        return ErrorClass.CONTEXT_EXCEEDED, False
-    if _INVALID.search(text):
-        return ErrorClass.API_ERROR, False
-    if _BARE_429.search(text):
-        return ErrorClass.RATE_LIMIT, True
-    if _TRANSPORT.search(text):
-        return ErrorClass.API_ERROR, True
-    if _OVERLOADED.search(text):
-        return ErrorClass.OVERLOADED, True
+    """The class and retriability an API error message names (the first
+    matching row of :data:`_API_ERROR_CLASSES` wins), or ``None``."""
+    for pattern, error_class, retriable in _API_ERROR_CLASSES:
+        if pattern.search(text):
+            return error_class, retriable
     return None
 
 

@@ -53,9 +53,10 @@ class Interrupt(enum.StrEnum):
 class SentinelHost(Protocol):
     """The seam for sentinels (LLM observers of a codon's events).
 
-    Sentinel support is not built yet; :class:`NoSentinels` is what runs
-    until it is. The runner calls ``load`` while ``starting`` and ``drain``
-    while ``completing-sentinels``, exactly where sentinels belong.
+    :class:`NoSentinels` is what ``weft run`` uses: the sentinel package
+    (:mod:`weft.sentinels`) is not connected to the runner, so a codon's
+    sentinels do not run and the run says so. The runner calls ``load`` while
+    ``starting`` and ``drain`` while ``completing-sentinels``.
     """
 
     async def load(self, planned: PlannedCodon, run_id: str) -> None:
@@ -80,8 +81,8 @@ class NoSentinels:
             self._emit(
                 InfoEvent(
                     message=(
-                        f"Codon {planned.codon_id} declares {count} sentinel(s); this version "
-                        "of Weft does not run sentinels yet, so they are skipped."
+                        f"Codon {planned.codon_id} declares {count} sentinel(s); weft run "
+                        "does not run sentinels, so they are skipped."
                     )
                 ),
                 run_id,

@@ -28,9 +28,11 @@ time it needs is passed in, so its tests drive time by hand; the manager owns
 the one timer. Model calls are the slow part: each sentinel has a worker that
 takes its triggers one at a time, while the engine keeps routing (the queue
 of 100 triggers per sentinel drops the oldest when a model cannot keep up).
-The runtime is not wired yet: the runner will create a manager per codon,
-feed it from the StateManager's fan-out, journal what ``emit`` gives it, and
-turn ``on_states`` into ``SentinelStatesUpdated`` transitions.
+What drives it today: its tests and embedders. ``weft run`` does not use
+this package (a codon's sentinels are reported as skipped, see
+:class:`weft.runtime.attempt.NoSentinels`). Connecting it means a manager per
+codon fed from the StateManager's fan-out, what ``emit`` gives it journaled,
+and ``on_states`` turned into ``SentinelStatesUpdated`` transitions.
 """
 
 from weft.sentinels.config import attach, load_sentinel_config
