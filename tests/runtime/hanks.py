@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -143,6 +144,15 @@ def subprocess_environment(tmp_path: Path) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- artefacts
+
+
+def weft_run_argv(hank: Path, execution: Path, *extra: str) -> list[str]:
+    """``python -m weft run HANK --execution EXECUTION --headless [extra]``:
+    a real ``weft run`` process, for tests that kill or starve it."""
+    return [
+        sys.executable, "-m", "weft", "run", str(hank),
+        "--execution", str(execution), "--headless", *extra,
+    ]  # fmt: skip
 
 
 def read_state(execution: Path) -> dict[str, Any]:

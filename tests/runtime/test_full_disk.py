@@ -33,6 +33,7 @@ from tests.runtime.hanks import (
     codon,
     read_state,
     subprocess_environment,
+    weft_run_argv,
     write_file,
     write_hank,
 )
@@ -129,16 +130,7 @@ def weft_run(
     hank: Path, execution: Path, env: dict[str, str], cwd: Path
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "weft",
-            "run",
-            str(hank),
-            "--execution",
-            str(execution),
-            "--headless",
-        ],
+        weft_run_argv(hank, execution),
         env=env,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
@@ -298,16 +290,7 @@ def test_sigterm_ends_a_run_stalled_on_a_full_disk(
     execution = disk.path / "slow"
     out = (tmp_path / "slow.out").open("w+")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "weft",
-            "run",
-            str(hank),
-            "--execution",
-            str(execution),
-            "--headless",
-        ],
+        weft_run_argv(hank, execution),
         env=env,
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,

@@ -40,6 +40,7 @@ from tests.runtime.hanks import (
     pid_running,
     read_state,
     subprocess_environment,
+    weft_run_argv,
     write_hank,
 )
 
@@ -113,16 +114,7 @@ PLANNED = ["setup", "cont", "it#0", "it#1", "final"]
 
 def start(hank: Path, execution: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "weft",
-            "run",
-            str(hank),
-            "--execution",
-            str(execution),
-            "--headless",
-        ],
+        weft_run_argv(hank, execution),
         env=env,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
