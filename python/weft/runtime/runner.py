@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Literal
 
 from weft.agents.events import ErrorClass, SessionExited
@@ -42,13 +44,20 @@ from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variab
 from weft.errors import ConfigError, PersistenceError, StorageFullError, UnsafePathError
 from weft.events.stream import (
     CodonCompletedEvent,
+    CodonExtendedEvent,
     ErrorEvent,
     InfoEvent,
     ProcessEndedEvent,
     RigSetupCompletedEvent,
     StreamData,
 )
-from weft.events.transitions import CodonStarted, CodonStatus, FailureReason, TransitionMetadata
+from weft.events.transitions import (
+    CodonStarted,
+    CodonStatus,
+    ExtensionCountUpdated,
+    FailureReason,
+    TransitionMetadata,
+)
 from weft.progress import NANO, nanos
 from weft.runtime.agent_events import AgentEvents
 from weft.runtime.attempt import (
@@ -64,6 +73,7 @@ from weft.runtime.attempt import (
     process_exit_of,
 )
 from weft.runtime.execution import ExecutionLayout
+from weft.runtime.outputs import copy_outputs
 from weft.runtime.rig import run_rig
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
@@ -92,6 +102,8 @@ class CodonRunner:
         first_output_timeout: float | None = 60.0,
         stop_grace: float = 5.0,
         env: Mapping[str, str] | None = None,
+        output_dir: Path | None = None,
+        overwrite_output: bool = False,
     ) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
@@ -104,6 +116,9 @@ class CodonRunner:
         self.first_output_timeout = first_output_timeout
         self.stop_grace = stop_grace
         self.env = env
+        self.output_dir = output_dir
+        """Where ``outputFiles`` are copied (``-o``); None: they are not."""
+        self.overwrite_output = overwrite_output
         self._current: Attempt | None = None
         self._variables = template_variables(layout.workspace)
         self.tips: dict[str, str] = {}
@@ -179,6 +194,10 @@ class CodonRunner:
         await self._stream(a)
         # The session has exited and its group was SIGKILLed with it.
         self.emit(ProcessEndedEvent(pid=session.pid), a.request.run_id, a.request.planned.codon_id)
+        while self._extends(a):
+            ended = await self._extend(a)
+            if ended is not None:
+                return ended
         return await self._finish(a)
 
     def _record_start(self, a: Attempt) -> None:
@@ -323,6 +342,11 @@ class CodonRunner:
 
     # ------------------------------------------------------------------ rig
 
+    def _command_env(self, codon_env: Mapping[str, str]) -> dict[str, str]:
+        """The environment of the codon's rig and ``beforeCopy`` commands: Weft's
+        own (or the runtime's) with the codon's ``env`` applied last, as for its agent."""
+        return {**(os.environ if self.env is None else self.env), **codon_env}
+
     async def _rig(self, a: Attempt) -> CodonResult | None:
         req = a.request
         codon_id = req.planned.codon_id
@@ -341,6 +365,7 @@ class CodonRunner:
                 workspace=self.layout.workspace,
                 emit=emit,
                 ignore_failures=self.ignore_rig_failures,
+                env=self._command_env(req.planned.codon.env),
                 codon_id=codon_id,
             )
         )
@@ -400,6 +425,9 @@ class CodonRunner:
         if (exit.ok or accepted) and a.status == "running":
             self._move(a, "completing-sentinels")
             await self.sentinels.drain(a.request.planned, a.request.run_id)
+            copied = await self._outputs(a)
+            if copied is not None:
+                return copied
             sha = await self._checkpoint(a, "completed")
             if sha is None:
                 return await self._fail(
@@ -416,6 +444,7 @@ class CodonRunner:
                     checkpoint_sha=sha,
                     result_message_received=a.result is not None,
                     context_exceeded=context_exceeded or None,
+                    extension_count=a.extensions or None,
                 ),
             )
             return await self._done(
@@ -428,6 +457,96 @@ class CodonRunner:
         return await self._fail(
             a, str(error_class), exit.retriable, message, retry_after_ms=exit.retry_after_ms
         )
+
+    async def _outputs(self, a: Attempt) -> CodonResult | None:
+        """Copies the codon's ``outputFiles`` (see :mod:`weft.runtime.outputs`);
+        a failed copy fails the codon."""
+        req, codon = a.request, a.request.planned.codon
+        if not codon.output_files or self.output_dir is None:
+            return None
+        codon_id = req.planned.codon_id
+        result = await copy_outputs(
+            codon.output_files,
+            workspace=self.layout.workspace,
+            output_dir=self.output_dir,
+            overwrite=self.overwrite_output,
+            env=self._command_env(codon.env),
+            emit=functools.partial(self.manager.emit, run_id=req.run_id, codon_id=codon_id),
+            codon_id=codon_id,
+        )
+        if result.error is not None:
+            return await self._fail(a, "output_copy", False, result.error)
+        return None
+
+    # ------------------------------------------------------------------ extensions
+
+    def _extends(self, a: Attempt) -> bool:
+        """Whether the session is resumed once more with ``exhaustWithPrompt``
+        (reference §6.7): a clean success that did not fill the context, not
+        interrupted, below ``maxExtensions``."""
+        codon, exit = a.request.planned.codon, a.exit
+        if codon.exhaust_with_prompt is None or exit is None or a.interrupt is not None:
+            return False
+        if not exit.ok or exit.log_error is not None or exit.context_exceeded:
+            return False
+        if a.result is None or a.result.is_error or a.result.context_exceeded:
+            return False
+        return a.status == "running" and a.extensions < codon.max_extensions
+
+    async def _extend(self, a: Attempt) -> CodonResult | None:
+        """Resumes the same session with the exhaust prompt and streams it."""
+        req, planned = a.request, a.request.planned
+        codon = planned.codon
+        assert a.prompt is not None and a.session_id is not None
+        a.extensions += 1
+        cost = await self._attempt_cost(a)
+        self.manager.transition(
+            ExtensionCountUpdated(
+                run_id=req.run_id, codon_id=planned.codon_id, extension_count=a.extensions
+            )
+        )
+        self.emit(
+            CodonExtendedEvent(
+                codon_id=planned.codon_id,
+                codon_name=codon.name,
+                extension_number=a.extensions,
+                exhaust_with_prompt=a.prompt.exhaust_prompt or codon.exhaust_with_prompt or "",
+                cumulative_tokens=a.tokens.input + a.tokens.output,
+                cumulative_cost=cost,
+            ),
+            req.run_id,
+            planned.codon_id,
+        )
+        # The next session's result is its own process's: the codon's figures
+        # are what came before plus it (agent_events adds the base).
+        a.cost_base, a.tokens_base = cost or 0.0, a.tokens
+        a.result, a.exit, a.reported_cost = None, None, None
+        try:
+            harness, model = self._harness_for(codon.model)
+            spec = dataclasses.replace(
+                self._spec(a, a.prompt, model, harness),
+                prompt=a.prompt.exhaust_prompt or codon.exhaust_with_prompt or "",
+                resume_session_id=a.session_id,
+            )
+            a.session = await harness.start(spec)
+        except (AgentStartError, UnsafePathError, ValueError) as exc:
+            return await self._fail(a, "agent_start", False, str(exc))
+        self.emit(
+            started_event(
+                a.session.pid,
+                role="agent",
+                argv=[harness.name, model],
+                mark=spec.env[MARK_VAR],
+                codon_id=planned.codon_id,
+            ),
+            req.run_id,
+            planned.codon_id,
+        )
+        if a.interrupt is not None:
+            await a.session.stop(StopReason.OPERATOR)
+        await self._stream(a)
+        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
+        return None
 
     async def _interrupted(self, a: Attempt) -> CodonResult:
         why = a.interrupt
