@@ -28,7 +28,8 @@ def test_the_example_ends_offline_on_the_fake_agent(
     code = main([*argv, "-o", str(tmp_path / "out")])
     assert code == 0
     records = codon_records(read_state(execution))
-    assert records and all(r["status"] == "completed" for r in records.values())
+    assert records
+    assert all(r["status"] == "completed" for r in records.values())
 
 
 def test_the_context_exceeded_loop_ends_when_the_fake_context_is_full(

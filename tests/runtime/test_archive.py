@@ -1,4 +1,4 @@
-"""archiveOnSuccess for codons and loops, and what a rollback does with archives, on the fake agent."""
+"""archiveOnSuccess of codons and loops, and archives in rollbacks, on the fake agent."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ async def test_rollback_moves_back_only_what_the_undone_codons_archived(
     assert restores == [{"codonId": "b", "restoredPaths": ["site", "notes"], "status": "completed"}]
 
     # b runs again and archives again, in the same place.
-    outcome, seen = await run(hank, execution)
+    outcome, _seen = await run(hank, execution)
     assert outcome.codons == {"b": "completed", "c": "completed"}
     assert files_under(execution / "rigArchive") == ["b/notes/n.md", "b/site/index.html"]
 

@@ -67,7 +67,8 @@ async def test_the_session_is_resumed_with_the_exhaust_prompt_until_the_context_
     assert [e["extensionNumber"] for e in extended] == [1, 2, 3]
     assert all(e["exhaustWithPrompt"] == f"Keep going {tmp_path}/x/agentRoot" for e in extended)
     costs = [e["cumulativeCost"] for e in extended]
-    assert costs == sorted(costs) and costs[0] > 0
+    assert costs == sorted(costs)
+    assert costs[0] > 0
     assert [d["extensionCount"] for d in seen.of("ExtensionCountUpdated")] == [1, 2, 3]
     record = codon_records(read_state(tmp_path / "x"))["grind"]
     assert record["extensionCount"] == 3
@@ -81,9 +82,7 @@ async def test_the_session_is_resumed_with_the_exhaust_prompt_until_the_context_
     assert argv["prompt"] == f"Keep going {tmp_path}/x/agentRoot"
     # The codon's cost is every session's, not the last one's.
     finals = [
-        d["totalCost"]
-        for d in seen.of("token.usage")
-        if d.get("final") and d["codonId"] == "grind"
+        d["totalCost"] for d in seen.of("token.usage") if d.get("final") and d["codonId"] == "grind"
     ]
     assert record["finalCost"] == pytest.approx(finals[-1], abs=1e-6)
     assert finals[-1] > costs[-1] - 1e-9 >= costs[0]

@@ -51,7 +51,8 @@ async def run(hank: Path, execution: Path, **options: object) -> tuple[RunOutcom
 def report_codon(**fields: object) -> dict[str, object]:
     return codon(
         "report",
-        write_file("report/a.md", "A") + write_file("report/deep/b.md", "B")
+        write_file("report/a.md", "A")
+        + write_file("report/deep/b.md", "B")
         # The data link and what no glob names stay behind.
         + write_file("other.txt", "no"),
         files=["report/**", "*.txt"],
@@ -113,7 +114,9 @@ async def test_an_existing_file_is_kept_and_the_new_one_renamed_unless_overwrite
     assert outcome.exit_code == 0, outcome.message
     assert (out / "report/a.md").read_text() == "old"
     renamed = [p for p in (out / "report").iterdir() if p.name != "a.md"]
-    assert len(renamed) == 1 and renamed[0].name.startswith("a_1_") and renamed[0].suffix == ".md"
+    assert len(renamed) == 1
+    assert renamed[0].name.startswith("a_1_")
+    assert renamed[0].suffix == ".md"
     assert renamed[0].read_text() == "A"
     assert any("exists, written as" in d["message"] for d in seen.of("info"))
 

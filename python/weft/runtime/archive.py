@@ -30,6 +30,7 @@ import shutil
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 import msgspec
 
@@ -229,7 +230,9 @@ def restore_archives(
                 failed.append(ArchiveFailure(path=item.source, error=exc.strerror or str(exc)))
                 continue
             restored.append(item.source)
-        status = "completed" if not failed else "partial" if restored else "failed"
+        status: Literal["completed", "partial", "failed"] = (
+            "completed" if not failed else "partial" if restored else "failed"
+        )
         events.append(
             RollbackArchiveRestoreEvent(
                 codon_id=entry.codon_id,

@@ -497,7 +497,8 @@ class CodonRunner:
         """Resumes the same session with the exhaust prompt and streams it."""
         req, planned = a.request, a.request.planned
         codon = planned.codon
-        assert a.prompt is not None and a.session_id is not None
+        assert a.prompt is not None
+        assert a.session_id is not None
         a.extensions += 1
         cost = await self._attempt_cost(a)
         self.manager.transition(
