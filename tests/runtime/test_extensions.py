@@ -55,11 +55,15 @@ def exhausting(tmp_path: Path, *, scenario: str, **fields: object) -> Path:
     )
 
 
-@pytest.mark.parametrize("shape", ["prompt_too_long", "compact"])
+@pytest.mark.parametrize(
+    ("shape", "auto_compact"), [("prompt_too_long", False), ("compact", True)]
+)
 async def test_the_session_is_resumed_with_the_exhaust_prompt_until_the_context_is_full(
-    tmp_path: Path, shape: str
+    tmp_path: Path, shape: str, auto_compact: bool
 ) -> None:
-    hank = exhausting(tmp_path, scenario=f"context_full,after=4,shape={shape}")
+    hank = exhausting(
+        tmp_path, scenario=f"context_full,after=4,shape={shape}", autoCompact=auto_compact
+    )
     outcome, seen = await run(hank, tmp_path / "x")
     # Context exhaustion ends an exhaustWithPrompt codon as a success.
     assert outcome.codons == {"grind": "completed", "after": "completed"}, outcome.message
@@ -80,6 +84,8 @@ async def test_the_session_is_resumed_with_the_exhaust_prompt_until_the_context_
         started[0]["sessionId"] in argv["argv"]
     )
     assert argv["prompt"] == f"Keep going {tmp_path}/x/agentRoot"
+    settings = json.loads(argv["argv"][argv["argv"].index("--settings") + 1])
+    assert settings == {"autoCompactEnabled": auto_compact}
     # The codon's cost is every session's, not the last one's.
     finals = [
         d["totalCost"] for d in seen.of("token.usage") if d.get("final") and d["codonId"] == "grind"
@@ -103,3 +109,16 @@ async def test_a_failed_session_is_not_extended(tmp_path: Path) -> None:
     outcome, seen = await run(hank, tmp_path / "x")
     assert outcome.codons == {"grind": "failed"}
     assert seen.of("codon.extended") == []
+
+
+async def test_auto_compact_off_makes_a_full_context_a_prompt_too_long(tmp_path: Path) -> None:
+    # The fake compacts by itself only when Claude Code's auto-compaction is
+    # on; autoCompact defaults to off, so the full context is an error that
+    # ends the exhaustWithPrompt codon as a success.
+    hank = exhausting(tmp_path, scenario="context_full,after=2,shape=compact")
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.codons == {"grind": "completed", "after": "completed"}
+    assert len(seen.of("codon.extended")) == 1
+    logs = list((tmp_path / "x/.weft/runs").rglob("grind-claude.log"))
+    text = logs[0].read_text()
+    assert "prompt_too_long" in text and "compact_boundary" not in text

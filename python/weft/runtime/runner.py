@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -83,6 +84,17 @@ _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI
 
 DEFAULT_IDLE_TIMEOUT = 180.0
 """Seconds without agent output before the session is ended (reference default)."""
+
+
+def auto_compact_args(harness: str, auto_compact: bool) -> tuple[str, ...]:
+    """Claude Code's auto-compaction, switched as the codon's ``autoCompact``
+    says (off by default, as in the reference): compaction would otherwise
+    silently shrink the context that ``contextExceeded`` loops and
+    ``exhaustWithPrompt`` codons wait to fill. Other CLIs have no such switch
+    (``weft validate`` warns when ``autoCompact`` is set for them)."""
+    if harness != "claude":
+        return ()
+    return ("--settings", json.dumps({"autoCompactEnabled": auto_compact}))
 
 
 class CodonRunner:
@@ -329,6 +341,7 @@ class CodonRunner:
             ),
             append_system_prompt=prompt.system_prompt_append,
             env=env,
+            extra_args=auto_compact_args(harness.name, codon.auto_compact),
             log_path=session_log_path(
                 self.layout.weft_dir, req.run_id, req.planned.codon_id, harness.name
             ),

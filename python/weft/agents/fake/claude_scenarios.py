@@ -302,7 +302,9 @@ def sc_context_full(run: ClaudeRun) -> Iterator[Step]:
     is the API's 400: a ``<synthetic>`` "Prompt is too long" message and an
     ``is_error`` result with ``terminal_reason:"prompt_too_long"``, exit 1;
     ``shape=compact`` is an automatic ``compact_boundary`` (the CLI compacted
-    the conversation by itself), then a normal success.
+    the conversation by itself), then a normal success; unless ``--settings``
+    switched auto-compaction off (``autoCompactEnabled: false``), when the
+    prompt is too long instead, as with the real CLI.
 
     So a ``continue-previous`` loop (``terminateOn: contextExceeded``) or an
     ``exhaustWithPrompt`` codon on the fake ends after a known number of turns.
@@ -319,7 +321,7 @@ def sc_context_full(run: ClaudeRun) -> Iterator[Step]:
     window = price.context_window if price else 200_000
     tokens = window + run.rng.randint(1_000, 20_000)
     yield from run.opening()
-    if shape == "compact":
+    if shape == "compact" and run.opts.auto_compact:
         yield Emit(
             run._line(
                 {
