@@ -18,6 +18,7 @@ from tests.runtime.hanks import (
     write_hank,
 )
 
+from weft.cli import main
 from weft.config import load_hank
 from weft.runtime.execution import prepare_execution
 from weft.runtime.outputs import MAX_RENAME_TRIES, OutputError, free_name
@@ -178,3 +179,30 @@ def test_free_name_takes_the_first_free_counter_and_refuses_after_the_limit(take
                 free_name(target, "S")
         else:
             assert free_name(target, "S").name == f"notes.tar_{taken + 1}_S.md"
+
+
+def test_weft_run_takes_the_output_dir_and_warns_when_there_is_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hank = write_hank(tmp_path / "hank", report_codon(outputFiles=[{"copy": ["report/**"]}]))
+    base = ["run", str(hank), "--headless"]
+    assert main([*base, "--execution", str(tmp_path / "a")]) == 0
+    assert "report declare outputFiles, but no output directory is set" in capsys.readouterr().out
+
+    out = tmp_path / "out"
+    assert main([*base, "--execution", str(tmp_path / "b"), "-o", str(out)]) == 0
+    assert f"Output files go to {out}" in capsys.readouterr().out
+    assert (out / "report/deep/b.md").read_text() == "B"
+
+    assert main([*base, "--execution", str(tmp_path / "c"), "--output", str(out)]) == 0
+    assert "is not empty" in capsys.readouterr().out
+
+
+def test_overwrite_output_without_an_output_dir_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hank = write_hank(tmp_path / "hank", report_codon(outputFiles=[{"copy": ["report/**"]}]))
+    argv = ["run", str(hank), "--headless", "--execution", str(tmp_path / "x")]
+    assert main([*argv, "--overwrite-output"]) == 2
+    assert "--overwrite-output needs an output directory" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

@@ -137,6 +137,13 @@ def run(args: argparse.Namespace) -> int:
         hank_path, data_path = resolve_inputs(list(args.paths))
         loaded = load_hank(hank_path, model=args.model)
         settings = _settings(args, loaded)
+        if args.overwrite_output and settings.output_directory is None:
+            print(
+                "weft: error: --overwrite-output needs an output directory: pass -o DIR "
+                "(or set outputDirectory in weft.json)",
+                file=sys.stderr,
+            )
+            return 2
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except ExecutionSetupError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
