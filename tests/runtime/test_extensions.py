@@ -55,9 +55,7 @@ def exhausting(tmp_path: Path, *, scenario: str, **fields: object) -> Path:
     )
 
 
-@pytest.mark.parametrize(
-    ("shape", "auto_compact"), [("prompt_too_long", False), ("compact", True)]
-)
+@pytest.mark.parametrize(("shape", "auto_compact"), [("prompt_too_long", False), ("compact", True)])
 async def test_the_session_is_resumed_with_the_exhaust_prompt_until_the_context_is_full(
     tmp_path: Path, shape: str, auto_compact: bool
 ) -> None:
@@ -121,4 +119,5 @@ async def test_auto_compact_off_makes_a_full_context_a_prompt_too_long(tmp_path:
     assert len(seen.of("codon.extended")) == 1
     logs = list((tmp_path / "x/.weft/runs").rglob("grind-claude.log"))
     text = logs[0].read_text()
-    assert "prompt_too_long" in text and "compact_boundary" not in text
+    assert "prompt_too_long" in text
+    assert "compact_boundary" not in text

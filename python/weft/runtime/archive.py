@@ -199,11 +199,12 @@ def archive_event(outcome: ArchiveOutcome) -> ArchiveCompletedEvent | ArchivePar
 
 
 def restore_archives(
-    layout: ExecutionLayout, undone: Collection[tuple[str, str]]
+    layout: ExecutionLayout, undone: Collection[tuple[str, str]] | None
 ) -> list[RollbackArchiveRestoreEvent]:
-    """Moves back what the (run id, codon id) pairs in ``undone`` archived, newest
-    first; one ``rollback.archiveRestore`` event per archive. A path that is in the
-    workspace again is replaced (it is newer than the rollback's target)."""
+    """Moves back what the (run id, codon id) pairs in ``undone`` (None: every
+    codon) archived, newest first; one ``rollback.archiveRestore`` event per
+    archive. A path that is in the workspace again is replaced (it is newer than
+    the rollback's target). A path that could not be moved back stays recorded."""
     manifest = read_manifest(layout)
     if not manifest.entries:
         return []
@@ -211,11 +212,12 @@ def restore_archives(
     kept: list[ManifestEntry] = []
     events: list[RollbackArchiveRestoreEvent] = []
     for entry in reversed(manifest.entries):
-        if (entry.run_id, entry.codon_id) not in undone:
+        if undone is not None and (entry.run_id, entry.codon_id) not in undone:
             kept.append(entry)
             continue
         restored: list[str] = []
         failed: list[ArchiveFailure] = []
+        left: list[ArchivedPath] = []
         for item in entry.paths:
             source = layout.root / item.archived
             target = workspace / item.source
@@ -228,8 +230,11 @@ def restore_archives(
                 shutil.move(source, target)
             except OSError as exc:
                 failed.append(ArchiveFailure(path=item.source, error=exc.strerror or str(exc)))
+                left.append(item)
                 continue
             restored.append(item.source)
+        if left:
+            kept.append(ManifestEntry(**{**msgspec.structs.asdict(entry), "paths": left}))
         status: Literal["completed", "partial", "failed"] = (
             "completed" if not failed else "partial" if restored else "failed"
         )
