@@ -145,3 +145,37 @@ async def test_loop_codons_archive_per_iteration_and_the_loop_once_at_its_end(
         ("w#1", None, "rigArchive/L-1/w-1"),
         ("w#1", "L", "rigArchive/L"),
     ]
+
+
+async def test_a_fresh_restart_after_failures_moves_every_archive_back(tmp_path: Path) -> None:
+    # A codon that failed under onFailure=ignore still archives (as Hankweave's
+    # finalizeCodon does); with no confirmed success the next run starts over,
+    # and the workspace must look as it did before any codon ran: nothing archived.
+    def hank(fail: bool) -> Path:
+        work = write_file("logs/x.md", "L") + (
+            "@@fake:scenario=api_error,status=400@@\n" if fail else ""
+        )
+        return write_hank(
+            tmp_path / "hank",
+            codon("a", work, files=["*.md"], onFailure="ignore", archiveOnSuccess=["logs"]),
+        )
+
+    execution = tmp_path / "x"
+    outcome, _ = await run(hank(fail=True), execution)
+    assert outcome.codons == {"a": "failed"}
+    assert files_under(execution / "rigArchive") == ["a/logs/x.md"]
+
+    prepared = await asyncio.to_thread(
+        prepare_execution,
+        hank(fail=False),
+        None,
+        execution_dir=execution,
+        interactive=False,
+        yes=True,
+        base_dir=tmp_path / "managed",
+    )
+    await Runtime(prepared, load_hank(tmp_path / "hank"), RuntimeOptions(serve=False)).run()
+    restores = [d for kind, d in journal(execution) if kind == "rollback.archiveRestore"]
+    assert [r["restoredPaths"] for r in restores] == [["logs"]]
+    # The new run archived its own logs again.
+    assert files_under(execution / "rigArchive") == ["a/logs/x.md"]
