@@ -206,3 +206,68 @@ def test_overwrite_output_without_an_output_dir_is_a_usage_error(
     assert main([*argv, "--overwrite-output"]) == 2
     assert "--overwrite-output needs an output directory" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_an_output_dir_inside_the_execution_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hank = write_hank(tmp_path / "hank", report_codon(outputFiles=[{"copy": ["report/**"]}]))
+    execution = tmp_path / "x"
+    argv = ["run", str(hank), "--headless", "--execution", str(execution)]
+    assert main([*argv, "-o", str(execution / "agentRoot" / "out")]) == 2
+    assert "is inside" in capsys.readouterr().err
+    assert not execution.exists()
+
+
+_NAMES = st.sampled_from(["a.md", "b.txt", "report", ".git", ".weft", "read_only_data_source", "x"])
+_PATTERNS = st.lists(
+    st.sampled_from(["**", "*", "**/*.md", "report/**", "*/*", "read_only_data_source/**", ".*"]),
+    min_size=1,
+    max_size=3,
+)
+
+
+@given(st.lists(st.lists(_NAMES, min_size=1, max_size=3), max_size=8), _PATTERNS)
+def test_globs_match_files_only_never_git_weft_or_the_data_unless_named(
+    paths: list[list[str]], patterns: list[str]
+) -> None:
+    import tempfile
+
+    from weft.runtime.outputs import _matches
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for parts in paths:
+            target = root.joinpath(*parts)
+            if any(
+                p.is_file() for p in [target, *target.parents] if p != root and root in p.parents
+            ):
+                continue
+            if target.is_dir():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("x")
+        try:
+            found = _matches(patterns, root)
+        except OutputError:
+            return
+        names_data = any(p.startswith("read_only_data_source") for p in patterns)
+        for relative in found:
+            parts = Path(relative).parts
+            assert (root / relative).is_file()
+            assert parts[0] not in (".git", ".weft")
+            assert names_data or parts[0] != "read_only_data_source"
+        assert found == sorted(set(found))
+
+
+def test_a_symlink_leading_out_of_the_workspace_fails_the_copy(tmp_path: Path) -> None:
+    from weft.runtime.outputs import OutputResult, _copy_step
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "leak.txt").symlink_to(secret)
+    with pytest.raises(OutputError, match="leads out of the workspace"):
+        _copy_step(["*.txt"], workspace, tmp_path / "out", False, "S", OutputResult())
+    assert not (tmp_path / "out" / "leak.txt").exists()

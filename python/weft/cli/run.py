@@ -144,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        inside = _output_inside_execution(args, settings)
+        if inside is not None:
+            print(f"weft: error: {inside}", file=sys.stderr)
+            return 2
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except ExecutionSetupError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
@@ -275,6 +279,22 @@ def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOption
         else Path(os.path.expanduser(settings.output_directory)).absolute(),
         overwrite_output=args.overwrite_output,
     )
+
+
+def _output_inside_execution(args: argparse.Namespace, settings: RuntimeConfig) -> str | None:
+    """Why the output directory cannot be used, or None: inside the execution (or
+    the managed root), copies would land in the agent's workspace or Weft's state."""
+    if settings.output_directory is None:
+        return None
+    output = Path(os.path.expanduser(settings.output_directory)).resolve()
+    execution = args.execution or Path(os.path.expanduser(settings.execution_base_dir))
+    root = execution.resolve()
+    if output == root or root in output.parents:
+        return (
+            f"the output directory {output} is inside {root}, where executions live; "
+            "pass -o a folder outside it"
+        )
+    return None
 
 
 def output_notes(loaded: LoadedHank, output_directory: str | None) -> list[str]:
