@@ -13,6 +13,16 @@ in order and the runtime watches for rejections (a rejection here is a
 bug, and stops the run). It only waits where a decision depends on the
 state: never on the hot path of agent events.
 
+Two things happen between ``running`` and the end. An ``exhaustWithPrompt``
+codon whose session succeeded without filling its context is resumed, same
+session, with the exhaust prompt (``codon.extended``, ``ExtensionCountUpdated``)
+up to ``maxExtensions`` times; a full context then completes it (reference
+§6.7). In ``completing-sentinels`` the codon's ``outputFiles`` are copied when
+the run has an output directory (:mod:`weft.runtime.outputs`), before the
+completion checkpoint so that what ``beforeCopy`` changed is in it. The
+codon's ``env`` reaches its rig and ``beforeCopy`` commands as it reaches the
+agent. Archives (``archiveOnSuccess``) are the run loop's, after the codon ends.
+
 The attempt's records live in :mod:`weft.runtime.attempt`; its agent events
 are turned into transitions and stream events by :mod:`weft.runtime.agent_events`.
 """
