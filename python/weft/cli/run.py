@@ -269,7 +269,7 @@ def _opening_notes(
 def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOptions:
     return RuntimeOptions(
         autostart=settings.autostart,
-        ignore_rig_failures=args.ignore_rig_failures,
+        ignore_rig_failures=args.ignore_rig_failures or settings.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,
         host=args.host or "127.0.0.1",
         port=settings.port,
