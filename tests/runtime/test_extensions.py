@@ -121,3 +121,21 @@ async def test_auto_compact_off_makes_a_full_context_a_prompt_too_long(tmp_path:
     text = logs[0].read_text()
     assert "prompt_too_long" in text
     assert "compact_boundary" not in text
+
+
+async def test_a_codex_thread_is_extended_until_codex_runs_out_of_room(tmp_path: Path) -> None:
+    hank = write_hank(
+        tmp_path / "hank",
+        codon(
+            "grind",
+            "Start the work.",
+            model="fake/gpt-5",
+            env={"FAKE_AGENT_SCENARIO": "context_full,after=3"},
+            exhaustWithPrompt="Keep going.",
+        ),
+    )
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.codons == {"grind": "completed"}, outcome.message
+    assert [e["extensionNumber"] for e in seen.of("codon.extended")] == [1, 2]
+    record = codon_records(read_state(tmp_path / "x"))["grind"]
+    assert (record["extensionCount"], record["contextExceeded"]) == (2, True)
