@@ -141,6 +141,15 @@ def test_abort_inside_a_loop_warns(tmp_path: Path) -> None:
     assert codes(problems(tmp_path, doc)) == {("loop_abort", "hank[0].codons[0].onFailure")}
 
 
+def test_auto_compact_warns_where_no_cli_can_switch_it(tmp_path: Path) -> None:
+    doc = hank(
+        codon("a", model="fake/sonnet", autoCompact=True),
+        codon("b", model="fake/gpt-5", autoCompact=True),
+        codon("c", model="google/gemini-2.5-pro", autoCompact=False),
+    )
+    assert codes(problems(tmp_path, doc)) == {("no_effect", "hank[1].autoCompact")}
+
+
 def test_empty_and_huge_prompt_files_warn(tmp_path: Path) -> None:
     doc = hank(
         codon("a", promptText=None, promptFile="empty.md"),
