@@ -246,3 +246,11 @@ def test_a_loop_budget_shares_its_own_codons(tmp_path: Path) -> None:
     budget = {"maxDollars": 4, "allocation": "proportional-strict", "shares": {"a": 0.5}}
     doc = hank(codon("a"), loop("l", codon("b", onFailure="retry"), budget=budget))
     assert codes(problems(tmp_path, doc)) == {("budget", "hank[1].budget.shares.a")}
+
+
+@pytest.mark.parametrize("target", [".", "./", "read_only_data_source", ".weft/x", ".git"])
+def test_archive_on_success_may_not_move_the_workspace_the_data_or_state(
+    tmp_path: Path, target: str
+) -> None:
+    doc = hank(codon("a", archiveOnSuccess=["ok", target]))
+    assert codes(problems(tmp_path, doc)) == {("bad_value", "hank[0].archiveOnSuccess[1]")}

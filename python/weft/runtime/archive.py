@@ -35,6 +35,7 @@ from typing import Literal
 import msgspec
 
 from weft.clock import utc_now_iso
+from weft.config.rules.paths import archive_refusal
 from weft.events.stream import (
     ArchiveCompletedEvent,
     ArchiveFailure,
@@ -145,6 +146,9 @@ def archive_paths(
             outcome.failed.append(ArchiveFailure(path=relative, error="not inside the workspace"))
             continue
         source = workspace / relative
+        if (top := archive_refusal(relative)) is not None:
+            outcome.failed.append(ArchiveFailure(path=relative, error=f"would move {top}"))
+            continue
         if not source.parent.resolve().is_relative_to(workspace):
             outcome.failed.append(ArchiveFailure(path=relative, error="leads out of the workspace"))
             continue
