@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.runtime.hanks import (
     Seen,
@@ -165,6 +165,7 @@ async def test_a_copy_that_cannot_be_made_fails_the_codon_and_the_run(tmp_path: 
     assert "outputFiles of report" in record["failureReason"]["message"]
 
 
+@settings(max_examples=25, deadline=None)  # each example writes up to 103 files
 @given(st.integers(min_value=0, max_value=MAX_RENAME_TRIES + 3))
 def test_free_name_takes_the_first_free_counter_and_refuses_after_the_limit(taken: int) -> None:
     import tempfile
@@ -227,6 +228,7 @@ _PATTERNS = st.lists(
 )
 
 
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(_NAMES, min_size=1, max_size=3), max_size=8), _PATTERNS)
 def test_globs_match_files_only_never_git_weft_or_the_data_unless_named(
     paths: list[list[str]], patterns: list[str]
