@@ -141,6 +141,15 @@ def test_abort_inside_a_loop_warns(tmp_path: Path) -> None:
     assert codes(problems(tmp_path, doc)) == {("loop_abort", "hank[0].codons[0].onFailure")}
 
 
+def test_auto_compact_warns_where_no_cli_can_switch_it(tmp_path: Path) -> None:
+    doc = hank(
+        codon("a", model="fake/sonnet", autoCompact=True),
+        codon("b", model="fake/gpt-5", autoCompact=True),
+        codon("c", model="google/gemini-2.5-pro", autoCompact=False),
+    )
+    assert codes(problems(tmp_path, doc)) == {("no_effect", "hank[1].autoCompact")}
+
+
 def test_empty_and_huge_prompt_files_warn(tmp_path: Path) -> None:
     doc = hank(
         codon("a", promptText=None, promptFile="empty.md"),
@@ -237,3 +246,11 @@ def test_a_loop_budget_shares_its_own_codons(tmp_path: Path) -> None:
     budget = {"maxDollars": 4, "allocation": "proportional-strict", "shares": {"a": 0.5}}
     doc = hank(codon("a"), loop("l", codon("b", onFailure="retry"), budget=budget))
     assert codes(problems(tmp_path, doc)) == {("budget", "hank[1].budget.shares.a")}
+
+
+@pytest.mark.parametrize("target", [".", "./", "read_only_data_source", ".weft/x", ".git"])
+def test_archive_on_success_may_not_move_the_workspace_the_data_or_state(
+    tmp_path: Path, target: str
+) -> None:
+    doc = hank(codon("a", archiveOnSuccess=["ok", target]))
+    assert codes(problems(tmp_path, doc)) == {("bad_value", "hank[0].archiveOnSuccess[1]")}

@@ -101,6 +101,20 @@ def register(commands: Any) -> None:
         "--ignore-rig-failures", action="store_true", help="treat every rig failure as allowed"
     )
     parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="DIR",
+        help="copy each codon's outputFiles here when it succeeds (default: outputDirectory "
+        "of weft.json; without one, nothing is copied)",
+    )
+    parser.add_argument(
+        "--overwrite-output",
+        action="store_true",
+        help="replace files already in the output directory (default: keep them and write "
+        "the new one as <name>_<n>_<time><ext>)",
+    )
+    parser.add_argument(
         "--shim-idle-timeout",
         type=int,
         metavar="SECONDS",
@@ -123,6 +137,17 @@ def run(args: argparse.Namespace) -> int:
         hank_path, data_path = resolve_inputs(list(args.paths))
         loaded = load_hank(hank_path, model=args.model)
         settings = _settings(args, loaded)
+        if args.overwrite_output and settings.output_directory is None:
+            print(
+                "weft: error: --overwrite-output needs an output directory: pass -o DIR "
+                "(or set outputDirectory in weft.json)",
+                file=sys.stderr,
+            )
+            return 2
+        inside = _output_inside_execution(args, settings)
+        if inside is not None:
+            print(f"weft: error: {inside}", file=sys.stderr)
+            return 2
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except ExecutionSetupError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
@@ -182,6 +207,7 @@ def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
             "autostart": False if args.no_autostart else None,
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
+            "outputDirectory": None if args.output is None else str(args.output.absolute()),
         },
         config_file=args.config,
         hank=loaded.hank,
@@ -231,6 +257,7 @@ def _opening_notes(
     notes = [f"{verb} execution {prepared.layout.root}"]
     for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
         notes.append(f"warning: {warning}")
+    notes.extend(output_notes(loaded, settings.output_directory))
     if settings.allow_anonymous_read:
         notes.append(
             "warning: anonymous reads are on: anyone on this machine can read this run's "
@@ -242,12 +269,53 @@ def _opening_notes(
 def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOptions:
     return RuntimeOptions(
         autostart=settings.autostart,
-        ignore_rig_failures=args.ignore_rig_failures,
+        ignore_rig_failures=args.ignore_rig_failures or settings.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,
         host=args.host or "127.0.0.1",
         port=settings.port,
         allow_anonymous_read=settings.allow_anonymous_read,
+        output_dir=None
+        if settings.output_directory is None
+        else Path(os.path.expanduser(settings.output_directory)).absolute(),
+        overwrite_output=args.overwrite_output,
     )
+
+
+def _output_inside_execution(args: argparse.Namespace, settings: RuntimeConfig) -> str | None:
+    """Why the output directory cannot be used, or None: inside the execution (or
+    the managed root), copies would land in the agent's workspace or Weft's state."""
+    if settings.output_directory is None:
+        return None
+    output = Path(os.path.expanduser(settings.output_directory)).resolve()
+    execution = args.execution or Path(os.path.expanduser(settings.execution_base_dir))
+    root = execution.resolve()
+    if output == root or root in output.parents:
+        return (
+            f"the output directory {output} is inside {root}, where executions live; "
+            "pass -o a folder outside it"
+        )
+    return None
+
+
+def output_notes(loaded: LoadedHank, output_directory: str | None) -> list[str]:
+    """Warnings about ``outputFiles`` before the run: none would be copied (no
+    output directory), or the output directory already holds files."""
+    owners = [c.id for c, _ in loaded.codons() if c.output_files]
+    if not owners:
+        return []
+    if output_directory is None:
+        return [
+            f"warning: {', '.join(owners)} declare outputFiles, but no output directory is set: "
+            "nothing will be copied (pass -o DIR or set outputDirectory in weft.json)"
+        ]
+    folder = Path(os.path.expanduser(output_directory))
+    if folder.is_dir() and any(folder.iterdir()):
+        return [
+            f"warning: the output directory {folder} is not empty: files already there are kept "
+            "and new ones with the same name get a _<n>_<time> suffix (--overwrite-output "
+            "replaces them)"
+        ]
+    return [f"Output files go to {folder}"]
 
 
 _KEYS = {"": "codon.next", "n": "codon.next", "s": "codon.skip", "q": "server.shutdown"}

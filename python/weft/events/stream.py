@@ -317,6 +317,59 @@ class ProcessEndedEvent(StreamData):
     how: Literal["exited", "ended", "gone"] = "exited"
 
 
+class CodonExtendedEvent(StreamData):
+    """An ``exhaustWithPrompt`` codon's session was resumed with the exhaust
+    prompt once more (reference §6.7); the figures are the codon's so far."""
+
+    TYPE: ClassVar[str] = "codon.extended"
+    codon_id: str
+    codon_name: str
+    extension_number: int
+    exhaust_with_prompt: str
+    cumulative_tokens: int
+    cumulative_cost: float | None
+
+
+class ArchiveFailure(msgspec.Struct, rename="camel", kw_only=True):
+    """One ``archiveOnSuccess`` path that could not be archived, and why."""
+
+    path: str
+    error: str
+
+
+class ArchiveCompletedEvent(StreamData):
+    """Every ``archiveOnSuccess`` path of a codon (or of a loop, ``loopId``)
+    was moved from the workspace into ``rigArchive/``."""
+
+    TYPE: ClassVar[str] = "archive.completed"
+    codon_id: str
+    archived_paths: list[str]
+    archive_dir: str
+    """Where they went, relative to the execution directory."""
+    loop_id: str | None = None
+
+
+class ArchivePartialEvent(StreamData):
+    """Some ``archiveOnSuccess`` paths were archived, others were not (``failedPaths``)."""
+
+    TYPE: ClassVar[str] = "archive.partial"
+    codon_id: str
+    archived_paths: list[str]
+    failed_paths: list[ArchiveFailure]
+    archive_dir: str
+    loop_id: str | None = None
+
+
+class RollbackArchiveRestoreEvent(StreamData):
+    """A rollback moved what the codons it undid had archived back into the workspace."""
+
+    TYPE: ClassVar[str] = "rollback.archiveRestore"
+    codon_id: str
+    restored_paths: list[str]
+    status: Literal["completed", "partial", "failed"]
+    failed_paths: list[ArchiveFailure] | None = None
+
+
 class RejectedTransition(msgspec.Struct, rename="camel", kw_only=True):
     """The data of the ``error`` event a refused transition is journaled as.
 

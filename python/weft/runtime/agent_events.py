@@ -181,18 +181,19 @@ class AgentEvents:
             a.session_id = event.session_id
         if event.cost_usd is None or not a.live:
             return
-        a.tokens = event.tokens
-        a.reported_cost = event.cost_usd
+        # An extended session's result is its own process's (a.*_base: the earlier ones).
+        a.tokens = a.tokens_base + event.tokens
+        a.reported_cost = a.cost_base + event.cost_usd
         self.manager.transition(
             CodonFinalCostSet(
                 run_id=run_id,
                 codon_id=codon_id,
-                final_cost=event.cost_usd,
-                final_tokens=usage_of(event.tokens),
+                final_cost=a.reported_cost,
+                final_tokens=usage_of(a.tokens),
             )
         )
         self.emit(
-            token_usage_event(codon_id, event.tokens, event.cost_usd, final=True), run_id, codon_id
+            token_usage_event(codon_id, a.tokens, a.reported_cost, final=True), run_id, codon_id
         )
 
     def _retry_notice(self, a: Attempt, event: RetryNotice) -> None:

@@ -231,6 +231,12 @@ class Attempt:
         this (rounded as the core rounds), so the terminal move can name it
         without waiting for the core to apply the queue. Not a tally: the
         value is the agent's, passed through."""
+        self.extensions = 0
+        """Times the session was resumed with ``exhaustWithPrompt``."""
+        self.cost_base = 0.0
+        self.tokens_base = Tokens()
+        """The codon's cost and tokens before the current extension's session:
+        each session reports its own process's figures, the codon's are the sum."""
 
     @property
     def duration_ms(self) -> int:

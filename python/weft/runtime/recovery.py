@@ -25,6 +25,7 @@ from weft.events.stream import InfoEvent, ProcessEndedEvent
 from weft.events.transitions import Continuation, ContinuationSource, Fresh, RunStarted
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.runtime import rollback, survivors
+from weft.runtime.archive import restore_archives
 from weft.runtime.run_state import RuntimeState
 from weft.state import StateManager
 from weft.store.execution import ExecutionStore
@@ -198,6 +199,9 @@ class Recovery(RuntimeState):
         patterns = list(dict.fromkeys(rollback.all_patterns(stored) + rollback.all_patterns(fresh)))
         saved = await checkpoints.recovery_snapshot(patterns, reason=why)
         started = rollback.possibly_started(state, (stored, fresh))
+        # Every codon runs again: what any of them archived comes back first.
+        for restored in await asyncio.to_thread(restore_archives, self.layout, None):
+            self._emit(restored)
         removed = await asyncio.to_thread(
             rollback.remove_rig_copies, self.layout, (stored, fresh), started
         )

@@ -4,7 +4,8 @@ A rollback never deletes history. It picks a target on the execution thread
 (the newest git-confirmed success, a codon's checkpoint, or a checkpoint SHA
 or unique prefix), removes the rig copies of the codons it rolls back,
 restores every file the plan's checkpoints cover to the target exactly (files
-the target does not hold are removed), ends the current run if one is open,
+the target does not hold are removed), moves back what the rolled-back codons
+archived (:mod:`weft.runtime.archive`), ends the current run if one is open,
 and starts a continuation run from the target (reason ``rollback``). The
 thread analyzer of the compiled core then makes that run the history's new
 head: the rolled-back codons are superseded, not erased.
@@ -12,6 +13,7 @@ head: the rolled-back codons are superseded, not erased.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,6 +39,7 @@ from weft.events.transitions import (
     RunStarted,
 )
 from weft.plan import ExecutionPlan
+from weft.runtime.archive import restore_archives
 from weft.runtime.layout import ExecutionLayout
 from weft.state import StateManager
 
@@ -363,6 +366,11 @@ async def execute(
         ),
         current_run_id,
     )
+    # What the undone codons archived goes back first, so that the restore
+    # below has the last word on every path a checkpoint covers.
+    pairs = {(tc.run_id, tc.codon_id) for tc in undone}
+    for restored in await asyncio.to_thread(restore_archives, layout, pairs):
+        say(restored, current_run_id)
     _undo_rig_copies(undone, layout, plan, total, say, current_run_id)
     await checkpoints.restore(sha, all_patterns(plan))
     say(

@@ -29,7 +29,7 @@ from weft.events.stream import (
 )
 from weft.events.transitions import RunCompleted, RunFailed
 from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
-from weft.runtime import rollback
+from weft.runtime import archive, rollback
 from weft.runtime.attempt import CodonRequest, CodonResult
 from weft.runtime.policy import Action, decide
 from weft.runtime.run_state import (
@@ -195,14 +195,43 @@ class RunLoop(RuntimeState):
             return
         if result.continuable and result.session_id is not None:
             cursor.sessions[current.codon_id] = result.session_id
+        await self._archive(current.codon.archive_on_success, cursor.run_id, current)
         change = cursor.plan.on_codon_finished(
             current.codon_id, context_exceeded=result.context_exceeded
         )
         cursor.plan = self._apply_plan_change(manager, change, cursor.run_id)
+        context = current.loop_context
+        if change.loop_finished and context is not None:
+            loop = cursor.plan.loops.get(context.loop_id)
+            if loop is not None:
+                await self._archive(loop.archive_on_success, cursor.run_id, current, loop.id)
         cursor.current = cursor.plan.next_codon(current.codon_id)
         if cursor.current is None:
             await self._end_run(manager, cursor, failed=False)
         self._snapshot(cursor.run_id)
+
+    async def _archive(
+        self, paths: list[str], run_id: str, finished: PlannedCodon, loop_id: str | None = None
+    ) -> None:
+        """Archives ``paths`` of the finished codon (or, with ``loop_id``, of its
+        loop, which just ended): ``archive.completed`` or ``archive.partial``."""
+        if not paths:
+            return
+        owner = (
+            loop_id
+            if loop_id is not None
+            else archive.codon_owner(finished.codon_id, finished.loop_context)
+        )
+        outcome = await asyncio.to_thread(
+            archive.archive_paths,
+            paths,
+            layout=self.layout,
+            owner=owner,
+            run_id=run_id,
+            codon_id=finished.codon_id,
+            loop_id=loop_id,
+        )
+        self._emit(archive.archive_event(outcome), run_id, finished.codon_id)
 
     async def _end_run(self, manager: StateManager, cursor: Cursor, *, failed: bool) -> None:
         if not cursor.open:

@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from weft._core import ExecutionThread, ThreadCodon
@@ -49,6 +50,10 @@ class RuntimeOptions:
     """0: a free port (the lock file and ``Runtime.server`` tell which)."""
     allow_anonymous_read: bool = False
     """Let loopback clients read the run without a token (``--allow-anonymous-read``)."""
+    output_dir: Path | None = None
+    """Where codons' ``outputFiles`` are copied (``-o``); None: nowhere."""
+    overwrite_output: bool = False
+    """Replace files already in ``output_dir`` (``--overwrite-output``)."""
 
 
 @dataclass(slots=True)

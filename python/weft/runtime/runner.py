@@ -13,6 +13,16 @@ in order and the runtime watches for rejections (a rejection here is a
 bug, and stops the run). It only waits where a decision depends on the
 state: never on the hot path of agent events.
 
+Two things happen between ``running`` and the end. An ``exhaustWithPrompt``
+codon whose session succeeded without filling its context is resumed, same
+session, with the exhaust prompt (``codon.extended``, ``ExtensionCountUpdated``)
+up to ``maxExtensions`` times; a full context then completes it (reference
+§6.7). In ``completing-sentinels`` the codon's ``outputFiles`` are copied when
+the run has an output directory (:mod:`weft.runtime.outputs`), before the
+completion checkpoint so that what ``beforeCopy`` changed is in it. The
+codon's ``env`` reaches its rig and ``beforeCopy`` commands as it reaches the
+agent. Archives (``archiveOnSuccess``) are the run loop's, after the codon ends.
+
 The attempt's records live in :mod:`weft.runtime.attempt`; its agent events
 are turned into transitions and stream events by :mod:`weft.runtime.agent_events`.
 """
@@ -21,9 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Literal
 
 from weft.agents.events import ErrorClass, SessionExited
@@ -42,13 +55,20 @@ from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variab
 from weft.errors import ConfigError, PersistenceError, StorageFullError, UnsafePathError
 from weft.events.stream import (
     CodonCompletedEvent,
+    CodonExtendedEvent,
     ErrorEvent,
     InfoEvent,
     ProcessEndedEvent,
     RigSetupCompletedEvent,
     StreamData,
 )
-from weft.events.transitions import CodonStarted, CodonStatus, FailureReason, TransitionMetadata
+from weft.events.transitions import (
+    CodonStarted,
+    CodonStatus,
+    ExtensionCountUpdated,
+    FailureReason,
+    TransitionMetadata,
+)
 from weft.progress import NANO, nanos
 from weft.runtime.agent_events import AgentEvents
 from weft.runtime.attempt import (
@@ -64,6 +84,7 @@ from weft.runtime.attempt import (
     process_exit_of,
 )
 from weft.runtime.execution import ExecutionLayout
+from weft.runtime.outputs import copy_outputs
 from weft.runtime.rig import run_rig
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
@@ -73,6 +94,17 @@ _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI
 
 DEFAULT_IDLE_TIMEOUT = 180.0
 """Seconds without agent output before the session is ended (reference default)."""
+
+
+def auto_compact_args(harness: str, auto_compact: bool) -> tuple[str, ...]:
+    """Claude Code's auto-compaction, switched as the codon's ``autoCompact``
+    says (off by default, as in the reference): compaction would otherwise
+    silently shrink the context that ``contextExceeded`` loops and
+    ``exhaustWithPrompt`` codons wait to fill. Other CLIs have no such switch
+    (``weft validate`` warns when ``autoCompact`` is set for them)."""
+    if harness != "claude":
+        return ()
+    return ("--settings", json.dumps({"autoCompactEnabled": auto_compact}))
 
 
 class CodonRunner:
@@ -92,6 +124,8 @@ class CodonRunner:
         first_output_timeout: float | None = 60.0,
         stop_grace: float = 5.0,
         env: Mapping[str, str] | None = None,
+        output_dir: Path | None = None,
+        overwrite_output: bool = False,
     ) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
@@ -104,6 +138,9 @@ class CodonRunner:
         self.first_output_timeout = first_output_timeout
         self.stop_grace = stop_grace
         self.env = env
+        self.output_dir = output_dir
+        """Where ``outputFiles`` are copied (``-o``); None: they are not."""
+        self.overwrite_output = overwrite_output
         self._current: Attempt | None = None
         self._variables = template_variables(layout.workspace)
         self.tips: dict[str, str] = {}
@@ -179,6 +216,10 @@ class CodonRunner:
         await self._stream(a)
         # The session has exited and its group was SIGKILLed with it.
         self.emit(ProcessEndedEvent(pid=session.pid), a.request.run_id, a.request.planned.codon_id)
+        while self._extends(a):
+            ended = await self._extend(a)
+            if ended is not None:
+                return ended
         return await self._finish(a)
 
     def _record_start(self, a: Attempt) -> None:
@@ -310,6 +351,7 @@ class CodonRunner:
             ),
             append_system_prompt=prompt.system_prompt_append,
             env=env,
+            extra_args=auto_compact_args(harness.name, codon.auto_compact),
             log_path=session_log_path(
                 self.layout.weft_dir, req.run_id, req.planned.codon_id, harness.name
             ),
@@ -322,6 +364,11 @@ class CodonRunner:
         )
 
     # ------------------------------------------------------------------ rig
+
+    def _command_env(self, codon_env: Mapping[str, str]) -> dict[str, str]:
+        """The environment of the codon's rig and ``beforeCopy`` commands: Weft's
+        own (or the runtime's) with the codon's ``env`` applied last, as for its agent."""
+        return {**(os.environ if self.env is None else self.env), **codon_env}
 
     async def _rig(self, a: Attempt) -> CodonResult | None:
         req = a.request
@@ -341,6 +388,7 @@ class CodonRunner:
                 workspace=self.layout.workspace,
                 emit=emit,
                 ignore_failures=self.ignore_rig_failures,
+                env=self._command_env(req.planned.codon.env),
                 codon_id=codon_id,
             )
         )
@@ -400,6 +448,9 @@ class CodonRunner:
         if (exit.ok or accepted) and a.status == "running":
             self._move(a, "completing-sentinels")
             await self.sentinels.drain(a.request.planned, a.request.run_id)
+            copied = await self._outputs(a)
+            if copied is not None:
+                return copied
             sha = await self._checkpoint(a, "completed")
             if sha is None:
                 return await self._fail(
@@ -416,6 +467,7 @@ class CodonRunner:
                     checkpoint_sha=sha,
                     result_message_received=a.result is not None,
                     context_exceeded=context_exceeded or None,
+                    extension_count=a.extensions or None,
                 ),
             )
             return await self._done(
@@ -428,6 +480,97 @@ class CodonRunner:
         return await self._fail(
             a, str(error_class), exit.retriable, message, retry_after_ms=exit.retry_after_ms
         )
+
+    async def _outputs(self, a: Attempt) -> CodonResult | None:
+        """Copies the codon's ``outputFiles`` (see :mod:`weft.runtime.outputs`);
+        a failed copy fails the codon."""
+        req, codon = a.request, a.request.planned.codon
+        if not codon.output_files or self.output_dir is None:
+            return None
+        codon_id = req.planned.codon_id
+        result = await copy_outputs(
+            codon.output_files,
+            workspace=self.layout.workspace,
+            output_dir=self.output_dir,
+            overwrite=self.overwrite_output,
+            env=self._command_env(codon.env),
+            emit=functools.partial(self.manager.emit, run_id=req.run_id, codon_id=codon_id),
+            codon_id=codon_id,
+        )
+        if result.error is not None:
+            return await self._fail(a, "output_copy", False, result.error)
+        return None
+
+    # ------------------------------------------------------------------ extensions
+
+    def _extends(self, a: Attempt) -> bool:
+        """Whether the session is resumed once more with ``exhaustWithPrompt``
+        (reference §6.7): a clean success that did not fill the context, not
+        interrupted, below ``maxExtensions``."""
+        codon, exit = a.request.planned.codon, a.exit
+        if codon.exhaust_with_prompt is None or exit is None or a.interrupt is not None:
+            return False
+        if not exit.ok or exit.log_error is not None or exit.context_exceeded:
+            return False
+        if a.result is None or a.result.is_error or a.result.context_exceeded:
+            return False
+        return a.status == "running" and a.extensions < codon.max_extensions
+
+    async def _extend(self, a: Attempt) -> CodonResult | None:
+        """Resumes the same session with the exhaust prompt and streams it."""
+        req, planned = a.request, a.request.planned
+        codon = planned.codon
+        assert a.prompt is not None
+        assert a.session_id is not None
+        a.extensions += 1
+        cost = await self._attempt_cost(a)
+        self.manager.transition(
+            ExtensionCountUpdated(
+                run_id=req.run_id, codon_id=planned.codon_id, extension_count=a.extensions
+            )
+        )
+        self.emit(
+            CodonExtendedEvent(
+                codon_id=planned.codon_id,
+                codon_name=codon.name,
+                extension_number=a.extensions,
+                exhaust_with_prompt=a.prompt.exhaust_prompt or codon.exhaust_with_prompt or "",
+                cumulative_tokens=a.tokens.input + a.tokens.output,
+                cumulative_cost=cost,
+            ),
+            req.run_id,
+            planned.codon_id,
+        )
+        # The next session's result is its own process's: the codon's figures
+        # are what came before plus it (agent_events adds the base).
+        a.cost_base, a.tokens_base = cost or 0.0, a.tokens
+        a.result, a.exit, a.reported_cost = None, None, None
+        try:
+            harness, model = self._harness_for(codon.model)
+            spec = dataclasses.replace(
+                self._spec(a, a.prompt, model, harness),
+                prompt=a.prompt.exhaust_prompt or codon.exhaust_with_prompt or "",
+                resume_session_id=a.session_id,
+            )
+            a.session = await harness.start(spec)
+        except (AgentStartError, UnsafePathError, ValueError) as exc:
+            return await self._fail(a, "agent_start", False, str(exc))
+        self.emit(
+            started_event(
+                a.session.pid,
+                role="agent",
+                argv=[harness.name, model],
+                mark=spec.env[MARK_VAR],
+                codon_id=planned.codon_id,
+            ),
+            req.run_id,
+            planned.codon_id,
+        )
+        if a.interrupt is not None:
+            await a.session.stop(StopReason.OPERATOR)
+        await self._stream(a)
+        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
+        return None
 
     async def _interrupted(self, a: Attempt) -> CodonResult:
         why = a.interrupt

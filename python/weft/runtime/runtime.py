@@ -234,6 +234,8 @@ class Runtime(Steering, Recovery, RunLoop):
             first_output_timeout=self.options.first_output_timeout,
             stop_grace=self.options.stop_grace,
             env=self.env,
+            output_dir=self.options.output_dir,
+            overwrite_output=self.options.overwrite_output,
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         await self._read_thread(manager)

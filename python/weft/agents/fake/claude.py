@@ -39,7 +39,13 @@ from weft.agents.fake.claude_options import (
     check_options,
     resolve_model,
 )
-from weft.agents.fake.claude_session import Session, Transcript, project_dir, resolve_session
+from weft.agents.fake.claude_session import (
+    Session,
+    Transcript,
+    count_prompts,
+    project_dir,
+    resolve_session,
+)
 from weft.agents.fake.claude_tools import (
     DEFAULT_TOOLS,
     TOOLS_2_1_330,
@@ -217,6 +223,8 @@ class ClaudeRun(Flavour):
         self.context_tokens = 0
         self.main_usage = Usage()
         self.model_usage: dict[str, Usage] = {}
+        self.prior_prompts = 0
+        """User prompts of the resumed session before this process's (``context_full``)."""
         self.prior_usage: dict[str, Usage] = {}
         """What earlier processes of a resumed session spent (from its transcript):
         2.1.330 reports cost and ``modelUsage`` over the whole session."""
@@ -1110,6 +1118,7 @@ def open_run(ctx: Context, opts: ClaudeOptions, model: str) -> tuple[Session, Cl
     )
     if session.history:
         run.prior_usage = transcript_usage(session.history)
+        run.prior_prompts = count_prompts(session.history)
     return session, run
 
 

@@ -120,6 +120,9 @@ class ClaudeOptions:
         self.max_budget = self._positive_float(
             "--max-budget-usd <amount>", parsed.one("max_budget")
         )
+        self.auto_compact = _auto_compact(parsed.one("settings"))
+        """Claude Code compacts a full context by itself unless ``--settings``
+        says ``autoCompactEnabled: false``."""
 
     @staticmethod
     def _positive_int(label: str, raw: str | None) -> int | None:
@@ -221,3 +224,21 @@ def check_options(opts: ClaudeOptions, settings: Settings) -> None:
                 "Error: --session-id can only be used with --continue or --resume "
                 "if --fork-session is also specified."
             )
+
+
+def _auto_compact(settings: str | None) -> bool:
+    """``autoCompactEnabled`` of ``--settings`` (JSON text or a file), default true."""
+    if not settings:
+        return True
+    text = settings
+    if not settings.lstrip().startswith("{"):
+        try:
+            with open(settings, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            raise CliError(f"Error: Settings file not found: {settings}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise CliError("Error: Invalid JSON provided to --settings") from None
+    return not (isinstance(doc, dict) and doc.get("autoCompactEnabled") is False)

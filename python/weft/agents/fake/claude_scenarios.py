@@ -14,9 +14,9 @@ from functools import partial
 
 from weft.agents.fake.claude import ClaudeRun, Usage
 from weft.agents.fake.claude_tools import ToolCall, failure
-from weft.agents.fake.common import quote
+from weft.agents.fake.common import FakeConfigError, quote
 from weft.agents.fake.output import Emit, Exit, Sleep, Stderr, Step
-from weft.agents.fake.pricing import ALIASES, BACKGROUND_MODEL
+from weft.agents.fake.pricing import ALIASES, BACKGROUND_MODEL, price_of
 from weft.agents.fake.scenarios import ScenarioFn
 
 MAX_TOKENS_NUDGE = (
@@ -49,6 +49,7 @@ def claude_scenarios(run: ClaudeRun) -> dict[str, ScenarioFn]:
         "error_result": partial(sc_error_result, run),
         "cost_omitted": partial(sc_cost_omitted, run),
         "multi_model_cost": partial(sc_multi_model_cost, run),
+        "context_full": partial(sc_context_full, run),
         "resume": run.sc_success,
         "multi_turn_stdin": run.sc_success,
         "session_in_use": run.sc_session_in_use,
@@ -288,3 +289,60 @@ def sc_multi_model_cost(run: ClaudeRun) -> Iterator[Step]:
     yield from _subagent(run, other)
     yield from run.work()
     yield from run.closing()
+
+
+CONTEXT_SHAPES = ("prompt_too_long", "compact")
+"""How ``context_full`` reports the full context."""
+
+
+def sc_context_full(run: ClaudeRun) -> Iterator[Step]:
+    """The session's context fills up at its ``after``-th prompt (3; earlier
+    prompts of a resumed session count): until then a normal run; then, as
+    Claude Code 2.1.330 reports it, ``shape=prompt_too_long`` (the default)
+    is the API's 400: a ``<synthetic>`` "Prompt is too long" message and an
+    ``is_error`` result with ``terminal_reason:"prompt_too_long"``, exit 1;
+    ``shape=compact`` is an automatic ``compact_boundary`` (the CLI compacted
+    the conversation by itself), then a normal success; unless ``--settings``
+    switched auto-compaction off (``autoCompactEnabled: false``), when the
+    prompt is too long instead, as with the real CLI.
+
+    So a ``continue-previous`` loop (``terminateOn: contextExceeded``) or an
+    ``exhaustWithPrompt`` codon on the fake ends after a known number of turns.
+    """
+    shape = run.params.get("shape") or "prompt_too_long"
+    if shape not in CONTEXT_SHAPES:
+        raise FakeConfigError(
+            f"scenario context_full: shape={shape!r} is not one of {', '.join(CONTEXT_SHAPES)}"
+        )
+    if run.prior_prompts + 1 < max(1, run.param_int("after", 3)):
+        yield from run.sc_success()
+        return
+    price = price_of(run.model)
+    window = price.context_window if price else 200_000
+    tokens = window + run.rng.randint(1_000, 20_000)
+    yield from run.opening()
+    if shape == "compact" and run.opts.auto_compact:
+        yield Emit(
+            run._line(
+                {
+                    "type": "system",
+                    "subtype": "compact_boundary",
+                    "compact_metadata": {"trigger": "auto", "pre_tokens": tokens},
+                }
+            )
+        )
+        yield from run.work()
+        yield from run.closing()
+        return
+    text = (
+        f"Prompt is too long \u00b7 the request is ~{tokens} tokens (limit {window}). "
+        "Start a new session or compact the conversation."
+    )
+    yield run._synthetic(text, "invalid_request")
+    run.turns += 1
+    yield Emit(
+        run.result_line(
+            is_error=True, text=text, api_error_status=400, terminal_reason="prompt_too_long"
+        )
+    )
+    yield Exit(1)

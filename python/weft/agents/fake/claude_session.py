@@ -148,6 +148,23 @@ def last_prompt(entries: list[JsonObj]) -> str | None:
     return None
 
 
+def count_prompts(entries: list[JsonObj]) -> int:
+    """How many user prompts a transcript holds (tool results, meta lines and
+    subagents' prompts do not count)."""
+    count = 0
+    for entry in entries:
+        if entry.get("type") != "user" or entry.get("isSidechain") or entry.get("isMeta"):
+            continue
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str) or (
+            isinstance(content, list)
+            and not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+        ):
+            count += 1
+    return count
+
+
 class Session:
     """Which id the run reports, where its transcript goes, what it resumes."""
 

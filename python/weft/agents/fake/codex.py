@@ -210,6 +210,8 @@ class CodexRun(Flavour):
         self.rollout = rollout
         self.totals = totals
         self.previous_prompt = previous_prompt
+        self.prior_prompts = 0
+        """User prompts of the resumed thread before this process's (``context_full``)."""
         self.items = 0
         self.turn_tokens = Totals()
         self.legacy = False
@@ -510,6 +512,7 @@ class CodexRun(Flavour):
             "completed_then_nonzero": self.sc_completed_then_nonzero,
             "resume": self.sc_success,
             "legacy_item_type": self.sc_legacy_item_type,
+            "context_full": self.sc_context_full,
         }
 
     def sc_command(self) -> Iterator[Step]:
@@ -554,6 +557,23 @@ class CodexRun(Flavour):
         yield Emit({"type": "error", "message": message})
         yield Emit({"type": "turn.failed", "error": {"message": message}})
         yield Exit(0 if self.params.get("variant") == "exit0" else 1)
+
+    def sc_context_full(self) -> Iterator[Step]:
+        """The thread's context is full at its ``after``-th prompt (3; earlier
+        prompts of a resumed thread count): before that a normal turn; then what
+        0.163.0 prints for ``context_length_exceeded``: ``error`` and
+        ``turn.failed`` with "Codex ran out of room...", no work, exit 1."""
+        if self.prior_prompts + 1 < max(1, self.param_int("after", 3)):
+            yield from self.sc_success()
+            return
+        message = (
+            "Codex ran out of room in the model's context window. Start a new thread or "
+            "clear earlier history before retrying."
+        )
+        yield from self.opening()
+        yield Emit({"type": "error", "message": message})
+        yield Emit({"type": "turn.failed", "error": {"message": message}})
+        yield Exit(1)
 
     def sc_completed_then_nonzero(self) -> Iterator[Step]:
         """A completed turn, then exit 1 (a background TLS error)."""
@@ -647,6 +667,7 @@ def main(argv: list[str], settings: Settings) -> int:
         totals=session.totals,
         previous_prompt=session.previous_prompt,
     )
+    run.prior_prompts = session.prior_prompts
     missing = session.missing
     steps = run.resume_missing() if missing and settings.script is None else run.steps()
     code = runner.run(with_start_delay(steps, settings, scenario), run.abort)
@@ -773,6 +794,7 @@ class _Session:
         self.totals = totals
         self.previous_prompt = previous_prompt
         self.missing = missing
+        self.prior_prompts = 0
 
 
 def _open_session(ctx: Context, resume: bool, resume_id: str | None, ephemeral: bool) -> _Session:
@@ -780,6 +802,7 @@ def _open_session(ctx: Context, resume: bool, resume_id: str | None, ephemeral: 
     clock, cwd = ctx.clock, ctx.cwd
     totals = Totals()
     previous_prompt: str | None = None
+    prior_prompts = 0
     missing = False
     rollout_path: str | None
     if resume:
@@ -792,7 +815,7 @@ def _open_session(ctx: Context, resume: bool, resume_id: str | None, ephemeral: 
         else:
             meta, rows = _read_rollout(rollout_path)
             thread_id = str(meta.get("id") or resume_id)
-            previous_prompt, totals = _history(rows)
+            previous_prompt, totals, prior_prompts = _history(rows)
     else:
         thread_id = ctx.ids.uuid7(clock.now_ms())
         stamp = clock.stamp("%Y-%m-%dT%H-%M-%S")
@@ -815,18 +838,22 @@ def _open_session(ctx: Context, resume: bool, resume_id: str | None, ephemeral: 
                 "model_provider": "openai",
             },
         )
-    return _Session(thread_id, rollout, totals, previous_prompt, missing)
+    session = _Session(thread_id, rollout, totals, previous_prompt, missing)
+    session.prior_prompts = prior_prompts
+    return session
 
 
-def _history(rows: list[JsonObj]) -> tuple[str | None, Totals]:
+def _history(rows: list[JsonObj]) -> tuple[str | None, Totals, int]:
     prompt: str | None = None
     totals = Totals()
+    prompts = 0
     for row in rows:
         payload = row.get("payload")
         if row.get("type") != "event_msg" or not isinstance(payload, dict):
             continue
         if payload.get("type") == "user_message":
             prompt = str(payload.get("message", ""))
+            prompts += 1
         elif payload.get("type") == "token_count":
             info = payload.get("info")
             total = info.get("total_token_usage") if isinstance(info, dict) else None
@@ -836,7 +863,7 @@ def _history(rows: list[JsonObj]) -> tuple[str | None, Totals]:
                     int(total.get("cached_input_tokens", 0)),
                     int(total.get("output_tokens", 0)),
                 )
-    return prompt, totals
+    return prompt, totals, prompts
 
 
 def _print_human(events: list[JsonObj], run: CodexRun) -> None:

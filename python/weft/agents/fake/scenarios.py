@@ -47,6 +47,7 @@ EMOJI = "\U0001f680"
 """A 4-byte UTF-8 character (rocket) that chunked writes split in two."""
 
 KNOWN_PARAMS: dict[str, type] = {
+    "after": int,
     "bytes": int,
     "cache_ttl": str,
     "code": int,
@@ -57,6 +58,7 @@ KNOWN_PARAMS: dict[str, type] = {
     "interval_ms": float,
     "lines": int,
     "message": str,
+    "shape": str,
     "signal": str,
     "spill": int,
     "stall_ms": float,

@@ -25,7 +25,10 @@ from weft.cli.view.format import (
 )
 from weft.client import Event as WireEvent
 from weft.events.stream import (
+    ArchiveCompletedEvent,
+    ArchivePartialEvent,
     CheckpointListEvent,
+    CodonExtendedEvent,
     CodonRetryEvent,
     ErrorEvent,
     Event,
@@ -34,6 +37,7 @@ from weft.events.stream import (
     RejectedTransition,
     RigSetupCompletedEvent,
     RigSetupFailedEvent,
+    RollbackArchiveRestoreEvent,
     RollbackCompletedEvent,
     RollbackProgressEvent,
     RollbackStartedEvent,
@@ -261,6 +265,36 @@ def _rolled_back(p: RunProgress, event: RollbackCompletedEvent, at: int, _: str 
     return Note("info", f"rolled back: run {event.to_run} continues from {event.checkpoint[:10]}")
 
 
+def _codon_extended(p: RunProgress, event: CodonExtendedEvent, at: int, codon: str | None) -> Note:
+    return Note(
+        "codon",
+        f"{_where(codon)}extension {event.extension_number}: the session goes on with the "
+        f"exhaust prompt ({format_cost(event.cumulative_cost)}, "
+        f"{format_tokens(event.cumulative_tokens)} tokens so far)",
+        codon,
+    )
+
+
+def _archived(
+    p: RunProgress, event: ArchiveCompletedEvent | ArchivePartialEvent, at: int, codon: str | None
+) -> Note:
+    owner = f"loop {event.loop_id}" if event.loop_id else (codon or event.codon_id)
+    text = f"archived {clip(', '.join(event.archived_paths) or 'nothing', 200)} of {owner}"
+    text += f" to {event.archive_dir}"
+    if isinstance(event, ArchivePartialEvent):
+        failed = ", ".join(f"{f.path} ({f.error})" for f in event.failed_paths)
+        return Note("error", f"{text}; not archived: {clip(failed, 200)}", codon)
+    return Note("info", text, codon)
+
+
+def _archive_restored(
+    p: RunProgress, event: RollbackArchiveRestoreEvent, at: int, _: str | None
+) -> Note:
+    paths = clip(", ".join(event.restored_paths) or "nothing", 200)
+    failed = "" if not event.failed_paths else f"; failed: {len(event.failed_paths)}"
+    return Note("info", f"rollback: restored {paths} archived by {event.codon_id}{failed}")
+
+
 def _checkpoints(p: RunProgress, event: CheckpointListEvent, at: int, _: str | None) -> Note:
     # Journaled by earlier versions; now the asking client's own answer.
     return Note("info", checkpoint_list_text(msgspec.to_builtins(event)))
@@ -288,5 +322,9 @@ _NOTES: dict[type[Any], _NoteOf] = {
     RollbackProgressEvent: _rollback_step,
     RollbackCompletedEvent: _rolled_back,
     CheckpointListEvent: _checkpoints,
+    CodonExtendedEvent: _codon_extended,
+    ArchiveCompletedEvent: _archived,
+    ArchivePartialEvent: _archived,
+    RollbackArchiveRestoreEvent: _archive_restored,
 }
 """One function per event class worth a line."""

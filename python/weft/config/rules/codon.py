@@ -51,12 +51,32 @@ def check_codon(slot: Slot, ctx: RuleContext) -> None:
     _check_env_names(codon, path, sink)
     check_sentinels(codon, path, ctx)
     _check_budget(codon, path, sink)
+    _check_auto_compact(codon, path, sink)
     if slot.loop is not None and codon.get("onFailure", "abort") == "abort":
         sink.warn(
             (*path, "onFailure"),
             "loop_abort",
             "a failure of this loop codon aborts the whole run",
             hint='set "onFailure" to "retry" or "ignore" if an iteration may fail',
+        )
+
+
+def _check_auto_compact(codon: dict[str, Any], path: JsonPath, sink: Sink) -> None:
+    """``autoCompact`` switches Claude Code's auto-compaction; other CLIs have no switch."""
+    model = get_str(codon, "model")
+    if codon.get("autoCompact") is not True or not model:
+        return
+    try:
+        harness = route(model).harness
+    except ValueError:
+        return  # reported by _check_model
+    if harness != "claude":
+        sink.warn(
+            (*path, "autoCompact"),
+            "no_effect",
+            f"autoCompact has no effect on {model}: only Claude Code's auto-compaction "
+            "can be switched",
+            hint="remove autoCompact, or run this codon on a Claude model",
         )
 
 

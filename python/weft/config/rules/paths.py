@@ -20,7 +20,9 @@ from weft.config.walk import Sink
 from weft.terminal import printable
 
 __all__ = [
+    "ARCHIVE_NEVER",
     "MAX_PROMPT_BYTES",
+    "archive_refusal",
     "check_archive_paths",
     "check_checkpointed_files",
     "check_command",
@@ -204,6 +206,29 @@ def check_archive_paths(obj: dict[str, Any], path: JsonPath, sink: Sink) -> None
                 "bad_value",
                 f'"{p}" must be relative to the workspace, without ".." or a leading "/"',
             )
+        elif (top := archive_refusal(p)) is not None:
+            sink.add(
+                (*path, "archiveOnSuccess", i),
+                "bad_value",
+                f'"{p}" would move {top} out of the workspace',
+                hint="name a file or folder inside the workspace that the codon made",
+            )
+
+
+ARCHIVE_NEVER = {
+    "read_only_data_source": "the input data",
+    ".weft": "Weft's state",
+    ".git": "a git repository's folder",
+}
+"""Top-level workspace entries archiveOnSuccess may not move."""
+
+
+def archive_refusal(value: str) -> str | None:
+    """What an archive path would wrongly move (the workspace itself, the data, ...)."""
+    parts = [part for part in value.split("/") if part not in ("", ".")]
+    if not parts:
+        return "the whole workspace"
+    return ARCHIVE_NEVER.get(parts[0])
 
 
 def check_file_ref(

@@ -1,0 +1,54 @@
+"""The one-line notes of the archive and extension events."""
+
+from __future__ import annotations
+
+from weft.cli.view.notes import word
+from weft.events.stream import (
+    ArchiveCompletedEvent,
+    ArchiveFailure,
+    ArchivePartialEvent,
+    CodonExtendedEvent,
+    RollbackArchiveRestoreEvent,
+)
+from weft.progress import RunProgress
+
+
+def text(event: object, codon: str | None = None) -> tuple[str, str]:
+    note = word(RunProgress(), event, 0, codon)  # type: ignore[arg-type]
+    assert note is not None
+    return note.kind, note.text
+
+
+def test_an_extension_says_its_number_and_the_figures_so_far() -> None:
+    event = CodonExtendedEvent(
+        codon_id="grind",
+        codon_name="Grind",
+        extension_number=2,
+        exhaust_with_prompt="Keep going.",
+        cumulative_tokens=18_400,
+        cumulative_cost=0.0213,
+    )
+    kind, line = text(event)
+    assert kind == "codon"
+    assert line.startswith("grind: extension 2: ")
+    assert "$0.0213" in line
+
+
+def test_archives_name_what_moved_where_and_what_did_not() -> None:
+    done = ArchiveCompletedEvent(
+        codon_id="w#1", archived_paths=["final"], archive_dir="rigArchive/L", loop_id="L"
+    )
+    assert text(done) == ("info", "archived final of loop L to rigArchive/L")
+    partial = ArchivePartialEvent(
+        codon_id="b",
+        archived_paths=["site"],
+        failed_paths=[ArchiveFailure(path="missing", error="not found in the workspace")],
+        archive_dir="rigArchive/b",
+    )
+    kind, line = text(partial)
+    assert kind == "error"
+    assert line.endswith("not archived: missing (not found in the workspace)")
+    restored = RollbackArchiveRestoreEvent(
+        codon_id="b", restored_paths=["site", "notes"], status="completed"
+    )
+    assert text(restored) == ("info", "rollback: restored site, notes archived by b")

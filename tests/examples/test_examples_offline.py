@@ -1,0 +1,56 @@
+"""Every example in examples/ runs to its end offline: ``weft run EXAMPLE -m fake/sonnet``.
+
+Each runs through the real CLI, in this process, on the fake agent; the
+loop that waits for a full context ends because the example's codon env
+selects the fake's ``context_full`` scenario (real agents ignore it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.runtime.hanks import codon_records, fake_environment, journal, read_state
+
+from weft.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/hank.json"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_the_example_ends_offline_on_the_fake_agent(
+    example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_environment(monkeypatch, tmp_path)
+    execution = tmp_path / "x"
+    argv = ["run", str(example), "-m", "fake/sonnet", "--headless", "--execution", str(execution)]
+    code = main([*argv, "-o", str(tmp_path / "out")])
+    assert code == 0
+    records = codon_records(read_state(execution))
+    assert records
+    assert all(r["status"] == "completed" for r in records.values())
+
+
+def test_the_context_exceeded_loop_ends_when_the_fake_context_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_environment(monkeypatch, tmp_path)
+    execution = tmp_path / "x"
+    example = ROOT / "examples/loop-context-exceeded"
+    argv = ["run", str(example), "-m", "fake/sonnet", "--headless", "--execution", str(execution)]
+    assert main(argv) == 0
+    # list-tasks is the session's first prompt: the fourth (iteration 2) fills the context.
+    assert list(codon_records(read_state(execution))) == [
+        "list-tasks",
+        "next-task#0",
+        "next-task#1",
+        "next-task#2",
+        "summarise",
+    ]
+    final = [d for kind, d in journal(execution) if kind == "loop.iteration.completed"][-1]
+    assert (final["iteration"], final["isFinal"], final["terminationReason"]) == (
+        2,
+        True,
+        "context_exceeded",
+    )

@@ -1,0 +1,67 @@
+"""Codon fields that reach the run: what the agent and the events see of them.
+
+Behavioural tests named by the schema walk (tests/config/test_schema_walk.py)
+for fields no other test shows at work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from tests.runtime.hanks import (
+    Seen,
+    codon,
+    codon_records,
+    fake_environment,
+    read_state,
+    scenario,
+    write_hank,
+)
+
+from weft.config import load_hank
+from weft.runtime.execution import prepare_execution
+from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
+
+
+@pytest.fixture(autouse=True)
+def _fake_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_environment(monkeypatch, tmp_path)
+
+
+async def run(hank: Path, execution: Path) -> tuple[RunOutcome, Seen]:
+    prepared = await asyncio.to_thread(
+        prepare_execution,
+        hank,
+        None,
+        execution_dir=execution,
+        interactive=False,
+        base_dir=execution.parent / "managed",
+    )
+    seen = Seen()
+    runtime = Runtime(prepared, load_hank(hank), RuntimeOptions(serve=False), listeners=(seen,))
+    return await runtime.run(), seen
+
+
+async def test_a_codons_name_and_description_reach_codon_started(tmp_path: Path) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", description="Why this codon exists"))
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.exit_code == 0
+    (started,) = seen.of("codon.started")
+    assert (started["codonName"], started["codonDescription"]) == (
+        "Codon a",
+        "Why this codon exists",
+    )
+
+
+async def test_a_codons_shim_idle_timeout_ends_a_silent_agent(tmp_path: Path) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", scenario("hang_after_init"), shimIdleTimeout=1))
+    began = time.monotonic()
+    outcome, _ = await run(hank, tmp_path / "x")
+    # Well under the default (180 s): the codon's own setting ended it.
+    assert time.monotonic() - began < 30
+    assert outcome.codons == {"a": "failed"}
+    reason = codon_records(read_state(tmp_path / "x"))["a"]["failureReason"]
+    assert reason["type"] == "timeout", reason
