@@ -73,6 +73,11 @@ def register(commands: Any) -> None:
         "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
     )
     parser.add_argument("-m", "--model", help="run every codon on this model")
+    parser.add_argument(
+        "--sentinel-model",
+        metavar="MODEL",
+        help="every sentinel calls this provider/model (fake/haiku runs them offline)",
+    )
     parser.add_argument("--config", type=Path, help="a weft.json with runtime settings")
     parser.add_argument(
         "--no-autostart",
@@ -182,6 +187,7 @@ def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
             "autostart": False if args.no_autostart else None,
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
+            "sentinel.model": args.sentinel_model,
         },
         config_file=args.config,
         hank=loaded.hank,
@@ -247,6 +253,7 @@ def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOption
         host=args.host or "127.0.0.1",
         port=settings.port,
         allow_anonymous_read=settings.allow_anonymous_read,
+        sentinel_model=settings.sentinel.model,
     )
 
 

@@ -49,6 +49,8 @@ class RuntimeOptions:
     """0: a free port (the lock file and ``Runtime.server`` tell which)."""
     allow_anonymous_read: bool = False
     """Let loopback clients read the run without a token (``--allow-anonymous-read``)."""
+    sentinel_model: str | None = None
+    """Every sentinel calls this model (``--sentinel-model``, ``sentinel.model``)."""
 
 
 @dataclass(slots=True)

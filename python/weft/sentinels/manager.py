@@ -370,6 +370,18 @@ class SentinelManager:
 
     # ------------------------------------------------------------------ feed
 
+    def watches(self, event_type: str) -> bool:
+        """Whether :meth:`feed` would route an event of ``event_type`` to some
+        sentinel (the host decodes only those events' data)."""
+        if self._closed or event_type in SENTINEL_EVENT_TYPES:
+            return False
+        return event_type not in CONNECTION_EVENT_TYPES and self._engine.watches(event_type)
+
+    @property
+    def loaded(self) -> int:
+        """How many sentinels are loaded and active."""
+        return sum(1 for s in self._sentinels.values() if s.active)
+
     def feed(self, event_type: str, data: Mapping[str, Any], seq: int) -> None:
         """Routes one committed event (call in journal order, after commit)."""
         if self._closed or seq <= self._after_seq:

@@ -439,6 +439,15 @@ class TriggerEngine:
             self._cache[kind] = router
         return router
 
+    def watches(self, kind: str) -> bool:
+        """Whether some sentinel looks at events of type ``kind`` (one dictionary
+        lookup once the type was seen): an adapter skips decoding the others."""
+        try:
+            router = self._cache[kind]
+        except KeyError:
+            router = self._router(kind)
+        return router is not None
+
     def feed(self, kind: str, data: Mapping[str, Any], seq: int, now: int) -> int:
         """Routes one committed event at ``now``; returns the triggers it queued
         (timers that came due first included)."""

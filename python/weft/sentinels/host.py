@@ -1,0 +1,283 @@
+"""The runtime's side of sentinels: one :class:`SentinelManager` per codon.
+
+:class:`RuntimeSentinels` is the :class:`~weft.runtime.attempt.SentinelHost`
+``weft run`` uses. It connects the sans-I/O pieces of this package to a run:
+
+* **load** (codon ``starting``, seed 001's step 5): the codon's sentinel
+  entries are attached (:func:`~weft.sentinels.config.attach`) and loaded. A
+  sentinel that cannot load is journaled as ``sentinel.error``
+  (``load-failed``); when its entry says ``failCodonIfNotLoaded``, ``load``
+  returns the reason the runner fails the codon with;
+* **feed**: a StateManager listener, so a sentinel sees exactly the
+  committed events, in journal order (durable before visible), from the
+  codon's load to its unload. Sentinel and connection events are never fed.
+  An event's data is decoded only when some sentinel watches its type;
+  ``file.updated`` gets the virtual field ``content`` (the file's text,
+  read then, up to :data:`CONTENT_LIMIT` bytes) for conditions;
+* **drain** (``completing-sentinels``): after every event submitted so far
+  was committed and fed, buffered events fire and queued triggers finish;
+* **seal** (right before the terminal move): the last
+  ``SentinelStatesUpdated`` while the core still takes one (it refuses
+  updates to a terminal codon's sentinels, and a refusal stops the run);
+* **finish** (after ``codon.completed``): the second drain, then unload with
+  ``codon-complete`` (``shutdown`` when Weft is stopping).
+
+``SentinelStatesUpdated`` is submitted whenever a sentinel's state changes
+(calls, failures, cost, unload), so the codon record's ``sentinels`` stays
+current and carries the codon's sentinel spend apart from the agent's.
+Sentinel events go through the StateManager like every other event, so a
+crash loses nothing that was journaled; a resumed codon is a new attempt
+whose sentinels see only its own events, so no output is produced twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import orjson
+
+from weft.clock import iso_from_ms, utc_now_iso
+from weft.config.loader import LoadedHank
+from weft.events.stream import InfoEvent, SentinelData, SentinelError, UnloadReason
+from weft.events.transitions import SentinelState, SentinelStatesUpdated
+from weft.plan import PlannedCodon
+from weft.sentinels.config import attach
+from weft.sentinels.manager import CodonInfo, LoadFailure, SentinelManager
+from weft.sentinels.providers import ProviderRegistry
+from weft.state import Processed, StateManager
+
+__all__ = ["CONTENT_LIMIT", "RuntimeSentinels"]
+
+CONTENT_LIMIT: Final = 256 * 1024
+"""The most of a file's text ``file.updated``'s virtual ``content`` holds (bytes):
+enough for the source files conditions look into, and a bound on the read
+made while routing."""
+
+
+def _clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Live:
+    """The sentinels of the codon that runs now."""
+
+    planned: PlannedCodon
+    run_id: str
+    manager: SentinelManager
+    failures: list[LoadFailure]
+    sealed: bool = False
+    last: tuple[list[SentinelState], float] | None = None
+    """The newest states (and their total cost), submitted or not."""
+
+
+class RuntimeSentinels:
+    """Runs each codon's sentinels during ``weft run`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        state: StateManager,
+        hank: LoadedHank,
+        *,
+        workspace: Path,
+        weft_dir: Path,
+        env: Mapping[str, str] | None = None,
+        model_override: str | None = None,
+        registry: ProviderRegistry | None = None,
+        clock: Callable[[], int] = _clock_ms,
+        before_drain: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``model_override`` (``--sentinel-model``, the ``sentinel.model``
+        setting) replaces every sentinel's model, e.g. ``fake/haiku`` offline;
+        ``before_drain`` is awaited before each drain (events still being
+        produced from what was committed, such as ``file.updated``)."""
+        self._state = state
+        self._hank = hank
+        self._workspace = workspace
+        self._weft_dir = weft_dir
+        self._registry = registry or ProviderRegistry(dict(os.environ if env is None else env))
+        self._override = model_override
+        self._clock = clock
+        self._before_drain = before_drain
+        self._live: _Live | None = None
+        self._unsubscribe = state.add_listener(self._on_processed)
+
+    # ------------------------------------------------------------------ the seam
+
+    async def load(self, planned: PlannedCodon, run_id: str) -> str | None:
+        """Loads the codon's sentinels; the reason to fail the codon when a
+        ``failCodonIfNotLoaded`` sentinel could not load (else ``None``)."""
+        if self._live is not None:  # an attempt left without finishing (an exception)
+            await self._end(self._live, "shutdown")
+        codon = planned.codon
+        if not codon.sentinels:
+            return None
+        emit = functools.partial(self._emit, run_id, planned.codon_id)
+        manager = SentinelManager(
+            CodonInfo(planned.codon_id, codon.name, codon.description, utc_now_iso()),
+            registry=self._registry,
+            emit=emit,
+            workspace=self._workspace,
+            state_dir=self._weft_dir,
+            clock=self._clock,
+            on_states=self._on_states,
+            model_override=self._override,
+        )
+        live = _Live(planned, run_id, manager, [])
+        self._live = live
+        attached, unattached = attach(codon, self._hank.directory, self._hank.sentinel_configs)
+        for failure in unattached:
+            emit(
+                SentinelError(
+                    sentinel_id=failure.sentinel_id,
+                    codon_id=planned.codon_id,
+                    error_type="load-failed",
+                    message=failure.message,
+                    retriable=False,
+                    consecutive_failure_count=0,
+                )
+            )
+        live.failures = [*unattached, *manager.load(attached)]
+        required = [f for f in live.failures if f.required]
+        if not required:
+            return None
+        listed = "; ".join(f"{f.sentinel_id}: {f.message}" for f in required)
+        return (
+            f"Required sentinel(s) of codon {planned.codon_id} failed to load "
+            f"(failCodonIfNotLoaded is true): {listed}"
+        )
+
+    async def drain(self, planned: PlannedCodon, run_id: str) -> None:
+        """Lets the codon's sentinels see every event so far and finish their work."""
+        live = self._live
+        if live is None or live.planned.codon_id != planned.codon_id:
+            if self._before_drain is not None:  # file.updated is journaled with or without sentinels
+                await self._before_drain()
+            return
+        count = live.manager.loaded
+        if count:
+            self._emit(run_id, planned.codon_id, InfoEvent(message=_completing(count)))
+        await self._settle()
+        await live.manager.drain()
+        if count:
+            self._emit(run_id, planned.codon_id, InfoEvent(message="Sentinel work completed"))
+
+    def seal(self, planned: PlannedCodon, run_id: str) -> None:
+        """Submits the codon's last sentinel states before its terminal move,
+        each still active one as unloaded with ``codon-complete`` (what
+        :meth:`finish` does next); the calls of the second drain are journaled
+        as ``sentinel.*`` events, the record no longer changes."""
+        live = self._live
+        if live is None or live.planned.codon_id != planned.codon_id or live.sealed:
+            return
+        live.sealed = True
+        if live.last is None:
+            return
+        states, total = live.last
+        at = iso_from_ms(self._clock())
+        final = [
+            s
+            if s.status == "unloaded"
+            else msgspec.structs.replace(
+                s, status="unloaded", unloaded_at=at, unload_reason="codon-complete"
+            )
+            for s in states
+        ]
+        self._submit(live, final, total)
+
+    async def finish(self, planned: PlannedCodon, run_id: str, *, shutdown: bool = False) -> None:
+        """After ``codon.completed``: the second drain, then the unload."""
+        live = self._live
+        if live is None or live.planned.codon_id != planned.codon_id:
+            return
+        await self._end(live, "shutdown" if shutdown else "codon-complete")
+
+    def close(self) -> None:
+        """Stops listening to the StateManager."""
+        self._unsubscribe()
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _end(self, live: _Live, reason: UnloadReason) -> None:
+        live.sealed = True  # the record is terminal, or about to be
+        if reason == "codon-complete":
+            await self._settle()
+            await live.manager.drain()
+            await live.manager.unload("codon-complete")
+        else:
+            await live.manager.unload("shutdown")
+        if self._live is live:
+            self._live = None
+
+    async def _settle(self) -> None:
+        """Until every event so far is committed and fed."""
+        if self._before_drain is not None:
+            await self._before_drain()
+        await self._state.flush()
+
+    def _emit(self, run_id: str, codon_id: str, event: SentinelData | InfoEvent) -> None:
+        self._state.emit(event, run_id=run_id, codon_id=codon_id)
+
+    def _on_states(self, states: list[SentinelState], total_cost: float) -> None:
+        live = self._live
+        if live is None or live.sealed:
+            return
+        live.last = (states, total_cost)
+        self._submit(live, states, total_cost)
+
+    def _submit(self, live: _Live, states: list[SentinelState], total_cost: float) -> None:
+        if not states:
+            return
+        self._state.transition(
+            SentinelStatesUpdated(
+                run_id=live.run_id,
+                codon_id=live.planned.codon_id,
+                sentinel_states=list(states),
+                total_cost=total_cost,
+            )
+        )
+
+    def _on_processed(self, item: Processed) -> None:
+        """Feeds one committed event to the live codon's sentinels."""
+        live = self._live
+        if live is None:
+            return
+        kind = item.stream.type if item.stream is not None else _transition_type(item)
+        if kind is None or not live.manager.watches(kind):
+            return
+        data = _data_of(item.payload)
+        if kind == "file.updated" and isinstance(data, dict):
+            data = {**data, "content": self._content(data.get("path"))}
+        live.manager.feed(kind, data, item.seq)
+
+    def _content(self, path: Any) -> str:
+        if not isinstance(path, str):
+            return ""
+        try:
+            with open(self._workspace / path, "rb") as f:
+                return f.read(CONTENT_LIMIT).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+def _transition_type(item: Processed) -> str | None:
+    event = item.event
+    return None if event is None else type(event).__name__
+
+
+def _data_of(payload: bytes) -> dict[str, Any]:
+    """The ``data`` of journal bytes ``{"type": ..., "data": ...}``."""
+    decoded = orjson.loads(payload)
+    data = decoded.get("data") if isinstance(decoded, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _completing(count: int) -> str:
+    return f"Completing work for {count} sentinel(s)..."
