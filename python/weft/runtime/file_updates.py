@@ -8,7 +8,8 @@ the matching ``tool.result`` says it succeeded, each path is looked at (size
 and SHA-256, off the event loop) and a
 :class:`~weft.events.stream.FileUpdatedEvent` is journaled: ``created`` when
 the file did not exist when the call was seen, ``modified`` otherwise,
-``deleted`` when it is gone. Deduplicated per codon: the same path with the
+``deleted`` when it is gone (a deletion made by a shell command is not a
+file-writing tool call, so it is not seen). Deduplicated per codon: the same path with the
 same content is reported once. Paths outside the agent's workspace are not
 reported (a tool call that names one is refused by the agent anyway).
 
@@ -45,6 +46,7 @@ _PATH_KEYS: Final = ("file_path", "path", "notebook_path", "filePath")
 _PATCH_LINE: Final = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.M)
 _MOVE_LINE: Final = re.compile(r"^\*\*\* Move to: (.+?)\s*$", re.M)
 _CHUNK: Final = 1 << 20
+_CREATED: Final = "File created successfully"
 
 
 def tool_paths(tool_input: dict[str, Any] | None) -> list[str]:
@@ -166,7 +168,11 @@ class FileUpdates:
             return  # reported already, unchanged since
         if looked is None and not existed and rel not in self._seen:
             return  # never there: nothing changed
-        created = looked is not None and not existed and self._seen.get(rel) is None
+        # Claude's Write says when it created the file; otherwise whether the
+        # file existed when the call was committed decides (the agent may
+        # already have written it by then: best effort).
+        new = existed is False or result.result.startswith(_CREATED)
+        created = looked is not None and new and self._seen.get(rel) is None
         self._seen[rel] = sha
         yield FileUpdatedEvent(
             path=rel,
