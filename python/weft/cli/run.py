@@ -128,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
         hank_path, data_path = resolve_inputs(list(args.paths))
         loaded = load_hank(hank_path, model=args.model)
         settings = _settings(args, loaded)
+        refused = _sentinel_model_problem(settings)
+        if refused is not None:
+            print(f"weft: error: {refused}", file=sys.stderr)
+            return 2
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except ExecutionSetupError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
@@ -192,6 +196,19 @@ def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
         config_file=args.config,
         hank=loaded.hank,
     ).config
+
+
+def _sentinel_model_problem(settings: RuntimeConfig) -> str | None:
+    """Why the sentinel model override cannot be used (None: it can, or there is none)."""
+    from weft.sentinels.providers import ProviderError, split_model
+
+    if settings.sentinel.model is None:
+        return None
+    try:
+        split_model(settings.sentinel.model)
+    except ProviderError as exc:
+        return f"--sentinel-model / sentinel.model: {exc}"
+    return None
 
 
 def _prepare(

@@ -13,7 +13,9 @@
   codon's load to its unload. Sentinel and connection events are never fed.
   An event's data is decoded only when some sentinel watches its type;
   ``file.updated`` gets the virtual field ``content`` (the file's text,
-  read then, up to :data:`CONTENT_LIMIT` bytes) for conditions;
+  read then, up to :data:`CONTENT_LIMIT` bytes) for conditions; a state
+  transition is fed as the reference's ``state.transition`` event
+  (``{transitionType, runId, codonId, transition: {type, data}}``);
 * **drain** (``completing-sentinels``): after every event submitted so far
   was committed and fed, buffered events fire and queued triggers finish;
 * **seal** (right before the terminal move): the last
@@ -48,6 +50,7 @@ from weft.config.loader import LoadedHank
 from weft.events.stream import InfoEvent, SentinelData, SentinelError, UnloadReason
 from weft.events.transitions import SentinelState, SentinelStatesUpdated
 from weft.plan import PlannedCodon
+from weft.sentinels.checks import TRANSITION_EVENT
 from weft.sentinels.config import attach
 from weft.sentinels.manager import CodonInfo, LoadFailure, SentinelManager
 from weft.sentinels.providers import ProviderRegistry
@@ -249,12 +252,25 @@ class RuntimeSentinels:
         live = self._live
         if live is None:
             return
-        kind = item.stream.type if item.stream is not None else _transition_type(item)
-        if kind is None or not live.manager.watches(kind):
+        if item.stream is not None:
+            kind = item.stream.type
+            if not live.manager.watches(kind):
+                return
+            data = _data_of(item.payload)
+            if kind == "file.updated":
+                data["content"] = self._content(data.get("path"))
+        elif item.event is not None and live.manager.watches(TRANSITION_EVENT):
+            # A transition is seen as the reference's state.transition event.
+            kind, name = TRANSITION_EVENT, type(item.event).__name__
+            inner = _data_of(item.payload)
+            data = {
+                "transitionType": name,
+                "runId": inner.get("runId"),
+                "codonId": inner.get("codonId"),
+                "transition": {"type": name, "data": inner},
+            }
+        else:
             return
-        data = _data_of(item.payload)
-        if kind == "file.updated" and isinstance(data, dict):
-            data = {**data, "content": self._content(data.get("path"))}
         live.manager.feed(kind, data, item.seq)
 
     def _content(self, path: Any) -> str:
@@ -265,11 +281,6 @@ class RuntimeSentinels:
                 return f.read(CONTENT_LIMIT).decode("utf-8", "replace")
         except OSError:
             return ""
-
-
-def _transition_type(item: Processed) -> str | None:
-    event = item.event
-    return None if event is None else type(event).__name__
 
 
 def _data_of(payload: bytes) -> dict[str, Any]:
