@@ -102,7 +102,18 @@ async def test_sentinels_run_in_weft_run_and_their_state_and_cost_are_recorded(
         output={"format": "text", "file": "everything.md"},
     )
     tools = sentinel("tools", settings={"outputPaths": {"lastValueFile": "out/last.json"}})
-    hank = write_hank(tmp_path / "hank", codon("a", WORK, sentinels=[everything, tools]))
+    moves = sentinel(
+        "moves",
+        trigger={
+            "type": "event",
+            "on": ["state.transition"],
+            "conditions": [
+                {"path": "transitionType", "operator": "equals", "value": "CodonTransitioned"}
+            ],
+        },
+        userPromptText="@@sentinel:say <%= it.events[0].data.transition.data.to %>@@",
+    )
+    hank = write_hank(tmp_path / "hank", codon("a", WORK, sentinels=[everything, tools, moves]))
     execution = tmp_path / "x"
     outcome, seen = await run(hank, execution)
     assert outcome.status == "completed", outcome.message
@@ -117,7 +128,7 @@ async def test_sentinels_run_in_weft_run_and_their_state_and_cost_are_recorded(
     first, second = by_id["everything"]
     fed = first["content"].split()
     # It saw the codon's committed events, never a sentinel or connection event.
-    assert "tool.result" in fed and "CodonTransitioned" in fed and "file.updated" in fed
+    assert "tool.result" in fed and "state.transition" in fed and "file.updated" in fed
     assert "codon.completed" in second["content"].split()
     assert not set(fed + second["content"].split()) & SENTINEL_EVENT_TYPES
 
@@ -125,9 +136,14 @@ async def test_sentinels_run_in_weft_run_and_their_state_and_cost_are_recorded(
     types = seen.types()
     assert types.index("sentinel.loaded") < types.index("codon.started")
     assert types.index("codon.completed") < types.index("sentinel.unloaded")
+    # Transitions are seen as the reference's state.transition events.
+    # (the move to starting is submitted before the load and committed after it)
+    said = [o["content"] for o in by_id["moves"]]
+    assert said == ["starting", "initializing", "running", "completing-sentinels", "completed"]
     unloaded = seen.of("sentinel.unloaded")
     assert sorted((u["sentinelId"], u["reason"]) for u in unloaded) == [
         ("everything", "codon-complete"),
+        ("moves", "codon-complete"),
         ("tools", "codon-complete"),
     ]
 

@@ -225,8 +225,11 @@ class SentinelRoute:
             self.mode, self.period = TIME_WINDOW, execution.milliseconds
         else:  # the schema allows no other
             raise TypeError(f"unknown execution strategy {execution!r}")
-        self.buffer: list[Observed] = []
-        """Matched events waiting for the strategy to fire."""
+        self.buffer: deque[Observed] = deque(maxlen=buffer_limit)
+        """Matched events waiting for the strategy to fire. A deque: when a
+        busy codon keeps a debounce from ever firing, the buffer stays full
+        and each new event pushes the oldest out in O(1) (a list paid a copy
+        of the whole buffer per event there)."""
         self.limit = buffer_limit
         self.buffer_dropped = 0
         """Matched events pushed out of the full buffer."""
@@ -255,11 +258,10 @@ class SentinelRoute:
         buffer = self.buffer
         if mode == TIME_WINDOW and not buffer:
             self.opened = now
-        buffer.extend(events)
-        if len(buffer) > self.limit:
-            over = len(buffer) - self.limit
-            del buffer[:over]
-            self.buffer_dropped += over
+        over = len(buffer) + len(events) - self.limit
+        if over > 0:
+            self.buffer_dropped += min(over, len(buffer))
+        buffer.extend(events)  # the deque's maxlen drops the oldest
         if mode == COUNT:
             if len(buffer) >= self.threshold:
                 self.fire(self.take(), now)
@@ -280,7 +282,8 @@ class SentinelRoute:
 
     def take(self) -> list[Observed]:
         """Empties the buffer, returning what it held."""
-        batch, self.buffer = self.buffer, []
+        batch = list(self.buffer)
+        self.buffer.clear()
         return batch
 
     def fire(self, events: list[Observed], now: int) -> None:
@@ -342,10 +345,9 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
         ns[f"L{i}"] = route.limit
         lines += [
             f"        b = {r}.buffer",
-            "        b.append(ev)",
-            f"        if len(b) > L{i}:",
-            "            del b[0]",
+            f"        if len(b) == L{i}:",
             f"            {r}.buffer_dropped += 1",
+            "        b.append(ev)",
         ]
         if route.mode == COUNT:
             ns[f"N{i}"] = route.threshold
