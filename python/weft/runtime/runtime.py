@@ -250,7 +250,10 @@ class Runtime(Steering, Recovery, RunLoop):
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         await self._read_thread(manager)
-        return await self._drive(manager, self._runner)
+        try:
+            return await self._drive(manager, self._runner)
+        finally:
+            await sentinels.aclose()  # the last codon's sentinels finish first
 
     def _harness(self, model: str) -> tuple[Harness, str]:
         target = route(model)

@@ -34,6 +34,7 @@ whose sentinels see only its own events, so no output is produced twice.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import time
@@ -79,6 +80,10 @@ class _Live:
     sealed: bool = False
     last: tuple[list[SentinelState], float] | None = None
     """The newest states (and their total cost), submitted or not."""
+    pending: bool = False
+    """``last`` is waiting for its ``SentinelStatesUpdated``."""
+    until: int = 0
+    """Once finished: the last event (seq) submitted while the codon ran."""
 
 
 class RuntimeSentinels:
@@ -110,6 +115,9 @@ class RuntimeSentinels:
         self._clock = clock
         self._before_drain = before_drain
         self._live: _Live | None = None
+        self._ending: set[asyncio.Task[None]] = set()
+        self._finishing: list[_Live] = []
+        """Codons whose sentinels still get the events submitted before their end."""
         self._unsubscribe = state.add_listener(self._on_processed)
 
     # ------------------------------------------------------------------ the seam
@@ -196,28 +204,52 @@ class RuntimeSentinels:
         self._submit(live, final, total)
 
     async def finish(self, planned: PlannedCodon, run_id: str, *, shutdown: bool = False) -> None:
-        """After ``codon.completed``: the second drain, then the unload."""
+        """After ``codon.completed``: the second drain, then the unload.
+
+        Done in the background: the codon is over and nothing waits for its
+        sentinels' last words, so the next codon starts at once (its own
+        sentinels are fed from then on; these see nothing more). A shutdown
+        unloads at once. :meth:`aclose` waits for what is still running."""
         live = self._live
         if live is None or live.planned.codon_id != planned.codon_id:
             return
-        await self._end(live, "shutdown" if shutdown else "codon-complete")
+        self._live = None
+        live.sealed = True
+        if shutdown:
+            await self._end(live, "shutdown")
+            return
+        live.until = self._state.core.next_seq - 1
+        self._finishing.append(live)
+        task = asyncio.get_running_loop().create_task(self._end(live, "codon-complete"))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
 
-    def close(self) -> None:
-        """Stops listening to the StateManager."""
+    async def aclose(self) -> None:
+        """Waits for every codon's last drain and unload, then stops listening
+        and closes the model clients. Call before the StateManager closes."""
+        while self._ending:
+            await asyncio.gather(*tuple(self._ending), return_exceptions=True)
+        if self._live is not None:
+            await self._end(self._live, "shutdown")
         self._unsubscribe()
+        await self._registry.aclose()
 
     # ------------------------------------------------------------------ plumbing
 
     async def _end(self, live: _Live, reason: UnloadReason) -> None:
         live.sealed = True  # the record is terminal, or about to be
+        if self._live is live:
+            self._live = None
         if reason == "codon-complete":
-            await self._settle()
+            # codon.completed was submitted before this: once committed (the
+            # flush), it was fed, so the drain gives it to the sentinels.
+            await self._state.flush()
+            if live in self._finishing:
+                self._finishing.remove(live)
             await live.manager.drain()
             await live.manager.unload("codon-complete")
         else:
             await live.manager.unload("shutdown")
-        if self._live is live:
-            self._live = None
 
     async def _settle(self) -> None:
         """Until every event so far is committed and fed."""
@@ -232,8 +264,18 @@ class RuntimeSentinels:
         live = self._live
         if live is None or live.sealed:
             return
+        # Coalesced: the newest states go out once per loop turn, however
+        # many calls, failures and unloads changed them in that turn.
+        if not live.pending:
+            asyncio.get_running_loop().call_soon(self._flush_states, live)
+            live.pending = True
         live.last = (states, total_cost)
-        self._submit(live, states, total_cost)
+
+    def _flush_states(self, live: _Live) -> None:
+        if not live.pending or live.sealed or live.last is None:
+            return
+        live.pending = False
+        self._submit(live, *live.last)
 
     def _submit(self, live: _Live, states: list[SentinelState], total_cost: float) -> None:
         if not states:
@@ -248,30 +290,38 @@ class RuntimeSentinels:
         )
 
     def _on_processed(self, item: Processed) -> None:
-        """Feeds one committed event to the live codon's sentinels."""
-        live = self._live
-        if live is None:
+        """Feeds one committed event to the live codon's sentinels (and to a
+        finished codon's, up to the last event submitted while it ran)."""
+        targets = [f.manager for f in self._finishing if item.seq <= f.until]
+        if self._live is not None:
+            targets.append(self._live.manager)
+        if not targets:
             return
         if item.stream is not None:
             kind = item.stream.type
-            if not live.manager.watches(kind):
-                return
-            data = _data_of(item.payload)
-            if kind == "file.updated":
-                data["content"] = self._content(data.get("path"))
-        elif item.event is not None and live.manager.watches(TRANSITION_EVENT):
-            # A transition is seen as the reference's state.transition event.
-            kind, name = TRANSITION_EVENT, type(item.event).__name__
-            inner = _data_of(item.payload)
-            data = {
-                "transitionType": name,
-                "runId": inner.get("runId"),
-                "codonId": inner.get("codonId"),
-                "transition": {"type": name, "data": inner},
-            }
+        elif item.event is not None and not isinstance(item.event, SentinelStatesUpdated):
+            # SentinelStatesUpdated is sentinel activity: fed back, a sentinel
+            # watching transitions would wake itself for ever.
+            kind = TRANSITION_EVENT
         else:
             return
-        live.manager.feed(kind, data, item.seq)
+        watching = [m for m in targets if m.watches(kind)]
+        if not watching:
+            return
+        data = _data_of(item.payload)
+        if kind == TRANSITION_EVENT:
+            # A transition is seen as the reference's state.transition event.
+            name = type(item.event).__name__
+            data = {
+                "transitionType": name,
+                "runId": data.get("runId"),
+                "codonId": data.get("codonId"),
+                "transition": {"type": name, "data": data},
+            }
+        elif kind == "file.updated":
+            data["content"] = self._content(data.get("path"))
+        for manager in watching:
+            manager.feed(kind, data, item.seq)
 
     def _content(self, path: Any) -> str:
         if not isinstance(path, str):

@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any, Final
 
 import msgspec
@@ -295,6 +296,8 @@ class SentinelRoute:
         self.queue.append(Trigger(self.id, self.number, tuple(events), now))
 
 
+_CODE: dict[str, CodeType] = {}
+"""Compiled routing code by its source (which holds generated names only)."""
 _Router = Callable[[Mapping[str, Any], int, int], int]
 """The compiled routing of one event type: ``(data, seq, now) -> triggers fired``."""
 
@@ -371,8 +374,16 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
             "            E._deadline = d",
         ]
     lines.append("    return fired")
-    # exec: see the docstring; the source holds no text from the config.
-    exec(compile("\n".join(lines), f"<sentinel routes for {len(routes)} sentinels>", "exec"), ns)
+    # exec: see the docstring; the source holds no text from the config, so
+    # the same shapes of routes (the same sentinels on the next codon) share
+    # one compiled code object, bound to this engine's routes by ``ns``.
+    source = "\n".join(lines)
+    code = _CODE.get(source)
+    if code is None:
+        code = compile(source, f"<sentinel routes for {len(routes)} sentinels>", "exec")
+        if len(_CODE) < _TYPE_CACHE_LIMIT:
+            _CODE[source] = code
+    exec(code, ns)
     router: _Router = ns["route"]
     return router
 
