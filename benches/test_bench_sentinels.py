@@ -295,22 +295,56 @@ OVERHEAD_CODONS = 60
 OVERHEAD_GROUP = "sentinels: codon overhead, 10 sentinels vs none"
 
 
+def _on(*types: str, conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    trigger: dict[str, Any] = {"type": "event", "on": list(types)}
+    if conditions:
+        trigger["conditions"] = conditions
+    return trigger
+
+
 def _overhead_sentinels() -> list[dict[str, Any]]:
     """Ten sentinels on the fake model, watching what the replayed agent does:
     conditions, every strategy, structured and text output, a * watcher."""
     out: list[dict[str, Any]] = []
+    errors = [_cond("isError", "equals", True)]
     shapes: list[tuple[dict[str, Any], dict[str, Any]]] = [
-        ({"type": "event", "on": ["assistant.action", "tool.result"]}, {"strategy": "debounce", "milliseconds": 3000}),
-        ({"type": "event", "on": ["tool.result"], "conditions": [_cond("isError", "equals", True)]}, {"strategy": "immediate"}),
-        ({"type": "event", "on": ["token.usage"], "conditions": [_cond("totalCost", "greaterThan", 0)]}, {"strategy": "timeWindow", "milliseconds": 15000}),
-        ({"type": "event", "on": ["assistant.action"], "conditions": [_cond("action", "equals", "tool_use")]}, {"strategy": "count", "threshold": 10}),
-        ({"type": "event", "on": ["assistant.action"], "conditions": [_cond("action", "equals", "thinking")]}, {"strategy": "timeWindow", "milliseconds": 30000}),
-        ({"type": "event", "on": ["codon.completed"]}, {"strategy": "immediate"}),
-        ({"type": "event", "on": ["file.updated"], "conditions": [_cond("action", "in", ["created", "modified"])]}, {"strategy": "count", "threshold": 5}),
-        ({"type": "sequence", "interestFilter": {"on": ["tool.result"]}, "pattern": [{"type": "tool.result", "conditions": [_cond("isError", "equals", True)]}] * 3, "options": {"consecutive": True}}, {"strategy": "immediate"}),
-        ({"type": "event", "on": ["state.transition"], "conditions": [_cond("transitionType", "equals", "CodonTransitioned")]}, {"strategy": "count", "threshold": 100}),
-        ({"type": "event", "on": ["*"]}, {"strategy": "count", "threshold": 1000}),
-    ]  # fmt: skip
+        (_on("assistant.action", "tool.result"), {"strategy": "debounce", "milliseconds": 3000}),
+        (_on("tool.result", conditions=errors), {"strategy": "immediate"}),
+        (
+            _on("token.usage", conditions=[_cond("totalCost", "greaterThan", 0)]),
+            {"strategy": "timeWindow", "milliseconds": 15000},
+        ),
+        (
+            _on("assistant.action", conditions=[_cond("action", "equals", "tool_use")]),
+            {"strategy": "count", "threshold": 10},
+        ),
+        (
+            _on("assistant.action", conditions=[_cond("action", "equals", "thinking")]),
+            {"strategy": "timeWindow", "milliseconds": 30000},
+        ),
+        (_on("codon.completed"), {"strategy": "immediate"}),
+        (
+            _on("file.updated", conditions=[_cond("action", "in", ["created", "modified"])]),
+            {"strategy": "count", "threshold": 5},
+        ),
+        (
+            {
+                "type": "sequence",
+                "interestFilter": {"on": ["tool.result"]},
+                "pattern": [{"type": "tool.result", "conditions": errors}] * 3,
+                "options": {"consecutive": True},
+            },
+            {"strategy": "immediate"},
+        ),
+        (
+            _on(
+                "state.transition",
+                conditions=[_cond("transitionType", "equals", "CodonTransitioned")],
+            ),
+            {"strategy": "count", "threshold": 100},
+        ),
+        (_on("*"), {"strategy": "count", "threshold": 1000}),
+    ]
     for i, (trigger, execution) in enumerate(shapes):
         out.append(
             {

@@ -30,11 +30,11 @@ from weft.events.stream import (
     CodonRetryEvent,
     CodonStartedEvent,
     ErrorEvent,
-    SentinelOutput,
     Event,
     RejectedTransition,
     RigOutputEvent,
     RigSetupFailedEvent,
+    SentinelOutput,
     ToolResultEvent,
 )
 from weft.events.transitions import (

@@ -128,7 +128,7 @@ async def test_sentinels_run_in_weft_run_and_their_state_and_cost_are_recorded(
     first, second = by_id["everything"]
     fed = first["content"].split()
     # It saw the codon's committed events, never a sentinel or connection event.
-    assert "tool.result" in fed and "state.transition" in fed and "file.updated" in fed
+    assert {"tool.result", "state.transition", "file.updated"} <= set(fed)
     assert "codon.completed" in second["content"].split()
     assert not set(fed + second["content"].split()) & SENTINEL_EVENT_TYPES
 
@@ -226,7 +226,8 @@ async def test_a_required_sentinel_that_cannot_load_fails_its_codon(tmp_path: Pa
     reason = record["failureReason"]
     assert reason["type"] == "sentinel_load_failure"
     assert not reason["retriable"]
-    assert "keyless" in reason["message"] and "ANTHROPIC_API_KEY" in reason["message"]
+    assert "keyless" in reason["message"]
+    assert "ANTHROPIC_API_KEY" in reason["message"]
     assert "failCodonIfNotLoaded" in reason["message"]
     (error,) = seen.of("sentinel.error")
     assert (error["sentinelId"], error["errorType"]) == ("keyless", "load-failed")
@@ -254,9 +255,7 @@ async def test_the_sentinel_model_setting_runs_real_model_sentinels_offline(
         "real", model="anthropic/claude-haiku-4-5", settings={"failCodonIfNotLoaded": True}
     )
     hank = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "a"), sentinels=[real]))
-    outcome, seen = await run(
-        hank, tmp_path / "x", RuntimeOptions(sentinel_model="fake/sonnet")
-    )
+    outcome, seen = await run(hank, tmp_path / "x", RuntimeOptions(sentinel_model="fake/sonnet"))
     assert outcome.status == "completed", outcome.message
     (loaded,) = seen.of("sentinel.loaded")
     assert loaded["model"] == "fake/sonnet"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import asyncio
 import datetime as dt
+import math
 import os
 import subprocess
 import sys

@@ -93,7 +93,9 @@ def report(store: ExecutionStore) -> dict[str, Any]:
                 "startTime": run["startTime"],
                 "endTime": run.get("endTime"),
                 "cost": store.core.run_cost(run["runId"]),
-                "sentinelCost": math.fsum(c.get("sentinels", {}).get("totalCost", 0.0) for c in codons),
+                "sentinelCost": math.fsum(
+                    c.get("sentinels", {}).get("totalCost", 0.0) for c in codons
+                ),
                 "codons": codons,
             }
         )

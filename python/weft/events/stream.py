@@ -317,7 +317,6 @@ class ProcessEndedEvent(StreamData):
     how: Literal["exited", "ended", "gone"] = "exited"
 
 
-
 # ---------------------------------------------------------------- sentinels
 
 UnloadReason = Literal["codon-complete", "fatal-error", "consecutive-failures", "shutdown"]

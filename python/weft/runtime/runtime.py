@@ -2,10 +2,11 @@
 
 Startup follows seed 001's order: the lock (taken by the store), the
 checkpoint repository, the state manager, the event journal (the same
-store), the sentinel host (:class:`~weft.sentinels.host.RuntimeSentinels`: each
-codon's sentinels, fed from the committed events), the WebSocket server (:mod:`weft.server`; the runtime
-carries out its steering commands). Then runs a dead process left
-``running`` are marked crashed, and the run is chosen:
+store), the sentinel host (:class:`~weft.sentinels.host.RuntimeSentinels`:
+each codon's sentinels, fed from the committed events), the WebSocket
+server (:mod:`weft.server`; the runtime carries out its steering commands).
+Then runs a dead process left ``running`` are marked crashed, and the run is
+chosen:
 
 * no run yet: a fresh run with the whole plan;
 * the execution thread (seed 003) ended in failure: roll back to its last

@@ -95,7 +95,9 @@ def check_trigger(trigger: dict[str, Any], path: JsonPath, sink: Sink) -> None:
                 continue
             step_path = (*path, "pattern", i)
             _check_type(step["type"], (*step_path, "type"), sink)
-            _check_conditions(step.get("conditions"), [step["type"]], (*step_path, "conditions"), sink)
+            _check_conditions(
+                step.get("conditions"), [step["type"]], (*step_path, "conditions"), sink
+            )
 
 
 def _check_type(kind: str, path: JsonPath, sink: Sink) -> None:

@@ -110,7 +110,9 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("cost", f"{format_cost(data['totalCost'])} ({format_tokens(data['tokens'])} tokens)")
     )
     if data.get("sentinelCost"):
-        rows.append(("sentinels", f"{format_cost(data['sentinelCost'])} (apart from the cost above)"))
+        rows.append(
+            ("sentinels", f"{format_cost(data['sentinelCost'])} (apart from the cost above)")
+        )
     if data["wallTimeMs"] is not None:
         rows.append(("time", format_duration(data["wallTimeMs"] / 1000)))
     rows.append(("checkpoints", f"{data['checkpoints']} made"))
