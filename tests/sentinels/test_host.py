@@ -8,7 +8,9 @@ the journal, the codon records and the files the sentinels wrote.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,15 @@ from tests.runtime.hanks import (
     read_state,
     runs_oldest_first,
     scenario,
+    subprocess_environment,
+    wait_for,
+    weft_run_argv,
     write_file,
     write_hank,
 )
 
 from weft.config import load_hank
+from weft.errors import StoreError
 from weft.events.stream import SENTINEL_EVENT_TYPES
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
@@ -295,3 +301,77 @@ async def test_a_continued_run_does_not_repeat_the_outputs_of_finished_codons(
     assert {o["codonId"] for o in seen.of("sentinel.output")} == {"b"}
     runs = runs_oldest_first(read_state(execution))
     assert [r["status"] for r in runs] == ["failed", "completed"]
+
+
+def _journaled(execution: Path, kind: str) -> bool:
+    """Whether the execution's journal holds an event of ``kind`` yet."""
+    if not (execution / ".weft" / "weft.db").exists():
+        return False
+    try:
+        return any(k == kind for k, _ in journal(execution))
+    except StoreError:  # created, no table yet
+        return False
+
+
+def test_a_crash_in_the_middle_of_a_sentinel_call_loses_nothing_journaled(
+    tmp_path: Path,
+) -> None:
+    """weft is SIGKILLed while a sentinel's model call is under way (in the
+    drain of completing-sentinels): what was journaled stays, the next run
+    crashes-marks the run and runs the codon again, and its sentinel speaks
+    once for that attempt."""
+    slow = {
+        "sentinelConfig": "slow.json",
+        "settings": {"reportToWebsocket": {"triggers": True}},
+    }
+    config = {
+        "id": "slow",
+        "name": "Slow",
+        "model": "fake/haiku",
+        "trigger": {"type": "event", "on": ["tool.result"]},
+        "execution": {"strategy": "count", "threshold": 100},
+        "userPromptFile": "slow.md",
+        "output": {"format": "jsonl", "file": "slow.jsonl"},
+    }
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "a"), sentinels=[slow]),
+        files={
+            "slow.json": json.dumps(config),
+            "slow.md": "@@sentinel:sleep ms=60000@@ <%= it.events.length %> results",
+        },
+    )
+    execution = tmp_path / "x"
+    env = subprocess_environment(tmp_path)
+    proc = subprocess.Popen(
+        weft_run_argv(hank, execution),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _journaled(execution, "sentinel.triggered"), timeout=60,
+                 what="the sentinel's trigger")  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    before = journal(execution)
+    kinds = [k for k, _ in before]
+    assert kinds.count("sentinel.loaded") == kinds.count("sentinel.triggered") == 1
+    assert "sentinel.output" not in kinds  # the call never returned
+    assert "tool.result" in kinds  # what the sentinel was fed is there too
+
+    (tmp_path / "hank" / "slow.md").write_text("@@sentinel:say seen@@")
+    again = subprocess.run(
+        weft_run_argv(hank, execution), env=env, capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = journal(execution)
+    assert after[: len(before)] == before  # nothing journaled was lost or rewritten
+    outputs = [d for k, d in after if k == "sentinel.output"]
+    assert [o["content"] for o in outputs] == ["seen"]  # once, for the second attempt
+    first, second = runs_oldest_first(read_state(execution))
+    assert first["status"] == "crashed"
+    assert second["status"] == "completed"
+    log = execution / ".weft" / "sentinels" / "outputs" / "slow" / "slow.jsonl"
+    assert len(log.read_text().splitlines()) == 1
