@@ -35,6 +35,7 @@ whose sentinels see only its own events, so no output is produced twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import time
@@ -48,6 +49,7 @@ import orjson
 
 from weft.clock import iso_from_ms, utc_now_iso
 from weft.config.loader import LoadedHank
+from weft.errors import PersistenceError
 from weft.events.stream import InfoEvent, SentinelData, SentinelError, UnloadReason
 from weft.events.transitions import SentinelState, SentinelStatesUpdated
 from weft.plan import PlannedCodon
@@ -229,12 +231,19 @@ class RuntimeSentinels:
     async def aclose(self) -> None:
         """Waits for every codon's last drain and unload, then stops listening
         and closes the model clients. Call before the StateManager closes."""
-        while self._ending:
-            await asyncio.gather(*tuple(self._ending), return_exceptions=True)
-        if self._live is not None:
-            await self._end(self._live, "shutdown")
-        self._unsubscribe()
-        await self._registry.aclose()
+        try:
+            while self._ending:
+                await asyncio.gather(*tuple(self._ending), return_exceptions=True)
+            if self._live is not None:  # the run ended inside a codon (an exception)
+                # The journal may be what failed: the unload is then not
+                # recorded, and the run's own error is the one to report.
+                with contextlib.suppress(PersistenceError, RuntimeError):
+                    await self._end(self._live, "shutdown")
+        finally:
+            self._live = None
+            self._unsubscribe()
+            with contextlib.suppress(Exception):  # an SDK client failing to close
+                await self._registry.aclose()
 
     # ------------------------------------------------------------------ plumbing
 
