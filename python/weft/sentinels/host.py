@@ -171,9 +171,8 @@ class RuntimeSentinels:
         """Lets the codon's sentinels see every event so far and finish their work."""
         live = self._live
         if live is None or live.planned.codon_id != planned.codon_id:
-            if (
-                self._before_drain is not None
-            ):  # file.updated is journaled with or without sentinels
+            # No sentinel here, but file.updated is journaled all the same.
+            if self._before_drain is not None:
                 await self._before_drain()
             return
         count = live.manager.loaded
