@@ -13,18 +13,28 @@
   first implementation does.
 
 Both fire the same triggers (checked before timing).
+
+And the runtime's overhead per codon (as in ``test_bench_runtime.py``: a
+replayed agent, no process) with ten sentinels on every codon, beside the
+same hank without sentinels: the target is within 10% of none.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import uvloop
 
+from weft.config import load_hank
 from weft.config.schema import EventTrigger, SentinelConfig
+from weft.runtime.execution import prepare_execution
+from weft.runtime.runtime import Runtime, RuntimeOptions
 from weft.sentinels.conditions import lookup
 from weft.sentinels.triggers import SentinelSpec, TriggerEngine
 
@@ -277,3 +287,146 @@ def test_route_engine(benchmark: Any, stream: Any) -> None:
     fired = benchmark(_engine_run, stream)
     assert fired > 1000
     _report(benchmark)
+
+
+# ---------------------------------------------------------------- a run with sentinels
+
+OVERHEAD_CODONS = 60
+OVERHEAD_GROUP = "sentinels: codon overhead, 10 sentinels vs none"
+
+
+def _on(*types: str, conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    trigger: dict[str, Any] = {"type": "event", "on": list(types)}
+    if conditions:
+        trigger["conditions"] = conditions
+    return trigger
+
+
+def _overhead_sentinels() -> list[dict[str, Any]]:
+    """Ten sentinels on the fake model, watching what the replayed agent does:
+    conditions, every strategy, structured and text output, a * watcher."""
+    out: list[dict[str, Any]] = []
+    errors = [_cond("isError", "equals", True)]
+    shapes: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        (_on("assistant.action", "tool.result"), {"strategy": "debounce", "milliseconds": 3000}),
+        (_on("tool.result", conditions=errors), {"strategy": "immediate"}),
+        (
+            _on("token.usage", conditions=[_cond("totalCost", "greaterThan", 0)]),
+            {"strategy": "timeWindow", "milliseconds": 15000},
+        ),
+        (
+            _on("assistant.action", conditions=[_cond("action", "equals", "tool_use")]),
+            {"strategy": "count", "threshold": 10},
+        ),
+        (
+            _on("assistant.action", conditions=[_cond("action", "equals", "thinking")]),
+            {"strategy": "timeWindow", "milliseconds": 30000},
+        ),
+        (_on("codon.completed"), {"strategy": "immediate"}),
+        (
+            _on("file.updated", conditions=[_cond("action", "in", ["created", "modified"])]),
+            {"strategy": "count", "threshold": 5},
+        ),
+        (
+            {
+                "type": "sequence",
+                "interestFilter": {"on": ["tool.result"]},
+                "pattern": [{"type": "tool.result", "conditions": errors}] * 3,
+                "options": {"consecutive": True},
+            },
+            {"strategy": "immediate"},
+        ),
+        (
+            _on(
+                "state.transition",
+                conditions=[_cond("transitionType", "equals", "CodonTransitioned")],
+            ),
+            {"strategy": "count", "threshold": 100},
+        ),
+        (_on("*"), {"strategy": "count", "threshold": 1000}),
+    ]
+    for i, (trigger, execution) in enumerate(shapes):
+        out.append(
+            {
+                "sentinelConfig": {
+                    "id": f"s{i}",
+                    "name": f"sentinel {i}",
+                    "model": "fake/haiku",
+                    "trigger": trigger,
+                    "execution": execution,
+                    "userPromptText": "<%= it.events.length %> events in <%= it.codon.id %>",
+                }
+            }
+        )
+    return out
+
+
+def _overhead_run(tmp: Path, lines: list[bytes], *, sentinels: bool) -> float:
+    """Seconds for a hank of OVERHEAD_CODONS codons through the real runtime."""
+    from benches.test_bench_runtime import _ReplayHarness
+
+    attached: list[dict[str, Any]] = []
+    if sentinels:  # config files, as hanks usually attach them
+        (tmp / "sentinels").mkdir()
+        for entry in _overhead_sentinels():
+            config = entry["sentinelConfig"]
+            name = f"sentinels/{config['id']}.json"
+            (tmp / name).write_bytes(msgspec.json.encode(config))
+            attached.append({"sentinelConfig": name})
+    codons = [
+        {
+            "id": f"c{i}",
+            "name": f"codon {i}",
+            "model": "fake/sonnet",
+            "continuationMode": "fresh",
+            "promptText": f"step {i}",
+            "checkpointedFiles": ["src/**"],
+            "sentinels": attached,
+        }
+        for i in range(OVERHEAD_CODONS)
+    ]
+    hank_path = tmp / "hank.json"
+    hank_path.write_bytes(msgspec.json.encode({"hank": codons}))
+    loaded = load_hank(hank_path)
+    prepared = prepare_execution(
+        hank_path, None, interactive=False, base_dir=tmp / "managed", execution_dir=tmp / "exec"
+    )
+    runtime = Runtime(prepared, loaded, RuntimeOptions(serve=False))
+    harness = _ReplayHarness(lines, writes=True)
+    runtime._harness = lambda model: (harness, "sonnet")  # type: ignore[method-assign]
+    started = time.perf_counter()
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        outcome = runner.run(runtime.run())
+    took = time.perf_counter() - started
+    assert outcome.status == "completed", outcome
+    return took
+
+
+def _overhead(benchmark: Any, tmp_path: Path, *, sentinels: bool) -> None:
+    from benches.test_bench_runtime import GOLDEN
+
+    lines = [line for line in GOLDEN.read_bytes().splitlines() if line.strip()]
+    runs = iter(range(1000))
+    figures: list[float] = []
+
+    def one() -> None:
+        root = tmp_path / f"r{next(runs)}"
+        root.mkdir()
+        figures.append(_overhead_run(root, lines, sentinels=sentinels))
+
+    benchmark.pedantic(one, rounds=5, iterations=1)
+    benchmark.extra_info["items"] = OVERHEAD_CODONS
+    ms = min(figures) / OVERHEAD_CODONS * 1000
+    what = "10 sentinels on every codon (fake model)" if sentinels else "no sentinel"
+    benchmark.extra_info["summary"] = f"{ms:.2f} ms/codon, {what}"
+
+
+@pytest.mark.benchmark(group=OVERHEAD_GROUP)
+def test_codon_overhead_baseline_no_sentinels(benchmark: Any, tmp_path: Path) -> None:
+    _overhead(benchmark, tmp_path, sentinels=False)
+
+
+@pytest.mark.benchmark(group=OVERHEAD_GROUP)
+def test_codon_overhead_with_10_sentinels(benchmark: Any, tmp_path: Path) -> None:
+    """Within 10% of none is the target: the group's ratio reads >= 0.91x."""
+    _overhead(benchmark, tmp_path, sentinels=True)

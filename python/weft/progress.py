@@ -20,6 +20,7 @@ nothing: :mod:`weft.cli.view` turns it into text.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from weft.events.stream import (
     RejectedTransition,
     RigOutputEvent,
     RigSetupFailedEvent,
+    SentinelOutput,
     ToolResultEvent,
 )
 from weft.events.transitions import (
@@ -109,6 +111,9 @@ class CodonProgress:
     """``<type>: <message>`` of the latest failure."""
     failed_during: str | None = None
     messages: int = 0
+    sentinel_cost: float = 0.0
+    """What its sentinels' model calls cost (US dollars), apart from :attr:`cost`."""
+    sentinel_outputs: int = 0
     _cost_before: int = 0
     _cost_now: int = 0
     _tokens_now: int = 0
@@ -279,6 +284,11 @@ class RunProgress:
     def total_cost(self) -> float:
         """Dollars spent in this run."""
         return self.total_cost_nanos / NANO
+
+    @property
+    def sentinel_cost(self) -> float:
+        """What every codon's sentinels cost in this run (not in :attr:`total_cost`)."""
+        return math.fsum(c.sentinel_cost for c in self._codons.values())
 
     @property
     def total_tokens(self) -> int:
@@ -468,6 +478,11 @@ class RunProgress:
         if c is not None and event.model:
             c.model = event.model  # what the agent reported, not the hank's alias
 
+    def _sentinel_output(self, event: SentinelOutput, at: int, _: str | None) -> None:
+        c = self._get(event.codon_id)
+        c.sentinel_cost += event.cost
+        c.sentinel_outputs += 1
+
     def _error(self, event: ErrorEvent, at: int, _: str | None) -> None:
         self.errors += 1
 
@@ -544,6 +559,7 @@ _HANDLERS: dict[type[Any], _Handler] = {
     ToolResultEvent: RunProgress._tool_result,
     CodonStartedEvent: RunProgress._agent_started,
     ErrorEvent: RunProgress._error,
+    SentinelOutput: RunProgress._sentinel_output,
     RejectedTransition: RunProgress._rejected,
 }
 """One handler per event class; classes not here change nothing the fold keeps."""

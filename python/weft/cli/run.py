@@ -73,6 +73,11 @@ def register(commands: Any) -> None:
         "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
     )
     parser.add_argument("-m", "--model", help="run every codon on this model")
+    parser.add_argument(
+        "--sentinel-model",
+        metavar="MODEL",
+        help="every sentinel calls this provider/model (fake/haiku runs them offline)",
+    )
     parser.add_argument("--config", type=Path, help="a weft.json with runtime settings")
     parser.add_argument(
         "--no-autostart",
@@ -148,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
         if inside is not None:
             print(f"weft: error: {inside}", file=sys.stderr)
             return 2
+        refused = _sentinel_model_problem(settings)
+        if refused is not None:
+            print(f"weft: error: {refused}", file=sys.stderr)
+            return 2
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except ExecutionSetupError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
@@ -208,10 +217,24 @@ def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
             "outputDirectory": None if args.output is None else str(args.output.absolute()),
+            "sentinel.model": args.sentinel_model,
         },
         config_file=args.config,
         hank=loaded.hank,
     ).config
+
+
+def _sentinel_model_problem(settings: RuntimeConfig) -> str | None:
+    """Why the sentinel model override cannot be used (None: it can, or there is none)."""
+    from weft.sentinels.providers import ProviderError, split_model
+
+    if settings.sentinel.model is None:
+        return None
+    try:
+        split_model(settings.sentinel.model)
+    except ProviderError as exc:
+        return f"--sentinel-model / sentinel.model: {exc}"
+    return None
 
 
 def _prepare(
@@ -278,6 +301,7 @@ def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOption
         if settings.output_directory is None
         else Path(os.path.expanduser(settings.output_directory)).absolute(),
         overwrite_output=args.overwrite_output,
+        sentinel_model=settings.sentinel.model,
     )
 
 

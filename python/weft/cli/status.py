@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,9 @@ def report(store: ExecutionStore) -> dict[str, Any]:
             for key in ("endTime", "failedDuring", "failureReason", "skippedDuring"):
                 if key in c:
                     entry[key] = c[key]
+            sentinels = sentinels_of(c)
+            if sentinels is not None:
+                entry["sentinels"] = sentinels
             codons.append(entry)
         dead = run["status"] == "running" and nobody_runs
         runs.append(
@@ -89,6 +93,9 @@ def report(store: ExecutionStore) -> dict[str, Any]:
                 "startTime": run["startTime"],
                 "endTime": run.get("endTime"),
                 "cost": store.core.run_cost(run["runId"]),
+                "sentinelCost": math.fsum(
+                    c.get("sentinels", {}).get("totalCost", 0.0) for c in codons
+                ),
                 "codons": codons,
             }
         )
@@ -100,8 +107,29 @@ def report(store: ExecutionStore) -> dict[str, Any]:
         "lock": holder,
         "currentRunId": state["currentRunId"],
         "totalCost": store.core.total_cost(),
+        "sentinelCost": math.fsum(r["sentinelCost"] for r in runs),
         "runs": runs,
     }
+
+
+def sentinels_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A codon record's sentinels: ``{totalCost, states}`` (``loaded`` while the
+    codon runs, ``executed`` once it is terminal); None when it has none."""
+    sentinels = record.get("sentinels")
+    if not sentinels:
+        return None
+    states = sentinels.get("executed") or sentinels.get("loaded") or []
+    return {"totalCost": float(sentinels.get("totalCost", 0.0)), "states": states}
+
+
+def _sentinel_line(s: dict[str, Any]) -> str:
+    failed = s.get("failedLLMCalls", 0)
+    calls = f"{s.get('llmCallCount', 0)} call(s)" + (f", {failed} failed" if failed else "")
+    why = f" ({s['unloadReason']})" if s.get("unloadReason") else ""
+    return (
+        f"{s['id']:<20} {s['model']:<28} {s['status']}{why}  {calls}  "
+        f"${float(s.get('totalCost', 0.0)):.4f}"
+    )
 
 
 def render(status: dict[str, Any]) -> str:
@@ -111,6 +139,8 @@ def render(status: dict[str, Any]) -> str:
         f"  journal: {status['journal']['events']} events, state from {status['stateSource']}",
         f"  total cost: ${status['totalCost']:.4f}",
     ]
+    if status.get("sentinelCost"):
+        lines.append(f"  sentinel cost: ${status['sentinelCost']:.4f} (apart from the total)")
     lines += [f"  note: {n}" for n in status["notes"]]
     if not status["runs"]:
         lines.append("  no runs yet")
@@ -130,6 +160,8 @@ def render(status: dict[str, Any]) -> str:
             elif c["status"] == "skipped":
                 detail = f"  during {c.get('skippedDuring')}"
             lines.append(f"  {c['codonId']:<24} {c['status']:<21} ${c['cost']:.4f}{detail}")
+            for s in c.get("sentinels", {}).get("states", []):
+                lines.append(f"    sentinel {_sentinel_line(s)}")
     return "\n".join(lines)
 
 

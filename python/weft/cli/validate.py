@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,13 @@ def register(commands: Any) -> None:
         "--model",
         default=None,
         help="check as if every codon used this model (like a run's --model)",
+    )
+    parser.add_argument(
+        "--sentinel-model",
+        metavar="MODEL",
+        default=None,
+        help="check as if every sentinel used this provider/model (like a run's "
+        "--sentinel-model; fake/haiku needs no key)",
     )
     parser.set_defaults(run=run)
 
@@ -183,7 +192,7 @@ def to_json(report: HankReport) -> dict[str, Any]:
     """The whole report as JSON-ready data."""
     return {
         "file": report.file,
-        "valid": report.valid,
+        "valid": report.valid and not report.errors,
         "errors": [p.to_json() for p in report.errors],
         "warnings": [p.to_json() for p in report.warnings],
         "tree": describe(report.loaded) if report.loaded is not None else None,
@@ -201,7 +210,7 @@ def render(report: HankReport) -> str:
     if report.errors:
         parts.append(f"{len(report.errors)} error(s):")
         parts.extend(p.render() for p in report.errors)
-    if report.valid:
+    if report.valid and not report.errors:
         assert report.loaded is not None
         codons = len(report.loaded.codons())
         loops = sum(isinstance(i, Loop) for i in report.loaded.hank.hank)
@@ -216,9 +225,24 @@ def render(report: HankReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Validates ``args.hank``; 0 when valid, 2 when not."""
+    from weft.sentinels.checks import load_problems
+    from weft.sentinels.providers import ProviderError, split_model
+
+    override = args.sentinel_model or os.environ.get("WEFT_RUNTIME_SENTINEL_MODEL") or None
+    if override is not None:
+        try:
+            split_model(override)
+        except ProviderError as exc:
+            print(f"weft: error: --sentinel-model: {exc}", file=sys.stderr)
+            return 2
     report = validate_hank(args.hank, model=args.model)
+    if report.loaded is not None:
+        # Whether each sentinel would load on this machine (its provider and key).
+        report.problems.extend(
+            load_problems(report.loaded, file=report.file, model_override=override)
+        )
     if args.json:
         print(json.dumps(to_json(report), indent=2))
     else:
         print(printable_lines(render(report)))
-    return 0 if report.valid else 2
+    return 0 if report.valid and not report.errors else 2

@@ -72,6 +72,8 @@ class RuntimeSentinelSettings(_Settings, frozen=True, kw_only=True):
     enable_persistence: bool = True
     health_check_grace_period_ms: Annotated[int, Meta(gt=0)] = 2000
     wait_for_all_health_checks: bool = False
+    model: Annotated[str, Meta(min_length=1)] | None = None
+    """Overrides the model of every sentinel (``--sentinel-model``; ``fake/haiku`` offline)."""
 
 
 class RuntimeBudget(_Settings, frozen=True, kw_only=True):

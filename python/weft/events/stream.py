@@ -10,7 +10,7 @@ reference runtime's event payloads (camelCase) so its clients can read them.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
@@ -368,6 +368,132 @@ class RollbackArchiveRestoreEvent(StreamData):
     restored_paths: list[str]
     status: Literal["completed", "partial", "failed"]
     failed_paths: list[ArchiveFailure] | None = None
+# ---------------------------------------------------------------- sentinels
+
+UnloadReason = Literal["codon-complete", "fatal-error", "consecutive-failures", "shutdown"]
+SentinelErrorType = Literal[
+    "llm-call-failed",
+    "template-render-failed",
+    "file-write-failed",
+    "output-invalid",
+    "load-failed",
+]
+
+
+class SentinelData(StreamData):
+    """Base of the sentinel events' data (reference §4.4, category S).
+
+    Journaled like every stream event; sentinels are never fed them (nor
+    connection events): a sentinel that watched sentinel output could wake
+    itself for ever.
+    """
+
+    sentinel_id: str
+    codon_id: str
+
+
+class SentinelLoaded(SentinelData):
+    """A sentinel is attached to its codon and watching."""
+
+    TYPE: ClassVar[str] = "sentinel.loaded"
+    model: str
+    trigger_type: Literal["event", "sequence"]
+    execution_strategy: Literal["immediate", "debounce", "count", "timeWindow"]
+    conversational: bool
+    source: Literal["file", "inline"]
+    source_path: str | None = None
+
+
+class SentinelTriggered(SentinelData):
+    """A sentinel's trigger fired (its model is about to be called)."""
+
+    TYPE: ClassVar[str] = "sentinel.triggered"
+    trigger_number: int
+    strategy: str
+    event_count: int
+    queue_size: int
+    """Triggers still waiting behind this one."""
+
+
+class SentinelTokens(msgspec.Struct, kw_only=True):
+    """Tokens of one model call."""
+
+    input: int
+    output: int
+
+
+class SentinelOutput(SentinelData):
+    """What a sentinel's model said about a trigger."""
+
+    TYPE: ClassVar[str] = "sentinel.output"
+    trigger_number: int
+    output_type: Literal["text", "structured"]
+    content: Any
+    """The text, or the structured value (validated against the schema)."""
+    cost: float
+    """What the call cost (US dollars): sentinel spend, kept apart from the
+    agent's cost (budgets count it from here and from ``SentinelState``)."""
+    tokens: SentinelTokens
+    event_count: int
+    model: str | None = None
+
+
+class SentinelError(SentinelData):
+    """A sentinel failed to render, call its model or write its output."""
+
+    TYPE: ClassVar[str] = "sentinel.error"
+    error_type: SentinelErrorType
+    message: str
+    retriable: bool
+    consecutive_failure_count: int
+    trigger_number: int | None = None
+
+
+class SentinelUnloaded(SentinelData):
+    """A sentinel stopped watching, and why."""
+
+    TYPE: ClassVar[str] = "sentinel.unloaded"
+    reason: UnloadReason
+    final_cost: float
+    llm_call_count: int
+    error_type: str | None = None
+
+
+SENTINEL_EVENT_TYPES: Final = frozenset(
+    c.TYPE
+    for c in (SentinelLoaded, SentinelTriggered, SentinelOutput, SentinelError, SentinelUnloaded)
+)
+
+
+class FileUpdateSource(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    """What revealed a file change: an agent tool call, or the scan at the end."""
+
+    kind: Literal["tool_use", "scan"]
+    tool_use_id: str | None = None
+
+
+class FileUpdatedEvent(StreamData):
+    """A checkpointed or agent-touched file changed during a codon (seed 001's
+    agentic backbone; reference §4.4 ``file.updated``).
+
+    Found from the agent's own tool calls (``Write``, ``Edit``, ``MultiEdit``,
+    ``apply_patch``...) and a scan of the checkpointed files when the agent
+    exits; one event per change of content (the same path with the same
+    ``sha256`` is not reported twice in a codon). The file's text is not in
+    the event (journals stay small); sentinel conditions may still test it
+    through the virtual field ``content``, read when a sentinel watches.
+    """
+
+    TYPE: ClassVar[str] = "file.updated"
+    path: str
+    """Relative to the agent's workspace, with ``/``."""
+    filename: str
+    action: Literal["created", "modified", "deleted"]
+    source: FileUpdateSource
+    sha256: str | None = None
+    """None for a deleted file."""
+    bytes: int = 0
+    codon_id: str | None = None
 
 
 class RejectedTransition(msgspec.Struct, rename="camel", kw_only=True):
@@ -391,7 +517,8 @@ def _stream_classes() -> dict[str, type[StreamData]]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        found[cls.TYPE] = cls
+        if "TYPE" in vars(cls):  # not a base such as SentinelData
+            found[cls.TYPE] = cls
     return dict(sorted(found.items()))
 
 

@@ -53,18 +53,28 @@ class Interrupt(enum.StrEnum):
 class SentinelHost(Protocol):
     """The seam for sentinels (LLM observers of a codon's events).
 
-    :class:`NoSentinels` is what ``weft run`` uses: the sentinel package
-    (:mod:`weft.sentinels`) is not connected to the runner, so a codon's
-    sentinels do not run and the run says so. The runner calls ``load`` while
-    ``starting`` and ``drain`` while ``completing-sentinels``.
+    ``weft run`` uses :class:`weft.sentinels.host.RuntimeSentinels`;
+    :class:`NoSentinels` is for embedders and tests that run none. The runner
+    calls ``load`` while ``starting``, ``drain`` while ``completing-sentinels``,
+    ``seal`` right before the terminal move and ``finish`` after
+    ``codon.completed``.
     """
 
-    async def load(self, planned: PlannedCodon, run_id: str) -> None:
-        """Loads the codon's sentinels."""
+    async def load(self, planned: PlannedCodon, run_id: str) -> str | None:
+        """Loads the codon's sentinels; the reason the codon fails when a
+        sentinel marked ``failCodonIfNotLoaded`` could not load."""
         ...
 
     async def drain(self, planned: PlannedCodon, run_id: str) -> None:
         """Lets the codon's sentinels finish their work."""
+        ...
+
+    def seal(self, planned: PlannedCodon, run_id: str) -> None:
+        """Records the sentinels' last states before the codon's terminal move."""
+        ...
+
+    async def finish(self, planned: PlannedCodon, run_id: str, *, shutdown: bool = False) -> None:
+        """Drains again and unloads the codon's sentinels (after ``codon.completed``)."""
         ...
 
 
@@ -74,23 +84,30 @@ class NoSentinels:
     def __init__(self, emit: Callable[[StreamData, str, str], None]) -> None:
         self._emit = emit
 
-    async def load(self, planned: PlannedCodon, run_id: str) -> None:
+    async def load(self, planned: PlannedCodon, run_id: str) -> str | None:
         """Says that the codon's sentinels are not run."""
         if planned.codon.sentinels:
             count = len(planned.codon.sentinels)
             self._emit(
                 InfoEvent(
                     message=(
-                        f"Codon {planned.codon_id} declares {count} sentinel(s); weft run "
-                        "does not run sentinels, so they are skipped."
+                        f"Codon {planned.codon_id} declares {count} sentinel(s); this runner "
+                        "has no sentinel host, so they are skipped."
                     )
                 ),
                 run_id,
                 planned.codon_id,
             )
+        return None
 
     async def drain(self, planned: PlannedCodon, run_id: str) -> None:
         """Nothing to wait for."""
+
+    def seal(self, planned: PlannedCodon, run_id: str) -> None:
+        """Nothing to record."""
+
+    async def finish(self, planned: PlannedCodon, run_id: str, *, shutdown: bool = False) -> None:
+        """Nothing to unload."""
 
 
 @dataclass(frozen=True, slots=True)

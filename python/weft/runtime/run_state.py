@@ -54,6 +54,8 @@ class RuntimeOptions:
     """Where codons' ``outputFiles`` are copied (``-o``); None: nowhere."""
     overwrite_output: bool = False
     """Replace files already in ``output_dir`` (``--overwrite-output``)."""
+    sentinel_model: str | None = None
+    """Every sentinel calls this model (``--sentinel-model``, ``sentinel.model``)."""
 
 
 @dataclass(slots=True)

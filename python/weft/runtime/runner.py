@@ -154,6 +154,9 @@ class CodonRunner:
         self.manager.emit(event, run_id=run_id, codon_id=codon_id)
 
     def _move(self, a: Attempt, to: CodonStatus, meta: TransitionMetadata | None = None) -> None:
+        if to in ("completed", "failed", "skipped"):
+            # The core takes no sentinel state once the codon is terminal.
+            self.sentinels.seal(a.request.planned, a.request.run_id)
         move(self.manager, a, to, meta)
 
     @property
@@ -268,7 +271,9 @@ class CodonRunner:
         """``starting``: the sentinels and the prompt."""
         req, planned = a.request, a.request.planned
         codon = planned.codon
-        await self.sentinels.load(planned, req.run_id)
+        refused = await self.sentinels.load(planned, req.run_id)
+        if refused is not None:
+            return await self._fail(a, "sentinel_load_failure", False, refused)
         try:
             a.prompt = await asyncio.to_thread(
                 assemble_prompt, codon, self.hank.directory, self._variables, hank=self.hank.hank
@@ -660,6 +665,9 @@ class CodonRunner:
             ),
             req.run_id,
             result.codon_id,
+        )
+        await self.sentinels.finish(
+            req.planned, req.run_id, shutdown=a.interrupt is Interrupt.SHUTDOWN
         )
         return result
 

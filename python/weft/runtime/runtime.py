@@ -2,10 +2,11 @@
 
 Startup follows seed 001's order: the lock (taken by the store), the
 checkpoint repository, the state manager, the event journal (the same
-store), the sentinel host (a seam: :class:`~weft.runtime.attempt.NoSentinels`
-until sentinels exist), the WebSocket server (:mod:`weft.server`; the runtime
-carries out its steering commands). Then runs a dead process left
-``running`` are marked crashed, and the run is chosen:
+store), the sentinel host (:class:`~weft.sentinels.host.RuntimeSentinels`:
+each codon's sentinels, fed from the committed events), the WebSocket
+server (:mod:`weft.server`; the runtime carries out its steering commands).
+Then runs a dead process left ``running`` are marked crashed, and the run is
+chosen:
 
 * no run yet: a fresh run with the whole plan;
 * the execution thread (seed 003) ended in failure: roll back to its last
@@ -53,11 +54,13 @@ from weft.events.transitions import InitialCheckpointSet
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
 from weft.runtime.attempt import Interrupt
+from weft.runtime.file_updates import FileUpdates
 from weft.runtime.recovery import Recovery
 from weft.runtime.run_loop import RunLoop
 from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, Shutdown, new_run_id
 from weft.runtime.runner import CodonRunner
 from weft.runtime.steering import Steering
+from weft.sentinels.host import RuntimeSentinels
 from weft.server import ServerInfo, start_server
 from weft.state import Processed, StateManager
 from weft.store.diskspace import is_storage_failure, storage_error
@@ -223,12 +226,23 @@ class Runtime(Steering, Recovery, RunLoop):
             self._emit(InfoEvent(message=message))
             return RunOutcome("nothing_to_do", 0, None, message)
         plan, current, parent = start
+        files = FileUpdates(manager, self.layout.workspace)
+        sentinels = RuntimeSentinels(
+            manager,
+            self.hank,
+            workspace=self.layout.workspace,
+            weft_dir=self.layout.weft_dir,
+            env=self.env,
+            model_override=self.options.sentinel_model,
+            before_drain=files.settle,
+        )
         self._runner = CodonRunner(
             manager,
             checkpoints,
             self.hank,
             self.layout,
             harness_for=self._harness,
+            sentinels=sentinels,
             ignore_rig_failures=self.options.ignore_rig_failures,
             idle_timeout=self.options.idle_timeout,
             first_output_timeout=self.options.first_output_timeout,
@@ -239,7 +253,10 @@ class Runtime(Steering, Recovery, RunLoop):
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         await self._read_thread(manager)
-        return await self._drive(manager, self._runner)
+        try:
+            return await self._drive(manager, self._runner)
+        finally:
+            await sentinels.aclose()  # the last codon's sentinels finish first
 
     def _harness(self, model: str) -> tuple[Harness, str]:
         target = route(model)

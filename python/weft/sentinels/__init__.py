@@ -16,11 +16,18 @@ The pieces, each with one job (a sans-I/O core, thin I/O around it):
   :mod:`weft.agents.pricing`;
 * :mod:`~weft.sentinels.outputs`: structured-output schemas (JSON Schema,
   never Zod code), the log and last-value files, inside their folders;
-* :mod:`~weft.sentinels.events`: the ``sentinel.*`` event data;
+* :mod:`~weft.sentinels.events`: the ``sentinel.*`` event types (typed
+  stream events of :mod:`weft.events.stream`, journaled like any other);
 * :mod:`~weft.sentinels.config`: a sentinel config file on its own, and a
   codon's entries resolved against the configs the hank loader checked;
+* :mod:`~weft.sentinels.checks`: what ``weft validate`` adds: trigger event
+  types and condition paths against the event schemas, and whether each
+  sentinel would load (provider, key);
 * :mod:`~weft.sentinels.manager`: one codon's sentinels: load, feed, process
-  serially per sentinel, drain, unload, failure thresholds, SentinelState.
+  serially per sentinel, drain, unload, failure thresholds, SentinelState;
+* :mod:`~weft.sentinels.host`: ``weft run``'s side: a manager per codon, fed
+  from the StateManager's committed events, its states turned into
+  ``SentinelStatesUpdated``, its events journaled.
 
 Design notes. The engine is fed committed events only (durable before
 visible), in journal order, and never sentinel or connection events. Every
@@ -28,11 +35,7 @@ time it needs is passed in, so its tests drive time by hand; the manager owns
 the one timer. Model calls are the slow part: each sentinel has a worker that
 takes its triggers one at a time, while the engine keeps routing (the queue
 of 100 triggers per sentinel drops the oldest when a model cannot keep up).
-What drives it today: its tests and embedders. ``weft run`` does not use
-this package (a codon's sentinels are reported as skipped, see
-:class:`weft.runtime.attempt.NoSentinels`). Connecting it means a manager per
-codon fed from the StateManager's fan-out, what ``emit`` gives it journaled,
-and ``on_states`` turned into ``SentinelStatesUpdated`` transitions.
+``docs/sentinels.md`` is the user's guide.
 """
 
 from weft.sentinels.config import attach, load_sentinel_config

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -318,10 +319,8 @@ class SentinelManager:
             user_source = _read_prompt(config.user_prompt_file, base, "userPromptFile")
         if user_source is None:
             raise TemplateError(f'sentinel "{config.id}" has no user prompt')
-        system = (
-            compile_template(system_source, f"{config.id} system prompt") if system_source else None
-        )
-        user = compile_template(user_source, f"{config.id} user prompt")
+        system = _compiled(system_source, f"{config.id} system prompt") if system_source else None
+        user = _compiled(user_source, f"{config.id} user prompt")
         schema = load_schema(config, base)
         target = resolve_outputs(
             config,
@@ -369,6 +368,18 @@ class SentinelManager:
         return f"Required sentinels failed to load (failCodonIfNotLoaded=true): {listed}"
 
     # ------------------------------------------------------------------ feed
+
+    def watches(self, event_type: str) -> bool:
+        """Whether :meth:`feed` would route an event of ``event_type`` to some
+        sentinel (the host decodes only those events' data)."""
+        if self._closed or event_type in SENTINEL_EVENT_TYPES:
+            return False
+        return event_type not in CONNECTION_EVENT_TYPES and self._engine.watches(event_type)
+
+    @property
+    def loaded(self) -> int:
+        """How many sentinels are loaded and active."""
+        return sum(1 for s in self._sentinels.values() if s.active)
 
     def feed(self, event_type: str, data: Mapping[str, Any], seq: int) -> None:
         """Routes one committed event (call in journal order, after commit)."""
@@ -723,6 +734,13 @@ class SentinelManager:
     def _states_changed(self) -> None:
         if self._on_states is not None:
             self._on_states(self.states(), self.total_cost)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str, name: str) -> Template:
+    """A parsed template, shared by every codon that attaches the same sentinel
+    (a :class:`Template` is immutable; parsing is most of a sentinel's load)."""
+    return compile_template(source, name)
 
 
 def _trim(history: list[Message], config: SentinelConfig) -> list[Message]:

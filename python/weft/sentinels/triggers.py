@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any, Final
 
 import msgspec
@@ -225,8 +226,11 @@ class SentinelRoute:
             self.mode, self.period = TIME_WINDOW, execution.milliseconds
         else:  # the schema allows no other
             raise TypeError(f"unknown execution strategy {execution!r}")
-        self.buffer: list[Observed] = []
-        """Matched events waiting for the strategy to fire."""
+        self.buffer: deque[Observed] = deque(maxlen=buffer_limit)
+        """Matched events waiting for the strategy to fire. A deque: when a
+        busy codon keeps a debounce from ever firing, the buffer stays full
+        and each new event pushes the oldest out in O(1) (a list paid a copy
+        of the whole buffer per event there)."""
         self.limit = buffer_limit
         self.buffer_dropped = 0
         """Matched events pushed out of the full buffer."""
@@ -255,11 +259,10 @@ class SentinelRoute:
         buffer = self.buffer
         if mode == TIME_WINDOW and not buffer:
             self.opened = now
-        buffer.extend(events)
-        if len(buffer) > self.limit:
-            over = len(buffer) - self.limit
-            del buffer[:over]
-            self.buffer_dropped += over
+        over = len(buffer) + len(events) - self.limit
+        if over > 0:
+            self.buffer_dropped += min(over, len(buffer))
+        buffer.extend(events)  # the deque's maxlen drops the oldest
         if mode == COUNT:
             if len(buffer) >= self.threshold:
                 self.fire(self.take(), now)
@@ -280,7 +283,8 @@ class SentinelRoute:
 
     def take(self) -> list[Observed]:
         """Empties the buffer, returning what it held."""
-        batch, self.buffer = self.buffer, []
+        batch = list(self.buffer)
+        self.buffer.clear()
         return batch
 
     def fire(self, events: list[Observed], now: int) -> None:
@@ -292,6 +296,8 @@ class SentinelRoute:
         self.queue.append(Trigger(self.id, self.number, tuple(events), now))
 
 
+_CODE: dict[str, CodeType] = {}
+"""Compiled routing code by its source (which holds generated names only)."""
 _Router = Callable[[Mapping[str, Any], int, int], int]
 """The compiled routing of one event type: ``(data, seq, now) -> triggers fired``."""
 
@@ -342,10 +348,9 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
         ns[f"L{i}"] = route.limit
         lines += [
             f"        b = {r}.buffer",
-            "        b.append(ev)",
-            f"        if len(b) > L{i}:",
-            "            del b[0]",
+            f"        if len(b) == L{i}:",
             f"            {r}.buffer_dropped += 1",
+            "        b.append(ev)",
         ]
         if route.mode == COUNT:
             ns[f"N{i}"] = route.threshold
@@ -369,8 +374,16 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
             "            E._deadline = d",
         ]
     lines.append("    return fired")
-    # exec: see the docstring; the source holds no text from the config.
-    exec(compile("\n".join(lines), f"<sentinel routes for {len(routes)} sentinels>", "exec"), ns)
+    # exec: see the docstring; the source holds no text from the config, so
+    # the same shapes of routes (the same sentinels on the next codon) share
+    # one compiled code object, bound to this engine's routes by ``ns``.
+    source = "\n".join(lines)
+    code = _CODE.get(source)
+    if code is None:
+        code = compile(source, f"<sentinel routes for {len(routes)} sentinels>", "exec")
+        if len(_CODE) < _TYPE_CACHE_LIMIT:
+            _CODE[source] = code
+    exec(code, ns)
     router: _Router = ns["route"]
     return router
 
@@ -438,6 +451,15 @@ class TriggerEngine:
         if len(self._cache) < _TYPE_CACHE_LIMIT:
             self._cache[kind] = router
         return router
+
+    def watches(self, kind: str) -> bool:
+        """Whether some sentinel looks at events of type ``kind`` (one dictionary
+        lookup once the type was seen): an adapter skips decoding the others."""
+        try:
+            router = self._cache[kind]
+        except KeyError:
+            router = self._router(kind)
+        return router is not None
 
     def feed(self, kind: str, data: Mapping[str, Any], seq: int, now: int) -> int:
         """Routes one committed event at ``now``; returns the triggers it queued

@@ -47,6 +47,7 @@ _NOTE_STYLES: dict[str, str] = {
     "rig": "yellow",
     "retry": "yellow",
     "run": "bold",
+    "sentinel": "magenta",
 }
 
 

@@ -41,6 +41,8 @@ from weft.events.stream import (
     RollbackCompletedEvent,
     RollbackProgressEvent,
     RollbackStartedEvent,
+    SentinelError,
+    SentinelOutput,
     ServerIdleEvent,
     typed,
 )
@@ -58,7 +60,7 @@ from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
 
 NoteKind = Literal[
-    "run", "codon", "plan", "rig", "retry", "loop", "info", "error", "idle", "rejected"
+    "run", "codon", "plan", "rig", "retry", "loop", "info", "error", "idle", "rejected", "sentinel"
 ]
 
 
@@ -300,6 +302,23 @@ def _checkpoints(p: RunProgress, event: CheckpointListEvent, at: int, _: str | N
     return Note("info", checkpoint_list_text(msgspec.to_builtins(event)))
 
 
+def _sentinel_output(p: RunProgress, event: SentinelOutput, at: int, codon: str | None) -> Note:
+    content = event.content
+    text = content if isinstance(content, str) else msgspec.json.encode(content).decode()
+    said = clip(" ".join(text.split()), 240)
+    cost = format_cost(event.cost)
+    return Note("sentinel", f"{_where(codon)}sentinel {event.sentinel_id} ({cost}): {said}", codon)
+
+
+def _sentinel_error(p: RunProgress, event: SentinelError, at: int, codon: str | None) -> Note:
+    return Note(
+        "error",
+        f"{_where(codon)}sentinel {event.sentinel_id} {event.error_type}: "
+        f"{clip(event.message, 300)}",
+        codon,
+    )
+
+
 _NoteOf = Callable[[RunProgress, Any, int, "str | None"], "Note | None"]
 _NOTES: dict[type[Any], _NoteOf] = {
     CodonTransitioned: _moved,
@@ -326,5 +345,7 @@ _NOTES: dict[type[Any], _NoteOf] = {
     ArchiveCompletedEvent: _archived,
     ArchivePartialEvent: _archived,
     RollbackArchiveRestoreEvent: _archive_restored,
+    SentinelOutput: _sentinel_output,
+    SentinelError: _sentinel_error,
 }
 """One function per event class worth a line."""

@@ -66,6 +66,7 @@ def summary_data(progress: RunProgress, result: RunSummary, now_ns: int) -> dict
             "doneEarlier": earlier,
         },
         "totalCost": progress.total_cost,
+        "sentinelCost": progress.sentinel_cost,
         "tokens": progress.total_tokens,
         "wallTimeMs": wall_ms,
         "checkpoints": len(progress.checkpoints),
@@ -108,6 +109,10 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(
         ("cost", f"{format_cost(data['totalCost'])} ({format_tokens(data['tokens'])} tokens)")
     )
+    if data.get("sentinelCost"):
+        rows.append(
+            ("sentinels", f"{format_cost(data['sentinelCost'])} (apart from the cost above)")
+        )
     if data["wallTimeMs"] is not None:
         rows.append(("time", format_duration(data["wallTimeMs"] / 1000)))
     rows.append(("checkpoints", f"{data['checkpoints']} made"))

@@ -196,6 +196,10 @@ def check_sentinel_config(
             )
     trigger = get_dict(config, "trigger")
     if trigger is not None:
+        # Imported here: the sentinel package imports this one.
+        from weft.sentinels.checks import check_trigger
+
+        check_trigger(trigger, (*path, "trigger"), sink)
         for i, condition in enumerate(get_list(trigger, "conditions")):
             _check_condition(condition, (*path, "trigger", "conditions", i), sink)
         for i, step in enumerate(get_list(trigger, "pattern")):

@@ -1,0 +1,354 @@
+"""The runtime's side of sentinels: one :class:`SentinelManager` per codon.
+
+:class:`RuntimeSentinels` is the :class:`~weft.runtime.attempt.SentinelHost`
+``weft run`` uses. It connects the sans-I/O pieces of this package to a run:
+
+* **load** (codon ``starting``, seed 001's step 5): the codon's sentinel
+  entries are attached (:func:`~weft.sentinels.config.attach`) and loaded. A
+  sentinel that cannot load is journaled as ``sentinel.error``
+  (``load-failed``); when its entry says ``failCodonIfNotLoaded``, ``load``
+  returns the reason the runner fails the codon with;
+* **feed**: a StateManager listener, so a sentinel sees exactly the
+  committed events, in journal order (durable before visible), from the
+  codon's load to its unload. Sentinel and connection events are never fed.
+  An event's data is decoded only when some sentinel watches its type;
+  ``file.updated`` gets the virtual field ``content`` (the file's text,
+  read then, up to :data:`CONTENT_LIMIT` bytes) for conditions; a state
+  transition is fed as the reference's ``state.transition`` event
+  (``{transitionType, runId, codonId, transition: {type, data}}``);
+* **drain** (``completing-sentinels``): after every event submitted so far
+  was committed and fed, buffered events fire and queued triggers finish;
+* **seal** (right before the terminal move): the last
+  ``SentinelStatesUpdated`` while the core still takes one (it refuses
+  updates to a terminal codon's sentinels, and a refusal stops the run);
+* **finish** (after ``codon.completed``): the second drain, then unload with
+  ``codon-complete`` (``shutdown`` when Weft is stopping).
+
+``SentinelStatesUpdated`` is submitted whenever a sentinel's state changes
+(calls, failures, cost, unload), so the codon record's ``sentinels`` stays
+current and carries the codon's sentinel spend apart from the agent's.
+Sentinel events go through the StateManager like every other event, so a
+crash loses nothing that was journaled; a resumed codon is a new attempt
+whose sentinels see only its own events, so no output is produced twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import orjson
+
+from weft.clock import iso_from_ms, utc_now_iso
+from weft.config.loader import LoadedHank
+from weft.errors import PersistenceError
+from weft.events.stream import InfoEvent, SentinelData, SentinelError, UnloadReason
+from weft.events.transitions import SentinelState, SentinelStatesUpdated
+from weft.plan import PlannedCodon
+from weft.sentinels.checks import TRANSITION_EVENT
+from weft.sentinels.config import attach
+from weft.sentinels.manager import CodonInfo, LoadFailure, SentinelManager
+from weft.sentinels.providers import ProviderRegistry
+from weft.state import Processed, StateManager
+
+__all__ = ["CONTENT_LIMIT", "RuntimeSentinels"]
+
+CONTENT_LIMIT: Final = 256 * 1024
+"""The most of a file's text ``file.updated``'s virtual ``content`` holds (bytes):
+enough for the source files conditions look into, and a bound on the read
+made while routing."""
+
+
+def _clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Live:
+    """The sentinels of the codon that runs now."""
+
+    planned: PlannedCodon
+    run_id: str
+    manager: SentinelManager
+    failures: list[LoadFailure]
+    sealed: bool = False
+    last: tuple[list[SentinelState], float] | None = None
+    """The newest states (and their total cost), submitted or not."""
+    pending: bool = False
+    """``last`` is waiting for its ``SentinelStatesUpdated``."""
+    until: int = 0
+    """Once finished: the last event (seq) submitted while the codon ran."""
+
+
+class RuntimeSentinels:
+    """Runs each codon's sentinels during ``weft run`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        state: StateManager,
+        hank: LoadedHank,
+        *,
+        workspace: Path,
+        weft_dir: Path,
+        env: Mapping[str, str] | None = None,
+        model_override: str | None = None,
+        registry: ProviderRegistry | None = None,
+        clock: Callable[[], int] = _clock_ms,
+        before_drain: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``model_override`` (``--sentinel-model``, the ``sentinel.model``
+        setting) replaces every sentinel's model, e.g. ``fake/haiku`` offline;
+        ``before_drain`` is awaited before each drain (events still being
+        produced from what was committed, such as ``file.updated``)."""
+        self._state = state
+        self._hank = hank
+        self._workspace = workspace
+        self._weft_dir = weft_dir
+        self._registry = registry or ProviderRegistry(dict(os.environ if env is None else env))
+        self._override = model_override
+        self._clock = clock
+        self._before_drain = before_drain
+        self._live: _Live | None = None
+        self._ending: set[asyncio.Task[None]] = set()
+        self._finishing: list[_Live] = []
+        """Codons whose sentinels still get the events submitted before their end."""
+        self._unsubscribe = state.add_listener(self._on_processed)
+
+    # ------------------------------------------------------------------ the seam
+
+    async def load(self, planned: PlannedCodon, run_id: str) -> str | None:
+        """Loads the codon's sentinels; the reason to fail the codon when a
+        ``failCodonIfNotLoaded`` sentinel could not load (else ``None``)."""
+        if self._live is not None:  # an attempt left without finishing (an exception)
+            await self._end(self._live, "shutdown")
+        codon = planned.codon
+        if not codon.sentinels:
+            return None
+        emit = functools.partial(self._emit, run_id, planned.codon_id)
+        manager = SentinelManager(
+            CodonInfo(planned.codon_id, codon.name, codon.description, utc_now_iso()),
+            registry=self._registry,
+            emit=emit,
+            workspace=self._workspace,
+            state_dir=self._weft_dir,
+            clock=self._clock,
+            on_states=self._on_states,
+            model_override=self._override,
+        )
+        live = _Live(planned, run_id, manager, [])
+        self._live = live
+        attached, unattached = attach(codon, self._hank.directory, self._hank.sentinel_configs)
+        for failure in unattached:
+            emit(
+                SentinelError(
+                    sentinel_id=failure.sentinel_id,
+                    codon_id=planned.codon_id,
+                    error_type="load-failed",
+                    message=failure.message,
+                    retriable=False,
+                    consecutive_failure_count=0,
+                )
+            )
+        live.failures = [*unattached, *manager.load(attached)]
+        required = [f for f in live.failures if f.required]
+        if not required:
+            return None
+        listed = "; ".join(f"{f.sentinel_id}: {f.message}" for f in required)
+        return (
+            f"Required sentinel(s) of codon {planned.codon_id} failed to load "
+            f"(failCodonIfNotLoaded is true): {listed}"
+        )
+
+    async def drain(self, planned: PlannedCodon, run_id: str) -> None:
+        """Lets the codon's sentinels see every event so far and finish their work."""
+        live = self._live
+        if live is None or live.planned.codon_id != planned.codon_id:
+            # No sentinel here, but file.updated is journaled all the same.
+            if self._before_drain is not None:
+                await self._before_drain()
+            return
+        count = live.manager.loaded
+        if count:
+            self._emit(run_id, planned.codon_id, InfoEvent(message=_completing(count)))
+        await self._settle()
+        await live.manager.drain()
+        if count:
+            self._emit(run_id, planned.codon_id, InfoEvent(message="Sentinel work completed"))
+
+    def seal(self, planned: PlannedCodon, run_id: str) -> None:
+        """Submits the codon's last sentinel states before its terminal move,
+        each still active one as unloaded with ``codon-complete`` (what
+        :meth:`finish` does next); the calls of the second drain are journaled
+        as ``sentinel.*`` events, the record no longer changes."""
+        live = self._live
+        if live is None or live.planned.codon_id != planned.codon_id or live.sealed:
+            return
+        live.sealed = True
+        if live.last is None:
+            return
+        states, total = live.last
+        at = iso_from_ms(self._clock())
+        final = [
+            s
+            if s.status == "unloaded"
+            else msgspec.structs.replace(
+                s, status="unloaded", unloaded_at=at, unload_reason="codon-complete"
+            )
+            for s in states
+        ]
+        self._submit(live, final, total)
+
+    async def finish(self, planned: PlannedCodon, run_id: str, *, shutdown: bool = False) -> None:
+        """After ``codon.completed``: the second drain, then the unload.
+
+        Done in the background: the codon is over and nothing waits for its
+        sentinels' last words, so the next codon starts at once (its own
+        sentinels are fed from then on; these see nothing more). A shutdown
+        unloads at once. :meth:`aclose` waits for what is still running."""
+        live = self._live
+        if live is None or live.planned.codon_id != planned.codon_id:
+            return
+        self._live = None
+        live.sealed = True
+        if shutdown:
+            await self._end(live, "shutdown")
+            return
+        live.until = self._state.core.next_seq - 1
+        self._finishing.append(live)
+        task = asyncio.get_running_loop().create_task(self._end(live, "codon-complete"))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    async def aclose(self) -> None:
+        """Waits for every codon's last drain and unload, then stops listening
+        and closes the model clients. Call before the StateManager closes."""
+        try:
+            while self._ending:
+                await asyncio.gather(*tuple(self._ending), return_exceptions=True)
+            if self._live is not None:  # the run ended inside a codon (an exception)
+                # The journal may be what failed: the unload is then not
+                # recorded, and the run's own error is the one to report.
+                with contextlib.suppress(PersistenceError, RuntimeError):
+                    await self._end(self._live, "shutdown")
+        finally:
+            self._live = None
+            self._unsubscribe()
+            with contextlib.suppress(Exception):  # an SDK client failing to close
+                await self._registry.aclose()
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _end(self, live: _Live, reason: UnloadReason) -> None:
+        live.sealed = True  # the record is terminal, or about to be
+        if self._live is live:
+            self._live = None
+        if reason == "codon-complete":
+            # codon.completed was submitted before this: once committed (the
+            # flush), it was fed, so the drain gives it to the sentinels.
+            await self._state.flush()
+            if live in self._finishing:
+                self._finishing.remove(live)
+            await live.manager.drain()
+            await live.manager.unload("codon-complete")
+        else:
+            await live.manager.unload("shutdown")
+
+    async def _settle(self) -> None:
+        """Until every event so far is committed and fed."""
+        if self._before_drain is not None:
+            await self._before_drain()
+        await self._state.flush()
+
+    def _emit(self, run_id: str, codon_id: str, event: SentinelData | InfoEvent) -> None:
+        self._state.emit(event, run_id=run_id, codon_id=codon_id)
+
+    def _on_states(self, states: list[SentinelState], total_cost: float) -> None:
+        live = self._live
+        if live is None or live.sealed:
+            return
+        # Coalesced: the newest states go out once per loop turn, however
+        # many calls, failures and unloads changed them in that turn.
+        if not live.pending:
+            asyncio.get_running_loop().call_soon(self._flush_states, live)
+            live.pending = True
+        live.last = (states, total_cost)
+
+    def _flush_states(self, live: _Live) -> None:
+        if not live.pending or live.sealed or live.last is None:
+            return
+        live.pending = False
+        self._submit(live, *live.last)
+
+    def _submit(self, live: _Live, states: list[SentinelState], total_cost: float) -> None:
+        if not states:
+            return
+        self._state.transition(
+            SentinelStatesUpdated(
+                run_id=live.run_id,
+                codon_id=live.planned.codon_id,
+                sentinel_states=list(states),
+                total_cost=total_cost,
+            )
+        )
+
+    def _on_processed(self, item: Processed) -> None:
+        """Feeds one committed event to the live codon's sentinels (and to a
+        finished codon's, up to the last event submitted while it ran)."""
+        targets = [f.manager for f in self._finishing if item.seq <= f.until]
+        if self._live is not None:
+            targets.append(self._live.manager)
+        if not targets:
+            return
+        if item.stream is not None:
+            kind = item.stream.type
+        elif item.event is not None and not isinstance(item.event, SentinelStatesUpdated):
+            # SentinelStatesUpdated is sentinel activity: fed back, a sentinel
+            # watching transitions would wake itself for ever.
+            kind = TRANSITION_EVENT
+        else:
+            return
+        watching = [m for m in targets if m.watches(kind)]
+        if not watching:
+            return
+        data = _data_of(item.payload)
+        if kind == TRANSITION_EVENT:
+            # A transition is seen as the reference's state.transition event.
+            name = type(item.event).__name__
+            data = {
+                "transitionType": name,
+                "runId": data.get("runId"),
+                "codonId": data.get("codonId"),
+                "transition": {"type": name, "data": data},
+            }
+        elif kind == "file.updated":
+            data["content"] = self._content(data.get("path"))
+        for manager in watching:
+            manager.feed(kind, data, item.seq)
+
+    def _content(self, path: Any) -> str:
+        if not isinstance(path, str):
+            return ""
+        try:
+            with open(self._workspace / path, "rb") as f:
+                return f.read(CONTENT_LIMIT).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+def _data_of(payload: bytes) -> dict[str, Any]:
+    """The ``data`` of journal bytes ``{"type": ..., "data": ...}``."""
+    decoded = orjson.loads(payload)
+    data = decoded.get("data") if isinstance(decoded, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _completing(count: int) -> str:
+    return f"Completing work for {count} sentinel(s)..."

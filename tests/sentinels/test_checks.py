@@ -1,0 +1,206 @@
+"""What ``weft validate`` checks of sentinels: event types and condition paths
+against the event schemas, whether each sentinel loads, ``--sentinel-model``;
+and Hankweave's own public sentinel configs, when a folder of them is given."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.sentinels.test_config import T0, _stream
+from tests.sentinels.test_manager import Harness
+
+from weft.cli import main
+from weft.config.schema import SentinelConfig
+from weft.config.walk import Sink
+from weft.errors import ConfigError
+from weft.sentinels import AttachedSentinel, load_sentinel_config
+from weft.sentinels.checks import EVENT_FIELDS, check_trigger
+from weft.sentinels.events import SentinelError, SentinelOutput
+
+_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+HANKWEAVE_CONFIGS = os.environ.get("WEFT_HANKWEAVE_SENTINEL_CONFIGS")
+"""A folder holding Hankweave's ``tests/config/sentinel-triggers/*.json`` (they
+are not copied into this repository); the last test runs them when it is set."""
+
+
+@pytest.fixture(autouse=True)
+def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _KEYS:
+        for prefix in ("", "WEFT_SENTINEL_", "HANKWEAVE_SENTINEL_"):
+            monkeypatch.delenv(prefix + name, raising=False)
+    monkeypatch.delenv("WEFT_RUNTIME_SENTINEL_MODEL", raising=False)
+
+
+def problems(trigger: dict[str, Any]) -> list[tuple[str, str, str]]:
+    sink = Sink("s.json")
+    check_trigger(trigger, ("trigger",), sink)
+    return [
+        (p.path, p.severity, p.message + (f" / {p.hint}" if p.hint else "")) for p in sink.problems
+    ]
+
+
+def test_every_journaled_event_but_sentinel_ones_can_be_watched() -> None:
+    assert {"tool.result", "assistant.action", "file.updated", "token.usage"} <= set(EVENT_FIELDS)
+    assert "state.transition" in EVENT_FIELDS
+    assert not any(t.startswith("sentinel.") for t in EVENT_FIELDS)
+    assert "content" in EVENT_FIELDS["file.updated"][0]  # the virtual field
+    assert "isError" in EVENT_FIELDS["tool.result"][0]
+
+
+def test_condition_paths_are_checked_against_the_watched_events() -> None:
+    found = problems(
+        {
+            "type": "event",
+            "on": ["tool.result"],
+            "conditions": [
+                {"path": "isEror", "operator": "equals", "value": True},
+                {"path": "result.length", "operator": "greaterThan", "value": 3},
+                {"path": "isError", "operator": "equals", "value": True},
+            ],
+        }
+    )
+    assert [(p, s) for p, s, _ in found] == [
+        ("trigger.conditions[0].path", "error"),
+        ("trigger.conditions[1].path", "error"),
+    ]
+    assert 'did you mean "isError"?' in found[0][2]
+    # Free-form fields may be looked into; every field of a "*" trigger may be tested.
+    assert (
+        problems(
+            {
+                "type": "event",
+                "on": ["assistant.action"],
+                "conditions": [
+                    {"path": "toolInput.command", "operator": "contains", "value": "rm"}
+                ],
+            }
+        )
+        == []
+    )
+    assert (
+        problems(
+            {
+                "type": "event",
+                "on": ["*"],
+                "conditions": [{"path": "x.y", "operator": "equals", "value": 1}],
+            }
+        )
+        == []
+    )
+
+
+def test_events_a_sentinel_never_sees_are_warned_about() -> None:
+    found = problems(
+        {
+            "type": "sequence",
+            "interestFilter": {"on": ["sentinel.output", "codon.extended"]},
+            "pattern": [
+                {
+                    "type": "tool.result",
+                    "conditions": [{"path": "nope", "operator": "equals", "value": 1}],
+                }
+            ],
+        }
+    )
+    assert [(p, s) for p, s, _ in found] == [
+        ("trigger.interestFilter.on[0]", "warning"),
+        ("trigger.interestFilter.on[1]", "warning"),
+        ("trigger.pattern[0].conditions[0].path", "error"),
+    ]
+    assert "never fed sentinel events" in found[0][2]
+
+
+def _hank(tmp_path: Path, model: str, required: bool) -> Path:
+    entry: dict[str, Any] = {
+        "sentinelConfig": {
+            "id": "watch",
+            "name": "Watch",
+            "model": model,
+            "trigger": {"type": "event", "on": ["tool.result"]},
+            "execution": {"strategy": "immediate"},
+            "userPromptText": "hi",
+        }
+    }
+    if required:
+        entry["settings"] = {"failCodonIfNotLoaded": True}
+    doc = {
+        "meta": {"name": "h", "version": "1.0.0"},
+        "hank": [
+            {
+                "id": "a",
+                "name": "A",
+                "model": "fake/sonnet",
+                "continuationMode": "fresh",
+                "promptText": "x",
+                "sentinels": [entry],
+            }
+        ],
+    }
+    path = tmp_path / "hank.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_validate_says_which_sentinels_will_not_load_and_sentinel_model_fixes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hank = _hank(tmp_path, "anthropic/claude-haiku-4-5", required=True)
+    assert main(["validate", str(hank)]) == 2
+    out = capsys.readouterr().out
+    assert 'sentinel "watch" will not load' in out
+    assert "ANTHROPIC_API_KEY" in out
+    assert "--sentinel-model fake/haiku" in out
+    assert main(["validate", str(hank), "--sentinel-model", "fake/haiku"]) == 0
+    assert "valid: 1 codon" in capsys.readouterr().out
+    # Not required: the codon runs without it, so only a warning.
+    optional = _hank(tmp_path, "openai/gpt-5-mini", required=False)
+    assert main(["validate", str(optional), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is True
+    assert [w["code"] for w in report["warnings"]] == ["sentinel_unloadable"]
+
+
+def test_a_bad_sentinel_model_override_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hank = _hank(tmp_path, "fake/haiku", required=False)
+    assert main(["validate", str(hank), "--sentinel-model", "haiku"]) == 2
+    assert "provider/model" in capsys.readouterr().err
+    assert main(["run", str(hank), "--sentinel-model", "nope/x", "--headless"]) == 2
+    assert 'unknown provider "nope"' in capsys.readouterr().err
+
+
+def _load(path: Path) -> tuple[SentinelConfig | None, str]:
+    try:
+        return load_sentinel_config(path), ""
+    except ConfigError as e:
+        return None, str(e)
+
+
+@pytest.mark.skipif(HANKWEAVE_CONFIGS is None, reason="WEFT_HANKWEAVE_SENTINEL_CONFIGS not set")
+async def test_hankweaves_public_sentinel_configs_load_and_run(tmp_path: Path) -> None:
+    assert HANKWEAVE_CONFIGS is not None
+    files = sorted(Path(HANKWEAVE_CONFIGS).glob("*.json"))
+    assert files
+    attached: list[AttachedSentinel] = []
+    for f in files:
+        config, refused = _load(f)
+        if config is None:
+            # The one thing refused on purpose: Zod source is code, never run.
+            assert "schemaStr" in refused, (f, refused)
+            assert "never by code" in refused, (f, refused)
+            continue
+        attached.append(AttachedSentinel(config, None, f.parent, "file", f.name))
+    h = Harness(tmp_path)
+    assert h.manager.load(attached) == []
+    for seq, (kind, data) in enumerate(_stream(), 1):
+        h.now = T0 + seq * 500
+        h.manager.feed(kind, data, seq)
+    await h.manager.drain()
+    await h.manager.unload()
+    assert h.of(SentinelError) == []
+    assert {o.sentinel_id for o in h.of(SentinelOutput)}

@@ -1,0 +1,377 @@
+"""Sentinels in ``weft run``: :class:`weft.sentinels.host.RuntimeSentinels`
+driven by the real runtime, the fake agent and the fake model provider.
+
+Each test writes a small hank, runs it through :class:`Runtime` and checks
+the journal, the codon records and the files the sentinels wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.runtime.hanks import (
+    Seen,
+    codon,
+    codon_records,
+    fake_environment,
+    journal,
+    read_state,
+    runs_oldest_first,
+    scenario,
+    subprocess_environment,
+    wait_for,
+    weft_run_argv,
+    write_file,
+    write_hank,
+)
+
+from weft.config import load_hank
+from weft.errors import StoreError
+from weft.events.stream import SENTINEL_EVENT_TYPES
+from weft.runtime.execution import prepare_execution
+from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
+
+_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The fast fake agent, and no model key: nothing here may reach a network."""
+    fake_environment(monkeypatch, tmp_path)
+    for name in _KEYS:
+        for prefix in ("", "WEFT_SENTINEL_", "HANKWEAVE_SENTINEL_"):
+            monkeypatch.delenv(prefix + name, raising=False)
+
+
+async def run(
+    hank: Path, execution: Path, options: RuntimeOptions | None = None
+) -> tuple[RunOutcome, Seen]:
+    loaded = load_hank(hank, check_environment=False)
+    prepared = await asyncio.to_thread(
+        prepare_execution,
+        hank,
+        None,
+        execution_dir=execution,
+        interactive=False,
+        base_dir=execution.parent / "managed",
+    )
+    seen = Seen()
+    outcome = await Runtime(prepared, loaded, options, listeners=(seen,)).run()
+    return outcome, seen
+
+
+def sentinel(ident: str, **fields: Any) -> dict[str, Any]:
+    """An inline sentinel entry on the fake model (``settings`` goes to the entry)."""
+    settings = fields.pop("settings", None)
+    config: dict[str, Any] = {
+        "id": ident,
+        "name": f"Sentinel {ident}",
+        "model": "fake/haiku",
+        "trigger": {"type": "event", "on": ["tool.result"]},
+        "execution": {"strategy": "immediate"},
+        "userPromptText": "Events: <%= it.events.map(e => e.type).join(',') %>",
+        **fields,
+    }
+    entry: dict[str, Any] = {"sentinelConfig": config}
+    if settings is not None:
+        entry["settings"] = settings
+    return entry
+
+
+PAUSE = "@@fake:sleep ms=200@@\n"
+"""Between two writes of a file: each is looked at before the next one lands
+(file.updated reports the file as it is when its tool result is committed)."""
+WORK = (
+    write_file("notes.md", "one")
+    + PAUSE
+    + "@@fake:edit path=notes.md old=one new=two@@\n"
+    + PAUSE
+    + write_file("notes.md", "two")  # same content again: no second event
+)
+
+
+async def test_sentinels_run_in_weft_run_and_their_state_and_cost_are_recorded(
+    tmp_path: Path,
+) -> None:
+    everything = sentinel(
+        "everything",
+        trigger={"type": "event", "on": ["*"]},
+        execution={"strategy": "count", "threshold": 1000},
+        # The fake model says what the directive in the rendered prompt tells it.
+        userPromptText="@@sentinel:say <%= it.events.map(e => e.type).join(' ') %>@@",
+        output={"format": "text", "file": "everything.md"},
+    )
+    tools = sentinel("tools", settings={"outputPaths": {"lastValueFile": "out/last.json"}})
+    moves = sentinel(
+        "moves",
+        trigger={
+            "type": "event",
+            "on": ["state.transition"],
+            "conditions": [
+                {"path": "transitionType", "operator": "equals", "value": "CodonTransitioned"}
+            ],
+        },
+        userPromptText="@@sentinel:say <%= it.events[0].data.transition.data.to %>@@",
+    )
+    hank = write_hank(tmp_path / "hank", codon("a", WORK, sentinels=[everything, tools, moves]))
+    execution = tmp_path / "x"
+    outcome, seen = await run(hank, execution)
+    assert outcome.status == "completed", outcome.message
+
+    outputs = seen.of("sentinel.output")
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for o in outputs:
+        by_id.setdefault(o["sentinelId"], []).append(o)
+    # "tools" speaks once per tool result; "everything" at each of the two
+    # drains: in completing-sentinels, and after codon.completed.
+    assert len(by_id["tools"]) == len(seen.of("tool.result")) == 3
+    first, second = by_id["everything"]
+    fed = first["content"].split()
+    # It saw the codon's committed events, never a sentinel or connection event.
+    assert {"tool.result", "state.transition", "file.updated"} <= set(fed)
+    assert "codon.completed" in second["content"].split()
+    assert not set(fed + second["content"].split()) & SENTINEL_EVENT_TYPES
+
+    # Order (reference §4.6): loaded before the agent starts, unloaded after codon.completed.
+    types = seen.types()
+    assert types.index("sentinel.loaded") < types.index("codon.started")
+    assert types.index("codon.completed") < types.index("sentinel.unloaded")
+    # Transitions are seen as the reference's state.transition events.
+    # (the move to starting is submitted before the load and committed after it)
+    said = [o["content"] for o in by_id["moves"]]
+    assert said == ["starting", "initializing", "running", "completing-sentinels", "completed"]
+    unloaded = seen.of("sentinel.unloaded")
+    assert sorted((u["sentinelId"], u["reason"]) for u in unloaded) == [
+        ("everything", "codon-complete"),
+        ("moves", "codon-complete"),
+        ("tools", "codon-complete"),
+    ]
+
+    # The codon record holds the sealed states: spend apart from the agent's.
+    record = codon_records(read_state(execution))["a"]
+    states = {s["id"]: s for s in record["sentinels"]["executed"]}
+    assert states["tools"]["llmCallCount"] == 3
+    assert all(s["status"] == "unloaded" for s in states.values())
+    assert all(s["unloadReason"] == "codon-complete" for s in states.values())
+    # The record is sealed at the terminal move; what the second drain spent
+    # is in its sentinel.output events and in each sentinel.unloaded's total.
+    completed_at = seen.position("codon.completed")
+    sealed = [d for i, (_, k, d, _) in enumerate(seen.items) if k == "sentinel.output"
+              and i < completed_at]  # fmt: skip
+    assert record["sentinels"]["totalCost"] == pytest.approx(
+        math.fsum(o["cost"] for o in sealed), abs=1e-9
+    )
+    spent = math.fsum(o["cost"] for o in outputs)
+    assert spent > record["sentinels"]["totalCost"] > 0
+    assert math.fsum(u["finalCost"] for u in unloaded) == pytest.approx(spent, abs=1e-9)
+    assert record["finalCost"] == pytest.approx(seen.of("codon.completed")[0]["cost"])
+
+    # Files: the log under .weft, the last value where the codon settings said.
+    log = execution / ".weft/sentinels/outputs/everything/everything.md"
+    assert "tool.result" in log.read_text()
+    assert (execution / "agentRoot/out/last.json").read_text().startswith('"')
+
+
+async def test_file_updated_events_come_from_the_agents_writes_deduplicated(
+    tmp_path: Path,
+) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", WORK))
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.status == "completed", outcome.message
+    updates = [(u["path"], u["action"], u.get("bytes", 0)) for u in seen.of("file.updated")]
+    assert updates == [
+        ("notes.md", "created", 3),
+        ("notes.md", "modified", 3),
+    ]  # the third write changed nothing: not reported
+    created = seen.of("file.updated")[0]
+    assert len(created["sha256"]) == 64
+    assert created["source"]["kind"] == "tool_use"
+
+
+async def test_a_condition_on_the_content_of_an_updated_file(tmp_path: Path) -> None:
+    watch = sentinel(
+        "watch",
+        trigger={
+            "type": "event",
+            "on": ["file.updated"],
+            "conditions": [{"path": "content", "operator": "contains", "value": "DROP"}],
+        },
+        userPromptText="<%= it.events[0].data.path %>",
+    )
+    prompt = write_file("a.sql", "SELECT 1;") + write_file("b.sql", "DROP TABLE users;")
+    hank = write_hank(tmp_path / "hank", codon("a", prompt, sentinels=[watch]))
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.status == "completed", outcome.message
+    # Two files were written; only the one whose text matches woke the sentinel.
+    assert [u["path"] for u in seen.of("file.updated")] == ["a.sql", "b.sql"]
+    (output,) = seen.of("sentinel.output")
+    assert output["eventCount"] == 1
+    assert "content" not in seen.of("file.updated")[1]  # virtual: never journaled
+
+
+async def test_a_required_sentinel_that_cannot_load_fails_its_codon(tmp_path: Path) -> None:
+    keyless = sentinel(
+        "keyless", model="anthropic/claude-haiku-4-5", settings={"failCodonIfNotLoaded": True}
+    )
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "a"), sentinels=[keyless, sentinel("fine")]),
+    )
+    execution = tmp_path / "x"
+    outcome, seen = await run(hank, execution)
+
+    assert (outcome.status, outcome.exit_code) == ("failed", 1)
+    record = codon_records(read_state(execution))["a"]
+    assert record["failedDuring"] == "starting"
+    reason = record["failureReason"]
+    assert reason["type"] == "sentinel_load_failure"
+    assert not reason["retriable"]
+    assert "keyless" in reason["message"]
+    assert "ANTHROPIC_API_KEY" in reason["message"]
+    assert "failCodonIfNotLoaded" in reason["message"]
+    (error,) = seen.of("sentinel.error")
+    assert (error["sentinelId"], error["errorType"]) == ("keyless", "load-failed")
+    assert seen.of("codon.started") == []  # the agent never ran
+    # The sentinel that did load is unloaded with its codon.
+    assert [u["sentinelId"] for u in seen.of("sentinel.unloaded")] == ["fine"]
+
+
+async def test_an_optional_sentinel_that_cannot_load_is_reported_and_the_codon_runs(
+    tmp_path: Path,
+) -> None:
+    keyless = sentinel("keyless", model="anthropic/claude-haiku-4-5")
+    hank = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "a"), sentinels=[keyless]))
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.status == "completed", outcome.message
+    (error,) = seen.of("sentinel.error")
+    assert error["errorType"] == "load-failed"
+    assert "ANTHROPIC_API_KEY" in error["message"]
+
+
+async def test_the_sentinel_model_setting_runs_real_model_sentinels_offline(
+    tmp_path: Path,
+) -> None:
+    real = sentinel(
+        "real", model="anthropic/claude-haiku-4-5", settings={"failCodonIfNotLoaded": True}
+    )
+    hank = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "a"), sentinels=[real]))
+    outcome, seen = await run(hank, tmp_path / "x", RuntimeOptions(sentinel_model="fake/sonnet"))
+    assert outcome.status == "completed", outcome.message
+    (loaded,) = seen.of("sentinel.loaded")
+    assert loaded["model"] == "fake/sonnet"
+    (output,) = seen.of("sentinel.output")
+    assert output["model"] == "fake/sonnet"
+
+
+async def test_a_continued_run_does_not_repeat_the_outputs_of_finished_codons(
+    tmp_path: Path,
+) -> None:
+    prompt = tmp_path / "hank" / "b.md"
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "a"), sentinels=[sentinel("watch")]),
+        codon(
+            "b",
+            prompt_file="b.md",
+            onFailure="abort",
+            sentinels=[sentinel("watch")],
+        ),
+        files={"b.md": write_file("b.md", "half") + scenario("error_result")},
+    )
+    execution = tmp_path / "x"
+    first, _ = await run(hank, execution)
+    assert first.status == "failed"
+    prompt.write_text(write_file("b.md", "b"))
+    second, seen = await run(hank, execution, RuntimeOptions())
+    assert second.status == "completed", second.message
+
+    # The second run fed its sentinels only its own events: codon a's output is
+    # in the journal once, codon b's attempt of each run has its own.
+    per_codon: dict[str, int] = {}
+    for kind, data in journal(execution):
+        if kind == "sentinel.output":
+            per_codon[data["codonId"]] = per_codon.get(data["codonId"], 0) + 1
+    assert per_codon["a"] == 1
+    assert {o["codonId"] for o in seen.of("sentinel.output")} == {"b"}
+    runs = runs_oldest_first(read_state(execution))
+    assert [r["status"] for r in runs] == ["failed", "completed"]
+
+
+def _journaled(execution: Path, kind: str) -> bool:
+    """Whether the execution's journal holds an event of ``kind`` yet."""
+    if not (execution / ".weft" / "weft.db").exists():
+        return False
+    try:
+        return any(k == kind for k, _ in journal(execution))
+    except StoreError:  # created, no table yet
+        return False
+
+
+def test_a_crash_in_the_middle_of_a_sentinel_call_loses_nothing_journaled(
+    tmp_path: Path,
+) -> None:
+    """weft is SIGKILLed while a sentinel's model call is under way (in the
+    drain of completing-sentinels): what was journaled stays, the next run
+    crashes-marks the run and runs the codon again, and its sentinel speaks
+    once for that attempt."""
+    slow = {
+        "sentinelConfig": "slow.json",
+        "settings": {"reportToWebsocket": {"triggers": True}},
+    }
+    config = {
+        "id": "slow",
+        "name": "Slow",
+        "model": "fake/haiku",
+        "trigger": {"type": "event", "on": ["tool.result"]},
+        "execution": {"strategy": "count", "threshold": 100},
+        "userPromptFile": "slow.md",
+        "output": {"format": "jsonl", "file": "slow.jsonl"},
+    }
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", write_file("a.md", "a"), sentinels=[slow]),
+        files={
+            "slow.json": json.dumps(config),
+            "slow.md": "@@sentinel:sleep ms=60000@@ <%= it.events.length %> results",
+        },
+    )
+    execution = tmp_path / "x"
+    env = subprocess_environment(tmp_path)
+    proc = subprocess.Popen(
+        weft_run_argv(hank, execution),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _journaled(execution, "sentinel.triggered"), timeout=60,
+                 what="the sentinel's trigger")  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    before = journal(execution)
+    kinds = [k for k, _ in before]
+    assert kinds.count("sentinel.loaded") == kinds.count("sentinel.triggered") == 1
+    assert "sentinel.output" not in kinds  # the call never returned
+    assert "tool.result" in kinds  # what the sentinel was fed is there too
+
+    (tmp_path / "hank" / "slow.md").write_text("@@sentinel:say seen@@")
+    again = subprocess.run(
+        weft_run_argv(hank, execution), env=env, capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = journal(execution)
+    assert after[: len(before)] == before  # nothing journaled was lost or rewritten
+    outputs = [d for k, d in after if k == "sentinel.output"]
+    assert [o["content"] for o in outputs] == ["seen"]  # once, for the second attempt
+    first, second = runs_oldest_first(read_state(execution))
+    assert first["status"] == "crashed"
+    assert second["status"] == "completed"
+    log = execution / ".weft" / "sentinels" / "outputs" / "slow" / "slow.jsonl"
+    assert len(log.read_text().splitlines()) == 1
