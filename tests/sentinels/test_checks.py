@@ -97,7 +97,7 @@ def test_events_a_sentinel_never_sees_are_warned_about() -> None:
     found = problems(
         {
             "type": "sequence",
-            "interestFilter": {"on": ["sentinel.output", "codon.extended"]},
+            "interestFilter": {"on": ["sentinel.output", "codon.teleported"]},
             "pattern": [
                 {
                     "type": "tool.result",
