@@ -150,6 +150,23 @@ def test_auto_compact_warns_where_no_cli_can_switch_it(tmp_path: Path) -> None:
     assert codes(problems(tmp_path, doc)) == {("no_effect", "hank[1].autoCompact")}
 
 
+def test_sentinel_health_check_overrides_are_named_as_having_no_effect(tmp_path: Path) -> None:
+    doc = hank(codon("a"))
+    doc["overrides"] = {
+        "sentinel": {
+            "enablePersistence": False,
+            "healthCheckGracePeriodMs": 5000,
+            "waitForAllHealthChecks": True,
+        }
+    }
+    assert codes(problems(tmp_path, doc), "warning") == {
+        ("no_effect", "overrides.sentinel.healthCheckGracePeriodMs"),
+        ("no_effect", "overrides.sentinel.waitForAllHealthChecks"),
+    }
+    doc["overrides"] = {"sentinel": {"healthCheckGracePeriodMs": 2000}}
+    assert codes(problems(tmp_path, doc), "warning") == set()
+
+
 def test_empty_and_huge_prompt_files_warn(tmp_path: Path) -> None:
     doc = hank(
         codon("a", promptText=None, promptFile="empty.md"),

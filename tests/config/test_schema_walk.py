@@ -51,6 +51,7 @@ VALIDATE = "tests/cli/test_validate.py::"
 PLAN = "tests/test_plan.py::"
 SETTINGS = "tests/config/test_runtime.py::"
 POLICY = "tests/runtime/test_policy.py::"
+RULES = "tests/config/test_rules.py::"
 EXAMPLES = "tests/examples/test_examples_offline.py::"
 
 DESCRIPTIVE = (
@@ -187,11 +188,11 @@ SENTINEL_FIELDS: dict[str, Entry] = {
     "Codon.sentinels": RUN_SENTINELS,
     "Overrides.sentinel": RUN_SENTINELS,
     "SentinelSystemSettings.enablePersistence": MANAGER
-    + "test_events_seen_before_a_restart_are_not_fed_again",
-    "SentinelSystemSettings.healthCheckGracePeriodMs": HOST
-    + "test_an_optional_sentinel_that_cannot_load_is_reported_and_the_codon_runs",
-    "SentinelSystemSettings.waitForAllHealthChecks": HOST
-    + "test_an_optional_sentinel_that_cannot_load_is_reported_and_the_codon_runs",
+    + "test_without_persistence_a_conversation_stays_in_memory",
+    "SentinelSystemSettings.healthCheckGracePeriodMs": RULES
+    + "test_sentinel_health_check_overrides_are_named_as_having_no_effect",
+    "SentinelSystemSettings.waitForAllHealthChecks": RULES
+    + "test_sentinel_health_check_overrides_are_named_as_having_no_effect",
     "SentinelEntry.sentinelConfig": LOADER
     + "test_sentinel_files_load_with_refs_relative_to_themselves",
     "SentinelEntry.settings": MANAGER + "test_fail_codon_if_not_loaded",

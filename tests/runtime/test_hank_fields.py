@@ -10,6 +10,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 from tests.runtime.hanks import (
     Seen,
@@ -65,3 +66,31 @@ async def test_a_codons_shim_idle_timeout_ends_a_silent_agent(tmp_path: Path) ->
     assert outcome.codons == {"a": "failed"}
     reason = codon_records(read_state(tmp_path / "x"))["a"]["failureReason"]
     assert reason["type"] == "timeout", reason
+
+
+async def test_anthropic_base_url_reaches_claude_unless_the_codon_sets_its_own(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", record=first),
+        codon("b", record=second, env={"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/codon"}),
+    )
+    prepared = await asyncio.to_thread(
+        prepare_execution,
+        hank,
+        None,
+        execution_dir=tmp_path / "x",
+        interactive=False,
+        base_dir=tmp_path / "managed",
+    )
+    options = RuntimeOptions(serve=False, anthropic_base_url="http://127.0.0.1:9/proxy")
+    outcome = await Runtime(prepared, load_hank(hank), options).run()
+    assert outcome.exit_code == 0
+    assert orjson.loads(first.read_bytes())["env"]["ANTHROPIC_BASE_URL"] == (
+        "http://127.0.0.1:9/proxy"
+    )
+    assert orjson.loads(second.read_bytes())["env"]["ANTHROPIC_BASE_URL"] == (
+        "http://127.0.0.1:9/codon"
+    )

@@ -93,6 +93,7 @@ class Harness:
         override: str | None = "fake/haiku",
         clock: Any = None,
         after_seq: int = 0,
+        persist_history: bool = True,
     ) -> None:
         self.now = 1_800_000_000_000
         self.events: list[SentinelData] = []
@@ -107,6 +108,7 @@ class Harness:
             emit=self.events.append,
             workspace=self.workspace,
             state_dir=self.state_dir,
+            persist_history=persist_history,
             clock=clock or (lambda: self.now),
             on_states=lambda states, cost: self.states.append((states, cost)),
             model_override=override,
@@ -477,3 +479,21 @@ async def test_an_unforeseen_exception_is_a_counted_failure(tmp_path: Path) -> N
         "unexpected RuntimeError: socket went away"
     ] * 2
     assert h.of(SentinelUnloaded)[0].reason == "consecutive-failures"
+
+
+async def test_without_persistence_a_conversation_stays_in_memory(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    """``sentinel.enablePersistence: false``: the conversational narrator
+    still speaks, but writes no history to disk."""
+    loaded = load_hank(ROOT / "examples/sentinels", check_environment=False)
+    ((codon, _),) = loaded.codons()
+    attached, _ = attach(codon, loaded.directory, loaded.sentinel_configs)
+    narrator = [a for a in attached if a.config.id == "narrator"]
+    h = Harness(tmp_path, persist_history=False)
+    assert h.manager.load(narrator) == []
+    await h.replay([e for e in recorded if e[1].get("codonId") in (None, "greet")])
+    await h.manager.drain()
+    await h.manager.unload("codon-complete")
+    assert h.of(SentinelOutput)
+    assert not (h.state_dir / "sentinels/history").exists()

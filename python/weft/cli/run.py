@@ -22,6 +22,7 @@ from weft.cli.prompts import ask_yes_no, is_interactive
 from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
+from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
 from weft.config.runtime import RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
@@ -281,6 +282,7 @@ def _opening_notes(
     for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
         notes.append(f"warning: {warning}")
     notes.extend(output_notes(loaded, settings.output_directory))
+    notes.extend(f"warning: {line}" for line in inert_settings(settings))
     if settings.allow_anonymous_read:
         notes.append(
             "warning: anonymous reads are on: anyone on this machine can read this run's "
@@ -302,6 +304,8 @@ def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOption
         else Path(os.path.expanduser(settings.output_directory)).absolute(),
         overwrite_output=args.overwrite_output,
         sentinel_model=settings.sentinel.model,
+        sentinel_persistence=settings.sentinel.enable_persistence,
+        anthropic_base_url=settings.anthropic_base_url,
     )
 
 

@@ -368,6 +368,8 @@ class RollbackArchiveRestoreEvent(StreamData):
     restored_paths: list[str]
     status: Literal["completed", "partial", "failed"]
     failed_paths: list[ArchiveFailure] | None = None
+
+
 # ---------------------------------------------------------------- sentinels
 
 UnloadReason = Literal["codon-complete", "fatal-error", "consecutive-failures", "shutdown"]

@@ -56,6 +56,11 @@ class RuntimeOptions:
     """Replace files already in ``output_dir`` (``--overwrite-output``)."""
     sentinel_model: str | None = None
     """Every sentinel calls this model (``--sentinel-model``, ``sentinel.model``)."""
+    sentinel_persistence: bool = True
+    """Conversational sentinels keep their history on disk across codons and
+    restarts (``sentinel.enablePersistence``); off: in memory, for one codon."""
+    anthropic_base_url: str | None = None
+    """``ANTHROPIC_BASE_URL`` for Claude Code agents (``anthropicBaseUrl``)."""
 
 
 @dataclass(slots=True)

@@ -126,6 +126,7 @@ class CodonRunner:
         env: Mapping[str, str] | None = None,
         output_dir: Path | None = None,
         overwrite_output: bool = False,
+        anthropic_base_url: str | None = None,
     ) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
@@ -138,6 +139,9 @@ class CodonRunner:
         self.first_output_timeout = first_output_timeout
         self.stop_grace = stop_grace
         self.env = env
+        self.anthropic_base_url = anthropic_base_url
+        """``anthropicBaseUrl``: Claude Code's ``ANTHROPIC_BASE_URL``, unless the
+        codon's ``env`` sets one."""
         self.output_dir = output_dir
         """Where ``outputFiles`` are copied (``-o``); None: they are not."""
         self.overwrite_output = overwrite_output
@@ -337,6 +341,10 @@ class CodonRunner:
         codon = req.planned.codon
         idle = codon.shim_idle_timeout or self.idle_timeout or DEFAULT_IDLE_TIMEOUT
         env = dict(codon.env)
+        if self.anthropic_base_url and harness.name == "claude":
+            # The setting is explicit configuration, so it wins over an inherited
+            # variable; the codon's own env is more specific still.
+            env.setdefault("ANTHROPIC_BASE_URL", self.anthropic_base_url)
         # Marks every process of the agent's group, so that a later run can
         # tell them from anyone else's if this one dies (weft.runtime.survivors).
         env[MARK_VAR] = new_mark()

@@ -234,6 +234,7 @@ class Runtime(Steering, Recovery, RunLoop):
             weft_dir=self.layout.weft_dir,
             env=self.env,
             model_override=self.options.sentinel_model,
+            persist_history=self.options.sentinel_persistence,
             before_drain=files.settle,
         )
         self._runner = CodonRunner(
@@ -250,6 +251,7 @@ class Runtime(Steering, Recovery, RunLoop):
             env=self.env,
             output_dir=self.options.output_dir,
             overwrite_output=self.options.overwrite_output,
+            anthropic_base_url=self.options.anthropic_base_url,
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         await self._read_thread(manager)

@@ -100,6 +100,7 @@ class RuntimeSentinels:
         weft_dir: Path,
         env: Mapping[str, str] | None = None,
         model_override: str | None = None,
+        persist_history: bool = True,
         registry: ProviderRegistry | None = None,
         clock: Callable[[], int] = _clock_ms,
         before_drain: Callable[[], Awaitable[None]] | None = None,
@@ -114,6 +115,7 @@ class RuntimeSentinels:
         self._weft_dir = weft_dir
         self._registry = registry or ProviderRegistry(dict(os.environ if env is None else env))
         self._override = model_override
+        self._persist = persist_history
         self._clock = clock
         self._before_drain = before_drain
         self._live: _Live | None = None
@@ -142,6 +144,7 @@ class RuntimeSentinels:
             clock=self._clock,
             on_states=self._on_states,
             model_override=self._override,
+            persist_history=self._persist,
         )
         live = _Live(planned, run_id, manager, [])
         self._live = live

@@ -234,13 +234,16 @@ class SentinelManager:
         on_states: Callable[[list[SentinelState], float], None] | None = None,
         model_override: str | None = None,
         after_seq: int = 0,
+        persist_history: bool = True,
     ) -> None:
         """``workspace`` is the agent's working folder, ``state_dir`` the
         execution's ``.weft`` folder (outputs go to ``sentinels/outputs``,
         conversations to ``sentinels/history``); ``clock`` gives milliseconds
         since the epoch; ``model_override`` replaces every sentinel's model
         (``fake/haiku`` offline); events at or below ``after_seq`` were seen
-        before a restart and are not fed again."""
+        before a restart and are not fed again; ``persist_history`` false
+        (``sentinel.enablePersistence``) keeps conversations in memory only,
+        for this codon."""
         self.codon = codon
         self._registry = registry
         self._emit = emit
@@ -250,6 +253,7 @@ class SentinelManager:
         self._clock = clock
         self._override = model_override
         self._after_seq = after_seq
+        self._persist = persist_history
         self._sentinels: dict[str, _Sentinel] = {}
         self.failures: list[LoadFailure] = []
         self._engine = TriggerEngine([])
@@ -351,7 +355,7 @@ class SentinelManager:
                 status="active",
             ),
         )
-        if config.conversational is not None:
+        if config.conversational is not None and self._persist:
             sentinel.history_file = (
                 self._state_dir / "sentinels" / "history" / f"{config.id}-{self.codon.id}.json"
             )

@@ -31,6 +31,32 @@ def check_root(doc: dict[str, Any], ctx: RuleContext) -> None:
     requirements = get_dict(doc, "requirements")
     if requirements is not None:
         _check_requirements(requirements, ctx)
+    _check_inert_overrides(doc, ctx)
+
+
+_INERT_SENTINEL_SETTINGS = {
+    "healthCheckGracePeriodMs": 2000,
+    "waitForAllHealthChecks": False,
+}
+"""``overrides.sentinel`` keys accepted for Hankweave's hanks, with their
+defaults (see :mod:`weft.config.inert`)."""
+
+
+def _check_inert_overrides(doc: dict[str, Any], ctx: RuleContext) -> None:
+    """Overrides Weft accepts but cannot honour are named, not silently kept."""
+    overrides = get_dict(doc, "overrides")
+    sentinel = get_dict(overrides, "sentinel") if overrides is not None else None
+    if sentinel is None:
+        return
+    for key, default in _INERT_SENTINEL_SETTINGS.items():
+        if key in sentinel and sentinel[key] != default:
+            ctx.sink.warn(
+                ("overrides", "sentinel", key),
+                "no_effect",
+                f"overrides.sentinel.{key} has no effect: Weft loads a codon's sentinels "
+                "before its agent starts, so there is no health check to wait for",
+                hint=f"remove {key}",
+            )
 
 
 def _check_requirements(requirements: dict[str, Any], ctx: RuleContext) -> None:
