@@ -87,12 +87,25 @@ from weft.server.session import (
     Session,
     error_message,
 )
-from weft.state import StateManager
+from weft.state import Listener, StateManager
+from weft.web.pages import dashboard_response
 
 if TYPE_CHECKING:
     from weft.store.execution import ExecutionStore
 
 log = logging.getLogger(__name__)
+
+
+class EventFeed(Protocol):
+    """Where the server's events come from: a run's :class:`~weft.state.StateManager`,
+    or a finished execution's journal that gets no new ones (``weft ui``'s replay)."""
+
+    @property
+    def last_seq(self) -> int:
+        """The newest journaled event's seq."""
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Calls ``listener`` with every event after :attr:`last_seq`; returns an unsubscribe."""
 
 
 class RuntimeCommands(Protocol):
@@ -228,7 +241,7 @@ class ProtocolServer:
 
     def __init__(
         self,
-        manager: StateManager,
+        manager: EventFeed,
         fanout: Fanout,
         history: HistorySource,
         *,
@@ -262,7 +275,7 @@ class ProtocolServer:
     @classmethod
     async def start(
         cls,
-        manager: StateManager,
+        manager: EventFeed,
         history: HistorySource,
         *,
         token: str | None = None,
@@ -375,6 +388,10 @@ class ProtocolServer:
         upgrade = request.headers.get("Upgrade", "")
         if upgrade.lower() == "websocket":
             return None
+        # A browser asking for a page gets the dashboard (weft.web), on this same port.
+        page = dashboard_response(request)
+        if page is not None:
+            return page
         body = msgspec.json.encode(
             {
                 "error": "HTTP API not available",
@@ -383,6 +400,7 @@ class ProtocolServer:
                 "first (the token is in the execution's .weft/server-read.token).",
                 "websocket": self.url,
                 "help": "See docs/protocol.md, or run `weft attach` to watch the run.",
+                "dashboard": "Open " + self.url.replace("ws", "http", 1) + "/ in a browser.",
             }
         )
         headers = Headers(
