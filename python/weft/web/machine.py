@@ -138,6 +138,8 @@ class MachineDashboard:
             if found is None:
                 return _json(http.HTTPStatus.NOT_FOUND, {"error": "not found"})
             return serve_asset(found, request)
+        if path == "/favicon.ico":
+            return response(http.HTTPStatus.NO_CONTENT, b"", "image/x-icon")
         if not path.startswith("/api/"):
             return _json(http.HTTPStatus.NOT_FOUND, {"error": "not found"})
         if not self._authorized(request):

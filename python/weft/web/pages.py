@@ -79,6 +79,9 @@ def dashboard_response(request: Request, *, index: str = "index.html") -> Respon
     if path.startswith(STATIC_PREFIX):
         found = asset(path.removeprefix(STATIC_PREFIX))
         return serve(found, request) if found is not None else not_found()
+    if path == "/favicon.ico":
+        # Browsers ask on their own; no icon, and no error in the console.
+        return response(http.HTTPStatus.NO_CONTENT, b"", "image/x-icon")
     return None
 
 

@@ -114,6 +114,19 @@ function planEntries(entries) {
   }
 }
 
+// A codon's checkpoints come in its transitions' metadata (`checkpointSha`); the
+// state it moves to says which checkpoint it is.
+const CHECKPOINT_TYPES = { starting: "rig-setup", completed: "completed", failed: "error", skipped: "skipped" };
+const seenCheckpoints = new Set();
+
+function addCheckpoint(sha, type, codonId, runId, time) {
+  if (!sha || seenCheckpoints.has(`${runId}/${codonId}/${sha}/${type}`)) return;
+  seenCheckpoints.add(`${runId}/${codonId}/${sha}/${type}`);
+  const plan = (codonId && S.plan.get(codonId)) || {};
+  S.checkpoints.push({ sha, type, codonId, runId, time, files: plan.files || [] });
+  dirty.checkpoints = true;
+}
+
 function addItem(rec, item) {
   rec.items.push(item);
   if (rec.key === selected) dirty.transcript = true;
@@ -129,7 +142,8 @@ function note(kind, time, text) {
 const ON = {
   RunStarted(d, ev) {
     const cond = d.startingConditions || {};
-    S.runs.set(d.runId, { runId: d.runId, reason: cond.type || "", status: "running",
+    const reason = cond.reason ? `${cond.type}: ${cond.reason}` : cond.type || "";
+    S.runs.set(d.runId, { runId: d.runId, reason, status: "running",
       start: ev.timestamp, keys: [] });
     planEntries(d.executionPlan);
     dirty.timeline = true;
@@ -147,6 +161,7 @@ const ON = {
     rec.status = d.to;
     if (TERMINAL.has(d.to)) rec.end = d.timestamp || ev.timestamp;
     const meta = d.metadata || {};
+    if (meta.checkpointSha) addCheckpoint(meta.checkpointSha, CHECKPOINT_TYPES[d.to] || d.to, d.codonId, d.runId, ev.timestamp);
     if (d.to === "failed" && meta.failureReason) rec.lastAction = `failed: ${meta.failureReason}`;
     touch(rec);
     dirty.timeline = true;
@@ -161,12 +176,8 @@ const ON = {
   CodonFinalCostSet(d, ev) {
     setCost(codonRecord(d.runId, d.codonId, ev.timestamp), d.finalCost || 0, tokensOf(d.finalTokens), ev.timestamp);
   },
-  CheckpointCreated(d, ev) {
-    const plan = S.plan.get(d.codonId) || {};
-    S.checkpoints.push({ sha: d.sha, type: d.checkpointType, codonId: d.codonId, runId: d.runId,
-      time: ev.timestamp, files: plan.files || [] });
-    dirty.checkpoints = true;
-  },
+  CheckpointCreated(d, ev) { addCheckpoint(d.sha, d.checkpointType, d.codonId, d.runId, ev.timestamp); },
+  InitialCheckpointSet(d, ev) { addCheckpoint(d.sha, "initial", null, null, ev.timestamp); },
   SentinelStatesUpdated(d, ev) { sentinel(ev); },
   "assistant.action"(d) {
     const rec = codonOf(d);
@@ -274,6 +285,7 @@ let wantMode = "readandwrite";
 let handshaken = false;
 let retryMs = 250;
 let commandSeq = 0;
+let holdUntil = 0; // tests: stay disconnected until then
 const pending = new Map(); // command id -> its line in the actions list
 
 function takeToken() {
@@ -300,7 +312,7 @@ function connect() {
     socket = null;
     const why = e.code === 1001 ? "run ended" : `disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`;
     status(why, "bad");
-    if (token !== null || S.mode) setTimeout(connect, retryMs);
+    if (token !== null || S.mode) setTimeout(connect, Math.max(retryMs, holdUntil - Date.now()));
     retryMs = Math.min(retryMs * 2, 5000);
   };
 }
@@ -559,7 +571,8 @@ function renderItem(item) {
     details.className = `t-${item.kind}`;
     const summary = document.createElement("summary");
     summary.textContent = item.kind === "thinking" ? "thinking"
-      : `${item.tool || "tool"}${item.text ? ": " + item.text.slice(0, 120) : ""}`;
+      : `${item.tool || "tool"}${item.text && item.text !== item.tool ? ": " + item.text.slice(0, 120) : ""}`
+        + (item.input && item.input.file_path ? ` (${item.input.file_path})` : "");
     details.append(summary);
     if (item.kind === "thinking") {
       details.append(pre(item.text));
@@ -620,6 +633,8 @@ function renderCheckpoints() {
   for (const cp of S.checkpoints.slice(-200).reverse()) {
     const tr = document.createElement("tr");
     tr.dataset.sha = cp.sha;
+    const rec = S.codons.get(`${cp.runId}/${cp.codonId}`);
+    if (rec && rec.superseded) tr.className = "superseded";
     cell(tr, fmtTime(cp.time));
     cell(tr, cp.codonId || "(initial)");
     cell(tr, cp.type || "");
@@ -773,7 +788,10 @@ setInterval(() => {
 // For tests and benchmarks: the model, and a way to drop the connection.
 window.weftDashboard = {
   state: S,
-  drop() { if (socket) socket.close(); },
+  drop(holdMs = 0) {
+    holdUntil = Date.now() + holdMs;
+    if (socket) socket.close();
+  },
   send,
 };
 
