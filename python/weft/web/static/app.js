@@ -73,6 +73,7 @@ function supersede(key) {
   const rec = S.codons.get(key);
   if (rec && !rec.superseded) {
     rec.superseded = true;
+    dirty.checkpoints = true;
     touch(rec);
   }
 }
