@@ -221,3 +221,74 @@ def test_a_dropped_connection_resumes_with_no_missing_or_doubled_event(
         assert_exact(page, run)
         assert stats(page)["connects"] == 2
         assert rows(page) == [("greet", "completed"), ("polish", "completed")]
+
+
+def test_weft_ui_lists_the_executions_and_opens_a_finished_and_a_live_one(
+    page: Any, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.web.browser import HELLO, child_environment
+
+    root = tmp_path / "executions"
+    finished = root / "done"
+    argv = [sys.executable, "-m", "weft", "run", str(HELLO), "--execution", str(finished)]
+    env = child_environment(tmp_path)
+    subprocess.run([*argv, "--headless"], env=env, capture_output=True, timeout=120, check=True)
+    token_file = tmp_path / "ui.token"
+    with live_run(tmp_path, "running") as run:
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "weft", "ui", "--root", str(root), "--token-file", str(token_file)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert ui.stdout is not None
+            address = ui.stdout.readline().split(": ", 1)[1].split(" ")[0]
+            # Without the token: the login form, no data.
+            page.get(address)
+            wait_for(lambda: page.find_element("id", "login").is_displayed(), "the login form")
+            assert not page.find_elements("css selector", "#executions tr[data-id]")
+            page.get(f"{address}#token={token_file.read_text().strip()}")
+            wait_for(
+                lambda: len(page.find_elements("css selector", "#executions tr[data-id]")) == 2,
+                "two executions",
+                page=page,
+            )
+            states = {
+                tr.get_attribute("data-id"): tr.get_attribute("data-state")
+                for tr in page.find_elements("css selector", "#executions tr[data-id]")
+            }
+            assert states == {"done": "completed", "running": "live"}
+            assert "hello" in page.find_element("id", "executions").text
+            page.save_screenshot(str(artifacts_dir() / "ui-list.png"))
+            # A finished execution: a read-only replay of its whole journal.
+            page.find_element("css selector", '#executions tr[data-id="done"] button.open').click()
+            wait_for(
+                lambda: page.execute_script("return document.body.dataset.replayed"),
+                "the replay",
+                page=page,
+            )
+            assert page.find_element("id", "mode").text == "read-only"
+            wait_for(lambda: len(rows(page)) == 6, "six codons", page=page)
+            assert all(state == "completed" for _, state in rows(page))
+            assert stats(page)["lastSeq"] == journal_end(finished)
+            page.save_screenshot(str(artifacts_dir() / "ui-replay.png"))
+            # A live one: its own run's server, read-write, steerable.
+            page.back()
+            wait_for(
+                lambda: page.find_elements(
+                    "css selector", '#executions tr[data-id="running"] button.open'
+                ),
+                "the list again",
+            )
+            page.find_element("css selector", '#executions tr[data-id="running"] button.open').click()
+            wait_for(lambda: f":{run.port}/" in page.current_url, "the live run's page")
+            wait_for(lambda: page.find_element("id", "mode").text == "read-write", "read-write")
+            wait_for(lambda: "Waiting" in idle(page), "the idle notice", page=page)
+            next_codon(page, 1)
+        finally:
+            ui.terminate()
+            ui.wait(timeout=10)

@@ -796,5 +796,16 @@ window.weftDashboard = {
   send,
 };
 
+// A token pasted into the address bar later (the same page, a new fragment).
+window.addEventListener("hashchange", () => {
+  const fresh = takeToken();
+  if (fresh && fresh !== token) {
+    token = fresh;
+    wantMode = "readandwrite";
+    $("login").hidden = true;
+    if (socket) socket.close(); else connect();
+  }
+});
+
 token = takeToken();
 connect();

@@ -102,6 +102,16 @@ $("login").addEventListener("submit", (e) => {
   refresh();
 });
 
+// A token pasted into the address bar later (the same page, a new fragment).
+window.addEventListener("hashchange", () => {
+  const fresh = takeToken();
+  if (fresh && fresh !== token) {
+    token = fresh;
+    $("login").hidden = true;
+    refresh();
+  }
+});
+
 token = takeToken();
 if (token) refresh(); else login();
 setInterval(refresh, REFRESH_MS);
