@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.runtime.hanks import subprocess_environment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +62,7 @@ def chromium() -> Any:
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
 
 
-def wait_for(
-    check: Callable[[], Any], what: str, timeout: float = 20.0, page: Any = None
-) -> Any:
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0, page: Any = None) -> Any:
     """Polls ``check`` until it returns something true; fails saying ``what``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -83,8 +80,7 @@ def wait_for(
 def stats(page: Any) -> dict[str, int]:
     """The page's counters: events applied, duplicates, gaps, connects, lastSeq."""
     out: dict[str, int] = page.execute_script(
-        "const s = window.weftDashboard.state;"
-        "return Object.assign({lastSeq: s.lastSeq}, s.stats);"
+        "const s = window.weftDashboard.state;return Object.assign({lastSeq: s.lastSeq}, s.stats);"
     )
     return out
 
@@ -131,9 +127,7 @@ def child_environment(tmp_path: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def live_run(
-    tmp_path: Path, name: str = "x", hank: Path = HELLO, *extra: str
-) -> Iterator[LiveRun]:
+def live_run(tmp_path: Path, name: str = "x", hank: Path = HELLO, *extra: str) -> Iterator[LiveRun]:
     """Starts ``weft run HANK --no-autostart`` in ``tmp_path/executions/name``
     and waits for its server's port."""
     execution = tmp_path / "executions" / name

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from tests.web.browser import artifacts_dir, chromium
 
 

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from websockets.sync.client import connect
-
 from tests.web.browser import LiveRun, artifacts_dir, journal_end, live_run, stats, wait_for
+from websockets.sync.client import connect
 
 CODON_ROWS = "#codons tr[data-key]"
 
@@ -61,7 +60,9 @@ def assert_exact(page: Any, run: LiveRun) -> None:
 def send_command(run: LiveRun, command: str) -> dict[str, Any]:
     """One command from a second, non-browser client; its answer."""
     with connect(f"ws://127.0.0.1:{run.port}/") as ws:
-        ws.send(json.dumps({"type": "handshake", "data": {"mode": "readandwrite", "token": run.token}}))
+        ws.send(
+            json.dumps({"type": "handshake", "data": {"mode": "readandwrite", "token": run.token}})
+        )
         ws.send(json.dumps({"id": "t1", "type": command}))
         while True:
             msg = json.loads(ws.recv(timeout=10))
@@ -90,7 +91,8 @@ def test_the_table_fills_and_follows_a_live_run(page: Any, tmp_path: Path) -> No
         assert actions == ["codon.next: accepted"] * 3
         # Checkpoints with their files, a chart, a timeline with the run.
         checkpoints = page.find_element("id", "checkpoints").text
-        assert "completed" in checkpoints and "notes.md" in checkpoints
+        assert "completed" in checkpoints
+        assert "notes.md" in checkpoints
         assert page.find_elements("css selector", "#chart polyline.cost")
         assert "fresh" in page.find_element("id", "timeline").text
         assert_exact(page, run)
@@ -109,7 +111,8 @@ def test_a_transcript_opens_with_tool_calls_and_their_results(page: Any, tmp_pat
         assert tool.get_attribute("open") is None  # collapsed until asked
         tool.find_element("css selector", "summary").click()
         text = tool.text
-        assert "notes.md" in text and "Welcome to the Weft demo" in text  # the call's input
+        assert "notes.md" in text
+        assert "Welcome to the Weft demo" in text
         assert tool.find_elements("css selector", ".t-result")  # and its result
         page.save_screenshot(str(artifacts_dir() / "dashboard-transcript.png"))
 
@@ -133,7 +136,8 @@ def test_a_rollback_from_the_page_changes_the_work_tree(page: Any, tmp_path: Pat
         )[0]
         row.find_element("css selector", "button.rollback").click()
         dialog = page.find_element("id", "confirm")
-        assert dialog.is_displayed() and "greet" in dialog.text
+        assert dialog.is_displayed()
+        assert "greet" in dialog.text
         page.save_screenshot(str(artifacts_dir() / "dashboard-rollback-confirm.png"))
         page.find_element("id", "confirm-ok").click()
         wait_for(
@@ -214,7 +218,9 @@ def test_a_dropped_connection_resumes_with_no_missing_or_doubled_event(
         )
         answer = send_command(run, "codon.next")
         assert answer["type"] == "command.ack", answer
-        wait_for(lambda: idle_text(run).startswith("Waiting for codon.next to start draft"), "polish")
+        wait_for(
+            lambda: idle_text(run).startswith("Waiting for codon.next to start draft"), "polish"
+        )
         assert journal_end(run.execution) > seen + 10  # the page missed a codon's events
         assert stats(page)["lastSeq"] == seen
         wait_for(lambda: page.find_element("id", "connection").text == "live", "the reconnect")
@@ -239,7 +245,16 @@ def test_weft_ui_lists_the_executions_and_opens_a_finished_and_a_live_one(
     token_file = tmp_path / "ui.token"
     with live_run(tmp_path, "running") as run:
         ui = subprocess.Popen(
-            [sys.executable, "-m", "weft", "ui", "--root", str(root), "--token-file", str(token_file)],
+            [
+                sys.executable,
+                "-m",
+                "weft",
+                "ui",
+                "--root",
+                str(root),
+                "--token-file",
+                str(token_file),
+            ],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -284,7 +299,9 @@ def test_weft_ui_lists_the_executions_and_opens_a_finished_and_a_live_one(
                 ),
                 "the list again",
             )
-            page.find_element("css selector", '#executions tr[data-id="running"] button.open').click()
+            page.find_element(
+                "css selector", '#executions tr[data-id="running"] button.open'
+            ).click()
             wait_for(lambda: f":{run.port}/" in page.current_url, "the live run's page")
             wait_for(lambda: page.find_element("id", "mode").text == "read-write", "read-write")
             wait_for(lambda: "Waiting" in idle(page), "the idle notice", page=page)

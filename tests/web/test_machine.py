@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.web.browser import HELLO, child_environment, journal_end
+from tests.web.test_pages import get
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tests.web.browser import HELLO, child_environment, journal_end
-from tests.web.test_pages import get
 from weft.web.listing import list_executions, read_execution
 from weft.web.machine import MachineDashboard
 
@@ -59,7 +59,8 @@ def test_the_list_reads_state_hank_cost_and_codons_from_files(finished: Path) ->
     assert [e.id for e in entries] == ["hello-1"]
     entry = entries[0]
     assert (entry.hank, entry.state, entry.codons) == ("hello", "completed", 6)
-    assert entry.cost > 0 and entry.port is None
+    assert entry.cost > 0
+    assert entry.port is None
     assert read_execution(finished / "not-an-execution") is None
     assert list_executions(finished / "missing") == []
 
@@ -74,7 +75,8 @@ async def test_the_api_needs_the_token_in_a_header(finished: Path) -> None:
         status, _, _ = await get(d.port, f"/api/executions?token={d.token}")
         assert status == 401
         status, headers, body = await get(d.port, "/api/executions", bearer(d.token))
-        assert status == 200 and headers["cache-control"] == "no-store"
+        assert status == 200
+        assert headers["cache-control"] == "no-store"
         doc = json.loads(body)
         assert doc["root"] == str(finished)
         assert [(e["id"], e["state"], e["live"]) for e in doc["executions"]] == [
@@ -82,7 +84,8 @@ async def test_the_api_needs_the_token_in_a_header(finished: Path) -> None:
         ]
         # The list page itself is public: it holds no data, only the login.
         status, _, page = await get(d.port, "/")
-        assert status == 200 and b"list.js" in page
+        assert status == 200
+        assert b"list.js" in page
 
 
 async def test_opening_a_finished_execution_replays_its_journal_read_only(finished: Path) -> None:
@@ -90,7 +93,8 @@ async def test_opening_a_finished_execution_replays_its_journal_read_only(finish
         status, _, body = await get(d.port, "/api/open/hello-1", bearer(d.token))
         assert status == 200
         target = json.loads(body)
-        assert target["mode"] == "readonly" and target["live"] is False
+        assert target["mode"] == "readonly"
+        assert target["live"] is False
         ws_url = target["url"].replace("http", "ws", 1)
         end = journal_end(finished / "hello-1")
         async with connect(ws_url, max_size=None) as ws:
@@ -136,7 +140,16 @@ def test_weft_ui_prints_its_address_and_keeps_the_token_out_of_a_log(
 ) -> None:
     token_file = tmp_path / "ui.token"
     process = subprocess.Popen(
-        [sys.executable, "-m", "weft", "ui", "--root", str(finished), "--token-file", str(token_file)],
+        [
+            sys.executable,
+            "-m",
+            "weft",
+            "ui",
+            "--root",
+            str(finished),
+            "--token-file",
+            str(token_file),
+        ],
         env=child_environment(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -147,7 +160,8 @@ def test_weft_ui_prints_its_address_and_keeps_the_token_out_of_a_log(
         line = process.stdout.readline()
         assert line.startswith(f"Dashboard of {finished}: http://127.0.0.1:"), line
         token = token_file.read_text().strip()
-        assert token and token not in line
+        assert token
+        assert token not in line
         assert token_file.stat().st_mode & 0o077 == 0
     finally:
         process.terminate()

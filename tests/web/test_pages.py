@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.server.helpers import TOKEN, raw, running
+from tests.web.browser import HELLO, child_environment
 from websockets.datastructures import Headers
 from websockets.http11 import Request
 
-from tests.server.helpers import TOKEN, raw, running
-from tests.web.browser import HELLO, child_environment
 from weft.web import dashboard_response, dashboard_url
 from weft.web.assets import asset, names
 
@@ -51,7 +51,8 @@ def test_every_shipped_file_has_a_type_and_the_pages_load_only_their_own_scripts
         assert html is not None
         text = html.body.decode()
         # No CDN, no inline script: everything comes from this server.
-        assert "http://" not in text and "https://" not in text
+        assert "http://" not in text
+        assert "https://" not in text
         assert "<script>" not in text
 
 
@@ -71,7 +72,8 @@ def test_a_static_path_never_reaches_outside_the_static_folder(name: str) -> Non
 )
 def test_paths_outside_the_shipped_files_are_404(path: str) -> None:
     answer = dashboard_response(request(path))
-    assert answer is not None and answer.status_code == 404
+    assert answer is not None
+    assert answer.status_code == 404
 
 
 def test_the_dashboard_url_carries_the_token_in_the_fragment_only() -> None:
@@ -91,16 +93,19 @@ async def test_a_browser_gets_the_dashboard_and_a_script_still_gets_the_400_json
         assert status == 200
         assert headers["content-type"].startswith("text/html")
         csp = headers["content-security-policy"]
-        assert "script-src 'self'" in csp and "default-src 'none'" in csp
+        assert "script-src 'self'" in csp
+        assert "default-src 'none'" in csp
         assert headers["referrer-policy"] == "no-referrer"
         assert headers["x-frame-options"] == "DENY"
         assert b'src="/static/app.js"' in body
         # A client that does not ask for HTML learns how to connect, as before.
         status, headers, body = await get(port, "/")
-        assert status == 400 and headers["content-type"] == "application/json"
+        assert status == 400
+        assert headers["content-type"] == "application/json"
         assert b"dashboard" in body
         status, headers, body = await get(port, "/static/app.js")
-        assert status == 200 and headers["content-type"].startswith("text/javascript")
+        assert status == 200
+        assert headers["content-type"].startswith("text/javascript")
         etag = headers["etag"]
         status, _, body = await get(port, "/static/app.js", f"If-None-Match: {etag}")
         assert (status, body) == (304, b"")
@@ -127,7 +132,8 @@ async def test_the_page_and_its_requests_never_see_or_log_a_token(
         assert TOKEN.encode() not in with_query[2]
         assert h.server.read_token.encode() not in with_query[2]
     logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert TOKEN not in logged and h.server.read_token not in logged
+    assert TOKEN not in logged
+    assert h.server.read_token not in logged
 
 
 def test_weft_run_prints_the_dashboard_url_without_a_token_when_not_on_a_terminal(

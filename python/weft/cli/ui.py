@@ -40,7 +40,8 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--root",
         type=Path,
-        help="the executions' root (default: $WEFT_RUNTIME_EXECUTION_BASE_DIR or ~/.weft-executions)",
+        help="the executions' root "
+        "(default: $WEFT_RUNTIME_EXECUTION_BASE_DIR or ~/.weft-executions)",
     )
     parser.add_argument(
         "--host",

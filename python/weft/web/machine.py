@@ -44,7 +44,8 @@ from weft.state import Listener
 from weft.store.execution import DATABASE
 from weft.web.assets import asset
 from weft.web.listing import ExecutionEntry, list_executions, read_execution
-from weft.web.pages import STATIC_PREFIX, dashboard_url, path_of, response, serve as serve_asset
+from weft.web.pages import STATIC_PREFIX, dashboard_url, path_of, response
+from weft.web.pages import serve as serve_asset
 
 OPEN_PREFIX = "/api/open/"
 
@@ -147,7 +148,8 @@ class MachineDashboard:
                 http.HTTPStatus.UNAUTHORIZED,
                 {
                     "error": "a token is needed",
-                    "message": "send the token `weft ui` printed as 'Authorization: Bearer <token>'",
+                    "message": "send the token `weft ui` printed "
+                    "as 'Authorization: Bearer <token>'",
                 },
             )
         if path == "/api/executions":

@@ -472,6 +472,11 @@ function render() {
     S.replayed = true;
     document.body.dataset.replayed = "1";
     performance.mark("weft-replayed");
+    // The next frame starts once this one (with the whole replay) was painted.
+    requestAnimationFrame(() => {
+      performance.mark("weft-rendered");
+      document.body.dataset.rendered = "1";
+    });
   }
 }
 
