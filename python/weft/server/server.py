@@ -57,7 +57,7 @@ from weft.errors import CommandRejectedError, WeftError
 from weft.events.stream import CheckpointListEvent
 from weft.server.auth import ensure_tokens, is_local_origin, is_loopback
 from weft.server.fanout import Fanout, text_frame
-from weft.server.history import HistorySource, JournalHistory
+from weft.server.history import HistorySource, JournalHistory, Page
 from weft.server.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_TOO_SLOW,
@@ -514,24 +514,45 @@ class ProtocolServer:
 
     async def _catch_up(self, peer: _Peer, page_size: int) -> None:
         fanout = self._fanout
-        while peer.open:
-            tail = fanout.since(peer.cursor)
-            if tail is not None:
-                # The ring holds the rest: send it and go live in this same step,
-                # so no event can fall between the pages and the live stream.
-                self._send_rows(peer, tail, page_size, None, peer.cursor)
-                peer.cursor = fanout.head
-                fanout.add(peer)
-                return
-            page = await self._history.page(
-                peer.cursor, fanout.head, page_size, self.config.page_bytes
-            )
-            if page.count == 0:
-                log.error("the journal has no events after %d for a catch-up", peer.cursor)
-                await peer.ws.close(CLOSE_GOING_AWAY, "journal unreadable")
-                return
-            await peer.ws.send(history_page(page.events, True, page.last_seq, None), text=True)
-            peer.cursor = page.last_seq
+        # The next page is read from the journal while this one is being sent:
+        # the reader thread and the socket work at once (a dashboard's first
+        # load of a long run is mostly this loop).
+        ahead: asyncio.Future[Page] | None = None
+        try:
+            while peer.open:
+                tail = fanout.since(peer.cursor)
+                if tail is not None:
+                    # The ring holds the rest: send it and go live in this same step,
+                    # so no event can fall between the pages and the live stream.
+                    self._send_rows(peer, tail, page_size, None, peer.cursor)
+                    peer.cursor = fanout.head
+                    fanout.add(peer)
+                    return
+                page = await (
+                    ahead
+                    or self._history.page(
+                        peer.cursor, fanout.head, page_size, self.config.page_bytes
+                    )
+                )
+                ahead = None
+                if page.count == 0:
+                    log.error("the journal has no events after %d for a catch-up", peer.cursor)
+                    await peer.ws.close(CLOSE_GOING_AWAY, "journal unreadable")
+                    return
+                if page.last_seq < fanout.head:
+                    ahead = asyncio.ensure_future(
+                        self._history.page(
+                            page.last_seq, fanout.head, page_size, self.config.page_bytes
+                        )
+                    )
+                await peer.ws.send(history_page(page.events, True, page.last_seq, None), text=True)
+                peer.cursor = page.last_seq
+        finally:
+            if ahead is not None:
+                # Not needed after all (the ring took over, or the client left).
+                ahead.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await ahead
 
     def _send_rows(
         self,

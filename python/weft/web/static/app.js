@@ -17,6 +17,7 @@ const STATES = ["preparing", "starting", "initializing", "running", "completing-
 const TERMINAL = new Set(["completed", "failed", "skipped"]);
 const MAX_LIST = 300; // rows kept in the errors and sentinels lists (newest)
 const CHART_POINTS = 600; // the chart's polyline is thinned to about its width
+const HEAVY_MS = 300; // panels rebuilt whole (timeline, chart...) at most this often
 
 const $ = (id) => document.getElementById(id);
 
@@ -27,6 +28,7 @@ const S = {
   targetSeq: null, // lastSeq of the first handshake: reached = first full render
   replayed: false,
   stats: { events: 0, duplicates: 0, gaps: 0, connects: 0 },
+  time: { parse: 0, apply: 0, render: 0 }, // ms spent on each (benchmarks read them)
   mode: null,
   runs: new Map(), // runId -> {runId, reason, status, start, keys: []}
   codons: new Map(), // runId/codonId -> codon record
@@ -36,7 +38,7 @@ const S = {
   checkpoints: [],
   sentinels: [],
   errors: [],
-  series: [], // [ms, total cost, total tokens]
+  series: [], // [epoch ms, total cost, total tokens]
   budgets: [], // {label, value, axis}
   totalCost: 0,
   totalTokens: 0,
@@ -94,7 +96,7 @@ function setCost(rec, cost, tokens, time) {
   S.totalTokens += tokens - rec.tokens;
   rec.cost = cost;
   rec.tokens = tokens;
-  S.series.push([time, S.totalCost, S.totalTokens]);
+  S.series.push([Date.parse(time), S.totalCost, S.totalTokens]);
   dirty.chart = true;
   dirty.header = true;
   touch(rec);
@@ -326,7 +328,9 @@ function handshake(ws) {
 
 function receive(ws, text) {
   if (socket !== ws) return;
+  const t0 = performance.now();
   const msg = JSON.parse(text);
+  S.time.parse += performance.now() - t0;
   const d = msg.data || {};
   switch (msg.type) {
     case "handshake.response":
@@ -343,9 +347,12 @@ function receive(ws, text) {
       dirty.header = true;
       break;
     case "history.batch":
-    case "live.batch":
+    case "live.batch": {
+      const t1 = performance.now();
       for (const ev of d.events) apply(ev);
+      S.time.apply += performance.now() - t1;
       break;
+    }
     case "command.ack":
       answered(d.commandId, true, `${d.command}: accepted`);
       break;
@@ -458,16 +465,36 @@ const rows = new Map(); // codon key -> <tr>
 let lastGroup = "";
 
 function render() {
+  const t0 = performance.now();
+  renderAll();
+  S.time.render += performance.now() - t0;
+}
+
+let heavyAt = 0; // when the whole-panel renders last ran
+
+function renderAll() {
   scheduled = false;
+  document.body.dataset.lastSeq = String(S.lastSeq);
+  if (S.targetSeq !== null && S.lastSeq < S.targetSeq) {
+    // Replaying: only the progress; the panels are built once, at the end.
+    $("totals").textContent = `replaying: ${S.lastSeq} of ${S.targetSeq} events`;
+    return;
+  }
   if (dirty.header) renderHeader();
   if (dirty.rows.size) renderRows();
   if (dirty.transcript) renderTranscript();
-  if (dirty.timeline) renderTimeline();
-  if (dirty.checkpoints) renderCheckpoints();
-  if (dirty.sentinels) renderSentinels();
-  if (dirty.errors) renderErrors();
-  if (dirty.chart) renderChart();
-  document.body.dataset.lastSeq = String(S.lastSeq);
+  // Panels rebuilt whole are rebuilt at most every HEAVY_MS while events pour in.
+  const now = performance.now();
+  if (now - heavyAt >= HEAVY_MS || !S.replayed) {
+    heavyAt = now;
+    if (dirty.timeline) renderTimeline();
+    if (dirty.checkpoints) renderCheckpoints();
+    if (dirty.sentinels) renderSentinels();
+    if (dirty.errors) renderErrors();
+    if (dirty.chart) renderChart();
+  } else if (dirty.timeline || dirty.checkpoints || dirty.sentinels || dirty.errors || dirty.chart) {
+    setTimeout(schedule, HEAVY_MS);
+  }
   if (!S.replayed && S.targetSeq !== null && S.lastSeq >= S.targetSeq) {
     S.replayed = true;
     document.body.dataset.replayed = "1";
@@ -705,8 +732,8 @@ function renderChart() {
   const pts = S.series;
   const W = 600, H = 200;
   if (!pts.length) return;
-  const t0 = Date.parse(pts[0][0]);
-  const t1 = Math.max(Date.parse(pts[pts.length - 1][0]), t0 + 1);
+  const t0 = pts[0][0];
+  const t1 = Math.max(pts[pts.length - 1][0], t0 + 1);
   const maxCost = Math.max(...S.budgets.filter((b) => b.axis === "cost").map((b) => b.value), S.totalCost, 1e-9) * 1.05;
   const maxTok = Math.max(...S.budgets.filter((b) => b.axis === "tokens").map((b) => b.value), S.totalTokens, 1) * 1.05;
   const step = Math.max(1, Math.floor(pts.length / CHART_POINTS));
@@ -714,7 +741,7 @@ function renderChart() {
   for (let i = 0; i < pts.length; i += step) addPoint(pts[i]);
   if ((pts.length - 1) % step) addPoint(pts[pts.length - 1]);
   function addPoint(p) {
-    const x = ((Date.parse(p[0]) - t0) / (t1 - t0)) * W;
+    const x = ((p[0] - t0) / (t1 - t0)) * W;
     cost += `${x.toFixed(1)},${(H - (p[1] / maxCost) * H).toFixed(1)} `;
     tok += `${x.toFixed(1)},${(H - (p[2] / maxTok) * H).toFixed(1)} `;
   }
