@@ -658,36 +658,45 @@ function renderTimeline() {
   list.replaceChildren(frag);
 }
 
+let checkpointsShown = 0;
+
+// Rows are added, never rebuilt: a button must not be replaced under the pointer.
 function renderCheckpoints() {
   dirty.checkpoints = false;
   const body = $("checkpoints").tBodies[0];
   const frag = document.createDocumentFragment();
-  const rw = S.mode === "readandwrite";
-  for (const cp of S.checkpoints.slice(-200).reverse()) {
-    const tr = document.createElement("tr");
-    tr.dataset.sha = cp.sha;
-    const rec = S.codons.get(`${cp.runId}/${cp.codonId}`);
-    if (rec && rec.superseded) tr.className = "superseded";
-    cell(tr, fmtTime(cp.time));
-    cell(tr, cp.codonId || "(initial)");
-    cell(tr, cp.type || "");
-    cell(tr, String(cp.sha).slice(0, 10), "mono");
-    cell(tr, (cp.files || []).join(", "));
-    const td = cell(tr, "");
-    if (rw) {
-      const button = document.createElement("button");
-      button.textContent = "Roll back here";
-      button.className = "rollback";
-      button.onclick = async () => {
-        const ok = await ask(`Roll back to the ${cp.type} checkpoint of ${cp.codonId} (${String(cp.sha).slice(0, 10)})? `
-          + "The work tree returns to it; later codons stay in history, superseded.");
-        if (ok) send("rollback.toCheckpoint", { checkpointSha: cp.sha }, `roll back to ${String(cp.sha).slice(0, 10)}`);
-      };
-      td.append(button);
-    }
-    frag.append(tr);
+  for (let i = S.checkpoints.length - 1; i >= checkpointsShown; i--) {
+    frag.append(checkpointRow(S.checkpoints[i]));
   }
-  body.replaceChildren(frag);
+  checkpointsShown = S.checkpoints.length;
+  body.prepend(frag);
+  for (const cp of S.checkpoints) {
+    const rec = S.codons.get(`${cp.runId}/${cp.codonId}`);
+    cp.row.classList.toggle("superseded", !!(rec && rec.superseded));
+  }
+}
+
+function checkpointRow(cp) {
+  const tr = document.createElement("tr");
+  tr.dataset.sha = cp.sha;
+  cp.row = tr;
+  cell(tr, fmtTime(cp.time));
+  cell(tr, cp.codonId || "(initial)");
+  cell(tr, cp.type || "");
+  cell(tr, String(cp.sha).slice(0, 10), "mono");
+  cell(tr, (cp.files || []).join(", "));
+  // Hidden by CSS on a read-only page (body.readonly); the server refuses it anyway.
+  const button = document.createElement("button");
+  button.textContent = "Roll back here";
+  button.className = "rollback";
+  button.onclick = async () => {
+    const sha = String(cp.sha).slice(0, 10);
+    const ok = await ask(`Roll back to the ${cp.type} checkpoint of ${cp.codonId || "the start"} (${sha})? `
+      + "The work tree returns to it; later codons stay in history, superseded.");
+    if (ok) send("rollback.toCheckpoint", { checkpointSha: cp.sha }, `roll back to ${sha}`);
+  };
+  cell(tr, "").append(button);
+  return tr;
 }
 
 function renderSentinels() {
