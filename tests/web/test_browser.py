@@ -311,3 +311,85 @@ def test_weft_ui_lists_the_executions_and_opens_a_finished_and_a_live_one(
         finally:
             ui.terminate()
             ui.wait(timeout=10)
+
+
+def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
+    page: Any, tmp_path: Path
+) -> None:
+    """Events of features the page does not know by name (sentinels, budgets)
+    still reach the reader, from a finished execution's replay."""
+    import asyncio
+    import threading
+
+    import uvloop
+
+    from weft.server import JournalHistory, ProtocolServer, ServerConfig
+    from weft.store import Journal
+    from weft.web import dashboard_url
+    from weft.web.machine import FinishedJournal
+
+    run_id = "1795255200000-abcde"
+    events = [
+        ("transition", "RunStarted", {"runId": run_id, "runFolder": "/r", "gitBranch": "b",
+         "startingConditions": {"type": "fresh"}, "serverPid": 1,
+         "startTime": "2026-11-21T10:00:00.000Z", "executionPlan": []}),
+        ("transition", "CodonStarted", {"runId": run_id, "codonId": "plan",
+         "startTime": "2026-11-21T10:00:00.000Z"}),
+        ("transition", "CostsIncremented", {"runId": run_id, "codonId": "plan",
+         "costDelta": 0.5, "tokensDelta": {"inputTokens": 1000}}),
+        ("event", "budget.warning", {"limitUsd": 2.0, "spentUsd": 0.5, "scope": "run"}),
+        ("event", "sentinel.output", {"sentinelId": "narrator", "codonId": "plan",
+         "text": "The agent is planning the work."}),
+        ("event", "error", {"message": "Codon plan failed: rate limited", "severity": "codon",
+         "codon": "plan"}),
+    ]  # fmt: skip
+    weft_dir = tmp_path / ".weft"
+    weft_dir.mkdir()
+    journal = Journal.open(weft_dir / "weft.db")
+    journal.append(
+        [
+            (
+                seq,
+                f"1795255200000-{seq:09x}",
+                f"2026-11-21T10:00:0{seq}.000Z",
+                kind,
+                name,
+                run_id,
+                None,
+                json.dumps({"type": name, "data": data}),
+            )
+            for seq, (kind, name, data) in enumerate(events, 1)
+        ]
+    )
+    journal.close()
+    loop = uvloop.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(work: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(work, loop).result(30)
+
+    server = on_loop(
+        ProtocolServer.start(
+            FinishedJournal(len(events)),
+            JournalHistory(weft_dir / "weft.db"),
+            config=ServerConfig(ping_interval=None),
+        )
+    )
+    try:
+        page.get(dashboard_url(server, server.read_token))
+        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+        sentinels = page.find_element("id", "sentinels").text
+        assert "sentinel.output" in sentinels
+        assert "The agent is planning the work." in sentinels
+        assert "narrator" in sentinels
+        budget = page.find_elements("css selector", "#chart line.budget")
+        assert len(budget) == 1
+        assert "limitUsd 2" in page.find_element("id", "chart-legend").text
+        assert "rate limited" in page.find_element("id", "errors").text
+        assert stats(page)["lastSeq"] == len(events)
+        page.save_screenshot(str(artifacts_dir() / "dashboard-sentinels-budget.png"))
+    finally:
+        on_loop(server.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
