@@ -39,6 +39,8 @@ const S = {
   sentinels: [],
   errors: [],
   series: [], // [epoch ms, total cost, total tokens]
+  lastTimestamp: null, // the newest event's time, and when it arrived (Date.now())
+  lastArrival: 0,
   budgets: [], // {label, value, axis}
   totalCost: 0,
   totalTokens: 0,
@@ -268,6 +270,7 @@ function apply(ev) {
   if (ev.seq <= S.lastSeq) { S.stats.duplicates++; return; }
   if (ev.seq !== S.lastSeq + 1) S.stats.gaps++;
   S.lastSeq = ev.seq;
+  S.lastTimestamp = ev.timestamp;
   S.stats.events++;
   const handler = ON[ev.type];
   try {
@@ -349,6 +352,7 @@ function receive(ws, text) {
     case "history.batch":
     case "live.batch": {
       const t1 = performance.now();
+      S.lastArrival = Date.now();
       for (const ev of d.events) apply(ev);
       S.time.apply += performance.now() - t1;
       break;
@@ -783,9 +787,16 @@ function renderChart() {
 function fmtCost(v) { return `$${(v || 0).toFixed(4)}`; }
 function fmtTokens(v) { return v >= 1e6 ? `${(v / 1e6).toFixed(1)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : String(v || 0); }
 function fmtTime(iso) { return iso ? String(iso).slice(11, 19) : ""; }
+// The run's clock: the newest event's time plus the time since it arrived. A live
+// run's codon ages in real time; a replayed journal's open codon is timed from its
+// last event, not from today (the wall clock says nothing about a finished run).
+function runNow() {
+  return S.lastTimestamp ? Date.parse(S.lastTimestamp) + (Date.now() - S.lastArrival) : Date.now();
+}
+
 function fmtDuration(start, end) {
   if (!start) return "";
-  const ms = (end ? Date.parse(end) : Date.now()) - Date.parse(start);
+  const ms = (end ? Date.parse(end) : runNow()) - Date.parse(start);
   if (!(ms >= 0)) return "";
   return ms < 1000 ? `${ms} ms` : ms < 60000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
 }
