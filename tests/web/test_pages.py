@@ -160,3 +160,37 @@ def test_weft_run_prints_the_dashboard_url_without_a_token_when_not_on_a_termina
         for log in weft_dir.rglob("*.log"):
             assert token not in log.read_text(errors="replace"), log
     assert os.stat(weft_dir / "server.token").st_mode & 0o077 == 0
+
+
+def test_weft_run_on_a_terminal_prints_the_dashboard_url_with_the_token_in_the_fragment(
+    tmp_path: Path,
+) -> None:
+    import pty
+    import select
+    import time
+
+    execution = tmp_path / "executions" / "x"
+    argv = [sys.executable, "-m", "weft", "run", str(HELLO), "--execution", str(execution)]
+    env = child_environment(tmp_path)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: weft on a terminal
+        os.execvpe(sys.executable, [*argv, "--headless"], env)
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    _, status = os.waitpid(pid, 0)
+    text = output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text[-2000:]
+    token = (execution / ".weft" / "server.token").read_text().strip()
+    line = next(x for x in text.splitlines() if "Dashboard: " in x)
+    assert line.rstrip().endswith(f"/#token={token}"), line
+    assert "?token" not in text
