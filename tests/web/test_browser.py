@@ -166,7 +166,15 @@ def test_a_read_only_visitor_sees_the_run_but_cannot_steer_it(page: Any, tmp_pat
         answer = send_command(run, "codon.next")
         assert answer["type"] == "command.ack", answer
         wait_for(lambda: "start polish" in idle_text(run), "the first codon")
-        open_dashboard(page, run, run.read_token)
+        # No token in the address: the login form, and nothing of the run.
+        page.get(run.url(None))
+        wait_for(lambda: page.find_element("id", "login").is_displayed(), "the login form")
+        assert "INVALID_TOKEN" not in page.find_element("id", "login").text
+        assert rows(page) == []
+        # The read token typed into the form: the run, read-only.
+        page.find_element("id", "token-input").send_keys(run.read_token)
+        page.find_element("css selector", "#login button").click()
+        wait_for(lambda: page.execute_script("return document.body.dataset.replayed"), "replay")
         assert page.find_element("id", "mode").text == "read-only"
         assert not page.find_element("id", "controls").is_displayed()
         wait_for(lambda: rows(page) == [("greet", "completed")], "greet", page=page)

@@ -24,6 +24,7 @@ import uvloop
 
 from weft.runtime.execution import managed_base_dir
 from weft.server import ServerError
+from weft.server.auth import is_loopback
 from weft.terminal import printable_lines
 
 
@@ -78,6 +79,13 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(dashboard: Any, token_file: Path | None) -> int:
     await dashboard.start()
+    if not is_loopback(dashboard.host) and dashboard.host != "localhost":
+        print(
+            f"warning: listening on {dashboard.host}: anyone who reaches this port with the token "
+            "can read every execution under the root and steer its live runs",
+            file=sys.stderr,
+            flush=True,
+        )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     if token_file is not None:
