@@ -30,7 +30,7 @@ from weft.runtime.execution import PreparedExecution, prepare_execution
 from weft.runtime.layout import ExecutionLayout
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.runtime.setup_errors import ExecutionSetupError
-from weft.server import ServerError
+from weft.server import ProtocolServer, ServerError
 from weft.terminal import printable_lines
 
 
@@ -166,15 +166,18 @@ def run(args: argparse.Namespace) -> int:
     view = make_view(mode, sys.stdout)
     for note in _opening_notes(prepared, loaded, settings):
         view.note(note)
+
+    def on_server(server: ProtocolServer) -> None:
+        view.note(f"WebSocket server on {server.url} (weft attach {prepared.layout.root})")
+        view.note(_dashboard_note(server, prepared.layout.root))
+
     runtime = Runtime(
         prepared,
         loaded,
         _options(args, settings),
         listeners=(view.on_event,),
         on_state=view.progress.seed,
-        on_server=lambda server: view.note(
-            f"WebSocket server on {server.url} (weft attach {prepared.layout.root})"
-        ),
+        on_server=on_server,
     )
     keys = not settings.autostart and sys.stdin.isatty()
     if keys:
@@ -206,6 +209,16 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return outcome.exit_code
+
+
+def _dashboard_note(server: ProtocolServer, execution: Path) -> str:
+    """The dashboard's address: with the read-write token in its fragment on a
+    terminal; elsewhere (a log, CI) without, saying where the token is."""
+    from weft.web import dashboard_url
+
+    if sys.stdout.isatty():
+        return f"Dashboard: {dashboard_url(server, server.token)}"
+    return f"Dashboard: {dashboard_url(server)} (token: {execution / '.weft' / 'server.token'})"
 
 
 def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:

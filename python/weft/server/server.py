@@ -57,7 +57,7 @@ from weft.errors import CommandRejectedError, WeftError
 from weft.events.stream import CheckpointListEvent
 from weft.server.auth import ensure_tokens, is_local_origin, is_loopback
 from weft.server.fanout import Fanout, text_frame
-from weft.server.history import HistorySource, JournalHistory
+from weft.server.history import HistorySource, JournalHistory, Page
 from weft.server.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_TOO_SLOW,
@@ -87,12 +87,25 @@ from weft.server.session import (
     Session,
     error_message,
 )
-from weft.state import StateManager
+from weft.state import Listener, StateManager
+from weft.web.pages import dashboard_response
 
 if TYPE_CHECKING:
     from weft.store.execution import ExecutionStore
 
 log = logging.getLogger(__name__)
+
+
+class EventFeed(Protocol):
+    """Where the server's events come from: a run's :class:`~weft.state.StateManager`,
+    or a finished execution's journal that gets no new ones (``weft ui``'s replay)."""
+
+    @property
+    def last_seq(self) -> int:
+        """The newest journaled event's seq."""
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Calls ``listener`` with every event after :attr:`last_seq`; returns an unsubscribe."""
 
 
 class RuntimeCommands(Protocol):
@@ -228,7 +241,7 @@ class ProtocolServer:
 
     def __init__(
         self,
-        manager: StateManager,
+        manager: EventFeed,
         fanout: Fanout,
         history: HistorySource,
         *,
@@ -262,7 +275,7 @@ class ProtocolServer:
     @classmethod
     async def start(
         cls,
-        manager: StateManager,
+        manager: EventFeed,
         history: HistorySource,
         *,
         token: str | None = None,
@@ -375,6 +388,10 @@ class ProtocolServer:
         upgrade = request.headers.get("Upgrade", "")
         if upgrade.lower() == "websocket":
             return None
+        # A browser asking for a page gets the dashboard (weft.web), on this same port.
+        page = dashboard_response(request)
+        if page is not None:
+            return page
         body = msgspec.json.encode(
             {
                 "error": "HTTP API not available",
@@ -383,6 +400,7 @@ class ProtocolServer:
                 "first (the token is in the execution's .weft/server-read.token).",
                 "websocket": self.url,
                 "help": "See docs/protocol.md, or run `weft attach` to watch the run.",
+                "dashboard": "Open " + self.url.replace("ws", "http", 1) + "/ in a browser.",
             }
         )
         headers = Headers(
@@ -496,24 +514,45 @@ class ProtocolServer:
 
     async def _catch_up(self, peer: _Peer, page_size: int) -> None:
         fanout = self._fanout
-        while peer.open:
-            tail = fanout.since(peer.cursor)
-            if tail is not None:
-                # The ring holds the rest: send it and go live in this same step,
-                # so no event can fall between the pages and the live stream.
-                self._send_rows(peer, tail, page_size, None, peer.cursor)
-                peer.cursor = fanout.head
-                fanout.add(peer)
-                return
-            page = await self._history.page(
-                peer.cursor, fanout.head, page_size, self.config.page_bytes
-            )
-            if page.count == 0:
-                log.error("the journal has no events after %d for a catch-up", peer.cursor)
-                await peer.ws.close(CLOSE_GOING_AWAY, "journal unreadable")
-                return
-            await peer.ws.send(history_page(page.events, True, page.last_seq, None), text=True)
-            peer.cursor = page.last_seq
+        # The next page is read from the journal while this one is being sent:
+        # the reader thread and the socket work at once (a dashboard's first
+        # load of a long run is mostly this loop).
+        ahead: asyncio.Future[Page] | None = None
+        try:
+            while peer.open:
+                tail = fanout.since(peer.cursor)
+                if tail is not None:
+                    # The ring holds the rest: send it and go live in this same step,
+                    # so no event can fall between the pages and the live stream.
+                    self._send_rows(peer, tail, page_size, None, peer.cursor)
+                    peer.cursor = fanout.head
+                    fanout.add(peer)
+                    return
+                page = await (
+                    ahead
+                    or self._history.page(
+                        peer.cursor, fanout.head, page_size, self.config.page_bytes
+                    )
+                )
+                ahead = None
+                if page.count == 0:
+                    log.error("the journal has no events after %d for a catch-up", peer.cursor)
+                    await peer.ws.close(CLOSE_GOING_AWAY, "journal unreadable")
+                    return
+                if page.last_seq < fanout.head:
+                    ahead = asyncio.ensure_future(
+                        self._history.page(
+                            page.last_seq, fanout.head, page_size, self.config.page_bytes
+                        )
+                    )
+                await peer.ws.send(history_page(page.events, True, page.last_seq, None), text=True)
+                peer.cursor = page.last_seq
+        finally:
+            if ahead is not None:
+                # Not needed after all (the ring took over, or the client left).
+                ahead.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await ahead
 
     def _send_rows(
         self,

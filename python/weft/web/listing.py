@@ -1,0 +1,138 @@
+"""The executions under a root, as the list page shows them.
+
+Read from files only, without opening a store or taking a lock, so listing
+is safe beside live runs and costs one small read per execution: the
+``state.json`` snapshot (runs, codons, costs; it may trail a live run's
+journal by the events since its last snapshot), ``execution-meta.json`` (the
+hank) and ``runtime.lock`` (a live run's pid and port).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from weft.cli.status import codon_cost
+from weft.runtime.layout import META_FILE, WEFT_DIR
+from weft.store.lock import LOCK, pid_alive, read_lock
+
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionEntry:
+    """One execution in the list."""
+
+    id: str
+    """The directory's name (unique under its root)."""
+    path: Path
+    hank: str
+    state: str
+    """``live`` while a run holds the lock, else the newest run's status
+    (``completed``, ``failed``, ``crashed``...), ``new`` before any run."""
+    cost: float
+    codons: int
+    updated: float
+    """When the execution last changed (seconds since the epoch)."""
+    port: int | None
+    """A live run's WebSocket (and dashboard) port."""
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """What the list page gets (``ageSeconds`` from ``now``)."""
+        return {
+            "id": self.id,
+            "path": str(self.path),
+            "hank": self.hank,
+            "state": self.state,
+            "cost": round(self.cost, 6),
+            "codons": self.codons,
+            "updated": self.updated,
+            "ageSeconds": max(0.0, round(now - self.updated, 1)),
+            "live": self.port is not None,
+        }
+
+
+def list_executions(root: Path) -> list[ExecutionEntry]:
+    """The executions directly under ``root``, most recently changed first."""
+    if not root.is_dir():
+        return []
+    entries = []
+    for child in root.iterdir():
+        entry = read_execution(child)
+        if entry is not None:
+            entries.append(entry)
+    entries.sort(key=lambda e: e.updated, reverse=True)
+    return entries
+
+
+def read_execution(path: Path) -> ExecutionEntry | None:
+    """``path`` as a list entry, or None when it holds no execution."""
+    weft_dir = path / WEFT_DIR
+    if not weft_dir.is_dir():
+        return None
+    state = _json(weft_dir / STATE_FILE)
+    runs: list[dict[str, Any]] = list(state.get("runs", [])) if state else []
+    cost = sum(codon_cost(c) for run in runs for c in run.get("codons", []))
+    codons = sum(len(run.get("codons", [])) for run in runs)
+    port = _live_port(weft_dir)
+    if port is not None:
+        status = "live"
+    elif runs:
+        status = str(runs[-1].get("status", "unknown"))
+        # A run the snapshot calls running while nobody holds the lock died.
+        status = "crashed" if status == "running" else status
+    else:
+        status = "new"
+    updated = max(
+        (_mtime(weft_dir / name) for name in (STATE_FILE, "weft.db-wal", "weft.db", META_FILE)),
+        default=0.0,
+    )
+    return ExecutionEntry(
+        id=path.name,
+        path=path,
+        hank=_hank_name(weft_dir),
+        state=status,
+        cost=cost,
+        codons=codons,
+        updated=updated or time.time(),
+        port=port,
+    )
+
+
+def _live_port(weft_dir: Path) -> int | None:
+    try:
+        info = read_lock(weft_dir / LOCK)
+    except Exception:
+        # Unreadable or being rewritten: not provably live; the next refresh tells.
+        return None
+    if info is None or info.port is None or not pid_alive(info.pid):
+        return None
+    return info.port
+
+
+def _hank_name(weft_dir: Path) -> str:
+    meta = _json(weft_dir / META_FILE)
+    hank_path = str(meta.get("hankPath", "")) if meta else ""
+    if not hank_path:
+        return "?"
+    hank = _json(Path(hank_path))
+    name = (hank or {}).get("meta", {}).get("name") if isinstance(hank, dict) else None
+    return str(name) if name else Path(hank_path).parent.name or hank_path
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

@@ -1,0 +1,863 @@
+// Weft's run dashboard: one execution, replayed from its journal, then followed
+// live, and steered with a read-write token. Plain modern JavaScript, no build
+// step: see docs/dashboard.md for why.
+//
+// How it stays exact: every journaled event carries its `seq`; the page keeps
+// the newest one it applied (`lastSeq`) and, on every (re)connect, hands it to
+// the server as the handshake's `afterSeq`, so the server sends exactly what is
+// missing. An event at or below `lastSeq` is counted as a duplicate and
+// dropped; one that skips a seq is counted as a gap (both must stay 0).
+//
+// How it stays fast: events only update a model (plain objects and maps) and
+// mark what changed; one render per animation frame touches only the changed
+// rows. Nothing from an event is ever parsed as HTML (textContent only).
+
+const STATES = ["preparing", "starting", "initializing", "running", "completing-sentinels",
+  "completed", "failed", "skipped"];
+const TERMINAL = new Set(["completed", "failed", "skipped"]);
+const MAX_LIST = 300; // rows kept in the errors and sentinels lists (newest)
+const CHART_POINTS = 600; // the chart's polyline is thinned to about its width
+const HEAVY_MS = 300; // panels rebuilt whole (timeline, chart...) at most this often
+
+const $ = (id) => document.getElementById(id);
+
+// -- the model ---------------------------------------------------------------
+
+const S = {
+  lastSeq: 0,
+  targetSeq: null, // lastSeq of the first handshake: reached = first full render
+  replayed: false,
+  stats: { events: 0, duplicates: 0, gaps: 0, connects: 0 },
+  time: { parse: 0, apply: 0, render: 0 }, // ms spent on each (benchmarks read them)
+  mode: null,
+  runs: new Map(), // runId -> {runId, reason, status, start, keys: []}
+  codons: new Map(), // runId/codonId -> codon record
+  order: [], // codon keys in the order they started
+  plan: new Map(), // codonId -> {name, loop, files}
+  latest: new Map(), // codonId -> key of its newest record
+  checkpoints: [],
+  sentinels: [],
+  errors: [],
+  series: [], // [epoch ms, total cost, total tokens]
+  lastTimestamp: null, // the newest event's time, and when it arrived (Date.now())
+  lastArrival: 0,
+  budgets: [], // {label, value, axis}
+  totalCost: 0,
+  totalTokens: 0,
+  idle: "",
+  execution: "",
+};
+
+const dirty = { rows: new Set(), timeline: false, checkpoints: false, sentinels: false,
+  errors: false, chart: false, header: true, transcript: false };
+let selected = null; // the codon key whose transcript is open
+let scheduled = false;
+
+function codonRecord(runId, codonId, time) {
+  const key = `${runId}/${codonId}`;
+  let rec = S.codons.get(key);
+  if (!rec) {
+    const plan = S.plan.get(codonId) || {};
+    rec = { key, runId, codonId, name: plan.name || "", loop: plan.loop || null,
+      status: "preparing", start: time, end: null, cost: 0, tokens: 0, lastAction: "",
+      superseded: false, items: [], tools: new Map() };
+    S.codons.set(key, rec);
+    S.order.push(key);
+    const run = S.runs.get(runId);
+    if (run) run.keys.push(key);
+    const older = S.latest.get(codonId);
+    if (older && older !== key) supersede(older);
+    S.latest.set(codonId, key);
+    dirty.timeline = true;
+  }
+  return rec;
+}
+
+function supersede(key) {
+  const rec = S.codons.get(key);
+  if (rec && !rec.superseded) {
+    rec.superseded = true;
+    dirty.checkpoints = true;
+    touch(rec);
+  }
+}
+
+function touch(rec) {
+  dirty.rows.add(rec.key);
+  if (rec.key === selected) dirty.transcript = true;
+}
+
+function tokensOf(t) {
+  if (!t) return 0;
+  return (t.inputTokens || 0) + (t.outputTokens || 0) + (t.cacheReadTokens || 0)
+    + (t.cacheCreationTokens || 0);
+}
+
+function setCost(rec, cost, tokens, time) {
+  S.totalCost += cost - rec.cost;
+  S.totalTokens += tokens - rec.tokens;
+  rec.cost = cost;
+  rec.tokens = tokens;
+  S.series.push([Date.parse(time), S.totalCost, S.totalTokens]);
+  dirty.chart = true;
+  dirty.header = true;
+  touch(rec);
+}
+
+function codonOf(data) {
+  const id = data.codonId || data.codon;
+  if (!id) return null;
+  const key = S.latest.get(id);
+  return key ? S.codons.get(key) : null;
+}
+
+function planEntries(entries) {
+  for (const e of entries || []) {
+    const c = e.codon || {};
+    const loop = e.loopContext ? { id: e.loopContext.loopId, iteration: e.loopContext.iteration } : null;
+    S.plan.set(e.codonId, { name: c.name || "", loop, files: c.checkpointedFiles || [] });
+  }
+}
+
+// A codon's checkpoints come in its transitions' metadata (`checkpointSha`); the
+// state it moves to says which checkpoint it is.
+const CHECKPOINT_TYPES = { starting: "rig-setup", completed: "completed", failed: "error", skipped: "skipped" };
+const seenCheckpoints = new Set();
+
+function addCheckpoint(sha, type, codonId, runId, time) {
+  if (!sha || seenCheckpoints.has(`${runId}/${codonId}/${sha}/${type}`)) return;
+  seenCheckpoints.add(`${runId}/${codonId}/${sha}/${type}`);
+  const plan = (codonId && S.plan.get(codonId)) || {};
+  S.checkpoints.push({ sha, type, codonId, runId, time, files: plan.files || [] });
+  dirty.checkpoints = true;
+}
+
+function addItem(rec, item) {
+  rec.items.push(item);
+  if (rec.key === selected) dirty.transcript = true;
+}
+
+function note(kind, time, text) {
+  S.errors.push({ kind, time, text });
+  if (S.errors.length > MAX_LIST * 2) S.errors.splice(0, S.errors.length - MAX_LIST);
+  dirty.errors = true;
+}
+
+// One function per event type: each updates the model and marks what changed.
+const ON = {
+  RunStarted(d, ev) {
+    const cond = d.startingConditions || {};
+    const reason = cond.reason ? `${cond.type}: ${cond.reason}` : cond.type || "";
+    S.runs.set(d.runId, { runId: d.runId, reason, status: "running",
+      start: ev.timestamp, keys: [] });
+    planEntries(d.executionPlan);
+    dirty.timeline = true;
+  },
+  RunCompleted(d) { endRun(d.runId, "completed"); },
+  RunFailed(d) { endRun(d.runId, "failed"); },
+  RunCrashed(d, ev) {
+    endRun(d.runId, "crashed");
+    note("recovery", ev.timestamp, `Run ${d.runId} crashed (its last codon was ${d.lastCodonStatus || "?"}); detected ${d.detectedAt || ""}`);
+  },
+  PlanExtended(d) { planEntries(d.entries); },
+  CodonStarted(d, ev) { codonRecord(d.runId, d.codonId, d.startTime || ev.timestamp); },
+  CodonTransitioned(d, ev) {
+    const rec = codonRecord(d.runId, d.codonId, ev.timestamp);
+    rec.status = d.to;
+    if (TERMINAL.has(d.to)) rec.end = d.timestamp || ev.timestamp;
+    const meta = d.metadata || {};
+    if (meta.checkpointSha) addCheckpoint(meta.checkpointSha, CHECKPOINT_TYPES[d.to] || d.to, d.codonId, d.runId, ev.timestamp);
+    if (d.to === "failed" && meta.failureReason) rec.lastAction = `failed: ${meta.failureReason}`;
+    touch(rec);
+    dirty.timeline = true;
+  },
+  CostsUpdated(d, ev) {
+    setCost(codonRecord(d.runId, d.codonId, ev.timestamp), d.cost || 0, tokensOf(d.tokens), ev.timestamp);
+  },
+  CostsIncremented(d, ev) {
+    const rec = codonRecord(d.runId, d.codonId, ev.timestamp);
+    setCost(rec, rec.cost + (d.costDelta || 0), rec.tokens + tokensOf(d.tokensDelta), ev.timestamp);
+  },
+  CodonFinalCostSet(d, ev) {
+    setCost(codonRecord(d.runId, d.codonId, ev.timestamp), d.finalCost || 0, tokensOf(d.finalTokens), ev.timestamp);
+  },
+  CheckpointCreated(d, ev) { addCheckpoint(d.sha, d.checkpointType, d.codonId, d.runId, ev.timestamp); },
+  InitialCheckpointSet(d, ev) { addCheckpoint(d.sha, "initial", null, null, ev.timestamp); },
+  SentinelStatesUpdated(d, ev) { sentinel(ev); },
+  "assistant.action"(d) {
+    const rec = codonOf(d);
+    if (!rec) return;
+    const item = { kind: d.action, text: d.content || "", tool: d.toolName || "", input: d.toolInput,
+      id: d.toolUseId, result: null };
+    if (d.toolUseId) rec.tools.set(d.toolUseId, item);
+    rec.lastAction = d.action === "tool_use" ? `tool: ${d.toolName || "?"}` :
+      d.action === "thinking" ? "thinking" : (d.content || "").slice(0, 80);
+    addItem(rec, item);
+    touch(rec);
+  },
+  "tool.result"(d) {
+    const rec = codonOf(d);
+    if (!rec) return;
+    const item = rec.tools.get(d.toolUseId);
+    const result = { text: d.result || "", error: !!d.isError, truncated: !!d.truncated };
+    if (item) {
+      item.result = result;
+      if (rec.key === selected) dirty.transcript = true;
+    } else {
+      addItem(rec, { kind: "tool_result", text: "", tool: d.toolName || "", result });
+    }
+  },
+  "rig.output"(d) {
+    const rec = codonOf(d);
+    if (rec) addItem(rec, { kind: "rig", text: `${d.stream}: ${d.line}` });
+  },
+  "rig.setup.failed"(d, ev) { note("error", ev.timestamp, `Rig setup of ${d.codonId} failed: ${d.message}`); },
+  "codon.retry"(d, ev) {
+    note("recovery", ev.timestamp, `${d.codonId} will run again (attempt ${d.attempt} of ${d.maxAttempts}): ${d.reason || ""}`);
+  },
+  "rollback.started"(d, ev) {
+    for (const id of d.codonsToProcess || []) {
+      const key = S.latest.get(id);
+      if (key) supersede(key);
+    }
+    dirty.timeline = true;
+    note("recovery", ev.timestamp, `Rollback to ${d.toCodon || "?"} (${d.checkpointType || ""} ${String(d.toCheckpoint || "").slice(0, 10)}) started`);
+  },
+  "rollback.completed"(d, ev) {
+    note("recovery", ev.timestamp, `Rollback completed: run ${d.toRun} continues from ${d.codonId || "?"}`);
+  },
+  error(d, ev) {
+    note("error", ev.timestamp, d.message || JSON.stringify(d));
+    const rec = codonOf(d);
+    if (rec) addItem(rec, { kind: "error", text: d.message || "" });
+  },
+  info(d, ev) { note("info", ev.timestamp, d.message || ""); },
+  "server.idle"(d) { S.idle = d.message || d.reason || ""; dirty.header = true; },
+  "codon.started"(d, ev) {
+    S.idle = "";
+    dirty.header = true;
+    const rec = codonOf(d);
+    if (rec && d.model) addItem(rec, { kind: "info", text: `${d.harness || ""} ${d.model}` });
+  },
+};
+
+function endRun(runId, status) {
+  const run = S.runs.get(runId);
+  if (run) run.status = status;
+  dirty.timeline = true;
+}
+
+// Events of features that grow (sentinels, budgets) are shown by shape, not by name.
+function sentinel(ev) {
+  S.sentinels.push(ev);
+  if (S.sentinels.length > MAX_LIST * 2) S.sentinels.splice(0, S.sentinels.length - MAX_LIST);
+  dirty.sentinels = true;
+}
+
+function budget(ev) {
+  for (const [k, v] of Object.entries(ev.data || {})) {
+    if (typeof v !== "number" || !/limit|budget|max/i.test(k)) continue;
+    const axis = /token/i.test(k) ? "tokens" : "cost";
+    const label = `${ev.type} ${k}`;
+    const old = S.budgets.find((b) => b.label === label);
+    if (old) old.value = v; else S.budgets.push({ label, value: v, axis });
+    dirty.chart = true;
+  }
+  note("info", ev.timestamp, `${ev.type}: ${JSON.stringify(ev.data)}`);
+}
+
+function apply(ev) {
+  if (ev.seq <= S.lastSeq) { S.stats.duplicates++; return; }
+  if (ev.seq !== S.lastSeq + 1) S.stats.gaps++;
+  S.lastSeq = ev.seq;
+  S.lastTimestamp = ev.timestamp;
+  S.stats.events++;
+  const handler = ON[ev.type];
+  try {
+    if (handler) handler(ev.data || {}, ev);
+    else if (ev.type.startsWith("sentinel.")) sentinel(ev);
+    else if (ev.type.startsWith("budget")) budget(ev);
+  } catch (err) {
+    note("error", ev.timestamp, `the dashboard could not show event ${ev.seq} (${ev.type}): ${err}`);
+  }
+  dirty.header = true;
+}
+
+// -- the connection --------------------------------------------------------------
+
+let socket = null;
+let token = null;
+let wantMode = "readandwrite";
+let handshaken = false;
+let retryMs = 250;
+let commandSeq = 0;
+let holdUntil = 0; // tests: stay disconnected until then
+const pending = new Map(); // command id -> its line in the actions list
+
+function takeToken() {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  const fromHash = hash.get("token");
+  if (fromHash) {
+    sessionStorage.setItem("weft-token", fromHash);
+    // The token leaves the address bar (and so screenshots and shared links).
+    history.replaceState(null, "", location.pathname);
+  }
+  return fromHash || sessionStorage.getItem("weft-token");
+}
+
+function connect() {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${scheme}://${location.host}/`);
+  socket = ws;
+  handshaken = false;
+  status("connecting", "");
+  ws.onopen = () => handshake(ws);
+  ws.onmessage = (m) => receive(ws, m.data);
+  ws.onclose = (e) => {
+    if (socket !== ws) return;
+    socket = null;
+    const why = e.code === 1001 ? "run ended" : `disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`;
+    status(why, "bad");
+    if (token !== null || S.mode) setTimeout(connect, Math.max(retryMs, holdUntil - Date.now()));
+    retryMs = Math.min(retryMs * 2, 5000);
+  };
+}
+
+function handshake(ws) {
+  const data = { mode: wantMode, afterSeq: S.lastSeq, liveBatches: true, pageSize: 10000 };
+  if (token) data.token = token;
+  ws.send(JSON.stringify({ type: "handshake", data }));
+}
+
+function receive(ws, text) {
+  if (socket !== ws) return;
+  const t0 = performance.now();
+  const msg = JSON.parse(text);
+  S.time.parse += performance.now() - t0;
+  const d = msg.data || {};
+  switch (msg.type) {
+    case "handshake.response":
+      handshaken = true;
+      retryMs = 250;
+      S.stats.connects++;
+      S.mode = d.mode;
+      if (S.targetSeq === null) S.targetSeq = d.lastSeq;
+      status("live", "good");
+      showMode();
+      break;
+    case "server.ready":
+      S.execution = d.executionPath || "";
+      dirty.header = true;
+      break;
+    case "history.batch":
+    case "live.batch": {
+      const t1 = performance.now();
+      S.lastArrival = Date.now();
+      for (const ev of d.events) apply(ev);
+      S.time.apply += performance.now() - t1;
+      break;
+    }
+    case "command.ack":
+      answered(d.commandId, true, `${d.command}: accepted`);
+      break;
+    case "checkpoint.list":
+      answered(d.commandId, true, `${(d.checkpoints || []).length} checkpoints`);
+      break;
+    case "error":
+      if (msg.seq !== undefined) {
+        apply(msg);
+      } else if (!handshaken && d.code === "INVALID_TOKEN") {
+        refused(ws, d.message);
+      } else if (d.commandId !== undefined && pending.has(String(d.commandId))) {
+        answered(d.commandId, false, `${d.command || ""}: ${d.message}`);
+      } else {
+        note("error", msg.timestamp, `${d.code || "error"}: ${d.message}`);
+      }
+      break;
+    case "pong":
+      break;
+    default:
+      if (msg.seq !== undefined) apply(msg);
+  }
+  schedule();
+}
+
+function refused(ws, message) {
+  if (wantMode === "readandwrite") {
+    // Not the read-write token: it may be the read token; same connection.
+    wantMode = "readonly";
+    handshake(ws);
+    return;
+  }
+  token = null;
+  sessionStorage.removeItem("weft-token");
+  wantMode = "readandwrite";
+  ws.onclose = null;
+  ws.close();
+  socket = null;
+  status("no access", "bad");
+  login(message);
+}
+
+function login(reason) {
+  $("login").hidden = false;
+  $("login-reason").textContent = reason || "This run needs a token.";
+  $("token-input").focus();
+}
+
+function send(type, data, label) {
+  if (!socket || !handshaken) {
+    logAction(label || type, false, "not connected");
+    return;
+  }
+  const id = `c-${++commandSeq}`;
+  pending.set(id, logAction(label || type, null, "sent"));
+  socket.send(JSON.stringify(data ? { id, type, data } : { id, type }));
+}
+
+function logAction(label, ok, text) {
+  const li = document.createElement("li");
+  li.className = ok === null ? "pending" : ok ? "ok" : "refused";
+  li.textContent = `${label}: ${text}`;
+  $("actions").prepend(li);
+  while ($("actions").children.length > 8) $("actions").lastChild.remove();
+  return li;
+}
+
+function answered(commandId, ok, text) {
+  const li = pending.get(String(commandId));
+  if (!li) return;
+  pending.delete(String(commandId));
+  li.className = ok ? "ok" : "refused";
+  li.textContent = text;
+}
+
+function status(text, kind) {
+  const el = $("connection");
+  el.textContent = text;
+  el.className = `pill ${kind}`;
+}
+
+function showMode() {
+  const rw = S.mode === "readandwrite";
+  $("mode").textContent = rw ? "read-write" : "read-only";
+  $("controls").hidden = !rw;
+  document.body.classList.toggle("readonly", !rw);
+  dirty.checkpoints = true;
+}
+
+function ask(text) {
+  return new Promise((resolve) => {
+    const dialog = $("confirm");
+    $("confirm-text").textContent = text;
+    dialog.onclose = () => resolve(dialog.returnValue === "ok");
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+// -- rendering -----------------------------------------------------------------
+
+function schedule() {
+  if (!scheduled) {
+    scheduled = true;
+    requestAnimationFrame(render);
+  }
+}
+
+const rows = new Map(); // codon key -> <tr>
+let lastGroup = "";
+
+function render() {
+  const t0 = performance.now();
+  renderAll();
+  S.time.render += performance.now() - t0;
+}
+
+let heavyAt = 0; // when the whole-panel renders last ran
+
+function renderAll() {
+  scheduled = false;
+  document.body.dataset.lastSeq = String(S.lastSeq);
+  if (S.targetSeq !== null && S.lastSeq < S.targetSeq) {
+    // Replaying: only the progress; the panels are built once, at the end.
+    $("totals").textContent = `replaying: ${S.lastSeq} of ${S.targetSeq} events`;
+    return;
+  }
+  if (dirty.header) renderHeader();
+  if (dirty.rows.size) renderRows();
+  if (dirty.transcript) renderTranscript();
+  // Panels rebuilt whole are rebuilt at most every HEAVY_MS while events pour in.
+  const now = performance.now();
+  if (now - heavyAt >= HEAVY_MS || !S.replayed) {
+    heavyAt = now;
+    if (dirty.timeline) renderTimeline();
+    if (dirty.checkpoints) renderCheckpoints();
+    if (dirty.sentinels) renderSentinels();
+    if (dirty.errors) renderErrors();
+    if (dirty.chart) renderChart();
+  } else if (dirty.timeline || dirty.checkpoints || dirty.sentinels || dirty.errors || dirty.chart) {
+    setTimeout(schedule, HEAVY_MS);
+  }
+  if (!S.replayed && S.targetSeq !== null && S.lastSeq >= S.targetSeq) {
+    S.replayed = true;
+    document.body.dataset.replayed = "1";
+    performance.mark("weft-replayed");
+    // The next frame starts once this one (with the whole replay) was painted.
+    requestAnimationFrame(() => {
+      performance.mark("weft-rendered");
+      document.body.dataset.rendered = "1";
+    });
+  }
+}
+
+function renderHeader() {
+  dirty.header = false;
+  $("execution").textContent = S.execution;
+  const running = [...S.runs.values()].filter((r) => r.status === "running").length;
+  $("totals").textContent = `${fmtCost(S.totalCost)} · ${fmtTokens(S.totalTokens)} tokens · `
+    + `${S.order.length} codon records · ${S.runs.size} run(s)${running ? "" : ""} · seq ${S.lastSeq}`;
+  $("idle").textContent = S.idle;
+}
+
+function cell(tr, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  tr.append(td);
+  return td;
+}
+
+function groupOf(rec) {
+  const loop = rec.loop ? ` · loop ${rec.loop.id} iteration ${rec.loop.iteration}` : "";
+  return `${rec.runId}${loop}`;
+}
+
+function renderRows() {
+  const body = $("codons").tBodies[0];
+  const frag = document.createDocumentFragment();
+  for (const key of dirty.rows) {
+    const rec = S.codons.get(key);
+    let tr = rows.get(key);
+    if (!tr) {
+      const group = groupOf(rec);
+      if (group !== lastGroup) {
+        lastGroup = group;
+        const head = document.createElement("tr");
+        head.className = rec.loop ? "group loop" : "group";
+        const run = S.runs.get(rec.runId);
+        const td = cell(head, rec.loop ? `loop ${rec.loop.id} · iteration ${rec.loop.iteration}`
+          : `run ${rec.runId}${run && run.reason ? ` (${run.reason})` : ""}`);
+        td.colSpan = 6;
+        frag.append(head);
+      }
+      tr = document.createElement("tr");
+      tr.dataset.key = key;
+      tr.dataset.codon = rec.codonId;
+      for (let i = 0; i < 6; i++) cell(tr, "");
+      rows.set(key, tr);
+      frag.append(tr);
+    }
+    fillRow(tr, rec);
+  }
+  body.append(frag);
+  dirty.rows.clear();
+}
+
+function fillRow(tr, rec) {
+  const c = tr.cells;
+  c[0].textContent = rec.name ? `${rec.codonId} · ${rec.name}` : rec.codonId;
+  c[1].textContent = rec.status;
+  c[1].className = `state s-${rec.status}`;
+  c[2].textContent = fmtDuration(rec.start, rec.end);
+  c[3].textContent = fmtTokens(rec.tokens);
+  c[4].textContent = fmtCost(rec.cost);
+  c[5].textContent = rec.lastAction;
+  tr.dataset.state = rec.status;
+  tr.classList.toggle("superseded", rec.superseded);
+  tr.classList.toggle("selected", rec.key === selected);
+}
+
+let transcriptShown = 0;
+
+function renderTranscript() {
+  dirty.transcript = false;
+  const box = $("transcript");
+  const rec = S.codons.get(selected);
+  if (!rec) return;
+  $("transcript-title").textContent = `${rec.codonId} (run ${rec.runId})${rec.superseded ? " · superseded" : ""}`;
+  // Tool results arrive after their call: re-render the open codon whole when
+  // something was filled in, else append only the new items.
+  const changed = rec.items.slice(0, transcriptShown).some((it) => it.result && !it.shownResult);
+  if (changed) { box.textContent = ""; transcriptShown = 0; }
+  const frag = document.createDocumentFragment();
+  for (const item of rec.items.slice(transcriptShown)) frag.append(renderItem(item));
+  transcriptShown = rec.items.length;
+  box.append(frag);
+}
+
+function renderItem(item) {
+  if (item.kind === "message") {
+    const p = document.createElement("p");
+    p.className = "t-message";
+    p.textContent = item.text;
+    return p;
+  }
+  if (item.kind === "thinking" || item.kind === "tool_use" || item.kind === "tool_result") {
+    const details = document.createElement("details");
+    details.className = `t-${item.kind}`;
+    const summary = document.createElement("summary");
+    summary.textContent = item.kind === "thinking" ? "thinking"
+      : `${item.tool || "tool"}${item.text && item.text !== item.tool ? ": " + item.text.slice(0, 120) : ""}`
+        + (item.input && item.input.file_path ? ` (${item.input.file_path})` : "");
+    details.append(summary);
+    if (item.kind === "thinking") {
+      details.append(pre(item.text));
+    } else {
+      if (item.input !== undefined) details.append(pre(JSON.stringify(item.input, null, 2)));
+      if (item.result) {
+        const r = pre(item.result.text + (item.result.truncated ? "\n[truncated]" : ""));
+        r.className = item.result.error ? "t-result error" : "t-result";
+        details.append(r);
+        item.shownResult = true;
+      }
+    }
+    return details;
+  }
+  const p = document.createElement("p");
+  p.className = `t-${item.kind}`;
+  p.textContent = item.text;
+  return p;
+}
+
+function pre(text) {
+  const el = document.createElement("pre");
+  el.textContent = text;
+  return el;
+}
+
+function renderTimeline() {
+  dirty.timeline = false;
+  const list = $("timeline");
+  const frag = document.createDocumentFragment();
+  for (const run of S.runs.values()) {
+    const li = document.createElement("li");
+    const title = document.createElement("div");
+    title.textContent = `run ${run.runId} · ${run.reason} · ${run.status} · started ${fmtTime(run.start)}`;
+    li.append(title);
+    const chips = document.createElement("div");
+    chips.className = "chips";
+    for (const key of run.keys) {
+      const rec = S.codons.get(key);
+      const chip = document.createElement("span");
+      chip.className = `chip s-${rec.status}${rec.superseded ? " superseded" : ""}`;
+      chip.textContent = rec.codonId;
+      chip.title = `${rec.codonId}: ${rec.status}${rec.superseded ? " (superseded)" : " (on the thread)"}`;
+      chip.dataset.key = key;
+      chips.append(chip);
+    }
+    li.append(chips);
+    frag.append(li);
+  }
+  list.replaceChildren(frag);
+}
+
+let checkpointsShown = 0;
+
+// Rows are added, never rebuilt: a button must not be replaced under the pointer.
+function renderCheckpoints() {
+  dirty.checkpoints = false;
+  const body = $("checkpoints").tBodies[0];
+  const frag = document.createDocumentFragment();
+  for (let i = S.checkpoints.length - 1; i >= checkpointsShown; i--) {
+    frag.append(checkpointRow(S.checkpoints[i]));
+  }
+  checkpointsShown = S.checkpoints.length;
+  body.prepend(frag);
+  for (const cp of S.checkpoints) {
+    const rec = S.codons.get(`${cp.runId}/${cp.codonId}`);
+    cp.row.classList.toggle("superseded", !!(rec && rec.superseded));
+  }
+}
+
+function checkpointRow(cp) {
+  const tr = document.createElement("tr");
+  tr.dataset.sha = cp.sha;
+  cp.row = tr;
+  cell(tr, fmtTime(cp.time));
+  cell(tr, cp.codonId || "(initial)");
+  cell(tr, cp.type || "");
+  cell(tr, String(cp.sha).slice(0, 10), "mono");
+  cell(tr, (cp.files || []).join(", "));
+  // Hidden by CSS on a read-only page (body.readonly); the server refuses it anyway.
+  const button = document.createElement("button");
+  button.textContent = "Roll back here";
+  button.className = "rollback";
+  button.onclick = async () => {
+    const sha = String(cp.sha).slice(0, 10);
+    const ok = await ask(`Roll back to the ${cp.type} checkpoint of ${cp.codonId || "the start"} (${sha})? `
+      + "The work tree returns to it; later codons stay in history, superseded.");
+    if (ok) send("rollback.toCheckpoint", { checkpointSha: cp.sha }, `roll back to ${sha}`);
+  };
+  cell(tr, "").append(button);
+  return tr;
+}
+
+function renderSentinels() {
+  dirty.sentinels = false;
+  const box = $("sentinels");
+  const frag = document.createDocumentFragment();
+  for (const ev of S.sentinels.slice(-MAX_LIST).reverse()) {
+    const card = document.createElement("div");
+    card.className = "card";
+    const h = document.createElement("h3");
+    h.textContent = `${ev.type} · ${fmtTime(ev.timestamp)}`;
+    card.append(h);
+    const dl = document.createElement("dl");
+    for (const [k, v] of Object.entries(ev.data || {})) {
+      const dt = document.createElement("dt");
+      dt.textContent = k;
+      const dd = document.createElement("dd");
+      dd.textContent = typeof v === "string" ? v : JSON.stringify(v);
+      dl.append(dt, dd);
+    }
+    card.append(dl);
+    frag.append(card);
+  }
+  box.replaceChildren(frag);
+}
+
+function renderErrors() {
+  dirty.errors = false;
+  const frag = document.createDocumentFragment();
+  for (const e of S.errors.slice(-MAX_LIST).reverse()) {
+    const li = document.createElement("li");
+    li.className = e.kind;
+    li.textContent = `${fmtTime(e.time)} ${e.kind}: ${e.text}`;
+    frag.append(li);
+  }
+  $("errors").replaceChildren(frag);
+}
+
+function renderChart() {
+  dirty.chart = false;
+  const svg = $("chart");
+  const pts = S.series;
+  const W = 600, H = 200;
+  if (!pts.length) return;
+  const t0 = pts[0][0];
+  const t1 = Math.max(pts[pts.length - 1][0], t0 + 1);
+  const maxCost = Math.max(...S.budgets.filter((b) => b.axis === "cost").map((b) => b.value), S.totalCost, 1e-9) * 1.05;
+  const maxTok = Math.max(...S.budgets.filter((b) => b.axis === "tokens").map((b) => b.value), S.totalTokens, 1) * 1.05;
+  const step = Math.max(1, Math.floor(pts.length / CHART_POINTS));
+  let cost = "", tok = "";
+  for (let i = 0; i < pts.length; i += step) addPoint(pts[i]);
+  if ((pts.length - 1) % step) addPoint(pts[pts.length - 1]);
+  function addPoint(p) {
+    const x = ((p[0] - t0) / (t1 - t0)) * W;
+    cost += `${x.toFixed(1)},${(H - (p[1] / maxCost) * H).toFixed(1)} `;
+    tok += `${x.toFixed(1)},${(H - (p[2] / maxTok) * H).toFixed(1)} `;
+  }
+  const ns = "http://www.w3.org/2000/svg";
+  const parts = [];
+  for (const [points, cls] of [[cost, "cost"], [tok, "tokens"]]) {
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", points);
+    line.setAttribute("class", cls);
+    parts.push(line);
+  }
+  for (const b of S.budgets) {
+    const y = H - (b.value / (b.axis === "cost" ? maxCost : maxTok)) * H;
+    const line = document.createElementNS(ns, "line");
+    line.setAttribute("x1", "0"); line.setAttribute("x2", String(W));
+    line.setAttribute("y1", String(y)); line.setAttribute("y2", String(y));
+    line.setAttribute("class", `budget ${b.axis}`);
+    const title = document.createElementNS(ns, "title");
+    title.textContent = `${b.label}: ${b.value}`;
+    line.append(title);
+    parts.push(line);
+  }
+  svg.replaceChildren(...parts);
+  $("chart-legend").textContent = `cost (orange) up to ${fmtCost(S.totalCost)} · tokens (blue) up to ${fmtTokens(S.totalTokens)}`
+    + (S.budgets.length ? ` · budgets (dashed): ${S.budgets.map((b) => `${b.label} ${b.value}`).join(", ")}` : "");
+}
+
+// -- formatting ------------------------------------------------------------------
+
+function fmtCost(v) { return `$${(v || 0).toFixed(4)}`; }
+function fmtTokens(v) { return v >= 1e6 ? `${(v / 1e6).toFixed(1)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : String(v || 0); }
+function fmtTime(iso) { return iso ? String(iso).slice(11, 19) : ""; }
+// The run's clock: the newest event's time plus the time since it arrived. A live
+// run's codon ages in real time; a replayed journal's open codon is timed from its
+// last event, not from today (the wall clock says nothing about a finished run).
+function runNow() {
+  return S.lastTimestamp ? Date.parse(S.lastTimestamp) + (Date.now() - S.lastArrival) : Date.now();
+}
+
+function fmtDuration(start, end) {
+  if (!start) return "";
+  const ms = (end ? Date.parse(end) : runNow()) - Date.parse(start);
+  if (!(ms >= 0)) return "";
+  return ms < 1000 ? `${ms} ms` : ms < 60000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+// -- wiring ---------------------------------------------------------------------
+
+$("codons").addEventListener("click", (e) => {
+  const tr = e.target.closest("tr[data-key]");
+  if (!tr) return;
+  const before = rows.get(selected);
+  selected = tr.dataset.key;
+  if (before) before.classList.remove("selected");
+  tr.classList.add("selected");
+  $("transcript").textContent = "";
+  transcriptShown = 0;
+  dirty.transcript = true;
+  schedule();
+});
+
+$("controls").addEventListener("click", async (e) => {
+  const button = e.target.closest("button[data-command]");
+  if (!button) return;
+  if (button.dataset.confirm && !(await ask(button.dataset.confirm))) return;
+  send(button.dataset.command, null, button.textContent);
+});
+
+$("login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  token = $("token-input").value.trim();
+  $("token-input").value = "";
+  sessionStorage.setItem("weft-token", token);
+  $("login").hidden = true;
+  connect();
+});
+
+// Running codons' times move on their own.
+setInterval(() => {
+  for (const rec of S.codons.values()) if (!TERMINAL.has(rec.status) && !rec.superseded && rec.start) dirty.rows.add(rec.key);
+  if (dirty.rows.size) schedule();
+}, 1000);
+
+// For tests and benchmarks: the model, and a way to drop the connection.
+window.weftDashboard = {
+  state: S,
+  drop(holdMs = 0) {
+    holdUntil = Date.now() + holdMs;
+    if (socket) socket.close();
+  },
+  send,
+};
+
+// A token pasted into the address bar later (the same page, a new fragment).
+window.addEventListener("hashchange", () => {
+  const fresh = takeToken();
+  if (fresh && fresh !== token) {
+    token = fresh;
+    wantMode = "readandwrite";
+    $("login").hidden = true;
+    if (socket) socket.close(); else connect();
+  }
+});
+
+token = takeToken();
+connect();

@@ -1,0 +1,168 @@
+"""Real parts for the dashboard tests: headless Chromium through Selenium, and
+real ``weft run`` / ``weft ui`` processes on the fake agent.
+
+Chromium is Debian's (``apt-get install chromium chromium-driver``); without
+it (or without selenium) every browser test is skipped with that reason.
+Screenshots go to ``$WEFT_TEST_ARTIFACTS`` (default ``tmp/artifacts/web`` in
+the repository), kept by CI as artifacts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.runtime.hanks import subprocess_environment
+
+ROOT = Path(__file__).resolve().parents[2]
+HELLO = ROOT / "examples" / "hello"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots are kept."""
+    path = Path(os.environ.get("WEFT_TEST_ARTIFACTS", ROOT / "tmp" / "artifacts")) / "web"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def chromium() -> Any:
+    """A headless Chromium driven by Selenium (skips the test when there is none)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.options import Options
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is not installed (pip install selenium)")
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip("no chromium / chromedriver (apt-get install chromium chromium-driver)")
+    options = Options()
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root in a container
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--disable-gpu",
+    ):
+        options.add_argument(flag)
+    options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0, page: Any = None) -> Any:
+    """Polls ``check`` until it returns something true; fails saying ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = ""
+            if page is not None:
+                detail = "\n" + page.find_element("css selector", "body").text[:2000]
+            pytest.fail(f"timed out waiting for {what}{detail}")
+        time.sleep(0.05)
+
+
+def stats(page: Any) -> dict[str, int]:
+    """The page's counters: events applied, duplicates, gaps, connects, lastSeq."""
+    out: dict[str, int] = page.execute_script(
+        "const s = window.weftDashboard.state;return Object.assign({lastSeq: s.lastSeq}, s.stats);"
+    )
+    return out
+
+
+def journal_end(execution: Path) -> int:
+    """The newest seq in the execution's journal."""
+    from weft.web.machine import journal_end as end
+
+    return end(execution / ".weft" / "weft.db")
+
+
+@dataclass
+class LiveRun:
+    """A ``weft run --no-autostart`` process and what a client needs of it."""
+
+    process: subprocess.Popen[bytes]
+    execution: Path
+    port: int
+
+    @property
+    def token(self) -> str:
+        return (self.execution / ".weft" / "server.token").read_text().strip()
+
+    @property
+    def read_token(self) -> str:
+        return (self.execution / ".weft" / "server-read.token").read_text().strip()
+
+    def url(self, token: str | None) -> str:
+        base = f"http://127.0.0.1:{self.port}/"
+        return f"{base}#token={token}" if token else base
+
+    def output(self) -> str:
+        return (self.execution.parent / f"{self.execution.name}.log").read_text(errors="replace")
+
+
+def child_environment(tmp_path: Path) -> dict[str, str]:
+    """A ``python -m weft`` child that imports this worktree's code."""
+    env = subprocess_environment(tmp_path)
+    python = str(ROOT / "python")
+    env["PYTHONPATH"] = python
+    env["WEFT_PYTHONPATH"] = env.get("WEFT_PYTHONPATH", python)
+    env["HOME"] = str(tmp_path / "home")
+    return env
+
+
+@contextlib.contextmanager
+def live_run(tmp_path: Path, name: str = "x", hank: Path = HELLO, *extra: str) -> Iterator[LiveRun]:
+    """Starts ``weft run HANK --no-autostart`` in ``tmp_path/executions/name``
+    and waits for its server's port."""
+    execution = tmp_path / "executions" / name
+    execution.parent.mkdir(parents=True, exist_ok=True)
+    log = (execution.parent / f"{name}.log").open("wb")
+    argv = [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
+    process = subprocess.Popen(
+        [*argv, "--headless", "--no-autostart", *extra],
+        env=child_environment(tmp_path),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        lock = execution / ".weft" / "runtime.lock"
+
+        def port() -> int | None:
+            if process.poll() is not None:
+                log.flush()
+                output = (execution.parent / f"{name}.log").read_text(errors="replace")
+                pytest.fail(f"weft run exited ({process.returncode}):\n{output[-2000:]}")
+            try:
+                value = json.loads(lock.read_text()).get("port")
+            except (OSError, ValueError):
+                return None
+            return int(value) if value else None
+
+        found = wait_for(port, "the run's server port in the lock file")
+        yield LiveRun(process, execution, found)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
