@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from tests.runtime.hanks import subprocess_environment
@@ -38,6 +38,14 @@ def artifacts_dir() -> Path:
     return path
 
 
+def _missing(why: str) -> NoReturn:
+    """Skips the test, or fails it where CI promised a browser (``WEFT_REQUIRE_BROWSER=1``,
+    set by ``.ci/run`` after installing one), so CI cannot pass without running it."""
+    if os.environ.get("WEFT_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"WEFT_REQUIRE_BROWSER=1 but {why}")
+    pytest.skip(why)
+
+
 def chromium() -> Any:
     """A headless Chromium driven by Selenium (skips the test when there is none)."""
     try:
@@ -45,9 +53,9 @@ def chromium() -> Any:
         from selenium.webdriver.chrome.options import Options
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        pytest.skip("selenium is not installed (pip install selenium)")
+        _missing("selenium is not installed (pip install selenium)")
     if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("no chromium / chromedriver (apt-get install chromium chromium-driver)")
+        _missing("no chromium / chromedriver (apt-get install chromium chromium-driver)")
     options = Options()
     for flag in (
         "--headless=new",
