@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from weft.budget.limits import BudgetBook, Caps, Container, LimitKind, OnExceeded
+from weft.plan import PlannedCodon
 from weft.progress import NANO, nanos
 
 __all__ = ["EarlierSpend", "Ledger", "Row", "Slot", "Verdict"]
@@ -43,6 +44,13 @@ class Slot:
     base_id: str
     """The id in the hank (``draft``)."""
     loop_id: str | None = None
+
+    @classmethod
+    def of(cls, planned: PlannedCodon) -> Slot:
+        """The slot of a planned codon."""
+        context = planned.loop_context
+        loop_id = None if context is None else context.loop_id
+        return cls(planned.codon_id, planned.codon.id, loop_id)
 
     def child_of(self, container: Container) -> str:
         """The child of ``container`` this slot draws for."""
@@ -418,9 +426,7 @@ class Ledger:
         totals = self._totals
         if slot.loop_id is not None:
             totals.by_loop[slot.loop_id] = totals.by_loop.get(slot.loop_id, 0) + amount
-            totals.loop_seconds[slot.loop_id] = (
-                totals.loop_seconds.get(slot.loop_id, 0.0) + seconds
-            )
+            totals.loop_seconds[slot.loop_id] = totals.loop_seconds.get(slot.loop_id, 0.0) + seconds
         for container in self._containers(slot):
             key = (container.scope_id, slot.child_of(container))
             totals.by_child[key] = totals.by_child.get(key, 0) + amount

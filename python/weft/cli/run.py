@@ -23,7 +23,7 @@ from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
 from weft.config.loader import LoadedHank
-from weft.config.runtime import RuntimeConfig, resolve_runtime_config
+from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, prepare_execution
 from weft.runtime.layout import ExecutionLayout
@@ -41,6 +41,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535; 0 picks a free one)")
     return port
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
 
 
 def register(commands: Any) -> None:
@@ -106,6 +116,19 @@ def register(commands: Any) -> None:
         metavar="SECONDS",
         help="end an agent session after this long without output (default 180)",
     )
+    parser.add_argument(
+        "--max-cost",
+        type=_positive,
+        metavar="USD",
+        help="stop the run when it has spent more than this many dollars (all its runs "
+        "together; overrides the hank's and the runtime config's budget)",
+    )
+    parser.add_argument(
+        "--max-time",
+        type=_positive,
+        metavar="SECONDS",
+        help="stop the run after this much wall time (all its runs together)",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
         "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
@@ -122,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         hank_path, data_path = resolve_inputs(list(args.paths))
         loaded = load_hank(hank_path, model=args.model)
-        settings = _settings(args, loaded)
+        resolved = _resolved(args, loaded)
+        settings = resolved.config
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except ExecutionSetupError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
@@ -134,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     runtime = Runtime(
         prepared,
         loaded,
-        _options(args, settings),
+        _options(args, settings, resolved.sources),
         listeners=(view.on_event,),
         on_state=view.progress.seed,
         on_server=lambda server: view.note(
@@ -173,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
+def _resolved(args: argparse.Namespace, loaded: LoadedHank) -> ResolvedRuntimeConfig:
     """The run's settings: the flags over the config file over the hank's overrides."""
     return resolve_runtime_config(
         cli={
@@ -182,10 +206,12 @@ def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
             "autostart": False if args.no_autostart else None,
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
+            "budget.maxDollars": args.max_cost,
+            "budget.maxTimeSeconds": args.max_time,
         },
         config_file=args.config,
         hank=loaded.hank,
-    ).config
+    )
 
 
 def _prepare(
@@ -239,8 +265,32 @@ def _opening_notes(
     return notes
 
 
-def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOptions:
+_BUDGET_SOURCES = {
+    "cli": ("--max-cost", "--max-time"),
+    "environment": ("WEFT_RUNTIME_BUDGET_MAX_DOLLARS", "WEFT_RUNTIME_BUDGET_MAX_TIME_SECONDS"),
+    "weft.json": ("weft.json budget.maxDollars", "weft.json budget.maxTimeSeconds"),
+}
+
+
+def _budget_source(sources: dict[str, str]) -> str:
+    """Where the run's ceiling came from, named as the user set it."""
+    names = []
+    for i, key in enumerate(("budget.maxDollars", "budget.maxTimeSeconds")):
+        layer = sources.get(key, "default")
+        if layer in _BUDGET_SOURCES:
+            names.append(_BUDGET_SOURCES[layer][i])
+        elif layer == "hank overrides":
+            names.append("overrides.budget")
+    return ", ".join(dict.fromkeys(names)) or "overrides.budget"
+
+
+def _options(
+    args: argparse.Namespace, settings: RuntimeConfig, sources: dict[str, Any]
+) -> RuntimeOptions:
     return RuntimeOptions(
+        max_dollars=settings.budget.max_dollars,
+        max_seconds=settings.budget.max_time_seconds,
+        budget_source=_budget_source(sources),
         autostart=settings.autostart,
         ignore_rig_failures=args.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from weft._core import ExecutionThread, ThreadCodon
+from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
@@ -49,6 +50,12 @@ class RuntimeOptions:
     """0: a free port (the lock file and ``Runtime.server`` tell which)."""
     allow_anonymous_read: bool = False
     """Let loopback clients read the run without a token (``--allow-anonymous-read``)."""
+    max_dollars: float | None = None
+    max_seconds: float | None = None
+    """The run's budget ceiling (``--max-cost``/``--max-time``, else the stricter
+    of the runtime config and ``overrides.budget``)."""
+    budget_source: str = "overrides.budget"
+    """Where the ceiling came from, for the messages (``--max-cost``...)."""
 
 
 @dataclass(slots=True)
@@ -189,6 +196,8 @@ class RuntimeState:
             for item in hank.hank.hank
             for codon in (item.codons if isinstance(item, Loop) else [item])
         }
+        self._budget: Watchdog | None = None
+        """The run's budgets and their watchdog (set when the run starts)."""
         self._progress = RunProgress()
         """The run's fold: the loop iterations' figures come from it, so they
         agree with the codons' own lines."""
