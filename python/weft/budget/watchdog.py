@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+import msgspec
+
 from weft.agents.events import Tokens
 from weft.budget.ledger import Ledger, Slot, Verdict
 from weft.budget.report import exceeded_event, summary_event
@@ -56,14 +58,16 @@ class Watchdog:
 
     # -- the attempt ------------------------------------------------------------
 
-    def preflight(self, slot: Slot) -> Verdict | None:
+    def preflight(self, slot: Slot, run_id: str) -> Verdict | None:
         """Whether the run's own ceiling is used up before ``slot`` starts."""
         ledger = self.ledger
-        ledger_run = ledger.book.run
-        verdict = ledger.check_run_left(slot) if ledger_run.caps.any else None
+        verdict = ledger.check_run_left(slot) if ledger.book.run.caps.any else None
         if verdict is not None:
             ledger.note(verdict)
-            self._emit(exceeded_event(verdict), self._run_id, slot.codon_id)
+            event = exceeded_event(verdict)
+            message = f"{event.message}; {slot.codon_id} is not started"
+            # No codon runs: the event is the run's, not the codon's.
+            self._emit(msgspec.structs.replace(event, codon_id=None, message=message), run_id, None)
         return verdict
 
     def begin(self, slot: Slot, run_id: str, stop: Stop) -> Verdict | None:

@@ -221,10 +221,10 @@ class RunLoop(RuntimeState):
         """Ends the run before ``current`` starts when the run's ceiling is used
         up (a resumed run whose earlier runs spent it, or a run stopped on it)."""
         budget = self._budget
-        verdict = None if budget is None else budget.preflight(Slot.of(current))
+        verdict = None if budget is None else budget.preflight(Slot.of(current), cursor.run_id)
         if verdict is None:
             return False
-        cursor.failure = f"{verdict.message}; {current.codon_id} was not started; {_RAISE_HINT}"
+        cursor.failure = f"{verdict.message}; {current.codon_id} is not started; {_RAISE_HINT}"
         await self._end_run(manager, cursor, failed=True)
         self._snapshot(cursor.run_id)
         return True
