@@ -283,6 +283,11 @@ class Ledger:
         live = self._live
         return self._totals.unpriced + (1 if live is not None and live.unpriced else 0)
 
+    @property
+    def attempt_unpriced(self) -> bool:
+        """Whether the attempt being run used a model without a price."""
+        return self._live is not None and self._live.unpriced
+
     def elapsed(self) -> float:
         """Seconds of the run so far, earlier runs of the execution included."""
         return self._earlier_seconds + max(self._clock() - self._run_started, 0.0)

@@ -55,7 +55,8 @@ class CodonCompletedEvent(StreamData):
     codon_id: str
     status: Literal["completed", "failed", "skipped"]
     success: bool
-    cost: float
+    cost: float | None
+    """None when the codon's model has no price (unknown, not $0)."""
     duration: int
     """Milliseconds."""
     exit_status: ProcessExit | None = None

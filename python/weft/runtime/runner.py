@@ -549,7 +549,7 @@ class CodonRunner:
                 codon_id=result.codon_id,
                 status=status,
                 success=status == "completed",
-                cost=result.cost,
+                cost=None if self._unpriced() and not result.cost else result.cost,
                 duration=result.duration_ms,
                 exit_status=process_exit_of(a.exit),
                 failure_reason=None if failure is None else builtins_of(failure),
@@ -559,6 +559,10 @@ class CodonRunner:
             result.codon_id,
         )
         return result
+
+    def _unpriced(self) -> bool:
+        """Whether the attempt's model has no price (its cost is unknown, not $0)."""
+        return self.budget is not None and self.budget.ledger.attempt_unpriced
 
     async def _checkpoint(self, a: Attempt, kind: str) -> str | None:
         """Takes a checkpoint of the covered files; None when it failed (reported)."""
