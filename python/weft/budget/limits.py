@@ -34,6 +34,7 @@ __all__ = [
     "Container",
     "LimitKind",
     "OnExceeded",
+    "ceiling_source",
 ]
 
 OnExceeded = Literal["complete", "fail"]
@@ -202,3 +203,22 @@ def _codon_caps(budget: CodonBudget) -> CodonCaps:
         ),
         on_exceeded=budget.on_exceeded or DEFAULT_ON_EXCEEDED,
     )
+
+
+_BUDGET_SOURCES = {
+    "cli": ("--max-cost", "--max-time"),
+    "environment": ("WEFT_RUNTIME_BUDGET_MAX_DOLLARS", "WEFT_RUNTIME_BUDGET_MAX_TIME_SECONDS"),
+    "weft.json": ("weft.json budget.maxDollars", "weft.json budget.maxTimeSeconds"),
+}
+
+
+def ceiling_source(sources: Mapping[str, str]) -> str:
+    """Where the run's ceiling came from, named as the user set it."""
+    names = []
+    for i, key in enumerate(("budget.maxDollars", "budget.maxTimeSeconds")):
+        layer = sources.get(key, "default")
+        if layer in _BUDGET_SOURCES:
+            names.append(_BUDGET_SOURCES[layer][i])
+        elif layer == "hank overrides":
+            names.append("overrides.budget")
+    return ", ".join(dict.fromkeys(names)) or "overrides.budget"

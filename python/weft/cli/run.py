@@ -18,6 +18,8 @@ from typing import Any
 
 import uvloop
 
+from weft.budget.limits import BudgetBook, ceiling_source
+from weft.budget.table import budget_warnings
 from weft.cli.prompts import ask_yes_no, is_interactive
 from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
@@ -257,6 +259,13 @@ def _opening_notes(
     notes = [f"{verb} execution {prepared.layout.root}"]
     for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
         notes.append(f"warning: {warning}")
+    book = BudgetBook.from_hank(
+        loaded.hank,
+        max_dollars=settings.budget.max_dollars,
+        max_seconds=settings.budget.max_time_seconds,
+    )
+    for budget in budget_warnings(book, loaded.hank):
+        notes.append(f"warning {budget.code} at {budget.path}: {budget.message}")
     if settings.allow_anonymous_read:
         notes.append(
             "warning: anonymous reads are on: anyone on this machine can read this run's "
@@ -265,32 +274,13 @@ def _opening_notes(
     return notes
 
 
-_BUDGET_SOURCES = {
-    "cli": ("--max-cost", "--max-time"),
-    "environment": ("WEFT_RUNTIME_BUDGET_MAX_DOLLARS", "WEFT_RUNTIME_BUDGET_MAX_TIME_SECONDS"),
-    "weft.json": ("weft.json budget.maxDollars", "weft.json budget.maxTimeSeconds"),
-}
-
-
-def _budget_source(sources: dict[str, str]) -> str:
-    """Where the run's ceiling came from, named as the user set it."""
-    names = []
-    for i, key in enumerate(("budget.maxDollars", "budget.maxTimeSeconds")):
-        layer = sources.get(key, "default")
-        if layer in _BUDGET_SOURCES:
-            names.append(_BUDGET_SOURCES[layer][i])
-        elif layer == "hank overrides":
-            names.append("overrides.budget")
-    return ", ".join(dict.fromkeys(names)) or "overrides.budget"
-
-
 def _options(
     args: argparse.Namespace, settings: RuntimeConfig, sources: dict[str, Any]
 ) -> RuntimeOptions:
     return RuntimeOptions(
         max_dollars=settings.budget.max_dollars,
         max_seconds=settings.budget.max_time_seconds,
-        budget_source=_budget_source(sources),
+        budget_source=ceiling_source(sources),
         autostart=settings.autostart,
         ignore_rig_failures=args.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,
