@@ -172,6 +172,7 @@ class Ledger:
         self._finished: set[tuple[str, str]] = set()
         self.exceeded: list[Verdict] = []
         """Every budget crossed in this run, in order."""
+        self._chains: dict[str | None, tuple[Container, ...]] = {}
 
     # -- feeding -------------------------------------------------------------
 
@@ -319,15 +320,15 @@ class Ledger:
 
     # -- the rules -------------------------------------------------------------
 
-    def _containers(self, slot: Slot) -> list[Container]:
-        """The containers ``slot`` draws on, innermost first."""
-        out = []
-        if slot.loop_id is not None:
-            loop = self.book.loops.get(slot.loop_id)
-            if loop is not None:
-                out.append(loop)
-        out.append(self.book.run)
-        return out
+    def _containers(self, slot: Slot) -> tuple[Container, ...]:
+        """The containers ``slot`` draws on, innermost first (the check after
+        every message asks: kept per loop, not rebuilt)."""
+        chain = self._chains.get(slot.loop_id)
+        if chain is None:
+            loop = None if slot.loop_id is None else self.book.loops.get(slot.loop_id)
+            chain = (self.book.run,) if loop is None else (loop, self.book.run)
+            self._chains[slot.loop_id] = chain
+        return chain
 
     def _codon(
         self, live: _Live, caps: Caps, on_exceeded: OnExceeded, elapsed: float
@@ -401,9 +402,11 @@ class Ledger:
 
     def check_run_left(self, slot: Slot) -> Verdict | None:
         """The run's ceiling, when nothing of it is left for ``slot`` to start."""
-        return self._used_up(slot, [self.book.run])
+        return self._used_up(slot, (self.book.run,))
 
-    def _used_up(self, slot: Slot, containers: list[Container] | None = None) -> Verdict | None:
+    def _used_up(
+        self, slot: Slot, containers: tuple[Container, ...] | None = None
+    ) -> Verdict | None:
         """A container ``slot`` draws on with nothing left (checked before it starts)."""
         for container in containers if containers is not None else self._containers(slot):
             caps = container.caps
