@@ -91,3 +91,33 @@ async def test_a_used_up_run_is_refused_before_the_codon_starts() -> None:
     assert isinstance(event, BudgetExceededEvent)
     assert (run_id, codon_id) == ("run-2", None)
     assert event.message.endswith("a is not started")
+
+
+async def test_sentinel_spending_counts_once_against_the_run() -> None:
+    from types import SimpleNamespace
+
+    from weft.sentinels.events import SentinelOutput, SentinelTokens, SentinelUnloaded
+
+    rec = Recorder()
+    dog = Watchdog(ledger(hank(codon("a")), dollars=1.0), rec.emit)
+    dog.begin(A, "run-1", rec.stop)
+
+    def output(cost: float) -> SentinelOutput:
+        return SentinelOutput(
+            sentinel_id="s", codon_id="a", trigger_number=1, output_type="text",
+            content="ok", cost=cost, tokens=SentinelTokens(input=1, output=1), event_count=1,
+        )  # fmt: skip
+
+    dog.observe(SimpleNamespace(event=output(0.25)))  # type: ignore[arg-type]
+    dog.observe(SimpleNamespace(event=output(0.25)))  # type: ignore[arg-type]
+    # The unload's final cost includes what the outputs reported, plus one unreported call.
+    unloaded = SentinelUnloaded(
+        sentinel_id="s", codon_id="a", reason="codon-complete", final_cost=0.75, llm_call_count=3
+    )
+    dog.observe(SimpleNamespace(event=unloaded))  # type: ignore[arg-type]
+    assert dog.ledger.spent == 0.75
+    assert rec.stops == []
+    dog.observe(SimpleNamespace(event=output(0.3)))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert [v.scope for v in rec.stops] == ["run"]
+    await dog.end("completed")

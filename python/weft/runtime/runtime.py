@@ -254,6 +254,8 @@ class Runtime(Steering, Recovery, RunLoop):
         ledger = Ledger(book)
         restore_from_state(ledger, state)
         self._budget = Watchdog(ledger, self._emit)
+        if self._manager is not None:
+            self._manager.add_listener(self._budget.observe)  # sentinel spending
         return self._budget
 
     def _harness(self, model: str) -> tuple[Harness, str]:
