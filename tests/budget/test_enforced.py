@@ -274,3 +274,14 @@ def test_a_sigkilled_run_keeps_its_budget_when_resumed(tmp_path: Path, env: dict
     runs = runs_oldest_first(read_state(execution))
     b_cost = codon_records(read_state(execution), len(runs) - 1)["b"]["finalCost"]
     assert summary["actualDollars"] >= a_cost + b_cost - 1e-9
+
+
+@pytest.mark.parametrize("flag", ["--max-cost", "--max-time"])
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "inf"])
+def test_a_bad_ceiling_is_a_usage_error(
+    tmp_path: Path, env: dict[str, str], flag: str, value: str
+) -> None:
+    result = weft("run", EXAMPLES / "hello", "-e", tmp_path / "x", flag, value, env=env)
+    assert result.returncode == 2
+    assert f"argument {flag}: '{value}' is not a positive number" in result.stderr
+    assert not (tmp_path / "x").exists()

@@ -80,11 +80,6 @@ class Verdict:
         return self.scope == "run"
 
     @property
-    def ends_loop(self) -> bool:
-        """Whether the loop the codon is in stops early (any crossed budget does)."""
-        return True
-
-    @property
     def message(self) -> str:
         """``Budget exceeded: ...`` in words a person reads."""
         what = {

@@ -413,6 +413,9 @@ class CodonRunner:
         if exit.log_error is not None:
             a.storage = f"{exit.log_error}; {RESUME_HINT}"
             return await self._fail(a, "storage", False, a.storage)
+        if a.interrupt is None and self.budget is not None and self.budget.verdict is not None:
+            # Crossed on the last lines, before the watchdog's stop got here.
+            a.interrupt = Interrupt.BUDGET
         if a.interrupt is not None:
             return await self._interrupted(a)
         return await self._ended(a)
