@@ -21,6 +21,7 @@ picture, :mod:`weft.budget.ledger` counts the spending against it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -146,15 +147,10 @@ class BudgetBook:
         the flags, the runtime config and ``overrides.budget`` (strictest wins)."""
         overrides = hank.overrides.budget if hank.overrides is not None else None
         top = tuple(item.id for item in hank.hank)
-        run = _container("run", "run", overrides, top, source)
-        run = Container(
-            scope="run",
-            scope_id="run",
+        # The hank's allocation, shares and onExceeded; the ceiling as resolved.
+        run = dataclasses.replace(
+            _container("run", "run", overrides, top, source),
             caps=Caps(dollars=max_dollars, seconds=max_seconds),
-            allocation=run.allocation,
-            shares=run.shares,
-            on_exceeded=run.on_exceeded,
-            children=top,
             source=source,
         )
         loops: dict[str, Container] = {}
