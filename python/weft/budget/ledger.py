@@ -227,7 +227,9 @@ class Ledger:
         run (and the codon's loop), never against the codon's own cap."""
         amount = nanos(dollars)
         live = self._live
-        slot = live.slot if live is not None and live.slot.codon_id == codon_id else None
+        # Sentinels name the codon by its runtime id or by its hank id (``d`` for ``d#2``).
+        running = live is not None and codon_id in (live.slot.codon_id, live.slot.base_id)
+        slot = live.slot if live is not None and running else None
         if slot is None and codon_id is not None and codon_id in self._rows:
             slot = self._rows[codon_id].slot
         self._totals.nanos += amount
