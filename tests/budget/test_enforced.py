@@ -285,3 +285,52 @@ def test_a_bad_ceiling_is_a_usage_error(
     assert result.returncode == 2
     assert f"argument {flag}: '{value}' is not a positive number" in result.stderr
     assert not (tmp_path / "x").exists()
+
+
+# --------------------------------------------------------------------------- the matrix
+
+
+@pytest.mark.parametrize("on_exceeded", ["complete", "fail"])
+@pytest.mark.parametrize("level", ["run", "share", "loop"])
+def test_dollar_budgets_at_every_level(
+    tmp_path: Path, env: dict[str, str], level: str, on_exceeded: str
+) -> None:
+    """A loop of up to 4 iterations then ``after``; $0.02 allowed to the loop by the
+    run ceiling, by its proportional-strict share of the run, or by its own budget."""
+    drafts = loop("l", codon("d"), limit=4)
+    budget: dict[str, Any] = {"onExceeded": on_exceeded}
+    flags: list[str] = []
+    if level == "run":
+        flags = ["--max-cost", "0.02"]
+        overrides = budget
+    elif level == "share":
+        overrides = budget | {
+            "maxDollars": 1.0, "allocation": "proportional-strict", "shares": {"l": 0.02},
+        }  # fmt: skip
+    else:
+        overrides = {}
+        drafts["budget"] = budget | {"maxDollars": 0.02}
+    hank = write_hank(tmp_path / "hank", drafts, codon("after"))
+    doc = json.loads(hank.read_text())
+    if overrides:
+        doc["overrides"] = {"budget": overrides}
+    hank.write_text(json.dumps(doc))
+    execution = tmp_path / "x"
+    result = weft("run", hank, "-e", execution, "--headless", *flags, env=env)
+    (crossed,) = events(execution, "budget.exceeded")
+    assert crossed["scope"] == level
+    assert crossed["onExceeded"] == on_exceeded
+    assert "Budget exceeded" in result.stdout
+    records = codon_records(read_state(execution))
+    stopped = records[crossed["codonId"]]
+    assert stopped["budgetExceeded"]["used"] > 0.02
+    assert 1 <= len([c for c in records if c.startswith("d#")]) < 4
+    assert stopped["status"] == ("completed" if on_exceeded == "complete" else "failed")
+    if on_exceeded == "complete" and level != "run":
+        # The loop ends early; the run goes on.
+        assert result.returncode == 0, result.stdout
+        assert records["after"]["status"] == "completed"
+    else:
+        # The run's own ceiling, or a codon failed under abort: the run stops.
+        assert result.returncode == 1, result.stdout
+        assert "after" not in records
