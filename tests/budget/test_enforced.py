@@ -334,3 +334,16 @@ def test_dollar_budgets_at_every_level(
         # The run's own ceiling, or a codon failed under abort: the run stops.
         assert result.returncode == 1, result.stdout
         assert "after" not in records
+
+
+def test_max_time_stops_a_silent_agent_and_the_run(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", scenario("hang_after_init")), codon("b"))
+    execution = tmp_path / "x"
+    result = weft("run", hank, "-e", execution, "--headless", "--max-time", "1.5", env=env)
+    assert result.returncode == 1, result.stdout
+    assert "of its 1.5s cap (--max-time)" in result.stdout
+    (crossed,) = events(execution, "budget.exceeded")
+    assert (crossed["scope"], crossed["limitKind"]) == ("run", "timeSeconds")
+    records = codon_records(read_state(execution))
+    assert records["a"]["status"] == "completed"
+    assert "b" not in records
