@@ -264,6 +264,20 @@ def _opening_notes(
         max_dollars=settings.budget.max_dollars,
         max_seconds=settings.budget.max_time_seconds,
     )
+    limits = settings.budget
+    ceiling = [
+        text
+        for text, value in (
+            (f"${limits.max_dollars:g}", limits.max_dollars),
+            (f"{limits.max_time_seconds:g}s of wall time", limits.max_time_seconds),
+        )
+        if value is not None
+    ]
+    if ceiling:
+        notes.append(
+            f"Budget: the run may use {' and '.join(ceiling)} (all its runs together); "
+            "the codon that crosses it is stopped"
+        )
     for budget in budget_warnings(book, loaded.hank):
         notes.append(f"warning {budget.code} at {budget.path}: {budget.message}")
     if settings.allow_anonymous_read:
