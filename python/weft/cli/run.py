@@ -265,14 +265,11 @@ def _opening_notes(
         max_seconds=settings.budget.max_time_seconds,
     )
     limits = settings.budget
-    ceiling = [
-        text
-        for text, value in (
-            (f"${limits.max_dollars:g}", limits.max_dollars),
-            (f"{limits.max_time_seconds:g}s of wall time", limits.max_time_seconds),
-        )
-        if value is not None
-    ]
+    ceiling = []
+    if limits.max_dollars is not None:
+        ceiling.append(f"${limits.max_dollars:g}")
+    if limits.max_time_seconds is not None:
+        ceiling.append(f"{limits.max_time_seconds:g}s of wall time")
     if ceiling:
         notes.append(
             f"Budget: the run may use {' and '.join(ceiling)} (all its runs together); "
