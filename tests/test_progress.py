@@ -271,3 +271,53 @@ def test_wire_events_fold_like_processed_items(
         (c.codon_id, c.status, c.tokens, c.cost_nanos) for c in live.codons
     ]
     assert attached.run_status == live.run_status == "completed"
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 10**7), max_size=4),
+            st.one_of(st.none(), st.integers(0, 10**8)),
+            st.sampled_from(["completed", "failed", "skipped"]),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_spent_never_drops_real_money(attempts: list[tuple[list[int], int | None, str]]) -> None:
+    """``spent`` is what every attempt spent, skipped ones included (the core
+    keeps a skipped attempt's money as its partialCost, but counts it $0)."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        items = runner.run(scripted(attempts))
+    progress = RunProgress()
+    for item in items:
+        progress.apply(item)
+    expected = 0
+    for increments, final, _ in attempts:
+        expected += (
+            nanos(final / 1e9) if final is not None else sum(nanos(n / 1e9) for n in increments)
+        )
+    assert progress.spent_nanos == expected
+    assert progress.spent_nanos >= progress.total_cost_nanos
+    skipped = sum(
+        nanos(f / 1e9) if f is not None else sum(nanos(n / 1e9) for n in inc)
+        for inc, f, end in attempts
+        if end == "skipped"
+    )
+    assert progress.spent_nanos - progress.total_cost_nanos == skipped
+    assert progress.unpriced == 0
+
+
+def test_a_usage_without_a_cost_marks_the_codon_unpriced() -> None:
+    progress = RunProgress()
+    usage = TokenUsageEvent(
+        codon_id="a", input_tokens=10, output_tokens=5, cache_creation_tokens=0,
+        cache_read_tokens=0, total_cost=None,
+    )  # fmt: skip
+    progress.fold(core.CodonStarted(run_id=RUN, codon_id="a", start_time="t"), 1, 1)
+    progress.fold(usage, 2, 2, "a")
+    codon = progress.codon("a")
+    assert codon is not None
+    assert codon.unpriced
+    assert progress.unpriced == 1

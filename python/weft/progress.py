@@ -27,6 +27,8 @@ from typing import Any
 
 from weft.events.stream import (
     AssistantActionEvent,
+    BudgetExceededEvent,
+    BudgetSummaryEvent,
     CodonRetryEvent,
     CodonStartedEvent,
     ErrorEvent,
@@ -35,6 +37,7 @@ from weft.events.stream import (
     RigOutputEvent,
     RigSetupFailedEvent,
     SentinelOutput,
+    TokenUsageEvent,
     ToolResultEvent,
 )
 from weft.events.transitions import (
@@ -114,9 +117,13 @@ class CodonProgress:
     sentinel_cost: float = 0.0
     """What its sentinels' model calls cost (US dollars), apart from :attr:`cost`."""
     sentinel_outputs: int = 0
+    unpriced: bool = False
+    """An attempt used a model without a price: :attr:`cost` is a lower bound
+    (``unpriced`` when nothing priced was spent), never a real zero."""
     _cost_before: int = 0
     _cost_now: int = 0
     _tokens_now: int = 0
+    _spent_before: int = 0
 
     @property
     def active(self) -> bool:
@@ -139,6 +146,17 @@ class CodonProgress:
         """:attr:`cost` in nano-dollars."""
         return self._cost_before + self._counted_now()
 
+    @property
+    def spent_nanos(self) -> int:
+        """Every nano-dollar its attempts spent, skipped ones included: the
+        money that left, which :attr:`cost` (the seed's rule) may not count."""
+        return self._spent_before + self._cost_now
+
+    @property
+    def spent(self) -> float:
+        """:attr:`spent_nanos` in dollars."""
+        return self.spent_nanos / NANO
+
     def elapsed(self, now_ns: int) -> float | None:
         """Seconds of the latest attempt (up to ``now_ns`` while it runs)."""
         if self.started_ns is None:
@@ -151,6 +169,7 @@ class CodonProgress:
 
     def _new_attempt(self, at_ns: int) -> None:
         self._cost_before += self._counted_now()
+        self._spent_before += self._cost_now
         self._cost_now = 0
         self._tokens_now = 0
         self.attempts += 1
@@ -179,7 +198,8 @@ class CodonProgress:
         self.attempts = 0
         self.started_ns = self.ended_ns = None
         self.tokens = self._tokens_now = 0
-        self._cost_before = self._cost_now = 0
+        self._cost_before = self._cost_now = self._spent_before = 0
+        self.unpriced = False
         self.last = None
         self.failure = self.failed_during = None
         self.checkpoint = None
@@ -233,6 +253,10 @@ class RunProgress:
         """The codon the run's crash failed (set by ``RunCrashed``)."""
         self.plan_added: list[str] = []
         """The codons the latest ``PlanExtended`` added."""
+        self.budget_exceeded: list[BudgetExceededEvent] = []
+        """The budgets crossed in this run, in order."""
+        self.budget: BudgetSummaryEvent | None = None
+        """The run's ``budget.summary``, once emitted."""
         self._active: str | None = None
         self._replace_plan(plan)
 
@@ -289,6 +313,22 @@ class RunProgress:
     def sentinel_cost(self) -> float:
         """What every codon's sentinels cost in this run (not in :attr:`total_cost`)."""
         return math.fsum(c.sentinel_cost for c in self._codons.values())
+
+    @property
+    def spent_nanos(self) -> int:
+        """Every nano-dollar this run spent, skipped attempts included (never
+        less than :attr:`total_cost_nanos`)."""
+        return sum(c.spent_nanos for c in self._codons.values())
+
+    @property
+    def spent(self) -> float:
+        """:attr:`spent_nanos` in dollars."""
+        return self.spent_nanos / NANO
+
+    @property
+    def unpriced(self) -> int:
+        """How many codons used a model without a price (the totals are lower bounds)."""
+        return sum(1 for c in self._codons.values() if c.unpriced)
 
     @property
     def total_tokens(self) -> int:
@@ -408,6 +448,8 @@ class RunProgress:
         self.checkpoints = set()
         self.failures = []
         self.crashed = None
+        self.budget_exceeded = []
+        self.budget = None
         self._active = None
         if event.execution_plan is not None:
             self._replace_plan(event.execution_plan)
@@ -482,6 +524,20 @@ class RunProgress:
         c = self._get(event.codon_id)
         c.sentinel_cost += event.cost
         c.sentinel_outputs += 1
+
+    def _token_usage(self, event: TokenUsageEvent, at: int, codon_id: str | None) -> None:
+        if event.total_cost is not None:
+            return
+        c = self._codons.get(codon_id or event.codon_id)
+        used = event.input_tokens + event.output_tokens + event.cache_read_tokens
+        if c is not None and used + event.cache_creation_tokens > 0:
+            c.unpriced = True
+
+    def _budget_exceeded(self, event: BudgetExceededEvent, at: int, _: str | None) -> None:
+        self.budget_exceeded.append(event)
+
+    def _budget_summary(self, event: BudgetSummaryEvent, at: int, _: str | None) -> None:
+        self.budget = event
 
     def _error(self, event: ErrorEvent, at: int, _: str | None) -> None:
         self.errors += 1
@@ -558,6 +614,9 @@ _HANDLERS: dict[type[Any], _Handler] = {
     CodonRetryEvent: RunProgress._did,
     ToolResultEvent: RunProgress._tool_result,
     CodonStartedEvent: RunProgress._agent_started,
+    TokenUsageEvent: RunProgress._token_usage,
+    BudgetExceededEvent: RunProgress._budget_exceeded,
+    BudgetSummaryEvent: RunProgress._budget_summary,
     ErrorEvent: RunProgress._error,
     SentinelOutput: RunProgress._sentinel_output,
     RejectedTransition: RunProgress._rejected,

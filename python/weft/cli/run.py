@@ -18,13 +18,15 @@ from typing import Any
 
 import uvloop
 
+from weft.budget.limits import BudgetBook, ceiling_source
+from weft.budget.table import budget_warnings
 from weft.cli.prompts import ask_yes_no, is_interactive
 from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
 from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
-from weft.config.runtime import RuntimeConfig, resolve_runtime_config
+from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, prepare_execution
 from weft.runtime.layout import ExecutionLayout
@@ -42,6 +44,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535; 0 picks a free one)")
     return port
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
 
 
 def register(commands: Any) -> None:
@@ -126,6 +138,19 @@ def register(commands: Any) -> None:
         metavar="SECONDS",
         help="end an agent session after this long without output (default 180)",
     )
+    parser.add_argument(
+        "--max-cost",
+        type=_positive,
+        metavar="USD",
+        help="stop the run when it has spent more than this many dollars (all its runs "
+        "together; overrides the hank's and the runtime config's budget)",
+    )
+    parser.add_argument(
+        "--max-time",
+        type=_positive,
+        metavar="SECONDS",
+        help="stop the run after this much wall time (all its runs together)",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
         "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
@@ -142,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         hank_path, data_path = resolve_inputs(list(args.paths))
         loaded = load_hank(hank_path, model=args.model)
-        settings = _settings(args, loaded)
+        resolved = _resolved(args, loaded)
+        settings = resolved.config
         if args.overwrite_output and settings.output_directory is None:
             print(
                 "weft: error: --overwrite-output needs an output directory: pass -o DIR "
@@ -174,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     runtime = Runtime(
         prepared,
         loaded,
-        _options(args, settings),
+        _options(args, settings, resolved.sources),
         listeners=(view.on_event,),
         on_state=view.progress.seed,
         on_server=on_server,
@@ -221,7 +247,7 @@ def _dashboard_note(server: ProtocolServer, execution: Path) -> str:
     return f"Dashboard: {dashboard_url(server)} (token: {execution / '.weft' / 'server.token'})"
 
 
-def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
+def _resolved(args: argparse.Namespace, loaded: LoadedHank) -> ResolvedRuntimeConfig:
     """The run's settings: the flags over the config file over the hank's overrides."""
     return resolve_runtime_config(
         cli={
@@ -232,10 +258,12 @@ def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
             "outputDirectory": None if args.output is None else str(args.output.absolute()),
             "sentinel.model": args.sentinel_model,
+            "budget.maxDollars": args.max_cost,
+            "budget.maxTimeSeconds": args.max_time,
         },
         config_file=args.config,
         hank=loaded.hank,
-    ).config
+    )
 
 
 def _sentinel_model_problem(settings: RuntimeConfig) -> str | None:
@@ -296,6 +324,24 @@ def _opening_notes(
         notes.append(f"warning: {warning}")
     notes.extend(output_notes(loaded, settings.output_directory))
     notes.extend(f"warning: {line}" for line in inert_settings(settings))
+    book = BudgetBook.from_hank(
+        loaded.hank,
+        max_dollars=settings.budget.max_dollars,
+        max_seconds=settings.budget.max_time_seconds,
+    )
+    limits = settings.budget
+    ceiling = []
+    if limits.max_dollars is not None:
+        ceiling.append(f"${limits.max_dollars:g}")
+    if limits.max_time_seconds is not None:
+        ceiling.append(f"{limits.max_time_seconds:g}s of wall time")
+    if ceiling:
+        notes.append(
+            f"Budget: the run may use {' and '.join(ceiling)} (all its runs together); "
+            "the codon that crosses it is stopped"
+        )
+    for budget in budget_warnings(book, loaded.hank):
+        notes.append(f"warning {budget.code} at {budget.path}: {budget.message}")
     if settings.allow_anonymous_read:
         notes.append(
             "warning: anonymous reads are on: anyone on this machine can read this run's "
@@ -304,8 +350,13 @@ def _opening_notes(
     return notes
 
 
-def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOptions:
+def _options(
+    args: argparse.Namespace, settings: RuntimeConfig, sources: dict[str, Any]
+) -> RuntimeOptions:
     return RuntimeOptions(
+        max_dollars=settings.budget.max_dollars,
+        max_seconds=settings.budget.max_time_seconds,
+        budget_source=ceiling_source(sources),
         autostart=settings.autostart,
         ignore_rig_failures=args.ignore_rig_failures or settings.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,

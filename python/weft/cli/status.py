@@ -47,6 +47,42 @@ def codon_cost(codon: dict[str, Any]) -> float:
     return 0.0
 
 
+def codon_spent(codon: dict[str, Any]) -> float:
+    """What one record's attempt spent, whatever its status: a skipped attempt
+    counts $0 by the seed's rule, but its money was spent."""
+    for key in ("finalCost", "partialCost", "currentCost"):
+        value = codon.get(key)
+        if isinstance(value, int | float):
+            return float(value)
+    return 0.0
+
+
+def unpriced_codons(store: ExecutionStore) -> set[tuple[str | None, str | None]]:
+    """(run id, codon id) of every codon that used a model without a price
+    (a ``token.usage`` without a cost): their dollars are unknown, not zero."""
+    found: set[tuple[str | None, str | None]] = set()
+    for event in store.journal.of_types(["token.usage"]):
+        if '"totalCost":null' in event.payload:
+            found.add((event.run_id, event.codon_id))
+    return found
+
+
+def budget_report(store: ExecutionStore) -> dict[str, Any] | None:
+    """The newest ``budget.summary`` and every ``budget.exceeded`` message, if any."""
+    events = store.journal.of_types(["budget.summary", "budget.exceeded"])
+    if not events:
+        return None
+    exceeded = []
+    summary: dict[str, Any] | None = None
+    for event in events:
+        data = json.loads(event.payload).get("data") or {}
+        if event.type == "budget.exceeded":
+            exceeded.append({"runId": event.run_id, "message": data.get("message")})
+        else:
+            summary = data
+    return {"summary": summary, "exceeded": exceeded}
+
+
 CRASHED_UNMARKED = "crashed (not yet marked)"
 
 
@@ -68,14 +104,22 @@ def report(store: ExecutionStore) -> dict[str, Any]:
     holder = lock_holder(store)
     # An unreadable lock may be live: only a missing or dead holder proves a crash.
     nobody_runs = holder is None or holder["alive"] is False
+    unpriced = unpriced_codons(store)
     runs = []
+    spent_total = 0.0
     for run in state["runs"]:
         codons = []
         for c in run["codons"]:
+            spent = codon_spent(c)
+            spent_total += spent
+            is_unpriced = (run["runId"], c["codonId"]) in unpriced
+            cost = codon_cost(c)
             entry: dict[str, Any] = {
                 "codonId": c["codonId"],
                 "status": c["status"],
-                "cost": codon_cost(c),
+                "cost": None if is_unpriced and not cost else cost,
+                "spent": spent,
+                "unpriced": is_unpriced,
                 "startTime": c["startTime"],
             }
             for key in ("endTime", "failedDuring", "failureReason", "skippedDuring"):
@@ -108,6 +152,9 @@ def report(store: ExecutionStore) -> dict[str, Any]:
         "currentRunId": state["currentRunId"],
         "totalCost": store.core.total_cost(),
         "sentinelCost": math.fsum(r["sentinelCost"] for r in runs),
+        "spent": round(spent_total, 9),
+        "unpricedCodons": len(unpriced),
+        "budget": budget_report(store),
         "runs": runs,
     }
 
@@ -137,10 +184,18 @@ def render(status: dict[str, Any]) -> str:
     lines = [
         f"Execution {status['execution']}",
         f"  journal: {status['journal']['events']} events, state from {status['stateSource']}",
-        f"  total cost: ${status['totalCost']:.4f}",
+        f"  total cost: {_total(status)}",
     ]
     if status.get("sentinelCost"):
         lines.append(f"  sentinel cost: ${status['sentinelCost']:.4f} (apart from the total)")
+    budget = status.get("budget")
+    if budget is not None:
+        summary = budget["summary"] or {}
+        ceiling = summary.get("ceiling") or {}
+        if ceiling:
+            caps = ", ".join(f"{k} {v:g}" for k, v in ceiling.items())
+            lines.append(f"  budget: {caps} (spent ${summary.get('actualDollars', 0.0):.4f})")
+        lines += [f"  run {e['runId']}: {e['message']}" for e in budget["exceeded"]]
     lines += [f"  note: {n}" for n in status["notes"]]
     if not status["runs"]:
         lines.append("  no runs yet")
@@ -159,10 +214,31 @@ def render(status: dict[str, Any]) -> str:
                 )
             elif c["status"] == "skipped":
                 detail = f"  during {c.get('skippedDuring')}"
-            lines.append(f"  {c['codonId']:<24} {c['status']:<21} ${c['cost']:.4f}{detail}")
+            lines.append(f"  {c['codonId']:<24} {c['status']:<21} {_cost(c)}{detail}")
             for s in c.get("sentinels", {}).get("states", []):
                 lines.append(f"    sentinel {_sentinel_line(s)}")
     return "\n".join(lines)
+
+
+def _total(status: dict[str, Any]) -> str:
+    text = f"${status['totalCost']:.4f}"
+    n = status["unpricedCodons"]
+    if n:
+        text = f"≥ {text} ({n} codon{'s' * (n > 1)} unpriced)"
+    if status["spent"] > status["totalCost"] + 5e-10:
+        text += f"; spent ${status['spent']:.4f} (skipped attempts included)"
+    return text
+
+
+def _cost(c: dict[str, Any]) -> str:
+    if c["cost"] is None:
+        return "unpriced"
+    text = f"${c['cost']:.4f}"
+    if c["unpriced"]:
+        text = f"≥ {text}"
+    if c["spent"] > c["cost"] + 5e-10:
+        text += f" (spent ${c['spent']:.4f})"
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

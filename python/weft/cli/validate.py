@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from weft.agents.harness import route
+from weft.budget.limits import BudgetBook, ceiling_source
+from weft.budget.table import budget_table, budget_warnings, render_table
 from weft.config import HankReport, LoadedHank, validate_hank
+from weft.config.runtime import resolve_runtime_config
 from weft.config.schema import Codon as CodonT
 from weft.config.schema import (
     CommandOp,
@@ -24,6 +27,7 @@ from weft.config.schema import (
     Loop,
     SentinelConfig,
 )
+from weft.errors import ConfigError
 from weft.terminal import printable_lines
 
 
@@ -188,6 +192,49 @@ def render_tree(tree: dict[str, Any], file: str) -> str:
     return "\n".join(lines)
 
 
+def book_of(loaded: LoadedHank) -> BudgetBook:
+    """The hank's budgets under the run ceiling its overrides and the
+    ``WEFT_RUNTIME_BUDGET_*`` variables set (what a run without flags gets)."""
+    try:
+        resolved = resolve_runtime_config(hank=loaded.hank)
+    except ConfigError:
+        # A bad variable is reported by the run itself; the hank's own budget still shows.
+        budget = loaded.hank.overrides.budget if loaded.hank.overrides else None
+        return BudgetBook.from_hank(
+            loaded.hank,
+            max_dollars=budget.max_dollars if budget else None,
+            max_seconds=budget.max_time_seconds if budget else None,
+        )
+    settings = resolved.config.budget
+    return BudgetBook.from_hank(
+        loaded.hank,
+        max_dollars=settings.max_dollars,
+        max_seconds=settings.max_time_seconds,
+        source=ceiling_source(resolved.sources),
+    )
+
+
+def _budgets(loaded: LoadedHank) -> dict[str, Any]:
+    book = book_of(loaded)
+    rows = budget_table(book, loaded.hank) if book.any else []
+    return {
+        "table": [
+            {
+                "scope": r.scope,
+                **r.caps.as_dict(),
+                "allocation": r.allocation,
+                "allotted": r.allotted,
+                "onExceeded": r.on_exceeded,
+            }
+            for r in rows
+        ],
+        "warnings": [
+            {"code": w.code, "path": w.path, "message": w.message}
+            for w in budget_warnings(book, loaded.hank)
+        ],
+    }
+
+
 def to_json(report: HankReport) -> dict[str, Any]:
     """The whole report as JSON-ready data."""
     return {
@@ -196,6 +243,7 @@ def to_json(report: HankReport) -> dict[str, Any]:
         "errors": [p.to_json() for p in report.errors],
         "warnings": [p.to_json() for p in report.warnings],
         "tree": describe(report.loaded) if report.loaded is not None else None,
+        "budgets": _budgets(report.loaded) if report.loaded is not None else None,
     }
 
 
@@ -204,6 +252,14 @@ def render(report: HankReport) -> str:
     parts: list[str] = []
     if report.loaded is not None:
         parts.append(render_tree(describe(report.loaded), report.file))
+        book = book_of(report.loaded)
+        if book.any:
+            parts.append("budgets:")
+            parts.append(render_table(budget_table(book, report.loaded.hank)))
+        warned = budget_warnings(book, report.loaded.hank)
+        if warned:
+            parts.append(f"{len(warned)} budget warning(s):")
+            parts.extend(w.render() for w in warned)
     if report.warnings:
         parts.append(f"{len(report.warnings)} warning(s):")
         parts.extend(p.render() for p in report.warnings)

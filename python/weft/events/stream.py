@@ -55,7 +55,8 @@ class CodonCompletedEvent(StreamData):
     codon_id: str
     status: Literal["completed", "failed", "skipped"]
     success: bool
-    cost: float
+    cost: float | None
+    """None when the codon's model has no price (unknown, not $0)."""
     duration: int
     """Milliseconds."""
     exit_status: ProcessExit | None = None
@@ -198,6 +199,52 @@ class CodonRetryEvent(StreamData):
     max_attempts: int
     delay_ms: int
     reason: str
+
+
+class BudgetExceededEvent(StreamData):
+    """A budget was crossed: the codon is stopped now, as ``onExceeded`` says."""
+
+    TYPE: ClassVar[str] = "budget.exceeded"
+    scope: Literal["codon", "share", "loop", "run"]
+    scope_id: str
+    """The codon's, the child's (``share``), the loop's id, or ``run``."""
+    limit_kind: Literal["dollars", "timeSeconds", "outputTokens", "contextTokens"]
+    limit: float
+    used: float
+    on_exceeded: Literal["complete", "fail"]
+    message: str
+    codon_id: str | None = None
+
+
+class BudgetRow(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    """One codon of the run in ``budget.summary``: its caps and what it used."""
+
+    codon_id: str
+    status: str
+    """``completed``, ``failed``, ``skipped``, ``exceeded`` or ``running``."""
+    budget: dict[str, float] = msgspec.field(default_factory=dict)
+    dollars: float | None
+    """None when its model has no price (unknown, not zero)."""
+    time_seconds: float
+    output_tokens: int
+    loop_id: str | None = None
+
+
+class BudgetSummaryEvent(StreamData, kw_only=True):
+    """The run's budgets and spending, emitted once before the run ends."""
+
+    TYPE: ClassVar[str] = "budget.summary"
+    ceiling: dict[str, float] = msgspec.field(default_factory=dict)
+    """The run ceiling that was in force (``maxDollars``, ``maxTimeSeconds``)."""
+    allocation: str = "shared"
+    rows: list[BudgetRow] = msgspec.field(default_factory=list)
+    actual_dollars: float
+    """Every dollar the execution spent, earlier runs, failed and skipped attempts included."""
+    actual_time_seconds: float
+    unpriced_codons: int = 0
+    """Attempts whose model has no price: ``actualDollars`` is then a lower bound."""
+    exceeded: list[str] = msgspec.field(default_factory=list)
+    """The messages of the budgets crossed in this run."""
 
 
 class CodonSummary(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):

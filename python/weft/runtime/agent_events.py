@@ -23,6 +23,7 @@ from weft.agents.events import (
     ToolUse,
     UsageDelta,
 )
+from weft.budget.watchdog import Watchdog
 from weft.clock import utc_now_iso
 from weft.events.stream import (
     AssistantActionEvent,
@@ -45,8 +46,10 @@ from weft.state import StateManager
 class AgentEvents:
     """Records one attempt's agent events through ``manager``."""
 
-    def __init__(self, manager: StateManager) -> None:
+    def __init__(self, manager: StateManager, budget: Watchdog | None = None) -> None:
         self.manager = manager
+        self.budget = budget
+        """Fed every usage the core is fed, so a budget trips on the message that crosses it."""
 
     def emit(self, event: StreamData, run_id: str | None, codon_id: str | None) -> None:
         """Queues a stream event in the one order of the execution."""
@@ -168,6 +171,8 @@ class AgentEvents:
                     tokens_delta=usage_of(event.tokens),
                 )
             )
+            if self.budget is not None:
+                self.budget.usage(event.cost_usd, event.tokens)
         self.emit(
             token_usage_event(codon_id, event.tokens, event.cost_usd, model=event.model),
             run_id,
@@ -192,6 +197,8 @@ class AgentEvents:
                 final_tokens=usage_of(a.tokens),
             )
         )
+        if self.budget is not None:
+            self.budget.total(event.cost_usd, event.tokens)
         self.emit(
             token_usage_event(codon_id, a.tokens, a.reported_cost, final=True), run_id, codon_id
         )

@@ -48,6 +48,9 @@ class Interrupt(enum.StrEnum):
     """The user stopped it: ``failed``, not retriable."""
     SHUTDOWN = "shutdown"
     """Weft is shutting down: ``failed``, retriable, so a later run redoes it."""
+    BUDGET = "budget"
+    """A budget was crossed: ``completed`` or ``failed`` as its ``onExceeded``
+    says (``skipped`` when the agent had not started)."""
 
 
 class SentinelHost(Protocol):

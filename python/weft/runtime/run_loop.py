@@ -15,6 +15,7 @@ import os
 import signal
 import time
 
+from weft.budget.ledger import Slot
 from weft.clock import utc_now_iso
 from weft.config.schema import ContextExceeded
 from weft.errors import WeftError
@@ -47,6 +48,8 @@ from weft.runtime.run_state import (
 )
 from weft.runtime.runner import CodonRunner
 from weft.state import StateManager
+
+_RAISE_HINT = "raise the budget (--max-cost, --max-time) and run the same command to continue"
 
 
 class RunLoop(RuntimeState):
@@ -169,7 +172,10 @@ class RunLoop(RuntimeState):
         """Runs the cursor's codon under its failure policy and moves the cursor on."""
         assert cursor.current is not None
         current = self._configured(cursor.current)
+        if await self._out_of_budget(manager, cursor, current):
+            return
         result = await self._attempts(runner, cursor, current, skip_rig)
+        verdict = None if self._budget is None else self._budget.verdict
         self._finished.append(
             CodonSummary(
                 codon_id=current.codon_id,
@@ -197,7 +203,9 @@ class RunLoop(RuntimeState):
             cursor.sessions[current.codon_id] = result.session_id
         await self._archive(current.codon.archive_on_success, cursor.run_id, current)
         change = cursor.plan.on_codon_finished(
-            current.codon_id, context_exceeded=result.context_exceeded
+            current.codon_id,
+            context_exceeded=result.context_exceeded,
+            budget_exceeded=verdict is not None,
         )
         cursor.plan = self._apply_plan_change(manager, change, cursor.run_id)
         context = current.loop_context
@@ -206,7 +214,10 @@ class RunLoop(RuntimeState):
             if loop is not None:
                 await self._archive(loop.archive_on_success, cursor.run_id, current, loop.id)
         cursor.current = cursor.plan.next_codon(current.codon_id)
-        if cursor.current is None:
+        if verdict is not None and verdict.stops_run and cursor.current is not None:
+            cursor.failure = f"{verdict.message}; {_RAISE_HINT}"
+            await self._end_run(manager, cursor, failed=True)
+        elif cursor.current is None:
             await self._end_run(manager, cursor, failed=False)
         self._snapshot(cursor.run_id)
 
@@ -233,9 +244,26 @@ class RunLoop(RuntimeState):
         )
         self._emit(archive.archive_event(outcome), run_id, finished.codon_id)
 
+    async def _out_of_budget(
+        self, manager: StateManager, cursor: Cursor, current: PlannedCodon
+    ) -> bool:
+        """Ends the run before ``current`` starts when the run's ceiling is used
+        up (a resumed run whose earlier runs spent it, or a run stopped on it)."""
+        budget = self._budget
+        verdict = None if budget is None else budget.preflight(Slot.of(current), cursor.run_id)
+        if verdict is None:
+            return False
+        cursor.failure = f"{verdict.message}; {current.codon_id} is not started; {_RAISE_HINT}"
+        await self._end_run(manager, cursor, failed=True)
+        self._snapshot(cursor.run_id)
+        return True
+
     async def _end_run(self, manager: StateManager, cursor: Cursor, *, failed: bool) -> None:
         if not cursor.open:
             return
+        if self._budget is not None:
+            # Before the run-terminal transition, as the reference does.
+            self._emit(self._budget.summary(), cursor.run_id)
         cursor.open = False
         end = utc_now_iso()
         ended = RunFailed(run_id=cursor.run_id, end_time=end) if failed else None

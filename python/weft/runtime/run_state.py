@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from weft._core import ExecutionThread, ThreadCodon
+from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
@@ -61,6 +62,12 @@ class RuntimeOptions:
     restarts (``sentinel.enablePersistence``); off: in memory, for one codon."""
     anthropic_base_url: str | None = None
     """``ANTHROPIC_BASE_URL`` for Claude Code agents (``anthropicBaseUrl``)."""
+    max_dollars: float | None = None
+    max_seconds: float | None = None
+    """The run's budget ceiling (``--max-cost``/``--max-time``, else the stricter
+    of the runtime config and ``overrides.budget``)."""
+    budget_source: str = "overrides.budget"
+    """Where the ceiling came from, for the messages (``--max-cost``...)."""
 
 
 @dataclass(slots=True)
@@ -201,6 +208,8 @@ class RuntimeState:
             for item in hank.hank.hank
             for codon in (item.codons if isinstance(item, Loop) else [item])
         }
+        self._budget: Watchdog | None = None
+        """The run's budgets and their watchdog (set when the run starts)."""
         self._progress = RunProgress()
         """The run's fold: the loop iterations' figures come from it, so they
         agree with the codons' own lines."""

@@ -48,6 +48,8 @@ from weft.agents.harness import (
     Timeouts,
     session_log_path,
 )
+from weft.budget.ledger import Slot, Verdict
+from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.errors import CheckpointError
 from weft.config.loader import LoadedHank
@@ -63,6 +65,7 @@ from weft.events.stream import (
     StreamData,
 )
 from weft.events.transitions import (
+    BudgetExceeded,
     CodonStarted,
     CodonStatus,
     ExtensionCountUpdated,
@@ -127,6 +130,7 @@ class CodonRunner:
         output_dir: Path | None = None,
         overwrite_output: bool = False,
         anthropic_base_url: str | None = None,
+        budget: Watchdog | None = None,
     ) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
@@ -149,7 +153,9 @@ class CodonRunner:
         self._variables = template_variables(layout.workspace)
         self.tips: dict[str, str] = {}
         """The newest checkpoint of each branch this runner committed to."""
-        self._events = AgentEvents(manager)
+        self.budget = budget
+        """Counts each attempt's spending and stops it when a budget is crossed."""
+        self._events = AgentEvents(manager, budget)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -182,9 +188,7 @@ class CodonRunner:
         if a.rig is not None:
             a.rig.cancel()  # run_rig kills a running command's process group
         if a.session is not None:
-            await a.session.stop(
-                StopReason.SHUTDOWN if why is Interrupt.SHUTDOWN else StopReason.OPERATOR
-            )
+            await a.session.stop(_STOP_REASONS.get(why, StopReason.OPERATOR))
         return True
 
     async def kill(self) -> None:
@@ -199,8 +203,15 @@ class CodonRunner:
         """Runs one attempt of ``request`` to a terminal state."""
         a = Attempt(request)
         self._current = a
+        if self.budget is not None and self.budget.begin(
+            Slot.of(request.planned), request.run_id, self._over_budget
+        ):
+            a.interrupt = Interrupt.BUDGET  # nothing left: it ends before the agent starts
         try:
-            return await self._run(a)
+            result = await self._run(a)
+            if self.budget is not None:
+                await self.budget.end(result.status)
+            return result
         except BaseException:
             # Left by an exception (the journal failed, a full disk): the
             # agent must not outlive the attempt that was recording it.
@@ -211,9 +222,15 @@ class CodonRunner:
         finally:
             self._current = None
 
+    async def _over_budget(self, verdict: Verdict) -> None:
+        """The watchdog's stop: the attempt ends as the budget's ``onExceeded`` says."""
+        await self.interrupt(Interrupt.BUDGET)
+
     async def _run(self, a: Attempt) -> CodonResult:
         """The attempt step by step: each step moves it on (None) or ends it."""
         self._record_start(a)
+        if a.interrupt is not None:
+            return await self._interrupted(a)
         for step in (self._preparing, self._starting, self._spawning):
             ended = await step(a)
             if ended is not None:
@@ -452,13 +469,22 @@ class CodonRunner:
         if exit.log_error is not None:
             a.storage = f"{exit.log_error}; {RESUME_HINT}"
             return await self._fail(a, "storage", False, a.storage)
+        if a.interrupt is None and self.budget is not None and self.budget.verdict is not None:
+            # Crossed on the last lines, before the watchdog's stop got here.
+            a.interrupt = Interrupt.BUDGET
         if a.interrupt is not None:
             return await self._interrupted(a)
+        return await self._ended(a)
+
+    async def _ended(self, a: Attempt, *, budget: Verdict | None = None) -> CodonResult:
+        """The attempt's end by how the agent ended (or by the budget it crossed)."""
+        exit = a.exit
+        assert exit is not None
         context_exceeded = exit.context_exceeded or (
             a.result is not None and a.result.context_exceeded
         )
         accepted = context_exceeded and a.request.accepts_context_exceeded
-        if (exit.ok or accepted) and a.status == "running":
+        if (exit.ok or accepted or budget is not None) and a.status == "running":
             self._move(a, "completing-sentinels")
             await self.sentinels.drain(a.request.planned, a.request.run_id)
             copied = await self._outputs(a)
@@ -481,6 +507,7 @@ class CodonRunner:
                     result_message_received=a.result is not None,
                     context_exceeded=context_exceeded or None,
                     extension_count=a.extensions or None,
+                    budget_exceeded=None if budget is None else budget_of(budget),
                 ),
             )
             return await self._done(
@@ -587,6 +614,15 @@ class CodonRunner:
 
     async def _interrupted(self, a: Attempt) -> CodonResult:
         why = a.interrupt
+        verdict = None if self.budget is None else self.budget.verdict
+        if why is Interrupt.BUDGET and verdict is not None:
+            if verdict.on_exceeded == "fail":
+                return await self._fail(
+                    a, "budget", False, verdict.message, budget=budget_of(verdict)
+                )
+            if a.status == "running" and a.exit is not None:
+                return await self._ended(a, budget=verdict)
+            why = Interrupt.SKIP  # the agent never ran: nothing to complete
         if why is Interrupt.SKIP:
             sha = await self._checkpoint(a, "skipped")
             self._move(
@@ -605,6 +641,7 @@ class CodonRunner:
         message: str,
         *,
         retry_after_ms: int | None = None,
+        budget: BudgetExceeded | None = None,
     ) -> CodonResult:
         sha = await self._checkpoint(a, "error")
         if a.storage is not None:
@@ -620,6 +657,7 @@ class CodonRunner:
                 failure_reason=reason,
                 failed_during=a.status,
                 checkpoint_sha=sha,
+                budget_exceeded=budget,
             ),
         )
         return await self._done(a, "failed", checkpoint=sha, failure=reason)
@@ -665,7 +703,7 @@ class CodonRunner:
                 codon_id=result.codon_id,
                 status=status,
                 success=status == "completed",
-                cost=result.cost,
+                cost=None if self._unpriced() and not result.cost else result.cost,
                 duration=result.duration_ms,
                 exit_status=process_exit_of(a.exit),
                 failure_reason=None if failure is None else builtins_of(failure),
@@ -678,6 +716,10 @@ class CodonRunner:
             req.planned, req.run_id, shutdown=a.interrupt is Interrupt.SHUTDOWN
         )
         return result
+
+    def _unpriced(self) -> bool:
+        """Whether the attempt's model has no price (its cost is unknown, not $0)."""
+        return self.budget is not None and self.budget.ledger.attempt_unpriced
 
     async def _checkpoint(self, a: Attempt, kind: str) -> str | None:
         """Takes a checkpoint of the covered files; None when it failed (reported)."""
@@ -720,4 +762,14 @@ class CodonRunner:
         return self.tips.get(req.branch, req.parent_sha)
 
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "CodonRunner"]
+def budget_of(verdict: Verdict) -> BudgetExceeded:
+    """The ``budgetExceeded`` metadata of a crossed budget (``currency`` names the kind)."""
+    currency = "USD" if verdict.kind == "dollars" else verdict.kind
+    return BudgetExceeded(currency=currency, limit=verdict.limit, used=round(verdict.used, 9))
+
+
+_STOP_REASONS = {Interrupt.SHUTDOWN: StopReason.SHUTDOWN}
+"""Why the agent is stopped, as its session records it (the rest, a budget
+included, are stops Weft asked for on purpose: ``operator``)."""
+
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "CodonRunner", "budget_of"]

@@ -44,9 +44,11 @@ import asyncio
 import contextlib
 import signal
 import time
+from typing import Any
 
 from weft.agents.harness import Harness, route
 from weft.agents.registry import harness_for
+from weft.budget import BudgetBook, Ledger, Watchdog, restore_from_state
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.errors import PersistenceError, StorageFullError
 from weft.events.stream import InfoEvent
@@ -252,6 +254,7 @@ class Runtime(Steering, Recovery, RunLoop):
             output_dir=self.options.output_dir,
             overwrite_output=self.options.overwrite_output,
             anthropic_base_url=self.options.anthropic_base_url,
+            budget=self._watchdog(state),
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         await self._read_thread(manager)
@@ -259,6 +262,22 @@ class Runtime(Steering, Recovery, RunLoop):
             return await self._drive(manager, self._runner)
         finally:
             await sentinels.aclose()  # the last codon's sentinels finish first
+
+    def _watchdog(self, state: dict[str, Any]) -> Watchdog:
+        """The run's budgets, with what earlier runs of the execution spent."""
+        options = self.options
+        book = BudgetBook.from_hank(
+            self.hank.hank,
+            max_dollars=options.max_dollars,
+            max_seconds=options.max_seconds,
+            source=options.budget_source,
+        )
+        ledger = Ledger(book)
+        restore_from_state(ledger, state)
+        self._budget = Watchdog(ledger, self._emit)
+        if self._manager is not None:
+            self._manager.add_listener(self._budget.observe)  # sentinel spending
+        return self._budget
 
     def _harness(self, model: str) -> tuple[Harness, str]:
         target = route(model)

@@ -17,12 +17,37 @@ from weft.events.stream import (
     RigSetupFailedEvent,
     ToolResultEvent,
 )
-from weft.progress import CodonProgress
+from weft.progress import CodonProgress, RunProgress
 
 
 def format_cost(usd: float | None) -> str:
     """Dollars with four decimals (``$0.0320``); ``-`` when unknown."""
     return "-" if usd is None else f"${usd:.4f}"
+
+
+def codon_cost(c: CodonProgress) -> str:
+    """A codon's cost as it is known: ``unpriced`` when its model has no price
+    (never ``$0``), ``≥ $X`` when part of it is unpriced, and the money a
+    skipped attempt spent beside the ``$0`` the seed counts for it."""
+    if c.unpriced:
+        return "unpriced" if c.cost_nanos == 0 else f"≥ {format_cost(c.cost)}"
+    text = format_cost(c.cost)
+    if c.spent_nanos > c.cost_nanos:
+        text += f" (spent {format_cost(c.spent)})"
+    return text
+
+
+def run_cost(p: RunProgress) -> str:
+    """A run's total: ``≥ $X (n codons unpriced)`` when some model has no
+    price, and what skipped attempts spent when the seed's total leaves it out."""
+    unpriced = p.unpriced
+    if unpriced:
+        text = f"≥ {format_cost(p.total_cost)} ({unpriced} codon{'s' * (unpriced > 1)} unpriced)"
+    else:
+        text = format_cost(p.total_cost)
+    if p.spent_nanos > p.total_cost_nanos:
+        text += f", spent {format_cost(p.spent)}"
+    return text
 
 
 def format_tokens(count: int) -> str:

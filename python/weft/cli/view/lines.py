@@ -13,7 +13,7 @@ import msgspec
 import orjson
 
 from weft.cli.view.base import Lines, call_later, cancel
-from weft.cli.view.format import describe_last, format_cost, format_duration, format_tokens, iso
+from weft.cli.view.format import codon_cost, describe_last, format_duration, format_tokens, iso
 from weft.cli.view.notes import Note, fold_wire, see, see_wire, wire_time_ns
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows, title
 from weft.client import Event
@@ -79,7 +79,7 @@ class HeadlessView:
         action = f", last: {did}" if did else ""
         self._out.write(
             f"{iso(now_ns)} {c.codon_id}: {c.status} for {format_duration(c.elapsed(now_ns) or 0)}"
-            f" ({format_tokens(c.tokens)} tokens, {format_cost(c.cost)}{action})"
+            f" ({format_tokens(c.tokens)} tokens, {codon_cost(c)}{action})"
         )
 
     def start(self) -> None:

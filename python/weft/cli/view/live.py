@@ -17,10 +17,11 @@ from rich.text import Text
 from weft.cli.view.base import call_later, cancel
 from weft.cli.view.format import (
     ACTION_LIMIT,
+    codon_cost,
     describe_last,
-    format_cost,
     format_duration,
     format_tokens,
+    run_cost,
 )
 from weft.cli.view.notes import Note, see, see_wire, wire_time_ns
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows, title
@@ -48,6 +49,7 @@ _NOTE_STYLES: dict[str, str] = {
     "retry": "yellow",
     "run": "bold",
     "sentinel": "magenta",
+    "budget": "magenta",
 }
 
 
@@ -240,7 +242,7 @@ def _row(c: CodonProgress, now_ns: int) -> tuple[RenderableType, ...]:
         status,
         "" if elapsed is None else format_duration(elapsed),
         format_tokens(c.tokens) if c.tokens else "",
-        format_cost(c.cost) if c.status != PENDING else "",
+        codon_cost(c) if c.status != PENDING else "",
         action,
     )
 
@@ -260,9 +262,7 @@ def _totals(progress: RunProgress, now_ns: int) -> Text:
         text.append(f" · {counts['failed']} failed", style="red")
     if counts["skipped"]:
         text.append(f" · {counts['skipped']} skipped")
-    text.append(
-        f" · {format_cost(progress.total_cost)} · {format_tokens(progress.total_tokens)} tokens"
-    )
+    text.append(f" · {run_cost(progress)} · {format_tokens(progress.total_tokens)} tokens")
     elapsed = progress.elapsed(now_ns)
     if elapsed is not None:
         text.append(f" · {format_duration(elapsed)}")

@@ -18,15 +18,19 @@ import msgspec
 from weft.cli.view.format import (
     checkpoint_list_text,
     clip,
+    codon_cost,
     format_cost,
     format_duration,
     format_tokens,
     rig_label,
+    run_cost,
 )
 from weft.client import Event as WireEvent
 from weft.events.stream import (
     ArchiveCompletedEvent,
     ArchivePartialEvent,
+    BudgetExceededEvent,
+    BudgetSummaryEvent,
     CheckpointListEvent,
     CodonExtendedEvent,
     CodonRetryEvent,
@@ -60,7 +64,18 @@ from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
 
 NoteKind = Literal[
-    "run", "codon", "plan", "rig", "retry", "loop", "info", "error", "idle", "rejected", "sentinel"
+    "run",
+    "codon",
+    "plan",
+    "rig",
+    "retry",
+    "loop",
+    "info",
+    "error",
+    "idle",
+    "rejected",
+    "sentinel",
+    "budget",
 ]
 
 
@@ -139,7 +154,7 @@ def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> 
         model = f" ({c.model})" if to == "running" and c.model else ""
         return Note("codon", f"{c.codon_id}: {to}{model}", c.codon_id, to)
     took = format_duration(c.elapsed(at) or 0.0)
-    figures = f"{format_cost(c.cost)}, {format_tokens(c.tokens)} tokens"
+    figures = f"{codon_cost(c)}, {format_tokens(c.tokens)} tokens"
     if to == "completed":
         sha = f", checkpoint {c.checkpoint[:8]}" if c.checkpoint else ""
         return Note("codon", f"{c.codon_id}: completed in {took} ({figures}{sha})", c.codon_id, to)
@@ -161,7 +176,7 @@ def _run_started(p: RunProgress, event: RunStarted, at: int, _: str | None) -> N
 
 def _run_ended(p: RunProgress, event: Any, at: int, _: str | None) -> Note:
     took = format_duration(p.elapsed(at) or 0.0)
-    return Note("run", f"run {p.run_id} {p.run_status} after {took} ({format_cost(p.total_cost)})")
+    return Note("run", f"run {p.run_id} {p.run_status} after {took} ({run_cost(p)})")
 
 
 def _run_crashed(p: RunProgress, event: RunCrashed, at: int, _: str | None) -> Note | None:
@@ -297,6 +312,26 @@ def _archive_restored(
     return Note("info", f"rollback: restored {paths} archived by {event.codon_id}{failed}")
 
 
+def _over_budget(p: RunProgress, event: BudgetExceededEvent, at: int, codon: str | None) -> Note:
+    then = "stopping it (fail)" if event.on_exceeded == "fail" else "ending it as completed"
+    doing = f"; {then}" if event.codon_id else ""
+    return Note("budget", f"{_where(codon)}{clip(event.message, 300)}{doing}", codon)
+
+
+def _budget_summary(p: RunProgress, event: BudgetSummaryEvent, at: int, _: str | None) -> Note:
+    limits = []
+    if "maxDollars" in event.ceiling:
+        limits.append(f"of {format_cost(event.ceiling['maxDollars'])}")
+    if "maxTimeSeconds" in event.ceiling:
+        limits.append(f"time cap {format_duration(event.ceiling['maxTimeSeconds'])}")
+    spent = format_cost(event.actual_dollars)
+    if event.unpriced_codons:
+        spent = f"≥ {spent} ({event.unpriced_codons} unpriced)"
+    cap = f" {', '.join(limits)}" if limits else ""
+    took = format_duration(event.actual_time_seconds)
+    return Note("budget", f"budget: spent {spent}{cap} in {took} (all runs of the execution)")
+
+
 def _checkpoints(p: RunProgress, event: CheckpointListEvent, at: int, _: str | None) -> Note:
     # Journaled by earlier versions; now the asking client's own answer.
     return Note("info", checkpoint_list_text(msgspec.to_builtins(event)))
@@ -347,5 +382,7 @@ _NOTES: dict[type[Any], _NoteOf] = {
     RollbackArchiveRestoreEvent: _archive_restored,
     SentinelOutput: _sentinel_output,
     SentinelError: _sentinel_error,
+    BudgetExceededEvent: _over_budget,
+    BudgetSummaryEvent: _budget_summary,
 }
 """One function per event class worth a line."""

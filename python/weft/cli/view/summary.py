@@ -65,7 +65,12 @@ def summary_data(progress: RunProgress, result: RunSummary, now_ns: int) -> dict
             "total": len(progress.codons),
             "doneEarlier": earlier,
         },
-        "totalCost": progress.total_cost,
+        "totalCost": None
+        if progress.unpriced and not progress.total_cost_nanos
+        else (progress.total_cost),
+        "unpricedCodons": progress.unpriced,
+        "spent": progress.spent,
+        "budgetExceeded": [e.message for e in progress.budget_exceeded],
         "sentinelCost": progress.sentinel_cost,
         "tokens": progress.total_tokens,
         "wallTimeMs": wall_ms,
@@ -106,13 +111,13 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     if codons["doneEarlier"]:
         counted += f"; {codons['doneEarlier']} done in earlier runs"
     rows = [("codons", counted)]
-    rows.append(
-        ("cost", f"{format_cost(data['totalCost'])} ({format_tokens(data['tokens'])} tokens)")
-    )
+    rows.append(("cost", f"{_cost_text(data)} ({format_tokens(data['tokens'])} tokens)"))
     if data.get("sentinelCost"):
         rows.append(
             ("sentinels", f"{format_cost(data['sentinelCost'])} (apart from the cost above)")
         )
+    for message in data["budgetExceeded"]:
+        rows.append(("budget", clip(message, 160)))
     if data["wallTimeMs"] is not None:
         rows.append(("time", format_duration(data["wallTimeMs"] / 1000)))
     rows.append(("checkpoints", f"{data['checkpoints']} made"))
@@ -122,6 +127,19 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     if len(failures) > 5:
         rows.append(("failed", f"… and {len(failures) - 5} more (weft status)"))
     return rows
+
+
+def _cost_text(data: Mapping[str, Any]) -> str:
+    """The run's cost: a lower bound with unpriced codons, and what skipped
+    attempts spent beside it."""
+    unpriced = data["unpricedCodons"]
+    total = data["totalCost"] or 0.0
+    text = format_cost(total)
+    if unpriced:
+        text = f"≥ {text} ({unpriced} codon{'s' * (unpriced > 1)} unpriced)"
+    if data["spent"] > total + 5e-10:
+        text += f", spent {format_cost(data['spent'])}"
+    return text
 
 
 _TITLES = {"nothing_to_do": "Nothing to do"}

@@ -1,0 +1,351 @@
+"""Budgets enforced on real ``weft run`` processes and the fake agents: the run
+ceiling, codon caps (money and time), loop budgets, both ``onExceeded``
+values, and a SIGKILLed run whose budget survives into the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.runtime.hanks import (
+    codon,
+    codon_records,
+    journal,
+    loop,
+    pid_running,
+    read_state,
+    runs_oldest_first,
+    scenario,
+    subprocess_environment,
+    wait_for,
+    weft_run_argv,
+    write_hank,
+)
+
+from weft.errors import StoreError
+
+TIMEOUT = 60.0
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return subprocess_environment(tmp_path)
+
+
+def weft(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "weft", *map(str, args)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    return result
+
+
+def events(execution: Path, kind: str) -> list[dict[str, Any]]:
+    return [data for t, data in journal(execution) if t == kind]
+
+
+def message_deltas(execution: Path, codon_id: str) -> list[float]:
+    """The live per-message costs the agent reported for ``codon_id``."""
+    return [
+        e["totalCost"]
+        for e in events(execution, "token.usage")
+        if e["codonId"] == codon_id and not e.get("final") and e["totalCost"] is not None
+    ]
+
+
+# --------------------------------------------------------------------------- the run ceiling
+
+
+def test_max_cost_stops_hello_when_crossed_says_so_and_status_shows_the_spend(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = tmp_path / "hello"
+    shutil.copytree(EXAMPLES / "hello", hank)
+    execution = tmp_path / "x"
+    first = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.03", env=env)
+    assert first.returncode == 1, first.stdout
+    assert "Budget exceeded: the run used $" in first.stdout
+    assert "of its $0.0300 cap (--max-cost)" in first.stdout
+    (crossed,) = events(execution, "budget.exceeded")
+    assert (crossed["scope"], crossed["limitKind"], crossed["onExceeded"]) == (
+        "run", "dollars", "complete",
+    )  # fmt: skip
+    state = read_state(execution)
+    records = codon_records(state)
+    stopped = records[crossed["codonId"]]
+    # onExceeded complete: the codon keeps its work, the rest of the run does not start.
+    assert stopped["status"] == "completed"
+    assert stopped["budgetExceeded"]["limit"] == 0.03
+    assert "review" not in records
+    # Tripped by the message that crossed it (live estimates); what is billed is the
+    # agents' own totals, never less (the live lines undercount output tokens).
+    assert 0.03 < crossed["used"] <= 0.03 + max(message_deltas(execution, crossed["codonId"]))
+    spent = sum(r.get("finalCost", 0.0) for r in records.values())
+    assert spent >= crossed["used"]
+    (summary,) = events(execution, "budget.summary")
+    assert summary["ceiling"] == {"maxDollars": 0.03}
+    assert summary["actualDollars"] == pytest.approx(spent)
+
+    status = weft("status", execution, env=env)
+    assert f"total cost: ${spent:.4f}" in status.stdout
+    assert "Budget exceeded: the run used" in status.stdout
+    as_json = json.loads(weft("status", execution, "--json", env=env).stdout)
+    assert as_json["spent"] == pytest.approx(spent)
+    assert as_json["budget"]["summary"]["ceiling"] == {"maxDollars": 0.03}
+
+    # Resumed under the same cap, nothing more starts: earlier runs' spend counts.
+    again = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.03", env=env)
+    assert again.returncode == 1
+    assert "is not started" in again.stdout
+    assert len(events(execution, "CodonStarted")) == len(records)
+    # Without the cap the rest runs.
+    rest = weft("run", hank, "-e", execution, "--headless", env=env)
+    assert rest.returncode == 0, rest.stdout
+    assert "review" in codon_records(read_state(execution), run_index=2)
+
+
+def test_a_runtime_config_ceiling_is_enforced_like_the_flag(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a"), codon("b"), codon("c"))
+    env["WEFT_RUNTIME_BUDGET_MAX_DOLLARS"] = "0.001"
+    result = weft("run", hank, "-e", tmp_path / "x", "--headless", env=env)
+    assert result.returncode == 1
+    assert "(WEFT_RUNTIME_BUDGET_MAX_DOLLARS)" in result.stdout
+    assert set(codon_records(read_state(tmp_path / "x"))) == {"a"}
+
+
+# --------------------------------------------------------------------------- codon caps
+
+
+@pytest.mark.parametrize("on_exceeded", ["complete", "fail"])
+def test_a_codon_cap_stops_the_agent_mid_session(
+    tmp_path: Path, env: dict[str, str], on_exceeded: str
+) -> None:
+    # max_budget with usd=5: tool rounds that would go on to $5 unless stopped.
+    spender = codon(
+        "a",
+        scenario("max_budget,usd=5"),
+        budget={"maxDollars": 0.05, "onExceeded": on_exceeded},
+    )
+    hank = write_hank(tmp_path / "hank", spender, codon("b"))
+    execution = tmp_path / "x"
+    # Lines paced as a real agent's are (not all in the pipe at once), so what
+    # follows the stop is what was in flight, not a backlog already written.
+    env["FAKE_AGENT_LINE_DELAY_MS"] = "10"
+    result = weft("run", hank, "-e", execution, "--headless", env=env)
+    records = codon_records(read_state(execution))
+    a = records["a"]
+    (crossed,) = events(execution, "budget.exceeded")
+    assert (crossed["scope"], crossed["scopeId"], crossed["codonId"]) == ("codon", "a", "a")
+    spent = a.get("finalCost", a.get("partialCost"))
+    assert spent is not None
+    # It trips on the message that crosses the cap (live estimates, not the codon's end)...
+    assert 0.05 < crossed["used"] <= 0.05 + max(message_deltas(execution, "a"))
+    assert a["budgetExceeded"]["used"] > 0.05
+    # ...and the agent is stopped at once: at most the message in flight follows.
+    kinds = [
+        (t, d.get("final", False))
+        for t, d in journal(execution)
+        if t in ("budget.exceeded", "token.usage") and d.get("codonId") == "a"
+    ]
+    after = kinds[kinds.index(("budget.exceeded", False)) + 1 :]
+    # The crossing message's own token.usage, at most one in flight, the final total.
+    assert len(after) <= 3
+    # The agent's own total is what is billed, never less than the estimate: the
+    # live lines undercount output tokens (Claude 2.1.330 reports output_tokens: 1).
+    assert spent >= crossed["used"]
+    assert spent < 0.5  # nowhere near the $5 the scenario would have spent
+    if on_exceeded == "fail":
+        assert result.returncode == 1
+        assert a["status"] == "failed"
+        assert a["failureReason"]["type"] == "budget"
+        assert a["failureReason"]["message"].startswith("Budget exceeded: codon a used $")
+        assert "b" not in records
+    else:
+        assert result.returncode == 0, result.stdout
+        assert a["status"] == "completed"
+        assert records["b"]["status"] == "completed"
+
+
+def test_a_codon_time_cap_stops_a_silent_agent(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", scenario("hang_after_init"), budget={"maxTimeSeconds": 1}),
+        codon("b"),
+    )
+    execution = tmp_path / "x"
+    started = time.monotonic()
+    result = weft("run", hank, "-e", execution, "--headless", env=env)
+    assert result.returncode == 0, result.stdout
+    assert time.monotonic() - started < 20
+    (crossed,) = events(execution, "budget.exceeded")
+    assert crossed["limitKind"] == "timeSeconds"
+    assert 1.0 <= crossed["used"] < 3.0  # the watchdog ticks once a second
+    assert codon_records(read_state(execution))["b"]["status"] == "completed"
+
+
+# --------------------------------------------------------------------------- loops
+
+
+def test_a_loop_budget_ends_the_loop_early_and_the_run_goes_on(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    drafts = loop("drafts", codon("d"), limit=6)
+    drafts["budget"] = {"maxDollars": 0.02, "onExceeded": "complete"}
+    hank = write_hank(tmp_path / "hank", drafts, codon("after"))
+    execution = tmp_path / "x"
+    result = weft("run", hank, "-e", execution, "--headless", env=env)
+    assert result.returncode == 0, result.stdout
+    records = codon_records(read_state(execution))
+    iterations = [c for c in records if c.startswith("d#")]
+    assert 1 <= len(iterations) < 6
+    (crossed,) = events(execution, "budget.exceeded")
+    assert (crossed["scope"], crossed["scopeId"]) == ("loop", "drafts")
+    final = [e for e in events(execution, "loop.iteration.completed") if e["isFinal"]]
+    assert len(final) == 1
+    assert records["after"]["status"] == "completed"
+    loop_spent = sum(records[c]["finalCost"] for c in iterations)
+    assert loop_spent > 0.02
+
+
+# --------------------------------------------------------------------------- SIGKILL
+
+
+def running(execution: Path, codon_id: str) -> dict[str, Any] | None:
+    """The record of ``codon_id`` once it runs (None before, or before the store exists)."""
+    try:
+        record = codon_records(read_state(execution)).get(codon_id)
+    except (StoreError, IndexError):  # no store, or no run yet
+        return None
+    return record if record is not None and record["status"] == "running" else None
+
+
+def test_a_sigkilled_run_keeps_its_budget_when_resumed(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a"),
+        codon("b", prompt_file="prompts/b.md"),
+        files={"prompts/b.md": scenario("hang_after_init")},
+    )
+    execution = tmp_path / "x"
+    proc = subprocess.Popen(
+        weft_run_argv(hank, execution, "--max-cost", "5"),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        record = wait_for(lambda: running(execution, "b"), timeout=TIMEOUT, what="b running")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    agent = record.get("claudePid")
+    if agent and pid_running(agent):
+        os.killpg(agent, signal.SIGKILL)
+    a_cost = codon_records(read_state(execution))["a"]["finalCost"]
+    (hank.parent / "prompts" / "b.md").write_text("Work on b.\n")
+    # A cap below what the killed run already spent: nothing may start.
+    below = weft(
+        "run", hank, "-e", execution, "--headless", "--max-cost", f"{a_cost * 0.9}", env=env
+    )
+    assert below.returncode == 1
+    assert "is not started" in below.stdout
+    # A cap above it: b runs, and the summary counts the killed run's money too.
+    above = weft("run", hank, "-e", execution, "--headless", "--max-cost", "5", env=env)
+    assert above.returncode == 0, above.stdout
+    summary = events(execution, "budget.summary")[-1]
+    runs = runs_oldest_first(read_state(execution))
+    b_cost = codon_records(read_state(execution), len(runs) - 1)["b"]["finalCost"]
+    assert summary["actualDollars"] >= a_cost + b_cost - 1e-9
+
+
+@pytest.mark.parametrize("flag", ["--max-cost", "--max-time"])
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "inf"])
+def test_a_bad_ceiling_is_a_usage_error(
+    tmp_path: Path, env: dict[str, str], flag: str, value: str
+) -> None:
+    result = weft("run", EXAMPLES / "hello", "-e", tmp_path / "x", flag, value, env=env)
+    assert result.returncode == 2
+    assert f"argument {flag}: '{value}' is not a positive number" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+# --------------------------------------------------------------------------- the matrix
+
+
+@pytest.mark.parametrize("on_exceeded", ["complete", "fail"])
+@pytest.mark.parametrize("level", ["run", "share", "loop"])
+def test_dollar_budgets_at_every_level(
+    tmp_path: Path, env: dict[str, str], level: str, on_exceeded: str
+) -> None:
+    """A loop of up to 4 iterations then ``after``; $0.02 allowed to the loop by the
+    run ceiling, by its proportional-strict share of the run, or by its own budget."""
+    drafts = loop("l", codon("d"), limit=4)
+    budget: dict[str, Any] = {"onExceeded": on_exceeded}
+    flags: list[str] = []
+    if level == "run":
+        flags = ["--max-cost", "0.02"]
+        overrides = budget
+    elif level == "share":
+        overrides = budget | {
+            "maxDollars": 1.0, "allocation": "proportional-strict", "shares": {"l": 0.02},
+        }  # fmt: skip
+    else:
+        overrides = {}
+        drafts["budget"] = budget | {"maxDollars": 0.02}
+    hank = write_hank(tmp_path / "hank", drafts, codon("after"))
+    doc = json.loads(hank.read_text())
+    if overrides:
+        doc["overrides"] = {"budget": overrides}
+    hank.write_text(json.dumps(doc))
+    execution = tmp_path / "x"
+    result = weft("run", hank, "-e", execution, "--headless", *flags, env=env)
+    (crossed,) = events(execution, "budget.exceeded")
+    assert crossed["scope"] == level
+    assert crossed["onExceeded"] == on_exceeded
+    assert "Budget exceeded" in result.stdout
+    records = codon_records(read_state(execution))
+    stopped = records[crossed["codonId"]]
+    assert stopped["budgetExceeded"]["used"] > 0.02
+    assert 1 <= len([c for c in records if c.startswith("d#")]) < 4
+    assert stopped["status"] == ("completed" if on_exceeded == "complete" else "failed")
+    if on_exceeded == "complete" and level != "run":
+        # The loop ends early; the run goes on.
+        assert result.returncode == 0, result.stdout
+        assert records["after"]["status"] == "completed"
+    else:
+        # The run's own ceiling, or a codon failed under abort: the run stops.
+        assert result.returncode == 1, result.stdout
+        assert "after" not in records
+
+
+def test_max_time_stops_a_silent_agent_and_the_run(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a", scenario("hang_after_init")), codon("b"))
+    execution = tmp_path / "x"
+    result = weft("run", hank, "-e", execution, "--headless", "--max-time", "1.5", env=env)
+    assert result.returncode == 1, result.stdout
+    assert "of its 1.5s cap (--max-time)" in result.stdout
+    (crossed,) = events(execution, "budget.exceeded")
+    assert (crossed["scope"], crossed["limitKind"]) == ("run", "timeSeconds")
+    records = codon_records(read_state(execution))
+    assert records["a"]["status"] == "completed"
+    assert "b" not in records
