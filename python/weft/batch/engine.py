@@ -1,0 +1,259 @@
+"""The local engine: each step a subprocess, at most ``workers`` at once.
+
+Guarantees, before any code:
+
+* **A step survives its coordinator.** Each step runs in its own session
+  (process group), so a SIGKILLed coordinator leaves it running; the step's
+  exit code is written by a tiny ``sh`` wrapper to ``<step>/exit`` (atomically:
+  temp file, rename), so a later coordinator learns how it ended without
+  being its parent.
+* **Nothing runs twice at once.** The store records each launch's pid and
+  the process's start time (``/proc/<pid>/stat``); a resumed coordinator
+  *adopts* a step whose process is still that process and waits for it,
+  and launches again only a step whose process is gone without an exit file.
+  A hank step launched again is ``weft run`` on the same execution folder,
+  which resumes the execution as any ``weft run`` does.
+* **Output is kept.** stdout and stderr of every launch go to ``<step>/step.log``
+  (appended, one header line per launch); a failed step's last lines are its
+  failure text in reports.
+* **Costs come from the executions.** A hank step's cost is read from its
+  execution's own ``state.json`` (every run, every codon), not tallied here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from weft.batch.scheduler import Outcome
+
+__all__ = ["LaunchSpec", "LocalEngine", "execution_cost", "launch_spec", "process_start"]
+
+# "$0" is the exit file, "$@" the step's argv. The code is written before the
+# wrapper exits, through a rename, so a reader never sees half a number.
+_WRAPPER = '"$@"; code=$?; printf "%s" "$code" > "$0.tmp" && mv -f "$0.tmp" "$0"; exit "$code"'
+_TAIL_LINES = 20
+_ADOPT_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to run one launch of a step."""
+
+    key: str
+    argv: tuple[str, ...]
+    cwd: Path
+    env: dict[str, str]
+    step_dir: Path
+    execution_dir: Path | None
+
+    @property
+    def log_path(self) -> Path:
+        """Where the launch's output goes."""
+        return self.step_dir / "step.log"
+
+    @property
+    def exit_path(self) -> Path:
+        """Where the wrapper writes the exit code."""
+        return self.step_dir / "exit"
+
+
+def launch_spec(key: str, plan: dict[str, Any], state_dir: Path) -> LaunchSpec:
+    """The launch of the step ``key`` with the stored ``plan``."""
+    ws_id, _, step_id = key.partition("/")
+    step_dir = state_dir / "steps" / ws_id / step_id
+    env = {**os.environ, **plan.get("env", {}), "WEFT_BATCH_STEP": key,
+           "WEFT_BATCH_STEP_DIR": str(step_dir)}
+    if "command" in plan:
+        return LaunchSpec(key, tuple(plan["command"]), Path(plan["cwd"]), env, step_dir, None)
+    execution = step_dir / "execution"
+    argv = [sys.executable, "-m", "weft", "run", plan["hank"]]
+    if "data" in plan:
+        argv.append(plan["data"])
+    argv += ["--execution", str(execution), "--headless"]
+    if "model" in plan:
+        argv += ["--model", plan["model"]]
+    if "config" in plan:
+        argv += ["--config", plan["config"]]
+    return LaunchSpec(key, tuple(argv), step_dir, env, step_dir, execution)
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot), ``None`` if it is gone
+    or the system has no ``/proc``. A pid reused by another process has another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after it.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def execution_cost(execution_dir: Path | None) -> float:
+    """The whole cost of an execution, from its ``state.json`` (0 if none yet)."""
+    if execution_dir is None:
+        return 0.0
+    try:
+        state = json.loads((execution_dir / ".weft" / "state.json").read_bytes())
+    except (OSError, ValueError):
+        return 0.0
+    total = 0.0
+    for run in state.get("runs", []):
+        for codon in run.get("codons", []):
+            status = codon.get("status")
+            if status == "completed":
+                total += float(codon.get("finalCost", 0.0))
+            elif status == "failed":
+                total += float(codon.get("partialCost", 0.0))
+            elif status in ("running", "completing-sentinels"):
+                total += float(codon.get("currentCost", 0.0))
+    return total
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-_TAIL_LINES:])
+
+
+def _read_exit(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class _Running:
+    spec: LaunchSpec
+    started: float
+    pid: int
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class LocalEngine:
+    """Runs launches as subprocesses of this machine; outcomes arrive on
+    :attr:`completions` as ``(key, Outcome)``."""
+
+    completions: asyncio.Queue[tuple[str, Outcome]] = field(default_factory=asyncio.Queue)
+    _running: dict[str, _Running] = field(default_factory=dict)
+
+    @property
+    def active(self) -> int:
+        """Launches still running."""
+        return len(self._running)
+
+    async def start(self, spec: LaunchSpec) -> tuple[int, str | None]:
+        """Starts ``spec``; returns its pid and process start time."""
+        spec.step_dir.mkdir(parents=True, exist_ok=True)
+        spec.exit_path.unlink(missing_ok=True)
+        log = spec.log_path.open("ab")
+        try:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            log.write(f"--- {stamp} launch: {' '.join(spec.argv)}\n".encode())
+            log.flush()
+            proc = await asyncio.create_subprocess_exec(
+                "sh",
+                "-c",
+                _WRAPPER,
+                str(spec.exit_path),
+                *spec.argv,
+                cwd=spec.cwd,
+                env=spec.env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            log.close()
+            running = _Running(spec, time.monotonic(), -1)
+            self._running[spec.key] = running
+            self._finish(running, None, f"cannot start: {e}")
+            return -1, None
+        log.close()
+        running = _Running(spec, time.monotonic(), proc.pid)
+        self._running[spec.key] = running
+        running.task = asyncio.ensure_future(self._wait_child(running, proc))
+        return proc.pid, process_start(proc.pid)
+
+    def adopt(self, spec: LaunchSpec, pid: int | None, pid_start: str | None) -> bool:
+        """Takes over a launch made by an earlier coordinator, if its process is
+        still that process or it left an exit code. ``False``: launch it again."""
+        alive = pid is not None and pid > 0 and (
+            process_start(pid) == pid_start if pid_start is not None else _pid_alive(pid)
+        )
+        if not alive and not spec.exit_path.exists():
+            return False
+        running = _Running(spec, time.monotonic(), pid or -1)
+        self._running[spec.key] = running
+        running.task = asyncio.ensure_future(self._wait_adopted(running, pid_start))
+        return True
+
+    def cancel(self, key: str) -> None:
+        """Asks a launch to stop (SIGTERM to its process group)."""
+        running = self._running.get(key)
+        if running is not None and running.pid > 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(running.pid, signal.SIGTERM)
+
+    async def close(self) -> None:
+        """Stops waiting (the processes themselves are left to finish)."""
+        for running in list(self._running.values()):
+            if running.task is not None:
+                running.task.cancel()
+        self._running.clear()
+
+    async def _wait_child(self, running: _Running, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        exit_code = _read_exit(running.spec.exit_path)
+        if exit_code is None and code >= 0:
+            exit_code = code
+        self._finish(running, exit_code, None)
+
+    async def _wait_adopted(self, running: _Running, pid_start: str | None) -> None:
+        while running.pid > 0 and (
+            process_start(running.pid) == pid_start
+            if pid_start is not None
+            else _pid_alive(running.pid)
+        ):
+            await asyncio.sleep(_ADOPT_POLL_S)
+        self._finish(running, _read_exit(running.spec.exit_path), None)
+
+    def _finish(self, running: _Running, exit_code: int | None, error: str | None) -> None:
+        spec = running.spec
+        self._running.pop(spec.key, None)
+        failed = exit_code != 0
+        text = error or (_tail(spec.log_path) if failed else None)
+        outcome = Outcome(
+            exit_code=exit_code,
+            duration_ms=int((time.monotonic() - running.started) * 1000),
+            cost_usd=execution_cost(spec.execution_dir),
+            error=text,
+        )
+        self.completions.put_nowait((spec.key, outcome))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
