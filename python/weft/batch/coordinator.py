@@ -219,8 +219,17 @@ class Coordinator:
         if spec.execution_dir is not None:
             values["execution_dir"] = str(spec.execution_dir)
             step.row.execution_dir = str(spec.execution_dir)
-        self.commit([Change("steps", (step.row.ws_id, step.row.step_id), "S_RUNNING", "S_RUNNING",
-                            values=values)])
+        self.commit(
+            [
+                Change(
+                    "steps",
+                    (step.row.ws_id, step.row.step_id),
+                    "S_RUNNING",
+                    "S_RUNNING",
+                    values=values,
+                )
+            ]
+        )
 
     async def _resume_running(self) -> None:
         for key in self.scheduler.running():
@@ -251,7 +260,9 @@ class Coordinator:
             await self._launch(key)
 
 
-def apply_command(scheduler: Scheduler, kind: str, target: str, now_ms: int) -> tuple[list[Change], str]:
+def apply_command(
+    scheduler: Scheduler, kind: str, target: str, now_ms: int
+) -> tuple[list[Change], str]:
     """One recovery command against the scheduler's machines."""
     if kind == "abandon":
         return scheduler.request_abandon(target)
@@ -262,7 +273,9 @@ def apply_command(scheduler: Scheduler, kind: str, target: str, now_ms: int) -> 
     return [], f"unknown command {kind!r}"
 
 
-def apply_commands_offline(state_dir: Path, clock: Callable[[], int] = wall_clock_ms) -> list[str] | None:
+def apply_commands_offline(
+    state_dir: Path, clock: Callable[[], int] = wall_clock_ms
+) -> list[str] | None:
     """Applies the inbox when no coordinator runs (this process takes the lock,
     applies, and lets go). ``None`` if a coordinator holds the lock: it will."""
     from weft.errors import LockHeldError

@@ -70,8 +70,12 @@ def launch_spec(key: str, plan: dict[str, Any], state_dir: Path) -> LaunchSpec:
     """The launch of the step ``key`` with the stored ``plan``."""
     ws_id, _, step_id = key.partition("/")
     step_dir = state_dir / "steps" / ws_id / step_id
-    env = {**os.environ, **plan.get("env", {}), "WEFT_BATCH_STEP": key,
-           "WEFT_BATCH_STEP_DIR": str(step_dir)}
+    env = {
+        **os.environ,
+        **plan.get("env", {}),
+        "WEFT_BATCH_STEP": key,
+        "WEFT_BATCH_STEP_DIR": str(step_dir),
+    }
     if "command" in plan:
         return LaunchSpec(key, tuple(plan["command"]), Path(plan["cwd"]), env, step_dir, None)
     execution = step_dir / "execution"
@@ -195,8 +199,10 @@ class LocalEngine:
     def adopt(self, spec: LaunchSpec, pid: int | None, pid_start: str | None) -> bool:
         """Takes over a launch made by an earlier coordinator, if its process is
         still that process or it left an exit code. ``False``: launch it again."""
-        alive = pid is not None and pid > 0 and (
-            process_start(pid) == pid_start if pid_start is not None else _pid_alive(pid)
+        alive = (
+            pid is not None
+            and pid > 0
+            and (process_start(pid) == pid_start if pid_start is not None else _pid_alive(pid))
         )
         if not alive and not spec.exit_path.exists():
             return False

@@ -140,8 +140,22 @@ def batch_json_schema() -> dict[str, Any]:
 def read_batch_document(path: Path, display: str) -> tuple[Any, list[ConfigProblem]]:
     """The parsed document (TOML by ``.toml``, else JSON) or the problem that stops it."""
 
-    def problem(message: str, code: str, hint: str | None = None, **where: int) -> ConfigProblem:
-        return ConfigProblem(file=display, path="$", message=message, code=code, hint=hint, **where)
+    def problem(
+        message: str,
+        code: str,
+        hint: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> ConfigProblem:
+        return ConfigProblem(
+            file=display,
+            path="$",
+            message=message,
+            code=code,
+            hint=hint,
+            line=line,
+            column=column,
+        )
 
     try:
         data = path.read_bytes()
@@ -217,7 +231,9 @@ def _check_meaning(doc: dict[str, Any], base: Path, sink: Sink) -> None:
                     hint='set "hank" (with optional "data", "model", "config") or "command"',
                 )
             if has_command and not step["command"]:
-                sink.add((*at, "command"), "empty", "the command is empty", hint='["program", "arg"]')
+                sink.add(
+                    (*at, "command"), "empty", "the command is empty", hint='["program", "arg"]'
+                )
             if not has_hank:
                 for key in ("data", "model", "config"):
                     if key in step:

@@ -210,7 +210,7 @@ def _plan_step(
     defaults = batch.defaults
 
     def path(name: str) -> Path | None:
-        value = getattr(step, name)
+        value: str | None = getattr(step, name)
         if value is None:
             return None
         full = (base / value).resolve()

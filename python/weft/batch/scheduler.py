@@ -156,7 +156,9 @@ class Scheduler:
     @property
     def done(self) -> bool:
         """Whether every workstream is terminal and no step runs."""
-        return all(ws.machine.is_terminal for ws in self.workstreams.values()) and not self.running()
+        return (
+            all(ws.machine.is_terminal for ws in self.workstreams.values()) and not self.running()
+        )
 
     # ---- the two questions --------------------------------------------------
 
@@ -212,9 +214,7 @@ class Scheduler:
             return [], f"workstream {ws_id}: abandon already requested"
         ws.row.abandon_requested = True
         state = ws.machine.state
-        change = Change(
-            "workstreams", (ws_id,), state, state, values={"abandon_requested": True}
-        )
+        change = Change("workstreams", (ws_id,), state, state, values={"abandon_requested": True})
         return [change], f"workstream {ws_id}: abandon requested (in {state})"
 
     def retry_step(self, key: str) -> tuple[list[Change], str]:
@@ -271,9 +271,7 @@ class Scheduler:
             tick.changes.append(self._ws_move(ws, RUNNING, now, reason))
             for step in ws.steps.values():
                 if step.machine.state == FAILED:
-                    tick.changes.append(
-                        self._reset_step(step, {"reason": "workstream " + reason})
-                    )
+                    tick.changes.append(self._reset_step(step, {"reason": "workstream " + reason}))
         if m.state != RUNNING:
             return slots
         if ws.row.abandon_requested:
@@ -335,7 +333,9 @@ class Scheduler:
     def _conclude(self, ws: _Ws, now: int, tick: Tick) -> None:
         states = [s.machine.state for s in ws.steps.values()]
         if all(state == SUCCESS for state in states):
-            tick.changes.append(self._ws_move(ws, SUCCESS, now, "all steps succeeded", steps=states))
+            tick.changes.append(
+                self._ws_move(ws, SUCCESS, now, "all steps succeeded", steps=states)
+            )
             return
         failed = [k for k, s in ws.steps.items() if s.machine.state == FAILED]
         tick.changes.append(
@@ -356,7 +356,14 @@ class Scheduler:
             )
 
     def _ws_move(
-        self, ws: _Ws, to: str, now: int, reason: str, *, steps: list[str] | None = None, **meta: Any
+        self,
+        ws: _Ws,
+        to: str,
+        now: int,
+        reason: str,
+        *,
+        steps: list[str] | None = None,
+        **meta: Any,
     ) -> Change:
         before = ws.machine.state
         ws.machine.transition(to, steps or [], now_ms=now)
@@ -378,9 +385,7 @@ class Scheduler:
         deps = [ws.steps[d].machine.state for d in step.deps]
         step.machine.transition(RUNNING, dependency_states=deps, now_ms=now)
         step.row.launches += 1
-        reason = (
-            "dependencies met" if before == PENDING else f"retry {step.machine.retry_count}"
-        )
+        reason = "dependencies met" if before == PENDING else f"retry {step.machine.retry_count}"
         return _step_change(
             step,
             before,
@@ -397,8 +402,10 @@ class Scheduler:
             FAILED,
             RETRYING,
             {},
-            {"reason": f"retry {step.machine.retry_count + 1} of {step.machine.max_retries}",
-             "ready_at_ms": ready},
+            {
+                "reason": f"retry {step.machine.retry_count + 1} of {step.machine.max_retries}",
+                "ready_at_ms": ready,
+            },
         )
 
     def _reset_step(self, step: _Step, meta: dict[str, Any]) -> Change:
@@ -493,7 +500,13 @@ _Snapshot = tuple[str, int, int, int | None, bool]
 
 
 def _breaker_snapshot(b: CircuitBreaker) -> _Snapshot:
-    return (b.state, b.consecutive_failures, b.half_open_successes, b.opened_at_ms, b.probe_in_flight)
+    return (
+        b.state,
+        b.consecutive_failures,
+        b.half_open_successes,
+        b.opened_at_ms,
+        b.probe_in_flight,
+    )
 
 
 def _open_text(wait_ms: int) -> str:
@@ -502,7 +515,9 @@ def _open_text(wait_ms: int) -> str:
     return circuit_open_message(wait_ms)
 
 
-def breaker_row(tool: str, failure_threshold: int, cooldown_ms: int, success_threshold: int) -> BreakerRow:
+def breaker_row(
+    tool: str, failure_threshold: int, cooldown_ms: int, success_threshold: int
+) -> BreakerRow:
     """A new ``CLOSED`` breaker row."""
     return BreakerRow(
         tool=tool,

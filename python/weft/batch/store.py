@@ -39,7 +39,7 @@ from typing import Any, Literal
 from weft.clock import iso_from_ms
 from weft.errors import LockHeldError, StoreError
 
-__all__ = ["BatchStore", "BreakerRow", "Change", "StepRow", "WorkstreamRow", "DB_FILE", "LOCK_FILE"]
+__all__ = ["DB_FILE", "LOCK_FILE", "BatchStore", "BreakerRow", "Change", "StepRow", "WorkstreamRow"]
 
 DB_FILE = "batch.db"
 LOCK_FILE = "batch.lock"
@@ -278,7 +278,8 @@ class BatchStore:
 
     def is_empty(self) -> bool:
         """Whether no workstream was recorded yet."""
-        return self._conn.execute("SELECT COUNT(*) FROM workstreams").fetchone()[0] == 0
+        count: int = self._conn.execute("SELECT COUNT(*) FROM workstreams").fetchone()[0]
+        return count == 0
 
     def insert_plan(
         self,
@@ -422,7 +423,7 @@ class BatchStore:
     def _apply(self, change: Change, at: str) -> None:
         where, key_cols = _KEYS[change.table]
         row = self._conn.execute(
-            f"SELECT state FROM {change.table} WHERE {where}",  # noqa: S608 (fixed table names)
+            f"SELECT state FROM {change.table} WHERE {where}",
             change.key,
         ).fetchone()
         if row is None:
@@ -435,7 +436,7 @@ class BatchStore:
         values = {**change.values, "state": change.to_state, "updated_at": at}
         sets = ", ".join(f"{col} = ?" for col in values)
         self._conn.execute(
-            f"UPDATE {change.table} SET {sets} WHERE {where}",  # noqa: S608 (fixed column names)
+            f"UPDATE {change.table} SET {sets} WHERE {where}",
             [*(_column(v) for v in values.values()), *change.key],
         )
         if change.from_state == change.to_state and not change.audit:

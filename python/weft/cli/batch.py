@@ -125,7 +125,9 @@ def run_batch(args: argparse.Namespace) -> int:
 
     plan = load_batch(args.file)
     state_dir = _state_dir(args)
-    mode = "json" if args.json else "headless" if args.headless or not sys.stdout.isatty() else "live"
+    mode = (
+        "json" if args.json else "headless" if args.headless or not sys.stdout.isatty() else "live"
+    )
     with BatchStore.open(state_dir, writer=True) as store:
         record_plan(store, plan, file_sha256(args.file), wall_clock_ms())
 
@@ -176,7 +178,8 @@ def _line_printer(mode: str) -> Any:
         extra = f" ({reason})" if reason else ""
         print(
             printable(
-                f"{iso_from_ms(now_ms)} {kind} {who}: {change.from_state} -> {change.to_state}{extra}"
+                f"{iso_from_ms(now_ms)} {kind} {who}: "
+                f"{change.from_state} -> {change.to_state}{extra}"
             ),
             flush=True,
         )
@@ -234,8 +237,12 @@ def status(args: argparse.Namespace) -> int:
         reason = t["metadata"].get("reason", "")
         print(printable(f"  {t['at']}  {who:<28} {t['from']} -> {t['to']}  {reason}"))
     for t in breaker_audit:
-        print(printable(f"  {t['at']}  breaker {t['tool']:<20} {t['from']} -> {t['to']}  "
-                        f"{t['metadata'].get('reason', '')}"))
+        print(
+            printable(
+                f"  {t['at']}  breaker {t['tool']:<20} {t['from']} -> {t['to']}  "
+                f"{t['metadata'].get('reason', '')}"
+            )
+        )
     return 0 if not report["problems"] else 1
 
 
@@ -256,9 +263,9 @@ def send_command(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + COMMAND_WAIT_S
     with BatchStore.open(state_dir, writer=False) as store:
         while time.monotonic() < deadline:
-            result = store.command_result(command_id)
-            if result is not None:
-                print(printable(result))
+            answer = store.command_result(command_id)
+            if answer is not None:
+                print(printable(answer))
                 return 0
             time.sleep(0.1)
     print(f"sent to the running coordinator (command {command_id}); see weft batch status")
