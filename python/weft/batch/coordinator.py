@@ -245,6 +245,7 @@ class Coordinator:
                 continue
             # Its process is gone and left no exit code: launch it again. The
             # audit says so; the step's state does not move.
+            step.row.launches += 1
             self.commit(
                 [
                     Change(
@@ -252,7 +253,11 @@ class Coordinator:
                         (step.row.ws_id, step.row.step_id),
                         "S_RUNNING",
                         "S_RUNNING",
-                        metadata={"reason": "coordinator resumed: process lost, launched again"},
+                        values={"launches": step.row.launches},
+                        metadata={
+                            "reason": "coordinator resumed: process lost, launched again",
+                            "launch": step.row.launches,
+                        },
                         audit=True,
                     )
                 ]

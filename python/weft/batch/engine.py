@@ -92,13 +92,16 @@ def launch_spec(key: str, plan: dict[str, Any], state_dir: Path) -> LaunchSpec:
 
 def process_start(pid: int) -> str | None:
     """The process's start time (clock ticks since boot), ``None`` if it is gone
-    or the system has no ``/proc``. A pid reused by another process has another."""
+    (or a zombie) or the system has no ``/proc``. A pid reused by another
+    process has another start time."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after it.
     fields = stat[stat.rindex(")") + 2 :].split()
+    if not fields or fields[0] == "Z":
+        return None  # a zombie has finished; nothing reaped it yet
     return fields[19] if len(fields) > 19 else None
 
 

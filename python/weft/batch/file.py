@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from weft.config.hints import did_you_mean
+from weft.config.ids import ID_PATTERN, MAX_ID_LENGTH
 from weft.config.problems import ConfigProblem
 from weft.config.walk import Sink, check_value
 from weft.errors import ConfigError
@@ -45,10 +46,9 @@ __all__ = [
     "read_batch_document",
 ]
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-"""Workstream and step ids: they name folders, so letters, digits, ``_``, ``.``, ``-``."""
-
-_Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN, max_length=100)]
+# Workstream and step ids name folders: the hank file's id rule (letters,
+# digits, ``_``, ``.``, ``-``), so its problems are explained the same way.
+_Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH)]
 _Count = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 _Millis = Annotated[int, msgspec.Meta(ge=0, le=86_400_000)]
 

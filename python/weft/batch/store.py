@@ -233,6 +233,11 @@ class BatchStore:
                 # FULL: a step is launched only after its S_RUNNING is on disk.
                 conn.execute("PRAGMA synchronous = FULL")
                 conn.executescript(_SCHEMA)
+            elif not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'commands'"
+            ).fetchone():
+                conn.close()
+                raise StoreError(f"the batch store {path / DB_FILE} is not set up yet (or not one)")
         except sqlite3.Error as e:
             if lock_fd is not None:
                 os.close(lock_fd)
