@@ -29,6 +29,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,9 @@ class LaunchSpec:
     env: dict[str, str]
     step_dir: Path
     execution_dir: Path | None
+    hank: dict[str, str] | None = None
+    """For a hank step: ``hank``, ``data``, ``model``, ``config`` as planned
+    (the in-process path runs it through :mod:`weft.embed` instead of ``argv``)."""
 
     @property
     def log_path(self) -> Path:
@@ -87,7 +91,8 @@ def launch_spec(key: str, plan: dict[str, Any], state_dir: Path) -> LaunchSpec:
         argv += ["--model", plan["model"]]
     if "config" in plan:
         argv += ["--config", plan["config"]]
-    return LaunchSpec(key, tuple(argv), step_dir, env, step_dir, execution)
+    hank: dict[str, str] = {k: plan[k] for k in ("hank", "data", "model", "config") if k in plan}
+    return LaunchSpec(key, tuple(argv), step_dir, env, step_dir, execution, hank)
 
 
 def process_start(pid: int) -> str | None:
@@ -150,6 +155,8 @@ class _Running:
     started: float
     pid: int
     task: asyncio.Task[None] | None = None
+    stop: Callable[[], Awaitable[object]] | None = None
+    """How to stop an in-process run (it shares this process: no signal)."""
 
 
 @dataclass
@@ -158,6 +165,9 @@ class LocalEngine:
     :attr:`completions` as ``(key, Outcome)``."""
 
     completions: asyncio.Queue[tuple[str, Outcome]] = field(default_factory=asyncio.Queue)
+    in_process: bool = True
+    """Run hank steps in this process through :mod:`weft.embed` (no new
+    interpreter per step); ``False`` runs ``weft run`` as a subprocess."""
     _running: dict[str, _Running] = field(default_factory=dict)
 
     @property
@@ -167,6 +177,8 @@ class LocalEngine:
 
     async def start(self, spec: LaunchSpec) -> tuple[int, str | None]:
         """Starts ``spec``; returns its pid and process start time."""
+        if self.in_process and spec.hank is not None:
+            return await self._start_in_process(spec, spec.hank)
         spec.step_dir.mkdir(parents=True, exist_ok=True)
         spec.exit_path.unlink(missing_ok=True)
         log = spec.log_path.open("ab")
@@ -199,6 +211,45 @@ class LocalEngine:
         running.task = asyncio.ensure_future(self._wait_child(running, proc))
         return proc.pid, process_start(proc.pid)
 
+    async def _start_in_process(
+        self, spec: LaunchSpec, hank: dict[str, str]
+    ) -> tuple[int, str | None]:
+        spec.step_dir.mkdir(parents=True, exist_ok=True)
+        spec.exit_path.unlink(missing_ok=True)
+        running = _Running(spec, time.monotonic(), os.getpid())
+        self._running[spec.key] = running
+        running.task = asyncio.ensure_future(self._run_in_process(running, hank))
+        return running.pid, process_start(running.pid)
+
+    async def _run_in_process(self, running: _Running, hank: dict[str, str]) -> None:
+        from weft import embed
+
+        spec = running.spec
+        with spec.log_path.open("a") as log:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            log.write(f"--- {stamp} launch in process: {' '.join(spec.argv[3:])}\n")
+            try:
+                execution = await asyncio.to_thread(
+                    embed.open_execution,
+                    hank["hank"],
+                    hank.get("data"),
+                    execution=spec.execution_dir,
+                    model=hank.get("model"),
+                    config=hank.get("config"),
+                    env={**spec.env},
+                )
+                execution.start()
+                running.stop = execution.stop
+                outcome = await execution.outcome()
+            except Exception as e:  # a bad hank or execution: the step fails, says why
+                log.write(f"weft: error: {e}\n")
+                code, text = 2, str(e)
+            else:
+                code, text = outcome.exit_code, outcome.message
+                log.write(f"{outcome.status} (exit {code}): {outcome.message}\n")
+        _write_exit(spec.exit_path, code)
+        self._finish(running, code, None if code == 0 else text)
+
     def adopt(self, spec: LaunchSpec, pid: int | None, pid_start: str | None) -> bool:
         """Takes over a launch made by an earlier coordinator, if its process is
         still that process or it left an exit code. ``False``: launch it again."""
@@ -217,7 +268,10 @@ class LocalEngine:
     def cancel(self, key: str) -> None:
         """Asks a launch to stop (SIGTERM to its process group)."""
         running = self._running.get(key)
-        if running is not None and running.pid > 0:
+        if running is not None and running.stop is not None:
+            task = asyncio.ensure_future(running.stop())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        elif running is not None and running.pid > 0 and running.pid != os.getpid():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(running.pid, signal.SIGTERM)
 
@@ -256,6 +310,13 @@ class LocalEngine:
             error=text,
         )
         self.completions.put_nowait((spec.key, outcome))
+
+
+def _write_exit(path: Path, code: int) -> None:
+    """Writes an exit code as the ``sh`` wrapper does: temp file, then rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(code))
+    os.replace(tmp, path)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -66,6 +66,11 @@ def register(commands: Any) -> None:
             help="steps run at once (default: the number of cores)",
         )
         p.add_argument("--engine", choices=["local"], default="local", help="where steps run")
+        p.add_argument(
+            "--isolate",
+            action="store_true",
+            help="run each hank step as its own `weft run` process (default: in this process)",
+        )
         out = p.add_mutually_exclusive_group()
         out.add_argument("--headless", action="store_true", help="plain timestamped lines (CI)")
         out.add_argument(
@@ -132,7 +137,8 @@ def run_batch(args: argparse.Namespace) -> int:
         record_plan(store, plan, file_sha256(args.file), wall_clock_ms())
 
         async def main() -> None:
-            coordinator = Coordinator(store, LocalEngine(), workers=args.workers)
+            engine = LocalEngine(in_process=not args.isolate)
+            coordinator = Coordinator(store, engine, workers=args.workers)
             if mode == "live":
                 from weft.cli.batch_view import LiveBatchView
 
