@@ -26,8 +26,8 @@ service pays only for the run itself. This module builds on
 :class:`weft.runtime.runtime.Runtime` without changing it.
 
 While running, the run handles SIGINT and SIGTERM like ``weft run`` (the first
-stops it gracefully); ``serve=False`` (the default here) starts no WebSocket
-server.
+stops it gracefully) unless ``handle_signals=False``; ``serve=False`` (the
+default here) starts no WebSocket server.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ def open_execution(
     serve: bool = False,
     port: int = 0,
     env: dict[str, str] | None = None,
+    handle_signals: bool = True,
 ) -> Execution:
     """Loads ``hank`` (a file or a folder holding ``hank.json``) and creates or
     resumes its execution on ``data``, as ``weft run`` does; nothing runs yet.
@@ -77,7 +78,9 @@ def open_execution(
     are ``--model`` and ``--config``; ``resume_changed_hank`` answers yes when
     the hank changed since the execution started (``-y``); ``autostart=False``
     waits for :meth:`Execution.next` before each codon; ``serve`` starts the
-    WebSocket server on ``port``. Raises :class:`~weft.errors.ConfigError` for
+    WebSocket server on ``port``; ``handle_signals=False`` leaves SIGINT and
+    SIGTERM to the host program (several runs in one process, a service with
+    its own shutdown). Raises :class:`~weft.errors.ConfigError` for
     a bad hank and :class:`~weft.runtime.setup_errors.ExecutionSetupError` for
     unusable paths.
     """
@@ -116,7 +119,16 @@ def open_execution(
         port=settings.port,
         allow_anonymous_read=settings.allow_anonymous_read,
     )
-    return Execution(prepared=prepared, hank=loaded, options=options, env=env)
+    return Execution(
+        prepared=prepared, hank=loaded, options=options, env=env, handle_signals=handle_signals
+    )
+
+
+class _HostSignalsRuntime(Runtime):
+    """A runtime that leaves SIGINT and SIGTERM to the program embedding it."""
+
+    def _install_signals(self) -> list[int]:
+        return []
 
 
 @dataclass
@@ -127,6 +139,8 @@ class Execution:
     hank: LoadedHank
     options: RuntimeOptions
     env: dict[str, str] | None = None
+    handle_signals: bool = True
+    """Whether the run takes SIGINT and SIGTERM as ``weft run`` does."""
     _queue: asyncio.Queue[object] = field(default_factory=asyncio.Queue, init=False)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _task: asyncio.Task[RunOutcome] | None = field(default=None, init=False)
@@ -146,7 +160,8 @@ class Execution:
         """Starts the run as a task on the running loop (once)."""
         if self._task is not None:
             return
-        self._runtime = Runtime(
+        runtime_class = Runtime if self.handle_signals else _HostSignalsRuntime
+        self._runtime = runtime_class(
             self.prepared,
             self.hank,
             self.options,

@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -222,21 +223,21 @@ class LocalEngine:
         return running.pid, process_start(running.pid)
 
     async def _run_in_process(self, running: _Running, hank: dict[str, str]) -> None:
-        from weft import embed
-
         spec = running.spec
         with spec.log_path.open("a") as log:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             log.write(f"--- {stamp} launch in process: {' '.join(spec.argv[3:])}\n")
             try:
                 execution = await asyncio.to_thread(
-                    embed.open_execution,
+                    _open_execution_serially,
                     hank["hank"],
                     hank.get("data"),
                     execution=spec.execution_dir,
                     model=hank.get("model"),
                     config=hank.get("config"),
                     env={**spec.env},
+                    # Many runs share this process: a signal is the coordinator's.
+                    handle_signals=False,
                 )
                 execution.start()
                 running.stop = execution.stop
@@ -310,6 +311,19 @@ class LocalEngine:
             error=text,
         )
         self.completions.put_nowait((spec.key, outcome))
+
+
+_OPEN_LOCK = threading.Lock()
+
+
+def _open_execution_serially(*args: Any, **kwargs: Any) -> Any:
+    """:func:`weft.embed.open_execution`, one at a time: the hank checker
+    (``weft.config.walk``) compiles its checkers lazily and is not safe to run
+    from two threads at once (seen as an ``IndexError`` in its trampoline)."""
+    from weft import embed
+
+    with _OPEN_LOCK:
+        return embed.open_execution(*args, **kwargs)
 
 
 def _write_exit(path: Path, code: int) -> None:
