@@ -65,7 +65,17 @@ def register(commands: Any) -> None:
             default=os.cpu_count() or 1,
             help="steps run at once (default: the number of cores)",
         )
-        p.add_argument("--engine", choices=["local"], default="local", help="where steps run")
+        p.add_argument(
+            "--engine",
+            choices=["local", "ray"],
+            default="local",
+            help="where steps run: this machine, or a Ray cluster (pip install 'weft[ray]')",
+        )
+        p.add_argument(
+            "--address",
+            help="with --engine ray: the cluster to join (default: start a local Ray instance "
+            "with --workers CPUs)",
+        )
         p.add_argument(
             "--isolate",
             action="store_true",
@@ -124,7 +134,6 @@ def run_batch(args: argparse.Namespace) -> int:
     """``weft batch run`` / ``resume``."""
     from weft.batch import load_batch
     from weft.batch.coordinator import Coordinator, file_sha256, record_plan, wall_clock_ms
-    from weft.batch.engine import LocalEngine
     from weft.batch.report import summary, write_junit
     from weft.batch.store import BatchStore
 
@@ -135,9 +144,13 @@ def run_batch(args: argparse.Namespace) -> int:
     )
     with BatchStore.open(state_dir, writer=True) as store:
         record_plan(store, plan, file_sha256(args.file), wall_clock_ms())
+        try:
+            engine = _engine(args)
+        except UsageError as e:
+            print(f"weft: error: {e}", file=sys.stderr)
+            return 2
 
         async def main() -> None:
-            engine = LocalEngine(in_process=not args.isolate)
             coordinator = Coordinator(store, engine, workers=args.workers)
             if mode == "live":
                 from weft.cli.batch_view import LiveBatchView
@@ -148,6 +161,7 @@ def run_batch(args: argparse.Namespace) -> int:
             else:
                 coordinator.listeners.append(_line_printer(mode))
                 await coordinator.run()
+            await engine.close()
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(main())
@@ -159,6 +173,27 @@ def run_batch(args: argparse.Namespace) -> int:
     else:
         print(render_summary(report))
     return 0 if report["succeeded"] else 1
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from weft.batch.engine import LocalEngine
+
+    if args.engine == "local":
+        if args.address:
+            raise UsageError("--address goes with --engine ray")
+        return LocalEngine(in_process=not args.isolate)
+    try:
+        from weft.batch.ray_engine import RayEngine
+
+        return RayEngine(address=args.address, num_cpus=args.workers)
+    except ImportError as e:
+        raise UsageError(
+            f"the Ray engine needs Ray ({e}); install it with: pip install 'weft[ray]'"
+        ) from e
+
+
+class UsageError(Exception):
+    """A flag combination that cannot work (exit 2)."""
 
 
 def _line_printer(mode: str) -> Any:
