@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weft.batch.store import BreakerRow, Change, StepRow, StoredBatch, WorkstreamRow
-from weft.core import CircuitBreaker, Step, Workstream
+from weft.core import CircuitBreaker, Step, Workstream, circuit_open_message
 
 __all__ = ["Outcome", "Scheduler", "Tick"]
 
@@ -197,7 +197,8 @@ class Scheduler:
             meta["cost_usd"] = round(outcome.cost_usd, 6)
         changes.append(_step_change(step, before, to, values, meta))
         changes.extend(self._breaker_report(step.tool, to == SUCCESS, now_ms))
-        if to == FAILED and step.machine.retry_eligible:
+        ws_over = self.workstreams[step.row.ws_id].machine.is_terminal
+        if to == FAILED and step.machine.retry_eligible and not ws_over:
             changes.append(self._step_retry(step, now_ms))
         return changes
 
@@ -290,7 +291,7 @@ class Scheduler:
             before = _breaker_snapshot(breaker)
             wait = breaker.allow_request(now)
             if wait is not None:
-                tick.waiting[step.row.key] = f"{step.tool} {_open_text(wait)}"
+                tick.waiting[step.row.key] = f"{step.tool} {circuit_open_message(wait)}"
                 tick.wake(now + wait)
                 continue
             if _breaker_snapshot(breaker) != before:
@@ -507,12 +508,6 @@ def _breaker_snapshot(b: CircuitBreaker) -> _Snapshot:
         b.opened_at_ms,
         b.probe_in_flight,
     )
-
-
-def _open_text(wait_ms: int) -> str:
-    from weft.core import circuit_open_message
-
-    return circuit_open_message(wait_ms)
 
 
 def breaker_row(

@@ -31,7 +31,7 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -426,7 +426,7 @@ class BatchStore:
                 self._apply(change, at)
 
     def _apply(self, change: Change, at: str) -> None:
-        where, key_cols = _KEYS[change.table]
+        where = _KEYS[change.table]
         row = self._conn.execute(
             f"SELECT state FROM {change.table} WHERE {where}",
             change.key,
@@ -460,7 +460,6 @@ class BatchStore:
                 "transitioned_at, metadata) VALUES (?,?,?,?,?,?)",
                 (change.key[0], step_id, change.from_state, change.to_state, at, meta),
             )
-        del key_cols
 
     # ---- audit --------------------------------------------------------------
 
@@ -561,15 +560,11 @@ class BatchStore:
     def _transaction(self) -> BatchStore._Tx:
         return BatchStore._Tx(self._conn)
 
-    def iter_steps(self) -> Iterator[StepRow]:
-        """Every step row (a convenience over :meth:`load`)."""
-        yield from self.load().steps
 
-
-_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "workstreams": ("ws_id = ?", ("ws_id",)),
-    "steps": ("ws_id = ? AND step_id = ?", ("ws_id", "step_id")),
-    "breakers": ("tool = ?", ("tool",)),
+_KEYS: dict[str, str] = {
+    "workstreams": "ws_id = ?",
+    "steps": "ws_id = ? AND step_id = ?",
+    "breakers": "tool = ?",
 }
 
 
