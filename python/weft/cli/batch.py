@@ -146,7 +146,7 @@ def run_batch(args: argparse.Namespace) -> int:
         record_plan(store, plan, file_sha256(args.file), wall_clock_ms())
         try:
             engine = _engine(args)
-        except UsageError as e:
+        except _UsageError as e:
             print(f"weft: error: {e}", file=sys.stderr)
             return 2
 
@@ -180,20 +180,20 @@ def _engine(args: argparse.Namespace) -> Any:
 
     if args.engine == "local":
         if args.address:
-            raise UsageError("--address goes with --engine ray")
+            raise _UsageError("--address goes with --engine ray")
         return LocalEngine(in_process=not args.isolate)
     try:
         from weft.batch.ray_engine import RayEngine
 
         return RayEngine(address=args.address, num_cpus=args.workers)
     except ImportError as e:
-        raise UsageError(
+        raise _UsageError(
             f"the Ray engine needs Ray ({e}); install it with: pip install 'weft[ray]'"
         ) from e
 
 
-class UsageError(Exception):
-    """A flag combination that cannot work (exit 2)."""
+class _UsageError(Exception):
+    """A flag combination that cannot work: private, caught in this module (exit 2)."""
 
 
 def _line_printer(mode: str) -> Any:
