@@ -7,8 +7,10 @@ batch``: ``for d in data/*; do weft run hank $d -e ...; done``, one
 interpreter per execution. The batch runs the same executions with one
 worker (the same parallelism as the loop, so the ratio is the per-step
 overhead saved or added: store, audit rows, scheduling, in-process runs) and
-with two workers (the machine's cores), in process (the default) and with
-``--isolate`` (a ``weft run`` process per step, like the loop).
+with two workers (the machine's cores), in process (the default), with
+``--isolate`` (a ``weft run`` process per step, like the loop), and on a
+local Ray instance (``--engine ray``, skipped without Ray; its start-up,
+about 12 s on the 2-core machine, is included).
 
 ``WEFT_BENCH_BATCH_STEPS`` sets the size (default 12; the issue's 1,000 is a
 long run: ``WEFT_BENCH_BATCH_STEPS=1000 make bench``). Each benchmark records
