@@ -17,7 +17,12 @@ The pieces, each with one job:
   coordinator and report their exit code through a file;
 * :mod:`~weft.batch.coordinator`: the single writer: commits, then launches;
   resumes what a dead coordinator left running; applies recovery commands;
-* :mod:`~weft.batch.report`: the JSON summary, JUnit XML, consistency checks.
+* :mod:`~weft.batch.report`: the JSON summary, JUnit XML, consistency checks;
+* :mod:`~weft.batch.ray_engine`: the Ray engine: each launch a Ray task
+  (optional extra ``weft[ray]``);
+* :mod:`~weft.batch.breakers`: circuit breakers keyed by tool or provider
+  with an injected clock, for any caller (the scheduler keeps its own,
+  persisted in the store).
 
 The command line is :mod:`weft.cli.batch`; the guide is ``docs/batch.md``.
 """
