@@ -29,7 +29,7 @@ import uvloop
 from weft.clock import iso_from_ms
 from weft.terminal import printable
 
-COMMAND_WAIT_S = 5.0
+COMMAND_WAIT_S = 10.0
 """How long ``abandon``/``retry``/``reset-breaker`` wait for a running coordinator's answer."""
 
 
