@@ -107,18 +107,25 @@ def test_shell_loop_of_weft_run_baseline(benchmark: Any, workspace: Any) -> None
     _record(benchmark, benchmark.stats.stats.median)
 
 
-@pytest.mark.parametrize(("workers", "isolate"), [(1, False), (2, False), (1, True), (2, True)])
+@pytest.mark.parametrize(
+    ("workers", "mode"),
+    [(1, "in-process"), (2, "in-process"), (1, "isolate"), (2, "isolate"), (2, "ray")],
+)
 @pytest.mark.benchmark(group="batch")
-def test_weft_batch(benchmark: Any, workspace: Any, workers: int, isolate: bool) -> None:
+def test_weft_batch(benchmark: Any, workspace: Any, workers: int, mode: str) -> None:
+    if mode == "ray":
+        pytest.importorskip("ray")
     tmp, _, batch = workspace
     env = _env(tmp)
 
     def run() -> None:
-        state = _fresh(tmp, f"state-{workers}-{isolate}")
+        state = _fresh(tmp, f"state-{workers}-{mode}")
         argv = [sys.executable, "-m", "weft", "batch", "run", str(batch), "--headless",
                 "--workers", str(workers), "--state-dir", str(state)]  # fmt: skip
-        if isolate:
+        if mode == "isolate":
             argv.append("--isolate")
+        if mode == "ray":
+            argv += ["--engine", "ray"]
         subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
 
     benchmark.pedantic(run, rounds=1, iterations=1)
