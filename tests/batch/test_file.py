@@ -154,3 +154,13 @@ def test_the_example_validates_against_the_json_schema() -> None:
         "sweep-gamma",
         "flaky",
     ]
+
+
+def test_the_documented_batch_file_is_valid() -> None:
+    import re
+    import tomllib
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "batch.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", doc, re.S)
+    assert block is not None
+    jsonschema.validate(tomllib.loads(block.group(1)), batch_json_schema())
