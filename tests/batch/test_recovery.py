@@ -87,3 +87,61 @@ def test_address_without_the_ray_engine_is_a_usage_error(tmp_path: Path) -> None
     done = weft(subprocess_environment(tmp_path), "run", str(path), "--address", "x:1")
     assert done.returncode == 2
     assert done.stderr.strip() == "weft: error: --address goes with --engine ray"
+
+
+def test_repeated_sigkills_never_run_a_step_twice(tmp_path: Path) -> None:
+    """Torture: the coordinator is SIGKILLed again and again while steps run;
+    each resume adopts what still runs. Every step runs exactly once and the
+    audit trail still replays to the stored states."""
+    body = 'sleep 0.4; echo ran >> "$WEFT_BATCH_STEP_DIR/runs"'
+    steps = [{"id": f"s{i}", "command": ["sh", "-c", body]} for i in range(4)]
+    for i in range(4, 8):
+        steps.append({"id": f"s{i}", "command": ["sh", "-c", body], "depends_on": [f"s{i - 4}"]})
+    path = write_batch(tmp_path, {"workstreams": [{"id": "w", "steps": steps}]})
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = subprocess_environment(tmp_path)
+    argv = [sys.executable, "-m", "weft", "batch", "resume", str(path), "--workers", "3",
+            "--headless"]  # fmt: skip
+    launched_before = 0
+    for _ in range(3):
+        coordinator = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            # Kill it just after it launched something new.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and _launches(state_dir) <= launched_before:
+                time.sleep(0.02)
+            launched_before = _launches(state_dir)
+            coordinator.send_signal(signal.SIGKILL)
+            coordinator.wait(10)
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+    done = weft(env, *argv[4:], timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = states(state_dir)
+    assert got["w"] == "S_SUCCESS"
+    for i in range(8):
+        assert got[f"w/s{i}"] == ("S_SUCCESS", 1)
+        assert (state_dir / "steps" / "w" / f"s{i}" / "runs").read_text() == "ran\n"
+    from tests.batch.test_scheduler import _audit_replays_to_the_rows
+
+    from weft.batch.store import BatchStore
+
+    with BatchStore.open(state_dir, writer=False) as store:
+        _audit_replays_to_the_rows(store)
+        reasons = [t["metadata"].get("reason") for t in store.transitions()]
+    assert "coordinator resumed: step adopted" in reasons
+    assert not any("process lost" in (r or "") for r in reasons)
+
+
+def _launches(state_dir: Path) -> int:
+    from weft.batch.store import BatchStore
+    from weft.errors import StoreError
+
+    try:
+        with BatchStore.open(state_dir, writer=False) as store:
+            return sum(s.launches for s in store.load().steps)
+    except StoreError:
+        return 0

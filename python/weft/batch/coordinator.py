@@ -236,6 +236,7 @@ class Coordinator:
             step = self.scheduler.step(key)
             spec = self.spec(key)
             if self.engine.adopt(spec, step.row.pid, step.row.pid_start):
+                self.commit([_resumed(step.row, "coordinator resumed: step adopted")])
                 continue
             if self.scheduler.workstreams[step.row.ws_id].machine.is_terminal:
                 # Abandoned while no coordinator ran: record the lost launch as
@@ -244,7 +245,13 @@ class Coordinator:
                 self.commit(self.scheduler.finished(key, lost, self.clock()))
                 continue
             # Its process is gone and left no exit code: launch it again. The
-            # audit says so; the step's state does not move.
+            # audit says so; the step's state does not move. A launch that
+            # never started (killed before it, no pid anywhere) is not counted.
+            started = step.row.pid is not None or spec.pid_path.exists()
+            if not started:
+                self.commit([_resumed(step.row, "coordinator resumed: launch never started")])
+                await self._launch(key)
+                continue
             step.row.launches += 1
             self.commit(
                 [
@@ -263,6 +270,18 @@ class Coordinator:
                 ]
             )
             await self._launch(key)
+
+
+def _resumed(row: StepRow, reason: str) -> Change:
+    """An audit row for a step a resumed coordinator took over; its state stays."""
+    return Change(
+        "steps",
+        (row.ws_id, row.step_id),
+        "S_RUNNING",
+        "S_RUNNING",
+        metadata={"reason": reason, "launch": row.launches},
+        audit=True,
+    )
 
 
 def apply_command(

@@ -39,9 +39,14 @@ from weft.batch.scheduler import Outcome
 
 __all__ = ["LaunchSpec", "LocalEngine", "execution_cost", "launch_spec", "process_start"]
 
-# "$0" is the exit file, "$@" the step's argv. The code is written before the
-# wrapper exits, through a rename, so a reader never sees half a number.
-_WRAPPER = '"$@"; code=$?; printf "%s" "$code" > "$0.tmp" && mv -f "$0.tmp" "$0"; exit "$code"'
+# "$0" is the exit file, "$@" the step's argv. The wrapper first writes its pid
+# beside it ("exit.pid": a coordinator killed between starting a step and
+# recording its pid can still find it), and the code is written before it
+# exits, through a rename, so a reader never sees half a number.
+_WRAPPER = (
+    'printf "%s" "$$" > "$0.pid"; '
+    '"$@"; code=$?; printf "%s" "$code" > "$0.tmp" && mv -f "$0.tmp" "$0"; exit "$code"'
+)
 _TAIL_LINES = 20
 _ADOPT_POLL_S = 0.2
 
@@ -69,6 +74,23 @@ class LaunchSpec:
     def exit_path(self) -> Path:
         """Where the wrapper writes the exit code."""
         return self.step_dir / "exit"
+
+    @property
+    def pid_path(self) -> Path:
+        """Where the wrapper writes its pid as it starts."""
+        return self.step_dir / "exit.pid"
+
+    def wrapper_pid(self) -> int | None:
+        """The pid in :attr:`pid_path` if that process is still this launch's
+        wrapper (its command line names this step's exit file), else ``None``."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        if process_start(pid) is None:
+            return None
+        return pid if str(self.exit_path).encode() in cmdline.split(b"\0") else None
 
 
 def launch_spec(key: str, plan: dict[str, Any], state_dir: Path) -> LaunchSpec:
@@ -182,6 +204,7 @@ class LocalEngine:
             return await self._start_in_process(spec, spec.hank)
         spec.step_dir.mkdir(parents=True, exist_ok=True)
         spec.exit_path.unlink(missing_ok=True)
+        spec.pid_path.unlink(missing_ok=True)
         log = spec.log_path.open("ab")
         try:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -254,6 +277,11 @@ class LocalEngine:
     def adopt(self, spec: LaunchSpec, pid: int | None, pid_start: str | None) -> bool:
         """Takes over a launch made by an earlier coordinator, if its process is
         still that process or it left an exit code. ``False``: launch it again."""
+        if pid is None:
+            # Killed between the launch and recording its pid: the wrapper
+            # may have started all the same and said so in its pid file.
+            pid = spec.wrapper_pid()
+            pid_start = process_start(pid) if pid is not None else None
         alive = (
             pid is not None
             and pid > 0
