@@ -102,3 +102,24 @@ class Driver:
         out = {w.ws_id: w.state for w in stored.workstreams}
         out.update({s.key: s.state for s in stored.steps})
         return out
+
+
+EXAMPLE_FINAL_STATES: dict[str, tuple[str, list[tuple[str, str, int]]]] = {
+    **{
+        f"sweep-{name}": (
+            "S_SUCCESS",
+            [("check", "S_SUCCESS", 1), ("analyse", "S_SUCCESS", 1), ("report", "S_SUCCESS", 1)],
+        )
+        for name in ("alpha", "beta", "gamma")
+    },
+    "flaky": ("S_ABANDONED", [("fetch", "S_FAILED", 3), ("publish", "S_PENDING", 0)]),
+}
+"""How ``examples/batch/sweep.toml`` ends, on any engine: (state, [(step, state, launches)])."""
+
+
+def final_states(summary: dict[str, Any]) -> dict[str, tuple[str, list[tuple[str, str, int]]]]:
+    """The states of a ``weft batch`` JSON summary, in :data:`EXAMPLE_FINAL_STATES`'s shape."""
+    return {
+        ws["id"]: (ws["state"], [(s["id"], s["state"], s["launches"]) for s in ws["steps"]])
+        for ws in summary["workstreams"]
+    }

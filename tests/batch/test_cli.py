@@ -15,7 +15,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.batch.support import write_batch
+from tests.batch.support import EXAMPLE_FINAL_STATES, final_states, write_batch
 from tests.runtime.hanks import subprocess_environment
 
 from weft.batch.store import BatchStore
@@ -83,6 +83,7 @@ def test_the_example_sweep_retries_abandons_and_status_shows_the_audit_trail(
     assert "breaker upstream: OPEN (3 consecutive failures)" in status.stdout
 
     report = json.loads(weft(env, "status", str(example / "sweep.toml"), "--json").stdout)
+    assert final_states(report) == EXAMPLE_FINAL_STATES, "the Ray test checks the same table"
     assert report["succeeded"] is False
     assert report["total_cost_usd"] > 0
     workstream_costs = sum(w["cost_usd"] for w in report["workstreams"])

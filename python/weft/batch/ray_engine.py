@@ -2,9 +2,10 @@
 
 The coordinator stays the only writer of the batch store and the only keeper
 of the circuit breakers; Ray only runs launches. A launch is a Ray task (one
-CPU) that runs the step exactly as the local engine's ``--isolate`` mode does
-(``weft run`` for a hank, the program for a command, through the same ``sh``
-wrapper that writes ``<step>/exit``) and returns the outcome. So:
+CPU) that runs the step and returns the outcome: a hank through
+:mod:`weft.embed` in the Ray worker's interpreter (as the local engine does in
+its own), a command through the same ``sh`` wrapper as locally; both leave
+``<step>/exit``. So:
 
 * the step folders (``--state-dir``) must be on storage every node sees, as
   must the hanks and data: the batch file's paths are resolved on the
@@ -29,22 +30,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from weft.batch.engine import _WRAPPER, LaunchSpec, _read_exit, _tail, execution_cost
+from weft.batch.engine import (
+    _WRAPPER,
+    LaunchSpec,
+    _read_exit,
+    _tail,
+    _write_exit,
+    execution_cost,
+)
 from weft.batch.scheduler import Outcome
 
 __all__ = ["RayEngine", "run_launch"]
 
 
 def run_launch(
-    argv: list[str], cwd: str, env: dict[str, str], step_dir: str, execution_dir: str | None
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    step_dir: str,
+    execution_dir: str | None,
+    hank: dict[str, str] | None = None,
 ) -> tuple[int | None, int, float, str | None]:
     """Runs one launch where it is called (a Ray worker); returns (exit code,
-    duration ms, cost, failure text)."""
+    duration ms, cost, failure text). A hank step runs in the worker's own
+    interpreter through :mod:`weft.embed` (no ``weft run`` process)."""
     folder = Path(step_dir)
     folder.mkdir(parents=True, exist_ok=True)
     exit_path = folder / "exit"
     exit_path.unlink(missing_ok=True)
     started = time.monotonic()
+    if hank is not None and execution_dir is not None:
+        code, text = _run_hank_here(hank, Path(execution_dir), env, folder / "step.log")
+        _write_exit(exit_path, code)
+        duration = int((time.monotonic() - started) * 1000)
+        return code, duration, execution_cost(Path(execution_dir)), text
     with (folder / "step.log").open("ab") as log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         log.write(f"--- {stamp} launch on {os.uname().nodename}: {' '.join(argv)}\n".encode())
@@ -58,12 +77,41 @@ def run_launch(
             stderr=subprocess.STDOUT,
             check=False,
         )
-    code = _read_exit(exit_path)
-    if code is None and done.returncode >= 0:
-        code = done.returncode
+    exit_code = _read_exit(exit_path)
+    if exit_code is None and done.returncode >= 0:
+        exit_code = done.returncode
     duration = int((time.monotonic() - started) * 1000)
     cost = execution_cost(Path(execution_dir) if execution_dir else None)
-    return code, duration, cost, None if code == 0 else _tail(folder / "step.log")
+    return exit_code, duration, cost, None if exit_code == 0 else _tail(folder / "step.log")
+
+
+def _run_hank_here(
+    hank: dict[str, str], execution: Path, env: dict[str, str], log_path: Path
+) -> tuple[int, str | None]:
+    from weft import embed
+
+    async def run() -> tuple[int, str | None]:
+        prepared = embed.open_execution(
+            hank["hank"],
+            hank.get("data"),
+            execution=execution,
+            model=hank.get("model"),
+            config=hank.get("config"),
+            env=env,
+            handle_signals=False,
+        )
+        outcome = await prepared.outcome()
+        return outcome.exit_code, None if outcome.exit_code == 0 else outcome.message
+
+    with log_path.open("a") as log:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        log.write(f"--- {stamp} launch in a Ray worker on {os.uname().nodename}: {hank}\n")
+        try:
+            code, text = asyncio.run(run())
+        except Exception as e:  # a bad hank or execution: the step fails, says why
+            code, text = 2, f"weft: error: {e}"
+        log.write(f"exit {code}" + (f": {text}" if text else "") + "\n")
+    return code, text
 
 
 @dataclass
@@ -103,6 +151,7 @@ class RayEngine:
             env,
             str(spec.step_dir),
             str(spec.execution_dir) if spec.execution_dir else None,
+            spec.hank,
         )
         self._refs[spec.key] = ref
         waiter = asyncio.ensure_future(self._wait(spec.key, ref))
