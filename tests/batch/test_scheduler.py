@@ -181,7 +181,11 @@ def test_abandon_is_honoured_at_the_first_legal_move(tmp_path: Path) -> None:
         "S_PENDING",
     )
     pending_trail = [(t["from"], t["to"]) for t in d.store.transitions("pending")]
-    assert pending_trail == [("S_PENDING", "S_RUNNING"), ("S_RUNNING", "S_ABANDONED")]
+    assert pending_trail == [
+        ("S_PENDING", "S_PENDING"),  # the request, audited
+        ("S_PENDING", "S_RUNNING"),
+        ("S_RUNNING", "S_ABANDONED"),
+    ]
     assert (
         d.scheduler.request_abandon("pending")[1]
         == "workstream pending is already S_ABANDONED (terminal)"
@@ -283,3 +287,30 @@ def _audit_replays_to_the_rows(store: BatchStore) -> None:
         assert last.get((w.ws_id, None), "S_PENDING") == w.state
     for s in stored.steps:
         assert last.get((s.ws_id, s.step_id), "S_PENDING") == s.state
+
+
+def test_the_batch_budget_stops_new_steps_and_abandons_what_is_left(tmp_path: Path) -> None:
+    doc = {
+        "budget": {"max_dollars": 1.0},
+        "workstreams": [
+            {"id": f"w{i}", "steps": [command_step("a"), command_step("b", "a")]} for i in range(3)
+        ],
+    }
+    d = Driver.open(tmp_path, doc, workers=1)
+    from weft.batch.coordinator import Coordinator
+    from weft.batch.engine import LocalEngine
+
+    d.scheduler = Coordinator(d.store, LocalEngine(), workers=1).scheduler
+    assert d.scheduler.max_dollars == 1.0
+    assert d.tick() == ["w0/a"]
+    d.running.remove("w0/a")
+    d.commit(d.scheduler.finished("w0/a", Outcome(exit_code=0, cost_usd=0.6), d.now))
+    assert d.tick() == ["w0/b"]
+    d.running.remove("w0/b")
+    d.commit(d.scheduler.finished("w0/b", Outcome(exit_code=0, cost_usd=0.5), d.now))
+    assert d.tick() == [], "over budget: nothing starts"
+    d.tick()
+    s = d.states()
+    assert (s["w0"], s["w1"], s["w2"]) == ("S_SUCCESS", "S_ABANDONED", "S_ABANDONED")
+    reasons = [t["metadata"]["reason"] for t in d.store.transitions("w1")]
+    assert reasons[0] == "batch budget spent ($1.1000 of $1.0000)"

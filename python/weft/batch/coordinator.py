@@ -133,7 +133,10 @@ def record_plan(store: BatchStore, plan: BatchPlan, file_sha: str, now_ms: int) 
             )
         )
     store.insert_plan(wss, steps, breakers, now_ms)
-    store.set_meta({"name": plan.name, "file_sha256": file_sha})
+    meta = {"name": plan.name, "file_sha256": file_sha}
+    if plan.max_dollars is not None:
+        meta["max_dollars"] = repr(plan.max_dollars)
+    store.set_meta(meta)
 
 
 def file_sha256(path: Path) -> str:
@@ -155,7 +158,10 @@ class Coordinator:
     """Steps that could start but wait, with why (for the live view)."""
 
     def __post_init__(self) -> None:
-        self.scheduler = Scheduler(self.store.load())
+        budget = self.store.get_meta("max_dollars")
+        self.scheduler = Scheduler(
+            self.store.load(), max_dollars=float(budget) if budget is not None else None
+        )
 
     def commit(self, changes: list[Change]) -> None:
         """Writes ``changes``, then tells the listeners."""

@@ -36,6 +36,7 @@ from weft.errors import ConfigError
 __all__ = [
     "ID_PATTERN",
     "Backoff",
+    "BatchBudget",
     "BatchFile",
     "BreakerSpec",
     "StepDefaults",
@@ -120,11 +121,20 @@ class WorkstreamSpec(_Spec, frozen=True, kw_only=True):
     string of the workstream is replaced by the value."""
 
 
+class BatchBudget(_Spec, frozen=True, kw_only=True):
+    """A ceiling on the whole batch's cost, summed from its executions' stores."""
+
+    max_dollars: Annotated[float, msgspec.Meta(gt=0)]
+    """Once the batch has cost this much, no step starts; the workstreams not
+    finished are abandoned (steps already running finish)."""
+
+
 class BatchFile(_Spec, frozen=True, kw_only=True):
     """A whole batch file."""
 
     workstreams: list[WorkstreamSpec]
     name: str | None = None
+    budget: BatchBudget | None = None
     defaults: StepDefaults = StepDefaults()
     breakers: dict[str, BreakerSpec] = {}
 

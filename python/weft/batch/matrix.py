@@ -103,6 +103,8 @@ class BatchPlan:
     name: str
     workstreams: tuple[PlannedWorkstream, ...]
     breakers: dict[str, BreakerSpec]
+    max_dollars: float | None = None
+    """The batch budget (``[budget] max_dollars``), if any."""
 
     def breaker_spec(self, tool: str) -> BreakerSpec:
         """The tuning of ``tool``'s breaker: its own, else ``"*"``, else the seed's."""
@@ -161,7 +163,12 @@ def expand(batch: BatchFile, base: Path, *, name: str, display: str) -> BatchPla
             )
     if problems:
         raise ConfigError(problems)
-    return BatchPlan(name=name, workstreams=tuple(planned), breakers=dict(batch.breakers))
+    return BatchPlan(
+        name=name,
+        workstreams=tuple(planned),
+        breakers=dict(batch.breakers),
+        max_dollars=batch.budget.max_dollars if batch.budget else None,
+    )
 
 
 def _combinations(matrix: dict[str, list[str]]) -> list[dict[str, str]]:

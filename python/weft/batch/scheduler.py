@@ -101,7 +101,8 @@ class _Ws:
 class Scheduler:
     """The batch's machines and the rules that drive them (see the module doc)."""
 
-    def __init__(self, stored: StoredBatch) -> None:
+    def __init__(self, stored: StoredBatch, *, max_dollars: float | None = None) -> None:
+        self.max_dollars = max_dollars
         self.workstreams: dict[str, _Ws] = {}
         for w in stored.workstreams:
             machine = Workstream.restore(
@@ -166,6 +167,7 @@ class Scheduler:
         """The changes and launches due at ``now_ms`` with ``free_slots`` free workers."""
         tick = Tick()
         slots = free_slots
+        self._check_budget(tick)
         for ws in self.workstreams.values():
             slots = self._tick_ws(ws, now_ms, slots, tick)
         return tick
@@ -202,6 +204,33 @@ class Scheduler:
             changes.append(self._step_retry(step, now_ms))
         return changes
 
+    @property
+    def total_cost(self) -> float:
+        """The batch's cost so far: every step's last known execution cost."""
+        return sum(s.row.cost_usd for ws in self.workstreams.values() for s in ws.steps.values())
+
+    def _check_budget(self, tick: Tick) -> None:
+        """Over the batch budget: every unfinished workstream is asked to stop."""
+        if self.max_dollars is None or self.total_cost < self.max_dollars:
+            return
+        reason = f"batch budget spent (${self.total_cost:.4f} of ${self.max_dollars:.4f})"
+        for ws in self.workstreams.values():
+            if ws.machine.is_terminal or ws.row.abandon_requested:
+                continue
+            ws.row.abandon_requested = True
+            state = ws.machine.state
+            tick.changes.append(
+                Change(
+                    "workstreams",
+                    (ws.row.ws_id,),
+                    state,
+                    state,
+                    values={"abandon_requested": True},
+                    metadata={"reason": reason},
+                    audit=True,
+                )
+            )
+
     # ---- recovery commands --------------------------------------------------
 
     def request_abandon(self, ws_id: str) -> tuple[list[Change], str]:
@@ -215,7 +244,15 @@ class Scheduler:
             return [], f"workstream {ws_id}: abandon already requested"
         ws.row.abandon_requested = True
         state = ws.machine.state
-        change = Change("workstreams", (ws_id,), state, state, values={"abandon_requested": True})
+        change = Change(
+            "workstreams",
+            (ws_id,),
+            state,
+            state,
+            values={"abandon_requested": True},
+            metadata={"reason": "abandon requested by the user"},
+            audit=True,
+        )
         return [change], f"workstream {ws_id}: abandon requested (in {state})"
 
     def retry_step(self, key: str) -> tuple[list[Change], str]:
@@ -255,7 +292,7 @@ class Scheduler:
         if m.state == PENDING:
             if ws.row.abandon_requested:
                 tick.changes.append(self._ws_move(ws, RUNNING, now, "orchestrator start"))
-                tick.changes.append(self._ws_move(ws, ABANDONED, now, "abandoned by user"))
+                tick.changes.append(self._ws_move(ws, ABANDONED, now, "abandon requested"))
                 return slots
             if slots > 0 and self._launchable(ws, now):
                 tick.changes.append(self._ws_move(ws, RUNNING, now, "orchestrator start"))
@@ -275,9 +312,10 @@ class Scheduler:
                     tick.changes.append(self._reset_step(step, {"reason": "workstream " + reason}))
         if m.state != RUNNING:
             return slots
-        if ws.row.abandon_requested:
+        finished = all(st.machine.state == SUCCESS for st in ws.steps.values())
+        if ws.row.abandon_requested and not finished:  # a finished workstream succeeds
             tick.cancels.extend(s.row.key for s in ws.steps.values() if s.machine.state == RUNNING)
-            tick.changes.append(self._ws_move(ws, ABANDONED, now, "abandoned by user"))
+            tick.changes.append(self._ws_move(ws, ABANDONED, now, "abandon requested"))
             return slots
         for step in ws.steps.values():
             if step.machine.state == FAILED and step.machine.retry_eligible:
