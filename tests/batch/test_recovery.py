@@ -145,3 +145,32 @@ def _launches(state_dir: Path) -> int:
             return sum(s.launches for s in store.load().steps)
     except StoreError:
         return 0
+
+
+def test_sigterm_stops_the_coordinator_gracefully_and_resume_finishes(tmp_path: Path) -> None:
+    path = hank_batch(tmp_path)
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = subprocess_environment(tmp_path)
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "weft", "batch", "run", str(path), "--headless"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    journal = state_dir / "steps" / "w" / "analyse" / "execution" / ".weft" / "weft.db"
+    try:
+        deadline = time.monotonic() + 30
+        while not journal.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        coordinator.send_signal(signal.SIGTERM)
+        _, err = coordinator.communicate(timeout=30)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    assert coordinator.returncode == 143
+    assert "the steps left running resume with: weft batch resume" in err
+    assert _step_row(state_dir, "w/analyse").state == "S_RUNNING"
+    done = weft(env, "resume", str(path), "--headless")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert states(state_dir)["w/analyse"] == ("S_SUCCESS", 2)

@@ -74,6 +74,8 @@ class Engine(Protocol):
 
     def cancel(self, key: str) -> None: ...
 
+    async def detach(self) -> None: ...
+
     async def close(self) -> None: ...
 
 
@@ -156,6 +158,14 @@ class Coordinator:
     scheduler: Scheduler = field(init=False)
     waiting: dict[str, str] = field(default_factory=dict)
     """Steps that could start but wait, with why (for the live view)."""
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by :meth:`request_stop`: launch nothing more, leave what runs to resume."""
+
+    def request_stop(self) -> None:
+        """Stops the coordinator soon: nothing new starts; in-process hank runs
+        stop gracefully and command steps keep running; every running step stays
+        ``S_RUNNING``, so ``weft batch resume`` takes them over."""
+        self.stopping.set()
 
     def __post_init__(self) -> None:
         budget = self.store.get_meta("max_dollars")
@@ -187,6 +197,11 @@ class Coordinator:
         """Resumes what was running, then runs until every workstream is terminal."""
         await self._resume_running()
         while True:
+            if self.stopping.is_set():
+                left = [self.scheduler.step(key).row for key in self.scheduler.running()]
+                self.commit([_resumed(row, "coordinator stopping: left to resume") for row in left])
+                await self.engine.detach()
+                return
             self.apply_commands()
             now = self.clock()
             tick = self.scheduler.tick(now, self.workers - self.engine.active)
@@ -203,10 +218,16 @@ class Coordinator:
             timeout = INBOX_POLL_S
             if tick.wake_at_ms is not None:
                 timeout = max(0.0, min(timeout, (tick.wake_at_ms - now) / 1000))
-            try:
-                key, outcome = await asyncio.wait_for(self.engine.completions.get(), timeout)
-            except TimeoutError:
+            got = asyncio.ensure_future(self.engine.completions.get())
+            stop = asyncio.ensure_future(self.stopping.wait())
+            done, _ = await asyncio.wait(
+                {got, stop}, timeout=timeout, return_when="FIRST_COMPLETED"
+            )
+            stop.cancel()
+            if got not in done:
+                got.cancel()
                 continue
+            key, outcome = got.result()
             self.commit(self.scheduler.finished(key, outcome, self.clock()))
             while not self.engine.completions.empty():
                 key, outcome = self.engine.completions.get_nowait()

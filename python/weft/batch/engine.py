@@ -180,6 +180,8 @@ class _Running:
     task: asyncio.Task[None] | None = None
     stop: Callable[[], Awaitable[object]] | None = None
     """How to stop an in-process run (it shares this process: no signal)."""
+    detached: bool = False
+    """Stopped for the coordinator's own shutdown: its end is not an outcome."""
 
 
 @dataclass
@@ -271,6 +273,11 @@ class LocalEngine:
             else:
                 code, text = outcome.exit_code, outcome.message
                 log.write(f"{outcome.status} (exit {code}): {outcome.message}\n")
+        if running.detached:
+            # Stopped because the coordinator stops: the step stays S_RUNNING
+            # and its execution resumes on `weft batch resume`.
+            self._running.pop(spec.key, None)
+            return
         _write_exit(spec.exit_path, code)
         self._finish(running, code, None if code == 0 else text)
 
@@ -303,6 +310,24 @@ class LocalEngine:
         elif running is not None and running.pid > 0 and running.pid != os.getpid():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(running.pid, signal.SIGTERM)
+
+    async def detach(self) -> None:
+        """The coordinator stops: in-process runs stop gracefully (their
+        executions checkpoint and resume later), subprocesses are left running
+        (a resumed coordinator adopts them); no outcome is reported for either."""
+        stops = []
+        for running in list(self._running.values()):
+            running.detached = True
+            if running.stop is not None:
+                stops.append(running.task)
+                task = asyncio.ensure_future(running.stop())
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            else:
+                if running.task is not None:
+                    running.task.cancel()
+                self._running.pop(running.spec.key, None)
+        await asyncio.gather(*(t for t in stops if t is not None), return_exceptions=True)
+        self._running.clear()
 
     async def close(self) -> None:
         """Stops waiting (the processes themselves are left to finish)."""

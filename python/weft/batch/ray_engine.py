@@ -192,6 +192,13 @@ class RayEngine:
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
 
+    async def detach(self) -> None:
+        """The coordinator stops: Ray tasks are left to finish (their ``exit``
+        files tell a resumed coordinator how they ended); none is reported."""
+        for waiter in list(self._waiters):
+            waiter.cancel()
+        self._refs.clear()
+
     async def close(self) -> None:
         """Leaves Ray (a local instance stops)."""
         import ray

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -152,6 +153,7 @@ def run_batch(args: argparse.Namespace) -> int:
 
         async def main() -> None:
             coordinator = Coordinator(store, engine, workers=args.workers)
+            _stop_on_signals(coordinator, stopped)
             if mode == "live":
                 from weft.cli.batch_view import LiveBatchView
 
@@ -163,9 +165,17 @@ def run_batch(args: argparse.Namespace) -> int:
                 await coordinator.run()
             await engine.close()
 
+        stopped: list[int] = []
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(main())
         report = summary(store)
+    if stopped:
+        print(
+            f"weft: stopped by signal {stopped[0]}; the steps left running resume with: "
+            f"weft batch resume {printable(str(args.file))}",
+            file=sys.stderr,
+        )
+        return 128 + stopped[0]
     if args.junit:
         write_junit(report, args.junit)
     if mode == "json":
@@ -173,6 +183,21 @@ def run_batch(args: argparse.Namespace) -> int:
     else:
         print(render_summary(report))
     return 0 if report["succeeded"] else 1
+
+
+def _stop_on_signals(coordinator: Any, stopped: list[int]) -> None:
+    """SIGINT / SIGTERM: the first asks the coordinator to stop (running steps
+    stay ``S_RUNNING`` for ``resume``); a second one ends the process at once."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stopped:
+            os._exit(128 + signum)  # the store is consistent after every commit
+        stopped.append(signum)
+        coordinator.request_stop()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, int(signum))
 
 
 def _engine(args: argparse.Namespace) -> Any:
