@@ -7,13 +7,17 @@ __all__ = [
     "BACKOFF_BASE_MS",
     "BACKOFF_CAP_MS",
     "BUILD_PROFILE",
+    "CIRCUIT_STATES",
     "CODON_STATUSES",
     "DEFAULT_MAX_CONSECUTIVE_ERRORS",
     "DEFAULT_MAX_TOTAL_ERRORS",
     "SESSION_STATES",
+    "STEP_STATES",
     "TRANSITION_TYPES",
+    "WORKSTREAM_STATES",
     "BatchResult",
     "CheckpointInfo",
+    "CircuitBreaker",
     "Core",
     "ExecutionThread",
     "Issue",
@@ -21,14 +25,18 @@ __all__ = [
     "SessionEffect",
     "SessionMachine",
     "StateValidation",
+    "Step",
     "ThreadCodon",
     "ThreadCodons",
+    "Workstream",
     "__version__",
     "allowed_transitions",
     "analyze_execution_thread",
     "backoff_ms",
+    "circuit_open_message",
     "find_continuation_session_id",
     "is_terminal",
+    "retry_delay_ms",
     "validate_state",
     "validate_transition",
 ]
@@ -42,6 +50,9 @@ BACKOFF_BASE_MS: int
 BACKOFF_CAP_MS: int
 DEFAULT_MAX_CONSECUTIVE_ERRORS: int
 DEFAULT_MAX_TOTAL_ERRORS: int
+WORKSTREAM_STATES: tuple[str, ...]
+STEP_STATES: tuple[str, ...]
+CIRCUIT_STATES: tuple[str, ...]
 
 def validate_transition(
     from_status: str, to_status: str, metadata: dict[str, object] | None = None
@@ -347,3 +358,160 @@ class SessionMachine:
         """``OperatorStop`` (valid in every state)."""
     def fatal_error(self, message: str) -> list[SessionEffect]:
         """``FatalError(message)`` (valid in every state)."""
+
+# ---- seed 004: workstreams, steps, circuit breakers -------------------------
+
+def retry_delay_ms(
+    retry_count: int, *, base_delay_ms: int = 1000, max_delay_ms: int = 60000
+) -> int:
+    """``min(base_delay_ms * 2**retry_count, max_delay_ms)``: the wait before the next retry."""
+
+def circuit_open_message(retry_in_ms: int) -> str:
+    """The seed's text for a refused request: ``circuit is open, retry in 58 seconds``."""
+
+@final
+class Workstream:
+    """A seed-004 workstream; a refused move raises ``InvalidTransitionError``, changes nothing."""
+
+    def __new__(
+        cls, max_retries: int = 0, *, base_delay_ms: int = 1000, max_delay_ms: int = 60000
+    ) -> Workstream: ...
+    @staticmethod
+    def restore(
+        state: str,
+        *,
+        max_retries: int = 0,
+        retry_count: int = 0,
+        retry_ready_at_ms: int | None = None,
+        base_delay_ms: int = 1000,
+        max_delay_ms: int = 60000,
+    ) -> Workstream:
+        """A workstream rebuilt from stored values through the machine's own transitions."""
+    @property
+    def state(self) -> str: ...
+    @property
+    def is_terminal(self) -> bool: ...
+    @property
+    def retry_count(self) -> int: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def base_delay_ms(self) -> int: ...
+    @property
+    def max_delay_ms(self) -> int: ...
+    @property
+    def retry_ready_at_ms(self) -> int | None: ...
+    @property
+    def retry_eligible(self) -> bool: ...
+    def valid_targets(self) -> list[str]:
+        """Targets the seed's table allows from the current state, guards aside."""
+    def transition(self, to: str, step_states: Iterable[str] = ..., *, now_ms: int = 0) -> None:
+        """Move to ``to`` or raise ``InvalidTransitionError``."""
+    def __copy__(self) -> Workstream: ...
+
+@final
+class Step:
+    """A seed-004 step; a refused move raises ``InvalidTransitionError``, changes nothing."""
+
+    def __new__(
+        cls,
+        max_retries: int = 0,
+        *,
+        expected_exit_codes: Iterable[int] = ...,
+        base_delay_ms: int = 1000,
+        max_delay_ms: int = 60000,
+    ) -> Step: ...
+    @staticmethod
+    def restore(
+        state: str,
+        *,
+        max_retries: int = 0,
+        retry_count: int = 0,
+        retry_ready_at_ms: int | None = None,
+        expected_exit_codes: Iterable[int] = ...,
+        base_delay_ms: int = 1000,
+        max_delay_ms: int = 60000,
+    ) -> Step:
+        """A step rebuilt from stored values through the machine's own transitions."""
+    @property
+    def state(self) -> str: ...
+    @property
+    def is_terminal(self) -> bool: ...
+    @property
+    def blocks_dependents(self) -> bool: ...
+    @property
+    def retry_count(self) -> int: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def expected_exit_codes(self) -> list[int]: ...
+    @property
+    def base_delay_ms(self) -> int: ...
+    @property
+    def max_delay_ms(self) -> int: ...
+    @property
+    def retry_ready_at_ms(self) -> int | None: ...
+    @property
+    def retry_eligible(self) -> bool: ...
+    def valid_targets(self) -> list[str]:
+        """Targets the seed's table allows from the current state, guards aside."""
+    def exit_target(self, exit_code: int | None) -> str:
+        """The state a run ending with ``exit_code`` leads to; changes nothing."""
+    def finish(self, exit_code: int | None) -> str:
+        """``S_RUNNING -> exit_target(exit_code)``; returns the new state."""
+    def transition(
+        self,
+        to: str,
+        *,
+        dependency_states: Iterable[str] = ...,
+        exit_code: int | None = None,
+        now_ms: int = 0,
+    ) -> None:
+        """Move to ``to`` or raise ``InvalidTransitionError``."""
+    def __copy__(self) -> Step: ...
+
+@final
+class CircuitBreaker:
+    """A seed-004 circuit breaker for one tool or provider (``CLOSED``, ``OPEN``, ``HALF_OPEN``)."""
+
+    def __new__(
+        cls, *, failure_threshold: int = 5, cooldown_ms: int = 60000, success_threshold: int = 1
+    ) -> CircuitBreaker: ...
+    @staticmethod
+    def restore(
+        state: str,
+        *,
+        consecutive_failures: int = 0,
+        half_open_successes: int = 0,
+        opened_at_ms: int | None = None,
+        probe_started_at_ms: int | None = None,
+        failure_threshold: int = 5,
+        cooldown_ms: int = 60000,
+        success_threshold: int = 1,
+    ) -> CircuitBreaker:
+        """A breaker rebuilt from stored values through the machine's own calls."""
+    @property
+    def state(self) -> str: ...
+    @property
+    def consecutive_failures(self) -> int: ...
+    @property
+    def half_open_successes(self) -> int: ...
+    @property
+    def opened_at_ms(self) -> int | None: ...
+    @property
+    def probe_in_flight(self) -> bool: ...
+    @property
+    def failure_threshold(self) -> int: ...
+    @property
+    def cooldown_ms(self) -> int: ...
+    @property
+    def success_threshold(self) -> int: ...
+    def allow_request(self, now_ms: int) -> int | None:
+        """``None`` if a request may go now; otherwise the milliseconds to wait."""
+    def record_success(self, now_ms: int) -> None:
+        """Report that an allowed request succeeded."""
+    def record_failure(self, now_ms: int) -> None:
+        """Report that an allowed request failed."""
+    def reset(self) -> None:
+        """Force ``CLOSED`` with all counters cleared (Recovery 3)."""
+    def __copy__(self) -> CircuitBreaker: ...

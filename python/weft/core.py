@@ -35,6 +35,16 @@ Services that embed Weft use this module. It has three layers:
   sequence (:class:`ThreadCodons`) and each codon's dict and checkpoints are
   built when read. See ``docs/thread.md``.
 
+* **Seed 004** (``weft batch``): :class:`Workstream` and :class:`Step`, driven
+  by target state (``transition("S_RUNNING", ...)``), raise
+  :class:`~weft.errors.InvalidTransitionError` with the seed's text
+  (``Cannot transition from S_SUCCESS to S_RUNNING``) and change nothing when
+  refused; :func:`retry_delay_ms` is their exponential backoff.
+  :class:`CircuitBreaker` guards one tool or provider with an injected clock
+  (``allow_request(now_ms)`` returns ``None`` or the wait in ms); its state and
+  counters are visible and ``restore`` rebuilds any of the three machines
+  from stored values. :mod:`weft.batch` drives them.
+
 Transitions are the msgspec Structs re-exported here (``RunStarted``,
 ``CodonTransitioned``, ...); :func:`encode` turns one into the bytes the core,
 the journal and clients share. See ``docs/embedding.md`` for a walk-through.
@@ -46,13 +56,17 @@ from weft._core import (
     BACKOFF_BASE_MS,
     BACKOFF_CAP_MS,
     BUILD_PROFILE,
+    CIRCUIT_STATES,
     CODON_STATUSES,
     DEFAULT_MAX_CONSECUTIVE_ERRORS,
     DEFAULT_MAX_TOTAL_ERRORS,
     SESSION_STATES,
+    STEP_STATES,
     TRANSITION_TYPES,
+    WORKSTREAM_STATES,
     BatchResult,
     CheckpointInfo,
+    CircuitBreaker,
     Core,
     ExecutionThread,
     Issue,
@@ -60,13 +74,17 @@ from weft._core import (
     SessionEffect,
     SessionMachine,
     StateValidation,
+    Step,
     ThreadCodon,
     ThreadCodons,
+    Workstream,
     allowed_transitions,
     analyze_execution_thread,
     backoff_ms,
+    circuit_open_message,
     find_continuation_session_id,
     is_terminal,
+    retry_delay_ms,
     validate_state,
     validate_transition,
 )
@@ -108,16 +126,20 @@ __all__ = [
     "BACKOFF_BASE_MS",
     "BACKOFF_CAP_MS",
     "BUILD_PROFILE",
+    "CIRCUIT_STATES",
     "CODON_STATUSES",
     "DEFAULT_MAX_CONSECUTIVE_ERRORS",
     "DEFAULT_MAX_TOTAL_ERRORS",
     "SESSION_STATES",
+    "STEP_STATES",
     "TRANSITION_TYPES",
+    "WORKSTREAM_STATES",
     "AssistantMessageCountUpdated",
     "BatchResult",
     "BudgetExceeded",
     "CheckpointCreated",
     "CheckpointInfo",
+    "CircuitBreaker",
     "CodonFinalCostSet",
     "CodonStarted",
     "CodonStatus",
@@ -151,18 +173,22 @@ __all__ = [
     "SessionMachine",
     "StateManager",
     "StateValidation",
+    "Step",
     "ThreadCodon",
     "ThreadCodons",
     "TokenUsage",
     "Transition",
     "TransitionMetadata",
+    "Workstream",
     "allowed_transitions",
     "analyze_execution_thread",
     "backoff_ms",
+    "circuit_open_message",
     "decode",
     "encode",
     "find_continuation_session_id",
     "is_terminal",
+    "retry_delay_ms",
     "validate_state",
     "validate_transition",
 ]

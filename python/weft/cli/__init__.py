@@ -15,7 +15,19 @@ from collections.abc import Sequence
 
 from weft import __version__
 from weft._core import BUILD_PROFILE
-from weft.cli import agents, attach, init, run, schema, status, store, thread, ui, validate
+from weft.cli import (
+    agents,
+    attach,
+    batch,
+    init,
+    run,
+    schema,
+    status,
+    store,
+    thread,
+    ui,
+    validate,
+)
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.terminal import printable_lines
@@ -43,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     agents.register(commands)
     attach.register(commands)
     ui.register(commands)
+    batch.register(commands)
     return parser
 
 

@@ -10,6 +10,7 @@ mod core;
 mod errors;
 mod session;
 mod thread;
+mod workstream;
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -44,5 +45,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::StateValidation>()?;
     session::register(m)?;
     thread::register(m)?;
+    workstream::register(m)?;
     Ok(())
 }

@@ -1,0 +1,346 @@
+"""The coordinator: the batch store's single writer, driving the scheduler and an engine.
+
+One loop, in this order each turn: apply the recovery commands waiting in the
+store's inbox; ask the scheduler what is due; **commit** its changes; only then
+launch the steps it named (so no step runs whose ``S_RUNNING`` is not on
+disk) and record each launch's pid; wait for an outcome, the next wake-up
+time, or the inbox poll interval; commit what the outcome causes.
+
+On start it opens the store as the writer (``batch.lock``), records the plan
+of a new batch (or checks that the batch file is the one the store was made
+from), and **resumes**: a step left ``S_RUNNING`` by a dead coordinator is
+adopted if its process still runs or left an exit code, and launched again
+otherwise (a hank step's execution then resumes; a finished step never runs
+again, as it is no longer ``S_RUNNING``).
+
+Listeners see every committed change, after its commit (the live view,
+``--headless`` lines, ``--json`` lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from weft.batch.engine import LaunchSpec, LocalEngine, launch_spec
+from weft.batch.matrix import BatchPlan
+from weft.batch.scheduler import Outcome, Scheduler, breaker_row
+from weft.batch.store import BatchStore, Change, StepRow, WorkstreamRow
+from weft.errors import ConfigError, StoreError
+
+__all__ = [
+    "Coordinator",
+    "Engine",
+    "Listener",
+    "apply_commands_offline",
+    "default_state_dir",
+    "record_plan",
+    "wall_clock_ms",
+]
+
+INBOX_POLL_S = 0.5
+"""How often a running coordinator looks for `weft batch abandon|retry|reset-breaker`."""
+
+Listener = Callable[[Change, int], None]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: times in the store outlive a process, so
+    they are wall-clock times, not a monotonic clock's."""
+    return time.time_ns() // 1_000_000
+
+
+def default_state_dir(batch_file: Path) -> Path:
+    """``<folder>/.weft-batch/<file stem>``: where a batch keeps its store and steps."""
+    return batch_file.resolve().parent / ".weft-batch" / batch_file.stem
+
+
+class Engine(Protocol):
+    """What the coordinator needs from an engine (local processes, Ray)."""
+
+    completions: asyncio.Queue[tuple[str, Outcome]]
+
+    @property
+    def active(self) -> int: ...
+
+    async def start(self, spec: LaunchSpec) -> tuple[int, str | None]: ...
+
+    def adopt(self, spec: LaunchSpec, pid: int | None, pid_start: str | None) -> bool: ...
+
+    def cancel(self, key: str) -> None: ...
+
+    async def detach(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def record_plan(store: BatchStore, plan: BatchPlan, file_sha: str, now_ms: int) -> None:
+    """Records a new batch's rows, or checks that ``plan`` is the stored one."""
+    stored_sha = store.get_meta("file_sha256")
+    if not store.is_empty():
+        if stored_sha != file_sha:
+            raise ConfigError(
+                [],
+                summary=(
+                    f"the batch file changed since the batch in {store.folder} started; "
+                    "resume it with the file it started with, or start over with "
+                    "--state-dir NEW_FOLDER (or delete the old folder)"
+                ),
+            )
+        return
+    wss: list[WorkstreamRow] = []
+    steps: list[StepRow] = []
+    for position, ws in enumerate(plan.workstreams):
+        wss.append(
+            WorkstreamRow(
+                ws_id=ws.ws_id,
+                position=position,
+                state="S_PENDING",
+                retry_count=0,
+                max_retries=ws.max_retries,
+                retry_ready_at_ms=None,
+                base_delay_ms=ws.backoff.base_delay_ms,
+                max_delay_ms=ws.backoff.max_delay_ms,
+                abandon_requested=False,
+            )
+        )
+        for s_pos, step in enumerate(ws.steps):
+            steps.append(
+                StepRow(
+                    ws_id=ws.ws_id,
+                    step_id=step.step_id,
+                    position=s_pos,
+                    state="S_PENDING",
+                    retry_count=0,
+                    max_retries=step.max_retries,
+                    retry_ready_at_ms=None,
+                    plan=step.to_json(),
+                )
+            )
+    tools = sorted({s.tool for s in plan.steps()})
+    breakers = []
+    for tool in tools:
+        spec = plan.breaker_spec(tool)
+        breakers.append(
+            breaker_row(
+                tool,
+                spec.failure_threshold,
+                int(spec.cooldown_seconds * 1000),
+                spec.success_threshold,
+            )
+        )
+    store.insert_plan(wss, steps, breakers, now_ms)
+    meta = {"name": plan.name, "file_sha256": file_sha}
+    if plan.max_dollars is not None:
+        meta["max_dollars"] = repr(plan.max_dollars)
+    store.set_meta(meta)
+
+
+def file_sha256(path: Path) -> str:
+    """The batch file's digest, to tell a resumed batch from a changed one."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class Coordinator:
+    """Runs one batch to the end (see the module doc)."""
+
+    store: BatchStore
+    engine: Engine
+    workers: int
+    clock: Callable[[], int] = wall_clock_ms
+    listeners: list[Listener] = field(default_factory=list)
+    scheduler: Scheduler = field(init=False)
+    waiting: dict[str, str] = field(default_factory=dict)
+    """Steps that could start but wait, with why (for the live view)."""
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by :meth:`request_stop`: launch nothing more, leave what runs to resume."""
+
+    def request_stop(self) -> None:
+        """Stops the coordinator soon: nothing new starts; in-process hank runs
+        stop gracefully and command steps keep running; every running step stays
+        ``S_RUNNING``, so ``weft batch resume`` takes them over."""
+        self.stopping.set()
+
+    def __post_init__(self) -> None:
+        budget = self.store.get_meta("max_dollars")
+        self.scheduler = Scheduler(
+            self.store.load(), max_dollars=float(budget) if budget is not None else None
+        )
+
+    def commit(self, changes: list[Change]) -> None:
+        """Writes ``changes``, then tells the listeners."""
+        if not changes:
+            return
+        now = self.clock()
+        self.store.commit(changes, now)
+        for change in changes:
+            for listener in self.listeners:
+                listener(change, now)
+
+    def apply_commands(self) -> list[str]:
+        """Applies the inbox's recovery commands; their results."""
+        results = []
+        for command_id, kind, target in self.store.pending_commands():
+            changes, result = apply_command(self.scheduler, kind, target, self.clock())
+            self.commit(changes)
+            self.store.mark_command(command_id, result, self.clock())
+            results.append(result)
+        return results
+
+    async def run(self) -> None:
+        """Resumes what was running, then runs until every workstream is terminal."""
+        await self._resume_running()
+        while True:
+            if self.stopping.is_set():
+                left = [self.scheduler.step(key).row for key in self.scheduler.running()]
+                self.commit([_resumed(row, "coordinator stopping: left to resume") for row in left])
+                await self.engine.detach()
+                return
+            self.apply_commands()
+            now = self.clock()
+            tick = self.scheduler.tick(now, self.workers - self.engine.active)
+            self.waiting = tick.waiting
+            self.commit(tick.changes)
+            for key in tick.launches:
+                await self._launch(key)
+            for key in tick.cancels:
+                self.engine.cancel(key)
+            if self.scheduler.done and self.engine.active == 0:
+                return
+            if tick.launches or tick.changes:
+                continue
+            timeout = INBOX_POLL_S
+            if tick.wake_at_ms is not None:
+                timeout = max(0.0, min(timeout, (tick.wake_at_ms - now) / 1000))
+            got = asyncio.ensure_future(self.engine.completions.get())
+            stop = asyncio.ensure_future(self.stopping.wait())
+            done, _ = await asyncio.wait(
+                {got, stop}, timeout=timeout, return_when="FIRST_COMPLETED"
+            )
+            stop.cancel()
+            if got not in done:
+                got.cancel()
+                continue
+            key, outcome = got.result()
+            self.commit(self.scheduler.finished(key, outcome, self.clock()))
+            while not self.engine.completions.empty():
+                key, outcome = self.engine.completions.get_nowait()
+                self.commit(self.scheduler.finished(key, outcome, self.clock()))
+
+    def spec(self, key: str) -> LaunchSpec:
+        """The launch of step ``key``."""
+        return launch_spec(key, self.scheduler.step(key).row.plan, self.store.folder)
+
+    async def _launch(self, key: str) -> None:
+        spec = self.spec(key)
+        pid, pid_start = await self.engine.start(spec)
+        step = self.scheduler.step(key)
+        step.row.pid, step.row.pid_start = pid, pid_start
+        values: dict[str, Any] = {"pid": pid, "pid_start": pid_start}
+        if spec.execution_dir is not None:
+            values["execution_dir"] = str(spec.execution_dir)
+            step.row.execution_dir = str(spec.execution_dir)
+        self.commit(
+            [
+                Change(
+                    "steps",
+                    (step.row.ws_id, step.row.step_id),
+                    "S_RUNNING",
+                    "S_RUNNING",
+                    values=values,
+                )
+            ]
+        )
+
+    async def _resume_running(self) -> None:
+        for key in self.scheduler.running():
+            step = self.scheduler.step(key)
+            spec = self.spec(key)
+            if self.engine.adopt(spec, step.row.pid, step.row.pid_start):
+                self.commit([_resumed(step.row, "coordinator resumed: step adopted")])
+                continue
+            if self.scheduler.workstreams[step.row.ws_id].machine.is_terminal:
+                # Abandoned while no coordinator ran: record the lost launch as
+                # failed rather than start it again.
+                lost = Outcome(exit_code=None, error="process lost while no coordinator ran")
+                self.commit(self.scheduler.finished(key, lost, self.clock()))
+                continue
+            # Its process is gone and left no exit code: launch it again. The
+            # audit says so; the step's state does not move. A launch that
+            # never started (killed before it, no pid anywhere) is not counted.
+            started = step.row.pid is not None or spec.pid_path.exists()
+            if not started:
+                self.commit([_resumed(step.row, "coordinator resumed: launch never started")])
+                await self._launch(key)
+                continue
+            step.row.launches += 1
+            self.commit(
+                [
+                    Change(
+                        "steps",
+                        (step.row.ws_id, step.row.step_id),
+                        "S_RUNNING",
+                        "S_RUNNING",
+                        values={"launches": step.row.launches},
+                        metadata={
+                            "reason": "coordinator resumed: process lost, launched again",
+                            "launch": step.row.launches,
+                        },
+                        audit=True,
+                    )
+                ]
+            )
+            await self._launch(key)
+
+
+def _resumed(row: StepRow, reason: str) -> Change:
+    """An audit row for a step a resumed coordinator took over; its state stays."""
+    return Change(
+        "steps",
+        (row.ws_id, row.step_id),
+        "S_RUNNING",
+        "S_RUNNING",
+        metadata={"reason": reason, "launch": row.launches},
+        audit=True,
+    )
+
+
+def apply_command(
+    scheduler: Scheduler, kind: str, target: str, now_ms: int
+) -> tuple[list[Change], str]:
+    """One recovery command against the scheduler's machines."""
+    if kind == "abandon":
+        return scheduler.request_abandon(target)
+    if kind == "retry":
+        return scheduler.retry_step(target)
+    if kind == "reset-breaker":
+        return scheduler.reset_breaker(target, now_ms)
+    return [], f"unknown command {kind!r}"
+
+
+def apply_commands_offline(
+    state_dir: Path, clock: Callable[[], int] = wall_clock_ms
+) -> list[str] | None:
+    """Applies the inbox when no coordinator runs (this process takes the lock,
+    applies, and lets go). ``None`` if a coordinator holds the lock: it will."""
+    from weft.errors import LockHeldError
+
+    try:
+        store = BatchStore.open(state_dir, writer=True)
+    except LockHeldError:
+        return None
+    with store:
+        if store.is_empty():
+            raise StoreError(f"no batch in {state_dir}; run `weft batch run FILE` first")
+        coordinator = Coordinator(store, LocalEngine(), workers=0, clock=clock)
+        results = coordinator.apply_commands()
+        # Abandon requests are honoured by the scheduler's next tick; with no
+        # worker free it launches nothing, only moves states.
+        coordinator.commit(coordinator.scheduler.tick(clock(), 0).changes)
+        return results

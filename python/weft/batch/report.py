@@ -1,0 +1,150 @@
+"""Reports of a batch: the JSON summary, the JUnit XML file, the audit trail.
+
+All three are read from the store (any process may read it), so ``weft batch
+status`` shows the same figures as the end of ``weft batch run``. JUnit has
+one test case per step, with its duration, its cost (a property) and, for a
+failed step, the end of its output; a step that never ran because a
+dependency failed is reported as skipped, naming the dependency.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from weft.batch.store import BatchStore
+
+__all__ = ["consistency_problems", "summary", "write_junit"]
+
+
+def summary(store: BatchStore) -> dict[str, Any]:
+    """The batch as a JSON-ready dictionary."""
+    stored = store.load()
+    by_ws: dict[str, list[dict[str, Any]]] = {w.ws_id: [] for w in stored.workstreams}
+    states = {(s.ws_id, s.step_id): s.state for s in stored.steps}
+    for s in stored.steps:
+        entry: dict[str, Any] = {
+            "id": s.step_id,
+            "state": s.state,
+            "retry_count": s.retry_count,
+            "launches": s.launches,
+            "exit_code": s.exit_code,
+            "cost_usd": round(s.cost_usd, 6),
+            "duration_ms": s.duration_ms,
+            "tool": s.plan.get("tool"),
+        }
+        if s.execution_dir:
+            entry["execution"] = s.execution_dir
+        blockers = [
+            d for d in s.plan.get("depends_on", []) if states.get((s.ws_id, d)) != "S_SUCCESS"
+        ]
+        if s.state == "S_PENDING" and blockers:
+            entry["blocked_by"] = blockers
+        if s.error and s.state != "S_SUCCESS":
+            entry["error"] = s.error
+        by_ws[s.ws_id].append(entry)
+    workstreams = [
+        {
+            "id": w.ws_id,
+            "state": w.state,
+            "retry_count": w.retry_count,
+            "max_retries": w.max_retries,
+            "cost_usd": round(sum(st["cost_usd"] for st in by_ws[w.ws_id]), 6),
+            "steps": by_ws[w.ws_id],
+        }
+        for w in stored.workstreams
+    ]
+    counts: dict[str, int] = {}
+    for w in stored.workstreams:
+        counts[w.state] = counts.get(w.state, 0) + 1
+    return {
+        "batch": store.get_meta("name"),
+        "state_dir": str(store.folder),
+        "succeeded": all(w.state == "S_SUCCESS" for w in stored.workstreams),
+        "workstream_states": counts,
+        "total_cost_usd": round(sum(s.cost_usd for s in stored.steps), 6),
+        "breakers": [
+            {
+                "tool": b.tool,
+                "state": b.state,
+                "consecutive_failures": b.consecutive_failures,
+                "opened_at_ms": b.opened_at_ms,
+            }
+            for b in stored.breakers
+        ],
+        "workstreams": workstreams,
+        "problems": consistency_problems(store),
+    }
+
+
+def consistency_problems(store: BatchStore) -> list[str]:
+    """The seed's Recovery 4 check: states that contradict each other."""
+    stored = store.load()
+    steps_of: dict[str, list[str]] = {}
+    for s in stored.steps:
+        steps_of.setdefault(s.ws_id, []).append(s.state)
+    problems = []
+    for w in stored.workstreams:
+        states = steps_of.get(w.ws_id, [])
+        if w.state == "S_SUCCESS" and any(st != "S_SUCCESS" for st in states):
+            problems.append(f"workstream {w.ws_id} is S_SUCCESS but not all its steps are")
+        if w.state == "S_PENDING" and any(st != "S_PENDING" for st in states):
+            problems.append(f"workstream {w.ws_id} is S_PENDING but some of its steps moved")
+    return problems
+
+
+def write_junit(report: dict[str, Any], path: Path) -> None:
+    """Writes ``report`` (from :func:`summary`) as JUnit XML to ``path``."""
+    root = ET.Element("testsuites", name=str(report.get("batch") or "weft batch"))
+    total_tests = total_failures = total_skipped = 0
+    for ws in report["workstreams"]:
+        cases = ws["steps"]
+        failures = sum(1 for st in cases if st["state"] == "S_FAILED")
+        skipped = sum(1 for st in cases if st["state"] not in ("S_SUCCESS", "S_FAILED"))
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=ws["id"],
+            tests=str(len(cases)),
+            failures=str(failures),
+            errors="0",
+            skipped=str(skipped),
+            time=f"{sum(st['duration_ms'] for st in cases) / 1000:.3f}",
+        )
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="state", value=ws["state"])
+        ET.SubElement(props, "property", name="cost_usd", value=f"{ws['cost_usd']:.6f}")
+        for st in cases:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"batch.{ws['id']}",
+                name=st["id"],
+                time=f"{st['duration_ms'] / 1000:.3f}",
+            )
+            cprops = ET.SubElement(case, "properties")
+            ET.SubElement(cprops, "property", name="cost_usd", value=f"{st['cost_usd']:.6f}")
+            ET.SubElement(cprops, "property", name="launches", value=str(st["launches"]))
+            if st["state"] == "S_FAILED":
+                failure = ET.SubElement(
+                    case,
+                    "failure",
+                    message=f"exit code {st['exit_code']} after {st['launches']} launch(es)",
+                )
+                failure.text = st.get("error") or ""
+            elif st["state"] != "S_SUCCESS":
+                why = (
+                    f"blocked by {', '.join(st['blocked_by'])}"
+                    if st.get("blocked_by")
+                    else f"not run ({st['state']}, workstream {ws['state']})"
+                )
+                ET.SubElement(case, "skipped", message=why)
+        total_tests += len(cases)
+        total_failures += failures
+        total_skipped += skipped
+    root.set("tests", str(total_tests))
+    root.set("failures", str(total_failures))
+    root.set("skipped", str(total_skipped))
+    ET.indent(root)
+    path.write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")

@@ -1,0 +1,338 @@
+"""``weft batch``: run a batch file's workstreams, and the seed's recovery procedures.
+
+* ``weft batch run FILE [--workers N] [--headless | --json] [--junit OUT]``:
+  run (or resume) the batch; exit 0 only when every workstream succeeded,
+  1 otherwise, 2 for a bad file;
+* ``weft batch status FILE [--json]``: states, costs, breakers and the audit
+  trail (``state_transitions``), plus the consistency check (Recovery 4);
+* ``weft batch resume FILE``: continue a batch whose coordinator died
+  (Recovery 1), the same as ``run`` on a started batch;
+* ``weft batch abandon FILE WS``, ``retry FILE WS/STEP`` (Recovery 2),
+  ``reset-breaker FILE TOOL`` (Recovery 3): sent to the running coordinator
+  through the store's inbox, or applied at once when none runs;
+* ``weft batch schema``: the batch file's JSON Schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from weft.clock import iso_from_ms
+from weft.terminal import printable
+
+COMMAND_WAIT_S = 10.0
+"""How long ``abandon``/``retry``/``reset-breaker`` wait for a running coordinator's answer."""
+
+
+def register(commands: Any) -> None:
+    """Adds the ``batch`` command and its subcommands."""
+    parser = commands.add_parser(
+        "batch",
+        help="run many hank executions as workstreams of steps (seed 004)",
+        description="Run a batch file (TOML or JSON): workstreams of steps, each a hank run or "
+        "a command, with dependencies, retries, circuit breakers and a state database.",
+    )
+    sub = parser.add_subparsers(dest="batch_command", metavar="SUBCOMMAND", required=True)
+
+    def with_file(name: str, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("file", type=Path, metavar="FILE", help="the batch file (.toml or .json)")
+        p.add_argument(
+            "--state-dir",
+            type=Path,
+            help="where the batch store and step folders live "
+            "(default: .weft-batch/<file name> beside the file)",
+        )
+        return p
+
+    for name, text in (
+        ("run", "run (or resume) a batch"),
+        ("resume", "resume a batch whose coordinator stopped (same as run)"),
+    ):
+        p = with_file(name, text)
+        p.add_argument(
+            "--workers",
+            type=_positive,
+            default=os.cpu_count() or 1,
+            help="steps run at once (default: the number of cores)",
+        )
+        p.add_argument(
+            "--engine",
+            choices=["local", "ray"],
+            default="local",
+            help="where steps run: this machine, or a Ray cluster (pip install 'weft[ray]')",
+        )
+        p.add_argument(
+            "--address",
+            help="with --engine ray: the cluster to join (default: start a local Ray instance "
+            "with --workers CPUs)",
+        )
+        p.add_argument(
+            "--isolate",
+            action="store_true",
+            help="run each hank step as its own `weft run` process (default: in this process)",
+        )
+        out = p.add_mutually_exclusive_group()
+        out.add_argument("--headless", action="store_true", help="plain timestamped lines (CI)")
+        out.add_argument(
+            "--json", action="store_true", help="one JSON line per transition, then the summary"
+        )
+        p.add_argument("--junit", type=Path, metavar="OUT", help="write a JUnit XML report")
+        p.set_defaults(run=run_batch)
+
+    p = with_file("status", "show states, costs, breakers and the audit trail")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=status)
+
+    for name, arg, text in (
+        ("abandon", "WS", "abandon a workstream"),
+        ("retry", "STEP", "start a failed step over (WS/STEP; Recovery 2)"),
+        ("reset-breaker", "TOOL", "close a tool's circuit breaker (Recovery 3)"),
+    ):
+        p = with_file(name, text)
+        p.add_argument("target", metavar=arg)
+        p.set_defaults(run=send_command, kind=name)
+
+    p = sub.add_parser("schema", help="print the batch file's JSON Schema")
+    p.set_defaults(run=schema)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of workers")
+    return value
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    from weft.batch.coordinator import default_state_dir
+
+    return args.state_dir.resolve() if args.state_dir else default_state_dir(args.file)
+
+
+def schema(args: argparse.Namespace) -> int:
+    """``weft batch schema``."""
+    from weft.batch import batch_json_schema
+
+    print(json.dumps(batch_json_schema(), indent=2))
+    return 0
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """``weft batch run`` / ``resume``."""
+    from weft.batch import load_batch
+    from weft.batch.coordinator import Coordinator, file_sha256, record_plan, wall_clock_ms
+    from weft.batch.report import summary, write_junit
+    from weft.batch.store import BatchStore
+
+    plan = load_batch(args.file)
+    state_dir = _state_dir(args)
+    mode = (
+        "json" if args.json else "headless" if args.headless or not sys.stdout.isatty() else "live"
+    )
+    with BatchStore.open(state_dir, writer=True) as store:
+        record_plan(store, plan, file_sha256(args.file), wall_clock_ms())
+        try:
+            engine = _engine(args)
+        except _UsageError as e:
+            print(f"weft: error: {e}", file=sys.stderr)
+            return 2
+
+        async def main() -> None:
+            coordinator = Coordinator(store, engine, workers=args.workers)
+            _stop_on_signals(coordinator, stopped)
+            if mode == "live":
+                from weft.cli.batch_view import LiveBatchView
+
+                with LiveBatchView(coordinator) as view:
+                    coordinator.listeners.append(view.on_change)
+                    await coordinator.run()
+            else:
+                coordinator.listeners.append(_line_printer(mode))
+                await coordinator.run()
+            await engine.close()
+
+        stopped: list[int] = []
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+        report = summary(store)
+    if stopped:
+        print(
+            f"weft: stopped by signal {stopped[0]}; the steps left running resume with: "
+            f"weft batch resume {printable(str(args.file))}",
+            file=sys.stderr,
+        )
+        return 128 + stopped[0]
+    if args.junit:
+        write_junit(report, args.junit)
+    if mode == "json":
+        print(json.dumps({"type": "summary", **report}))
+    else:
+        print(render_summary(report))
+    return 0 if report["succeeded"] else 1
+
+
+def _stop_on_signals(coordinator: Any, stopped: list[int]) -> None:
+    """SIGINT / SIGTERM: the first asks the coordinator to stop (running steps
+    stay ``S_RUNNING`` for ``resume``); a second one ends the process at once."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stopped:
+            os._exit(128 + signum)  # the store is consistent after every commit
+        stopped.append(signum)
+        coordinator.request_stop()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, int(signum))
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from weft.batch.engine import LocalEngine
+
+    if args.engine == "local":
+        if args.address:
+            raise _UsageError("--address goes with --engine ray")
+        return LocalEngine(in_process=not args.isolate)
+    try:
+        from weft.batch.ray_engine import RayEngine
+
+        return RayEngine(address=args.address, num_cpus=args.workers)
+    except ImportError as e:
+        raise _UsageError(
+            f"the Ray engine needs Ray ({e}); install it with: pip install 'weft[ray]'"
+        ) from e
+
+
+class _UsageError(Exception):
+    """A flag combination that cannot work: private, caught in this module (exit 2)."""
+
+
+def _line_printer(mode: str) -> Any:
+    from weft.batch.store import Change
+
+    def on_change(change: Change, now_ms: int) -> None:
+        if change.from_state == change.to_state and not change.audit:
+            return
+        who = "/".join(change.key)
+        kind = {"workstreams": "workstream", "steps": "step", "breakers": "breaker"}[change.table]
+        if mode == "json":
+            line = {
+                "type": "transition",
+                "at": iso_from_ms(now_ms),
+                kind: who,
+                "from": change.from_state,
+                "to": change.to_state,
+                "metadata": change.metadata,
+            }
+            print(json.dumps(line), flush=True)
+            return
+        reason = change.metadata.get("reason")
+        extra = f" ({reason})" if reason else ""
+        print(
+            printable(
+                f"{iso_from_ms(now_ms)} {kind} {who}: "
+                f"{change.from_state} -> {change.to_state}{extra}"
+            ),
+            flush=True,
+        )
+
+    return on_change
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    """The summary as text."""
+    lines = [f"Batch {report['batch']} ({report['state_dir']})"]
+    for ws in report["workstreams"]:
+        lines.append(
+            f"  {ws['id']:<24} {ws['state']:<12} retries {ws['retry_count']}/{ws['max_retries']}"
+            f"  ${ws['cost_usd']:.4f}"
+        )
+        for st in ws["steps"]:
+            note = ""
+            if st.get("blocked_by"):
+                note = f"  blocked by {', '.join(st['blocked_by'])}"
+            elif st["exit_code"] is not None:
+                note = f"  exit {st['exit_code']}"
+            lines.append(
+                f"    {st['id']:<22} {st['state']:<12} launches {st['launches']}"
+                f"  {st['duration_ms'] / 1000:.1f}s  ${st['cost_usd']:.4f}{note}"
+            )
+    for b in report["breakers"]:
+        if b["state"] != "CLOSED" or b["consecutive_failures"]:
+            lines.append(
+                f"  breaker {b['tool']}: {b['state']} "
+                f"({b['consecutive_failures']} consecutive failures)"
+            )
+    for problem in report["problems"]:
+        lines.append(f"  inconsistent: {problem}")
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(report["workstream_states"].items()))
+    lines.append(f"  total ${report['total_cost_usd']:.4f}; workstreams: {counts}")
+    return "\n".join(printable(line) for line in lines)
+
+
+def status(args: argparse.Namespace) -> int:
+    """``weft batch status``."""
+    from weft.batch.report import summary
+    from weft.batch.store import BatchStore
+
+    with BatchStore.open(_state_dir(args), writer=False) as store:
+        report = summary(store)
+        audit = store.transitions()
+        breaker_audit = store.breaker_transitions()
+    if args.json:
+        print(json.dumps({**report, "transitions": audit, "breaker_transitions": breaker_audit}))
+        return 0
+    print(render_summary(report))
+    print("Audit trail (state_transitions):")
+    for t in audit:
+        who = t["ws_id"] + (f"/{t['step_id']}" if t["step_id"] else "")
+        reason = t["metadata"].get("reason", "")
+        print(printable(f"  {t['at']}  {who:<28} {t['from']} -> {t['to']}  {reason}"))
+    for t in breaker_audit:
+        print(
+            printable(
+                f"  {t['at']}  breaker {t['tool']:<20} {t['from']} -> {t['to']}  "
+                f"{t['metadata'].get('reason', '')}"
+            )
+        )
+    return 0 if not report["problems"] else 1
+
+
+def send_command(args: argparse.Namespace) -> int:
+    """``weft batch abandon|retry|reset-breaker``."""
+    from weft.batch.coordinator import apply_commands_offline, wall_clock_ms
+    from weft.batch.store import BatchStore
+
+    state_dir = _state_dir(args)
+    with BatchStore.open(state_dir, writer=False) as store:
+        command_id = store.add_command(args.kind, args.target, wall_clock_ms())
+    results = apply_commands_offline(state_dir)
+    if results is not None:
+        for result in results:
+            print(printable(result))
+        return 0
+    # A coordinator runs: it applies the inbox within a poll interval.
+    deadline = time.monotonic() + COMMAND_WAIT_S
+    with BatchStore.open(state_dir, writer=False) as store:
+        while time.monotonic() < deadline:
+            answer = store.command_result(command_id)
+            if answer is not None:
+                print(printable(answer))
+                return 0
+            time.sleep(0.1)
+    print(f"sent to the running coordinator (command {command_id}); see weft batch status")
+    return 0

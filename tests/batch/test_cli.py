@@ -1,0 +1,220 @@
+"""``weft batch`` end to end: the example, status's audit trail, JUnit, recovery
+commands, and a SIGKILLed coordinator resumed. Real processes, real SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+import pytest
+from tests.batch.support import EXAMPLE_FINAL_STATES, final_states, write_batch
+from tests.runtime.hanks import subprocess_environment
+
+from weft.batch.store import BatchStore
+from weft.errors import StoreError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def weft(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "weft", "batch", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def states(state_dir: Path) -> dict[str, Any]:
+    with BatchStore.open(state_dir, writer=False) as store:
+        stored = store.load()
+    out: dict[str, Any] = {w.ws_id: w.state for w in stored.workstreams}
+    out.update({s.key: (s.state, s.launches) for s in stored.steps})
+    return out
+
+
+def test_the_example_sweep_retries_abandons_and_status_shows_the_audit_trail(
+    tmp_path: Path,
+) -> None:
+    example = tmp_path / "batch"
+    shutil.copytree(
+        ROOT / "examples" / "batch", example, ignore=shutil.ignore_patterns(".weft-batch")
+    )
+    env = subprocess_environment(tmp_path)
+    junit = tmp_path / "junit.xml"
+    done = weft(env, "run", str(example / "sweep.toml"), "--workers", "2", "--headless",
+                "--junit", str(junit))  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    got = states(example / ".weft-batch" / "sweep")
+    for name in ("alpha", "beta", "gamma"):
+        assert got[f"sweep-{name}"] == "S_SUCCESS"
+        assert got[f"sweep-{name}/analyse"] == ("S_SUCCESS", 1)
+    assert got["flaky"] == "S_ABANDONED"
+    assert got["flaky/fetch"] == ("S_FAILED", 3)
+    assert got["flaky/publish"] == ("S_PENDING", 0)
+
+    status = weft(env, "status", str(example / "sweep.toml"))
+    assert status.returncode == 0, status.stderr
+    trail = [line.split() for line in status.stdout.splitlines() if line.startswith("  20")]
+    flaky = [(t[1], t[2], t[4]) for t in trail if t[1].startswith("flaky")]
+    assert flaky == [
+        ("flaky", "S_PENDING", "S_RUNNING"),
+        ("flaky/fetch", "S_PENDING", "S_RUNNING"),
+        ("flaky/fetch", "S_RUNNING", "S_FAILED"),
+        ("flaky/fetch", "S_FAILED", "S_RETRYING"),
+        ("flaky/fetch", "S_RETRYING", "S_RUNNING"),
+        ("flaky/fetch", "S_RUNNING", "S_FAILED"),
+        ("flaky/fetch", "S_FAILED", "S_RETRYING"),
+        ("flaky/fetch", "S_RETRYING", "S_RUNNING"),
+        ("flaky/fetch", "S_RUNNING", "S_FAILED"),
+        ("flaky", "S_RUNNING", "S_FAILED"),
+        ("flaky", "S_FAILED", "S_ABANDONED"),
+    ]
+    assert "breaker upstream: OPEN (3 consecutive failures)" in status.stdout
+
+    report = json.loads(weft(env, "status", str(example / "sweep.toml"), "--json").stdout)
+    assert final_states(report) == EXAMPLE_FINAL_STATES, "the Ray test checks the same table"
+    assert report["succeeded"] is False
+    assert report["total_cost_usd"] > 0
+    workstream_costs = sum(w["cost_usd"] for w in report["workstreams"])
+    assert report["total_cost_usd"] == pytest.approx(workstream_costs, abs=1e-5)
+
+    suites = ET.parse(junit).getroot()
+    assert suites.get("tests") == "11"
+    assert suites.get("failures") == "1"
+    fetch = suites.find("testsuite[@name='flaky']/testcase[@name='fetch']")
+    assert fetch is not None
+    failure = fetch.find("failure")
+    assert failure is not None
+    assert "upstream: 503 Service Unavailable" in (failure.text or "")
+    skipped = suites.find("testsuite[@name='flaky']/testcase[@name='publish']/skipped")
+    assert skipped is not None
+    assert skipped.get("message") == "blocked by fetch"
+
+    reset = weft(env, "reset-breaker", str(example / "sweep.toml"), "upstream")
+    assert reset.stdout.strip() == "breaker upstream: OPEN -> CLOSED"
+
+
+def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def _step_row(state_dir: Path, key: str) -> Any:
+    try:
+        with BatchStore.open(state_dir, writer=False) as store:
+            return next((s for s in store.load().steps if s.key == key), None)
+    except StoreError:  # not created yet
+        return None
+
+
+def test_a_sigkilled_coordinator_resumes_without_running_anything_twice(tmp_path: Path) -> None:
+    # "adopt/a" outlives the coordinator and is adopted; "lost/a" dies with it
+    # and is launched again (its second launch succeeds).
+    adopt = 'sleep 1.5; echo ran >> "$WEFT_BATCH_STEP_DIR/runs"'
+    lost = (
+        'echo ran >> "$WEFT_BATCH_STEP_DIR/runs"; '
+        'test -e "$WEFT_BATCH_STEP_DIR/second" && exit 0; '
+        'touch "$WEFT_BATCH_STEP_DIR/second"; sleep 60'
+    )
+    path = write_batch(
+        tmp_path,
+        {
+            "workstreams": [
+                {
+                    "id": "adopt",
+                    "steps": [
+                        {"id": "a", "command": ["sh", "-c", adopt]},
+                        {"id": "b", "command": ["true"], "depends_on": ["a"]},
+                    ],
+                },
+                {"id": "lost", "steps": [{"id": "a", "command": ["sh", "-c", lost]}]},
+                {"id": "done", "steps": [{"id": "a", "command": ["true"]}]},
+            ]
+        },
+    )
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = subprocess_environment(tmp_path)
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "weft", "batch", "run", str(path), "--workers", "3", "--headless"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def both_running() -> bool:
+            rows = [_step_row(state_dir, k) for k in ("adopt/a", "lost/a", "done/a")]
+            return all(r is not None for r in rows) and (
+                rows[0].pid is not None and rows[1].pid is not None and rows[2].state == "S_SUCCESS"
+            )
+
+        _wait_for(both_running)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(10)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    adopted, lost_row = _step_row(state_dir, "adopt/a"), _step_row(state_dir, "lost/a")
+    os.killpg(lost_row.pid, signal.SIGKILL)  # the lost step dies with its coordinator
+    assert adopted.state == "S_RUNNING"
+    os.kill(adopted.pid, 0)  # still running, without its coordinator
+
+    done = weft(env, "resume", str(path), "--workers", "3", "--headless", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = states(state_dir)
+    assert got["adopt/a"] == ("S_SUCCESS", 1), "adopted, not launched again"
+    assert got["adopt/b"] == ("S_SUCCESS", 1)
+    assert got["lost/a"] == ("S_SUCCESS", 2)
+    assert got["done/a"] == ("S_SUCCESS", 1), "a finished step never runs again"
+    step_dir = state_dir / "steps"
+    assert (step_dir / "adopt" / "a" / "runs").read_text() == "ran\n"
+    assert (step_dir / "lost" / "a" / "runs").read_text() == "ran\nran\n"
+    with BatchStore.open(state_dir, writer=False) as store:
+        audit = [t for t in store.transitions() if t["ws_id"] == "lost"]
+    assert any("process lost" in t["metadata"].get("reason", "") for t in audit)
+
+
+def test_abandon_reaches_a_running_coordinator_which_stops_the_step(tmp_path: Path) -> None:
+    path = write_batch(
+        tmp_path,
+        {"workstreams": [{"id": "w", "steps": [{"id": "s", "command": ["sleep", "60"]}]}]},
+    )
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = subprocess_environment(tmp_path)
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "weft", "batch", "run", str(path), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: (r := _step_row(state_dir, "w/s")) is not None and r.pid is not None)
+        sent = weft(env, "abandon", str(path), "w")
+        assert sent.stdout.strip() == "workstream w: abandon requested (in S_RUNNING)"
+        out, _ = coordinator.communicate(timeout=20)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    assert coordinator.returncode == 1
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1]["type"] == "summary"
+    assert lines[-1]["workstreams"][0]["state"] == "S_ABANDONED"
+    moves = [(x.get("workstream") or x.get("step"), x["to"]) for x in lines[:-1]]
+    assert ("w", "S_ABANDONED") in moves
+    assert ("w/s", "S_FAILED") in moves
