@@ -11,8 +11,9 @@ install:
 demo: install
 	weft run examples/hello
 
+# `ray` is the optional engine of `weft batch --engine ray`; the suite runs it on a local instance.
 test-deps:
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,ray]"
 
 # The pinned real Claude Code and Codex CLIs (PyPI wheels, cached outside the venv) that
 # tests/agents/real drives against local mock model servers. Already there: a no-op.
@@ -23,7 +24,7 @@ test-clis:
 # missing real CLI a failure instead of a skip, so CI cannot pass without running them.
 test: test-deps test-clis
 	cargo test --workspace
-	WEFT_REQUIRE_REAL_CLIS=1 $(PYTHON) -m pytest
+	WEFT_REQUIRE_REAL_CLIS=1 WEFT_REQUIRE_RAY=1 $(PYTHON) -m pytest
 
 lint: test-deps
 	cargo fmt --all --check

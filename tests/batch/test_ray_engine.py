@@ -6,6 +6,7 @@ workstream, a blocked step, an open breaker."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,10 @@ import pytest
 from tests.batch.support import EXAMPLE_FINAL_STATES, final_states
 from tests.runtime.hanks import subprocess_environment
 
-pytest.importorskip("ray")
+if os.environ.get("WEFT_REQUIRE_RAY") != "1":
+    # CI installs the `ray` extra and sets WEFT_REQUIRE_RAY=1 (Makefile `test`), so
+    # there a missing Ray fails the import below instead of skipping.
+    pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[2]
 
