@@ -21,7 +21,8 @@ test-clis:
 	$(PYTHON) scripts/install_test_clis.py
 
 # The whole suite: Rust unit and integration tests, then pytest. WEFT_REQUIRE_REAL_CLIS makes a
-# missing real CLI a failure instead of a skip, so CI cannot pass without running them.
+# missing real CLI (and WEFT_REQUIRE_RAY a missing Ray) a failure instead of a skip, so CI cannot
+# pass without running them.
 test: test-deps test-clis
 	cargo test --workspace
 	WEFT_REQUIRE_REAL_CLIS=1 WEFT_REQUIRE_RAY=1 $(PYTHON) -m pytest
