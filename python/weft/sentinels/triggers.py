@@ -317,6 +317,7 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
     """
     ns: dict[str, Any] = {
         "Observed": Observed,
+        "Trigger": Trigger,
         "_NUMBER_TYPES": _NUMBER_TYPES,
         "E": engine,
         "KIND": kind,
@@ -329,10 +330,14 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
         tests: list[str] = []
         if isinstance(trigger, EventTrigger):
             tests = [inline_condition(c, f"c{i}_{j}", ns) for j, c in enumerate(trigger.conditions)]
+        sequence = route.sequence
+        if sequence is not None and sequence.consecutive and sequence.uniform:
+            lines += _inline_run(i, kind, sequence, trigger, ns)
+            continue
         lines.append(f"    if {' and '.join(tests) or 'True'}:")
         lines.append("        if ev is None:")
         lines.append("            ev = Observed(KIND, data, seq, now)")
-        if route.sequence is not None:
+        if sequence is not None:
             lines += [
                 f"        done = {r}.sequence.see(ev)",
                 "        if done is not None:",
@@ -343,7 +348,18 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
             ]
             continue
         if route.mode == IMMEDIATE:
-            lines += [f"        {r}.fire([ev], now)", "        fired += 1"]
+            # SentinelRoute.fire written out: one trigger per event is the
+            # common case (error and stuck detectors), so no call and no copy.
+            ns[f"I{i}"], ns[f"Q{i}"] = route.id, route.queue.maxlen
+            lines += [
+                f"        q = {r}.queue",
+                f"        {r}.number = n = {r}.number + 1",
+                f"        {r}.triggered += 1",
+                f"        if len(q) == Q{i}:",
+                f"            {r}.dropped += 1",
+                f"        q.append(Trigger(I{i}, n, (ev,), now))",
+                "        fired += 1",
+            ]
             continue
         ns[f"L{i}"] = route.limit
         lines += [
@@ -386,6 +402,39 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
     exec(code, ns)
     router: _Router = ns["route"]
     return router
+
+
+def _inline_run(
+    i: int, kind: str, sequence: _Sequence, trigger: SentinelTrigger, ns: dict[str, Any]
+) -> list[str]:
+    """:meth:`_Sequence.see` of a consecutive pattern of one repeated step
+    ("three tool errors in a row"), written out for events of type ``kind``:
+    the step's type is decided here, once, and its conditions inline, so an
+    event that breaks the run costs one test and no allocation."""
+    assert isinstance(trigger, SequenceTrigger)
+    r = f"r{i}"
+    step = trigger.pattern[0]
+    ns[f"S{i}"] = sequence
+    ns[f"N{i}"] = len(sequence.steps)
+    lines = [f"    m = S{i}.matched"]
+    if step.type not in ("*", kind):
+        return [*lines, "    m.clear()"]
+    tests = [inline_condition(c, f"c{i}_s{j}", ns) for j, c in enumerate(step.conditions)]
+    return [
+        *lines,
+        f"    if {' and '.join(tests) or 'True'}:",
+        "        if ev is None:",
+        "            ev = Observed(KIND, data, seq, now)",
+        "        m.append(ev)",
+        f"        if len(m) == N{i}:",
+        f"            S{i}.matched = []",
+        f"            if {r}.add(m, now):",
+        "                fired += 1",
+        "            else:",
+        f"                E._lower_deadline({r})",
+        "    else:",
+        "        m.clear()",
+    ]
 
 
 def _types(trigger: SentinelTrigger) -> list[str]:
