@@ -263,5 +263,12 @@ def inline_condition(condition: Condition, name: str, namespace: dict[str, Any])
             namespace[val] = frozenset(value)
             test = f"(type(_v := data.get({key})) is str and _v in {val})"
             return test if op == "in" else f"(not {test})"
+        if op == "contains" and isinstance(value, str):
+            # A string field inline; a list field (rare) through the predicate.
+            namespace[val], namespace[name] = value, compile_condition(condition)
+            return (
+                f"({val} in _v if type(_v := data.get({key})) is str"
+                f" else type(_v) is list and {name}(data))"
+            )
     namespace[name] = compile_condition(condition)
     return f"{name}(data)"
