@@ -322,7 +322,16 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
         "E": engine,
         "KIND": kind,
     }
-    lines = ["def route(data, seq, now):", "    fired = 0", "    ev = None"]
+    # The event is made once, by the first route that matches; when the
+    # first route takes every event (a narrator on ``*``), it is made up
+    # front and no route tests for it.
+    first = routes[0].spec.trigger if routes else None
+    made = isinstance(first, EventTrigger) and not first.conditions
+    make = ["        if ev is None:", "            ev = Observed(KIND, data, seq, now)"]
+    if made:
+        make = []
+    ev = "Observed(KIND, data, seq, now)" if made else "None"
+    lines = ["def route(data, seq, now):", "    fired = 0", f"    ev = {ev}"]
     for i, route in enumerate(routes):
         r = f"r{i}"
         ns[r] = route
@@ -332,11 +341,10 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
             tests = [inline_condition(c, f"c{i}_{j}", ns) for j, c in enumerate(trigger.conditions)]
         sequence = route.sequence
         if sequence is not None and sequence.consecutive and sequence.uniform:
-            lines += _inline_run(i, kind, sequence, trigger, ns)
+            lines += _inline_run(i, kind, sequence, trigger, ns, make)
             continue
         lines.append(f"    if {' and '.join(tests) or 'True'}:")
-        lines.append("        if ev is None:")
-        lines.append("            ev = Observed(KIND, data, seq, now)")
+        lines += make
         if sequence is not None:
             lines += [
                 f"        done = {r}.sequence.see(ev)",
@@ -405,7 +413,12 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
 
 
 def _inline_run(
-    i: int, kind: str, sequence: _Sequence, trigger: SentinelTrigger, ns: dict[str, Any]
+    i: int,
+    kind: str,
+    sequence: _Sequence,
+    trigger: SentinelTrigger,
+    ns: dict[str, Any],
+    make: list[str],
 ) -> list[str]:
     """:meth:`_Sequence.see` of a consecutive pattern of one repeated step
     ("three tool errors in a row"), written out for events of type ``kind``:
@@ -423,8 +436,7 @@ def _inline_run(
     return [
         *lines,
         f"    if {' and '.join(tests) or 'True'}:",
-        "        if ev is None:",
-        "            ev = Observed(KIND, data, seq, now)",
+        *make,
         "        m.append(ev)",
         f"        if len(m) == N{i}:",
         f"            S{i}.matched = []",
