@@ -332,16 +332,20 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
         make = []
     ev = "Observed(KIND, data, seq, now)" if made else "None"
     lines = ["def route(data, seq, now):", "    fired = 0", f"    ev = {ev}"]
+    fetched = _hoisted(kind, routes, ns, lines)
     for i, route in enumerate(routes):
         r = f"r{i}"
         ns[r] = route
         trigger = route.spec.trigger
         tests: list[str] = []
         if isinstance(trigger, EventTrigger):
-            tests = [inline_condition(c, f"c{i}_{j}", ns) for j, c in enumerate(trigger.conditions)]
+            tests = [
+                inline_condition(c, f"c{i}_{j}", ns, fetched)
+                for j, c in enumerate(trigger.conditions)
+            ]
         sequence = route.sequence
         if sequence is not None and sequence.consecutive and sequence.uniform:
-            lines += _inline_run(i, kind, sequence, trigger, ns, make)
+            lines += _inline_run(i, kind, sequence, trigger, ns, make, fetched)
             continue
         lines.append(f"    if {' and '.join(tests) or 'True'}:")
         lines += make
@@ -412,6 +416,37 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
     return router
 
 
+def _hoisted(
+    kind: str, routes: Sequence[SentinelRoute], ns: dict[str, Any], lines: list[str]
+) -> dict[str, str]:
+    """Reads once, at the top of the router, each top-level field that the
+    conditions of two or more routes test (``action`` for a narrator, a
+    thinking analyzer and a tool counter); returns field -> local name."""
+    counts: dict[str, int] = {}
+    for route in routes:
+        trigger = route.spec.trigger
+        conditions: Sequence[Any] = ()
+        if isinstance(trigger, EventTrigger):
+            conditions = trigger.conditions
+        elif (
+            isinstance(trigger, SequenceTrigger)
+            and route.sequence is not None
+            and route.sequence.consecutive
+            and route.sequence.uniform
+        ):
+            conditions = trigger.pattern[0].conditions  # inlined by _inline_run
+        for key in {c.path for c in conditions if "." not in c.path}:
+            counts[key] = counts.get(key, 0) + 1
+    fetched: dict[str, str] = {}
+    for key, count in counts.items():
+        if count > 1:
+            n = len(fetched)
+            ns[f"H{n}"] = key
+            fetched[key] = f"h{n}"
+            lines.append(f"    h{n} = data.get(H{n})")
+    return fetched
+
+
 def _inline_run(
     i: int,
     kind: str,
@@ -419,6 +454,7 @@ def _inline_run(
     trigger: SentinelTrigger,
     ns: dict[str, Any],
     make: list[str],
+    fetched: dict[str, str],
 ) -> list[str]:
     """:meth:`_Sequence.see` of a consecutive pattern of one repeated step
     ("three tool errors in a row"), written out for events of type ``kind``:
@@ -432,7 +468,7 @@ def _inline_run(
     lines = [f"    m = S{i}.matched"]
     if step.type not in ("*", kind):
         return [*lines, "    m.clear()"]
-    tests = [inline_condition(c, f"c{i}_s{j}", ns) for j, c in enumerate(step.conditions)]
+    tests = [inline_condition(c, f"c{i}_s{j}", ns, fetched) for j, c in enumerate(step.conditions)]
     return [
         *lines,
         f"    if {' and '.join(tests) or 'True'}:",
