@@ -37,7 +37,10 @@ routes that watch it (its own and the ``*`` ones) into one straight-line
 function (:func:`_compile_router`), cached by type, so an event that no
 sentinel watches costs one dictionary lookup however many sentinels are
 attached, and one that some watch runs only their conditions and strategy
-steps. :meth:`TriggerEngine.feed_interpreted` is the same logic without the
+steps. The common steps are written out rather than called: an immediate
+trigger is queued inline, a consecutive run of one step is one inline test,
+and a field that several routes test is read once per event.
+:meth:`TriggerEngine.feed_interpreted` is the same logic without the
 generated code; property tests hold both to a reference model. The benchmark
 (``benches/test_bench_sentinels.py``) measures routing against a scan of
 every sentinel per event.
