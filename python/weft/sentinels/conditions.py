@@ -230,9 +230,17 @@ def compile_conditions(conditions: Sequence[Condition]) -> Predicate | None:
     return lambda data: all(t(data) for t in tests)
 
 
-def inline_condition(condition: Condition, name: str, namespace: dict[str, Any]) -> str:
+def inline_condition(
+    condition: Condition,
+    name: str,
+    namespace: dict[str, Any],
+    fetched: Mapping[str, str] | None = None,
+) -> str:
     """A Python expression on ``data`` equal to :func:`compile_condition`'s
     predicate, for the trigger engine's generated routing code.
+
+    ``fetched`` maps a top-level field to the local name that already holds
+    ``data.get(field)`` (a field several routes test is read once per event).
 
     The condition's values never enter the source: they are bound in
     ``namespace`` under names made from ``name`` (an identifier the caller
@@ -245,23 +253,30 @@ def inline_condition(condition: Condition, name: str, namespace: dict[str, Any])
     key, val = f"{name}_k", f"{name}_v"
     if len(parts) == 1:
         namespace[key] = parts[0]
+        get = (fetched or {}).get(parts[0]) or f"data.get({key})"
         if op == "equals" and isinstance(value, str):
             namespace[val] = value
-            return f"(type(_v := data.get({key})) is str and _v == {val})"
+            return f"(type(_v := {get}) is str and _v == {val})"
         if op == "equals" and isinstance(value, bool):
             namespace[val] = value
-            return f"(data.get({key}) is {val})"
+            return f"({get} is {val})"
         if op in ("greaterThan", "lessThan") and _is_number(value):
             namespace[val] = value
             cmp = ">" if op == "greaterThan" else "<"
-            return f"(type(_v := data.get({key})) in _NUMBER_TYPES and _v {cmp} {val})"
+            return f"(type(_v := {get}) in _NUMBER_TYPES and _v {cmp} {val})"
         if (
             op in ("in", "notIn")
             and isinstance(value, list)
             and all(isinstance(v, str) for v in value)
         ):
             namespace[val] = frozenset(value)
-            test = f"(type(_v := data.get({key})) is str and _v in {val})"
+            test = f"(type(_v := {get}) is str and _v in {val})"
             return test if op == "in" else f"(not {test})"
+        if op == "contains" and isinstance(value, str):
+            # A string field inline; a list field (rare) through the predicate.
+            namespace[val], namespace[name] = value, compile_condition(condition)
+            return (
+                f"({val} in _v if type(_v := {get}) is str else type(_v) is list and {name}(data))"
+            )
     namespace[name] = compile_condition(condition)
     return f"{name}(data)"

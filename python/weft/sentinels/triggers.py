@@ -37,7 +37,10 @@ routes that watch it (its own and the ``*`` ones) into one straight-line
 function (:func:`_compile_router`), cached by type, so an event that no
 sentinel watches costs one dictionary lookup however many sentinels are
 attached, and one that some watch runs only their conditions and strategy
-steps. :meth:`TriggerEngine.feed_interpreted` is the same logic without the
+steps. The common steps are written out rather than called: an immediate
+trigger is queued inline, a consecutive run of one step is one inline test,
+and a field that several routes test is read once per event.
+:meth:`TriggerEngine.feed_interpreted` is the same logic without the
 generated code; property tests hold both to a reference model. The benchmark
 (``benches/test_bench_sentinels.py``) measures routing against a scan of
 every sentinel per event.
@@ -317,22 +320,39 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
     """
     ns: dict[str, Any] = {
         "Observed": Observed,
+        "Trigger": Trigger,
         "_NUMBER_TYPES": _NUMBER_TYPES,
         "E": engine,
         "KIND": kind,
     }
-    lines = ["def route(data, seq, now):", "    fired = 0", "    ev = None"]
+    # The event is made once, by the first route that matches; when the
+    # first route takes every event (a narrator on ``*``), it is made up
+    # front and no route tests for it.
+    first = routes[0].spec.trigger if routes else None
+    made = isinstance(first, EventTrigger) and not first.conditions
+    make = ["        if ev is None:", "            ev = Observed(KIND, data, seq, now)"]
+    if made:
+        make = []
+    ev = "Observed(KIND, data, seq, now)" if made else "None"
+    lines = ["def route(data, seq, now):", "    fired = 0", f"    ev = {ev}"]
+    fetched = _hoisted(kind, routes, ns, lines)
     for i, route in enumerate(routes):
         r = f"r{i}"
         ns[r] = route
         trigger = route.spec.trigger
         tests: list[str] = []
         if isinstance(trigger, EventTrigger):
-            tests = [inline_condition(c, f"c{i}_{j}", ns) for j, c in enumerate(trigger.conditions)]
+            tests = [
+                inline_condition(c, f"c{i}_{j}", ns, fetched)
+                for j, c in enumerate(trigger.conditions)
+            ]
+        sequence = route.sequence
+        if sequence is not None and sequence.consecutive and sequence.uniform:
+            lines += _inline_run(i, kind, sequence, trigger, ns, make, fetched)
+            continue
         lines.append(f"    if {' and '.join(tests) or 'True'}:")
-        lines.append("        if ev is None:")
-        lines.append("            ev = Observed(KIND, data, seq, now)")
-        if route.sequence is not None:
+        lines += make
+        if sequence is not None:
             lines += [
                 f"        done = {r}.sequence.see(ev)",
                 "        if done is not None:",
@@ -343,7 +363,18 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
             ]
             continue
         if route.mode == IMMEDIATE:
-            lines += [f"        {r}.fire([ev], now)", "        fired += 1"]
+            # SentinelRoute.fire written out: one trigger per event is the
+            # common case (error and stuck detectors), so no call and no copy.
+            ns[f"I{i}"], ns[f"Q{i}"] = route.id, route.queue.maxlen
+            lines += [
+                f"        q = {r}.queue",
+                f"        {r}.number = n = {r}.number + 1",
+                f"        {r}.triggered += 1",
+                f"        if len(q) == Q{i}:",
+                f"            {r}.dropped += 1",
+                f"        q.append(Trigger(I{i}, n, (ev,), now))",
+                "        fired += 1",
+            ]
             continue
         ns[f"L{i}"] = route.limit
         lines += [
@@ -386,6 +417,75 @@ def _compile_router(engine: TriggerEngine, kind: str, routes: Sequence[SentinelR
     exec(code, ns)
     router: _Router = ns["route"]
     return router
+
+
+def _hoisted(
+    kind: str, routes: Sequence[SentinelRoute], ns: dict[str, Any], lines: list[str]
+) -> dict[str, str]:
+    """Reads once, at the top of the router, each top-level field that the
+    conditions of two or more routes test (``action`` for a narrator, a
+    thinking analyzer and a tool counter); returns field -> local name."""
+    counts: dict[str, int] = {}
+    for route in routes:
+        trigger = route.spec.trigger
+        conditions: Sequence[Any] = ()
+        if isinstance(trigger, EventTrigger):
+            conditions = trigger.conditions
+        elif (
+            isinstance(trigger, SequenceTrigger)
+            and route.sequence is not None
+            and route.sequence.consecutive
+            and route.sequence.uniform
+        ):
+            conditions = trigger.pattern[0].conditions  # inlined by _inline_run
+        for key in {c.path for c in conditions if "." not in c.path}:
+            counts[key] = counts.get(key, 0) + 1
+    fetched: dict[str, str] = {}
+    for key, count in counts.items():
+        if count > 1:
+            n = len(fetched)
+            ns[f"H{n}"] = key
+            fetched[key] = f"h{n}"
+            lines.append(f"    h{n} = data.get(H{n})")
+    return fetched
+
+
+def _inline_run(
+    i: int,
+    kind: str,
+    sequence: _Sequence,
+    trigger: SentinelTrigger,
+    ns: dict[str, Any],
+    make: list[str],
+    fetched: dict[str, str],
+) -> list[str]:
+    """:meth:`_Sequence.see` of a consecutive pattern of one repeated step
+    ("three tool errors in a row"), written out for events of type ``kind``:
+    the step's type is decided here, once, and its conditions inline, so an
+    event that breaks the run costs one test and no allocation."""
+    assert isinstance(trigger, SequenceTrigger)
+    r = f"r{i}"
+    step = trigger.pattern[0]
+    ns[f"S{i}"] = sequence
+    ns[f"N{i}"] = len(sequence.steps)
+    lines = [f"    m = S{i}.matched"]
+    if step.type not in ("*", kind):
+        return [*lines, "    m.clear()"]
+    tests = [inline_condition(c, f"c{i}_s{j}", ns, fetched) for j, c in enumerate(step.conditions)]
+    return [
+        *lines,
+        f"    if {' and '.join(tests) or 'True'}:",
+        *make,
+        "        m.append(ev)",
+        f"        if len(m) == N{i}:",
+        f"            S{i}.matched = []",
+        f"            if {r}.add(m, now):",
+        "                fired += 1",
+        "            else:",
+        f"                E._lower_deadline({r})",
+        "    else:",
+        "        m.clear()",
+    ]
 
 
 def _types(trigger: SentinelTrigger) -> list[str]:
