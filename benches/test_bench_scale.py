@@ -141,6 +141,7 @@ def _payload_bytes(db: Path) -> tuple[list[tuple[int, int]], tuple[str, int]]:
 
 
 @pytest.mark.benchmark(group="scale")
+@pytest.mark.timeout(1800)  # 10,000 codons: a few minutes on a busy 2-core machine
 def test_scale_10000_codons_cost_stays_flat(benchmark: Any, tmp_path: Path) -> None:
     results: list[tuple[_Ends, Path]] = []
 

@@ -15,7 +15,7 @@ import hashlib
 import os
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pygit2
@@ -156,8 +156,14 @@ def small_packs(pack_dir: Path) -> list[Path]:
         return []
     if len(idxs) <= 1:
         return []
-    sizes = {p: _pack_size(p) for p in idxs}
-    ordered = sorted(idxs, key=lambda p: (sizes[p], p.name))[:-1]
+    return geometric_merge({p: _pack_size(p) for p in idxs})
+
+
+def geometric_merge(sizes: Mapping[Path, int]) -> list[Path]:
+    """Of packs with these sizes, those :func:`small_packs` merges (see there)."""
+    if len(sizes) <= 1:
+        return []
+    ordered = sorted(sizes, key=lambda p: (sizes[p], p.name))[:-1]
     # From the large end, the packs that already form the progression stay...
     split = len(ordered)
     while split > 1 and sizes[ordered[split - 2]] * GEOMETRIC <= sizes[ordered[split - 1]]:
