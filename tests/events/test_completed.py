@@ -76,6 +76,7 @@ def test_an_old_whole_list_snapshot_is_read_as_a_mark_and_folds_as_a_replacement
     old = b'{"type":"state.snapshot","data":{"completedCodons":[{"codonId":"c0","runId":"r1",'
     old += b'"status":"completed"}],"totalCost":0.0,"totalTime":1,"fileTree":[]}}'
     mark = mark_of(old)
+    assert mark is not None
     assert (mark.count, mark.digest) == (1, digest([codon(0)]))
     data = msgspec.json.decode(old)["data"]
     event = msgspec.convert(data, StateSnapshotEvent)
@@ -138,3 +139,11 @@ def test_folding_every_journaled_snapshot_gives_the_runtime_list(
         if journal and action == "snapshot":
             assert folded == truth
             assert msgspec.json.decode(journal[-1])["data"]["completedDigest"] == digest(truth)
+
+
+def test_an_unreadable_journaled_snapshot_means_the_whole_list_is_sent() -> None:
+    assert mark_of(b'{"type":"state.snapshot","data":{"completedCodons":7}}') is None
+    tracker = CompletedCodons()
+    tracker.expect(None)
+    tracker.reset([codon(0)])
+    assert snapshot(tracker).completed_from == 0

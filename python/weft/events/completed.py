@@ -89,10 +89,14 @@ class _Envelope(msgspec.Struct):
 _envelope = msgspec.json.Decoder(_Envelope)
 
 
-def mark_of(payload: str | bytes) -> Mark:
+def mark_of(payload: str | bytes) -> Mark | None:
     """The list a journaled ``state.snapshot`` payload (``{"type","data"}``)
-    describes, whether it is a delta or an old whole-list snapshot."""
-    event = _snapshot.decode(_envelope.decode(payload).data)
+    describes, whether it is a delta or an old whole-list snapshot; None when
+    it cannot be read (the next snapshot then carries the whole list)."""
+    try:
+        event = _snapshot.decode(_envelope.decode(payload).data)
+    except msgspec.DecodeError:
+        return None
     if event.completed_count is not None and event.completed_digest is not None:
         return Mark(event.completed_count, event.completed_digest)
     # A whole-list snapshot from before deltas: it says everything itself.
