@@ -18,7 +18,10 @@ at codon 10) and bounds what recovery replays (a tail about the snapshot's
 size); early in a run, when state.json is small, it still means a snapshot
 at nearly every codon's end, which is also the evidence that lets
 :mod:`.loss` prove a cut-short journal lost committed events. The time bound
-keeps a slow run's snapshot fresh. Recovery stays snapshot + journal tail.
+keeps a slow run's snapshot fresh; it waits longer when a snapshot is slow to
+write (at least :data:`SNAPSHOT_DUTY` times the last one's cost), so a large
+state.json never takes more than a small share of the writer's time.
+Recovery stays snapshot + journal tail.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ from weft.store.snapshot import STATE, write_snapshot
 SNAPSHOT_BYTES = 1 << 20
 """Journal payload (bytes) after which a snapshot at least as large as it is due
 even inside a codon: an agent producing megabytes in one codon."""
+
+SNAPSHOT_DUTY = 20
+"""The time bound waits at least this many times the last snapshot's cost:
+rewriting a 9 MB state.json every 5 s would otherwise take a growing share of
+a long run (at most 1/20 of the writer thread's time goes to the time bound)."""
 
 
 def to_row(p: Processed) -> Row:
@@ -79,6 +87,8 @@ class StoreWriter:
         """The bytes of the last state.json written (or found, on resume)."""
         self._tail = 0
         """Payload bytes journaled since the last snapshot."""
+        self._last_cost = 0.0
+        """Seconds the last snapshot took (encode, write, fsync, rename)."""
         self.snapshots = 0
         """How many times state.json was written (for tests and benchmarks)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-writer")
@@ -118,10 +128,12 @@ class StoreWriter:
             )
             if ended:
                 return True
-        return self._tail > 0 and time.monotonic() - self._last_snapshot >= self._snapshot_every
+        wait = max(self._snapshot_every, SNAPSHOT_DUTY * self._last_cost)
+        return self._tail > 0 and time.monotonic() - self._last_snapshot >= wait
 
     def snapshot(self) -> None:
         """Writes state.json now (on the calling thread)."""
+        started = time.monotonic()
         try:
             data = self._core.snapshot_json()
             write_snapshot(self._weft_dir, data)
@@ -132,6 +144,7 @@ class StoreWriter:
                 raise storage_error(str(self._weft_dir / STATE), exc) from exc
             raise
         self._last_snapshot = time.monotonic()
+        self._last_cost = self._last_snapshot - started
         self._last_size = len(data)
         self._tail = 0
         self.snapshots += 1
