@@ -175,7 +175,7 @@ class ExecutionPlan:
     O(1); a change is O(plan length).
     """
 
-    __slots__ = ("_entries", "_index", "_loops")
+    __slots__ = ("_entries", "_firsts", "_index", "_loops")
 
     def __init__(self, entries: Sequence[PlannedCodon], loops: Mapping[str, Loop]) -> None:
         """A plan of ``entries``; ``loops`` are the loop definitions, by loop id.
@@ -186,6 +186,9 @@ class ExecutionPlan:
         self._entries: tuple[PlannedCodon, ...] = tuple(entries)
         self._loops: dict[str, Loop] = dict(loops)
         self._index: dict[str, int] = {e.codon_id: i for i, e in enumerate(self._entries)}
+        self._firsts: list[tuple[int, str]] | None = None
+        """(position, pattern): where each checkpointed-file pattern first
+        appears, in plan order; made on first use, then carried by changes."""
 
     # ------------------------------------------------------------------ building
 
@@ -307,10 +310,17 @@ class ExecutionPlan:
 
     def iteration(self, loop_id: str, iteration: int) -> tuple[PlannedCodon, ...]:
         """The entries of one iteration of a loop, in order (for its summary event)."""
+        # By id, not by a scan: an iteration's ids are known, and a long loop's
+        # plan has thousands of entries.
+        loop = self._loops.get(loop_id)
+        if loop is None:
+            return ()
+        found = (self.get(iteration_codon_id(codon.id, iteration)) for codon in loop.codons)
         return tuple(
             e
-            for e in self._entries
-            if e.loop_context is not None
+            for e in found
+            if e is not None
+            and e.loop_context is not None
             and e.loop_context.loop_id == loop_id
             and e.loop_context.iteration == iteration
         )
@@ -322,10 +332,10 @@ class ExecutionPlan:
         the ``checkpointedFiles`` of all entries up to and including this one,
         in first-seen order.
         """
-        patterns: dict[str, None] = {}
-        for entry in self._entries[: self.index(codon_id) + 1]:
-            patterns.update(dict.fromkeys(entry.codon.checkpointed_files))
-        return list(patterns)
+        at = self.index(codon_id)
+        if self._firsts is None:
+            self._firsts = _first_patterns(self._entries, 0, [])
+        return [pattern for first, pattern in self._firsts if first <= at]
 
     def to_state(self) -> list[dict[str, Any]]:
         """The plan as the state document's ``executionPlan`` (JSON builtins)."""
@@ -408,8 +418,37 @@ class ExecutionPlan:
         return True
 
     def _replace(self, start: int, stop: int, new: Sequence[PlannedCodon]) -> ExecutionPlan:
+        # O(what moved), not O(plan): a loop's plan grows at every iteration.
         entries = self._entries[:start] + tuple(new) + self._entries[stop:]
-        return ExecutionPlan(entries, self._loops)
+        plan: ExecutionPlan = object.__new__(ExecutionPlan)
+        plan._entries = entries
+        plan._loops = self._loops  # never mutated
+        index = self._index.copy()
+        for gone in self._entries[start:stop]:
+            del index[gone.codon_id]
+        for at in range(start, len(entries)):
+            index[entries[at].codon_id] = at
+        plan._index = index
+        plan._firsts = (
+            None
+            if self._firsts is None
+            else _first_patterns(entries, start, [f for f in self._firsts if f[0] < start])
+        )
+        return plan
+
+
+def _first_patterns(
+    entries: Sequence[PlannedCodon], start: int, kept: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """``kept`` (first appearances before ``start``) extended with those from
+    ``start`` on: (position, pattern), in plan order."""
+    seen = {pattern for _, pattern in kept}
+    for at in range(start, len(entries)):
+        for pattern in entries[at].codon.checkpointed_files:
+            if pattern not in seen:
+                seen.add(pattern)
+                kept.append((at, pattern))
+    return kept
 
 
 def _termination(

@@ -483,14 +483,18 @@ class RunProgress:
         self._run_ended("crashed", at)
 
     def _extend(self, event: PlanExtended, at: int, _: str | None) -> None:
+        # A long loop's plan has thousands of entries and grows at its end (the
+        # next iteration follows the codon that just finished): no list scans.
+        known = {e.codon_id for e in event.entries if e.codon_id in self._codons}
         added = [self._entry(e) for e in event.entries]
-        where = (
-            self._order.index(event.after_codon_id) + 1
-            if event.after_codon_id in self._order
-            else len(self._order)
-        )
-        added = [a for a in dict.fromkeys(added) if a not in self._order]
-        self._order[where:where] = added
+        order = self._order
+        where = len(order)
+        for i in range(len(order) - 1, -1, -1):
+            if order[i] == event.after_codon_id:
+                where = i + 1
+                break
+        added = [a for a in dict.fromkeys(added) if a not in known or a not in order]
+        order[where:where] = added
         self.plan_added = added
 
     def _trim(self, event: PlanTrimmed, at: int, _: str | None) -> None:

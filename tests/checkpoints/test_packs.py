@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import tempfile
@@ -15,6 +16,7 @@ from weft.checkpoints.packs import (
     OBJ_BLOB,
     OBJ_TREE,
     consolidate_packs,
+    geometric_merge,
     object_id,
     pack_object_ids,
     write_pack,
@@ -81,3 +83,31 @@ def test_consolidation_merges_small_packs_and_keeps_every_object(tmp_path: Path)
     fresh = pygit2.Repository(str(tmp_path / "r.git"))
     for sha in shas:
         assert fresh.get(pygit2.Oid(raw=sha)) is not None
+
+
+def test_geometric_merge_keeps_packs_that_are_already_far_apart() -> None:
+    sizes = {Path(f"pack-s{i}.idx"): 10 for i in range(10)}
+    sizes |= {Path("pack-base.idx"): 1000, Path("pack-a.idx"): 400, Path("pack-b.idx"): 200}
+    merged = geometric_merge(sizes)
+    assert sorted(p.name for p in merged) == sorted(f"pack-s{i}.idx" for i in range(10))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(min_value=1, max_value=40), st.integers(min_value=100, max_value=400))
+def test_a_long_run_rewrites_each_object_about_log_n_times(per_round: int, rounds: int) -> None:
+    # Each round adds `per_round` one-checkpoint packs, then merges as the repository does.
+    sizes: dict[Path, int] = {Path("pack-base.idx"): 1}
+    rewritten = serial = 0
+    for _ in range(rounds):
+        for _ in range(per_round):
+            serial += 1
+            sizes[Path(f"pack-{serial}.idx")] = 1
+        merged = geometric_merge(sizes)
+        if len(merged) > 1:
+            total = sum(sizes.pop(p) for p in merged)
+            rewritten += total
+            serial += 1
+            sizes[Path(f"pack-{serial}.idx")] = total
+    objects = sum(sizes.values())
+    assert rewritten <= objects * (2 + 2 * math.log2(objects))
+    assert len(sizes) <= per_round + 2 + 2 * math.log2(objects)

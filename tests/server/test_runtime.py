@@ -32,6 +32,8 @@ from tests.runtime.hanks import (
 
 import weft.client
 from weft.config import load_hank
+from weft.events.completed import digest, fold
+from weft.events.stream import CodonSummary, StateSnapshotEvent
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, read_token
@@ -188,10 +190,15 @@ async def test_manual_mode_runs_each_codon_when_a_client_sends_codon_next(
         ("server.idle", "all-codons-completed"),
     ]
     snapshots = w.of("state.snapshot")
-    assert [[c["codonId"] for c in s["completedCodons"]] for s in snapshots] == [["a"], ["a", "b"]]
-    assert snapshots[-1]["totalCost"] == pytest.approx(
-        sum(c["cost"] for c in snapshots[-1]["completedCodons"])
-    )
+    # Each snapshot carries what changed; folded, they give the whole list.
+    assert [[c["codonId"] for c in s["completedCodons"]] for s in snapshots] == [["a"], ["b"]]
+    assert [(s["completedFrom"], s["completedCount"]) for s in snapshots[1:]] == [(1, 2)]
+    finished: list[CodonSummary] = []
+    for s in snapshots:
+        finished = fold(finished, msgspec.convert(s, StateSnapshotEvent))
+    assert [c.codon_id for c in finished] == ["a", "b"]
+    assert snapshots[-1]["completedDigest"] == digest(finished)
+    assert snapshots[-1]["totalCost"] == pytest.approx(sum(c.cost for c in finished))
     journal = Journal.open(live.execution / ".weft" / DATABASE, readonly=True, check=False)
     try:
         rows = [(e.seq, e.id) for page in journal.pages() for e in page]
@@ -236,8 +243,10 @@ async def test_a_client_rolls_back_to_a_codon_and_runs_the_rest_again(tmp_path: 
         completed = await w.next("rollback.completed")
         snapshot = await w.next("state.snapshot")
         await w.idle("rollback-completed")
-        # b is superseded: the thread's finished codons are a's alone again.
-        assert [c["codonId"] for c in snapshot.data["completedCodons"]] == ["a"]
+        # b is superseded: the thread's finished codons are a's alone again
+        # (the snapshot keeps the first of the two it had, adds nothing).
+        assert snapshot.data["completedFrom"] == snapshot.data["completedCount"] == 1
+        assert snapshot.data["completedCodons"] == []
         assert snapshot.data["currentCodon"] == "b"
         files = workspace_files(live.execution)
         assert files["a.md"] == "from a"

@@ -113,3 +113,35 @@ async def test_a_fenced_off_writer_stops_before_writing(tmp_path: Path) -> None:
     assert store.journal.last_seq() == 1
     assert [p.seq for p in written] == [1]
     store.journal.close()
+
+
+async def test_state_json_is_rewritten_by_bytes_journaled_not_once_per_codon(
+    tmp_path: Path,
+) -> None:
+    store = ExecutionStore.open(tmp_path / "execution")
+    writer = store._writer_for()
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    await manager.flush()
+    state = tmp_path / "execution" / ".weft" / "state.json"
+    sizes: list[int] = []
+    rewrites: list[int] = []
+    manager.add_listener(lambda p: sizes.append(len(p.payload)))
+    for i in range(400):
+        before = writer.snapshots
+        for event in lifecycle("r1", f"c{i}"):
+            manager.transition(event)
+        await manager.flush()
+        if writer.snapshots > before:
+            rewrites.append(state.stat().st_size)
+    journaled = sum(sizes)
+    # Early on, while state.json is smaller than a codon's journal, every codon
+    # end rewrites it (the evidence loss checks need); later ever more rarely.
+    assert len(rewrites) < 400 // 4
+    assert writer.snapshots >= 8
+    # Amortised: no more bytes rewritten than journaled (plus the last one).
+    assert sum(rewrites) <= journaled + rewrites[-1]
+    await store.close(manager)
+    # The final snapshot is the fold of the whole journal.
+    doc = json.loads(state.read_text())
+    assert len(doc["runs"][0]["codons"]) == 400

@@ -15,7 +15,7 @@ import hashlib
 import os
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pygit2
@@ -28,6 +28,8 @@ _TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob"}
 
 #: Small packs merged into one once there are more than this many of them.
 CONSOLIDATE_OVER = 24
+#: Each pack left after a merge is at least this many times the next smaller one.
+GEOMETRIC = 2
 _DEFLATE_OVER = 16 * 1024
 
 
@@ -137,16 +139,42 @@ def sweep_orphan_packs(pack_dir: Path) -> list[Path]:
 
 
 def small_packs(pack_dir: Path) -> list[Path]:
-    """The ``.idx`` files of all packs except the largest (the consolidated base)."""
+    """The ``.idx`` files of the packs to merge: never the largest (the
+    consolidated base), and of the others the smallest, as many as it takes
+    for every pack left to be at least :data:`GEOMETRIC` times the size of
+    the merged one and of each smaller pack left.
+
+    Merging every pack but the largest each time rewrote the whole history
+    since that pack at every consolidation, so a 10,000-checkpoint run spent
+    ever longer in it (O(n) per checkpoint). A geometric progression of pack
+    sizes, as ``git repack --geometric`` keeps, rewrites each object about
+    log(n) times in all, and keeps the pack count logarithmic.
+    """
     try:
         idxs = [p for p in pack_dir.iterdir() if p.suffix == ".idx" and p.name.startswith("pack-")]
     except FileNotFoundError:
         return []
     if len(idxs) <= 1:
         return []
-    sizes = {p: _pack_size(p) for p in idxs}
-    largest = max(idxs, key=lambda p: sizes[p])
-    return [p for p in idxs if p != largest]
+    return geometric_merge({p: _pack_size(p) for p in idxs})
+
+
+def geometric_merge(sizes: Mapping[Path, int]) -> list[Path]:
+    """Of packs with these sizes, those :func:`small_packs` merges (see there)."""
+    if len(sizes) <= 1:
+        return []
+    ordered = sorted(sizes, key=lambda p: (sizes[p], p.name))[:-1]
+    # From the large end, the packs that already form the progression stay...
+    split = len(ordered)
+    while split > 1 and sizes[ordered[split - 2]] * GEOMETRIC <= sizes[ordered[split - 1]]:
+        split -= 1
+    split -= 1
+    # ...and the merged pack swallows each next one it would not be far below.
+    merged = sum(sizes[p] for p in ordered[:split])
+    while split < len(ordered) and sizes[ordered[split]] < GEOMETRIC * merged:
+        merged += sizes[ordered[split]]
+        split += 1
+    return ordered[:split] if split >= 2 else []
 
 
 def _pack_size(idx: Path) -> int:

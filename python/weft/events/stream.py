@@ -261,9 +261,14 @@ class CodonSummary(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=T
 class StateSnapshotEvent(StreamData):
     """Where the execution stands: sent after every codon and every rollback.
 
-    ``completedCodons`` are the finished codons of the execution thread,
-    oldest first; ``fileTree`` stays empty (``file.updated`` carries file
-    changes); ``totalTime`` is milliseconds since this process started.
+    The finished codons of the execution thread (oldest first) come as a
+    delta, so a snapshot's size does not grow with the run
+    (:mod:`weft.events.completed`): the previous snapshot's first
+    ``completedFrom`` entries stay and ``completedCodons`` follow them;
+    ``completedCount`` and ``completedDigest`` describe the whole list. A
+    snapshot without ``completedFrom`` holds the whole list (older journals).
+    ``fileTree`` stays empty (``file.updated`` carries file changes);
+    ``totalTime`` is milliseconds since this process started.
     """
 
     TYPE: ClassVar[str] = "state.snapshot"
@@ -273,6 +278,9 @@ class StateSnapshotEvent(StreamData):
     is_rolling_back: bool = False
     current_codon: str | None = None
     file_tree: list[Any] = msgspec.field(default_factory=list)
+    completed_from: int = 0
+    completed_count: int | None = None
+    completed_digest: str | None = None
 
 
 class CheckpointEntry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):

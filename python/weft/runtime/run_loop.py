@@ -275,14 +275,21 @@ class RunLoop(RuntimeState):
         are only added, and ``_step`` adds them without a read (a read waits
         for the journal's commit)."""
         thread = await manager.execution_thread()
-        self._finished = [summary(tc) for tc in reversed(list(thread.codons)) if tc.status in DONE]
+        self._finished.reset(
+            summary(tc) for tc in reversed(list(thread.codons)) if tc.status in DONE
+        )
 
     def _snapshot(self, run_id: str) -> None:
-        """Emits ``state.snapshot``: the thread's finished codons and the cost."""
+        """Emits ``state.snapshot``: the thread's finished codons (what changed
+        since the previous snapshot) and the cost."""
         cursor = self._cursor
+        keep, added, count, digest = self._finished.delta()
         self._emit(
             StateSnapshotEvent(
-                completed_codons=self._finished,
+                completed_codons=added,
+                completed_from=keep,
+                completed_count=count,
+                completed_digest=digest,
                 total_cost=self._manager.core.total_cost() if self._manager else 0.0,
                 total_time=int((time.monotonic() - self._started) * 1000),
                 is_rolling_back=self._rolling_back,

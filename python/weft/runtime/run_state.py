@@ -23,6 +23,7 @@ from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
 from weft.config.schema import Loop
 from weft.errors import CommandRejectedError
+from weft.events.completed import CompletedCodons
 from weft.events.stream import CodonSummary, StreamData
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.progress import RunProgress
@@ -201,8 +202,9 @@ class RuntimeState:
         self._signal = 0
         self._started = time.monotonic()
         self._thread: ExecutionThread | None = None
-        self._finished: list[CodonSummary] = []
-        """The thread's finished codons, oldest first, for ``state.snapshot``."""
+        self._finished = CompletedCodons()
+        """The thread's finished codons, oldest first, for ``state.snapshot``
+        (which sends what changed since the journal's previous one)."""
         self._codons_by_id = {
             codon.id: codon
             for item in hank.hank.hank

@@ -51,7 +51,8 @@ from weft.agents.registry import harness_for
 from weft.budget import BudgetBook, Ledger, Watchdog, restore_from_state
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.errors import PersistenceError, StorageFullError
-from weft.events.stream import InfoEvent
+from weft.events.completed import mark_of
+from weft.events.stream import InfoEvent, StateSnapshotEvent
 from weft.events.transitions import InitialCheckpointSet
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
@@ -145,6 +146,9 @@ class Runtime(Steering, Recovery, RunLoop):
         # every process group still journaled as open belongs to a dead run.
         leftover = await asyncio.to_thread(survivors.open_groups, store.journal)
         ended = await survivors.end_survivors(leftover) if leftover else []
+        # state.snapshot sends what changed since the journal's newest one.
+        last = await asyncio.to_thread(store.journal.last_of_type, StateSnapshotEvent.TYPE)
+        self._finished.expect(None if last is None else mark_of(last.payload))
         checkpoints = await AsyncCheckpointRepo.open(self.layout.checkpoints, self.layout.workspace)
         self._checkpoints = checkpoints
         warnings = await self._load_checks(store, checkpoints)

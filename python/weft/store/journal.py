@@ -188,6 +188,15 @@ class Journal:
         ).fetchall()
         return [JournalEvent(*r) for r in rows]
 
+    def last_of_type(self, type_: str) -> JournalEvent | None:
+        """The newest event of ``type_`` (served by the type index), or None."""
+        row = self._conn.execute(
+            "SELECT seq, id, timestamp, kind, type, run_id, codon_id, payload "
+            "FROM events WHERE type = ? ORDER BY seq DESC LIMIT 1",
+            (type_,),
+        ).fetchone()
+        return None if row is None else JournalEvent(*row)
+
     def last(self, n: int) -> list[JournalEvent]:
         """The newest ``n`` events, oldest first."""
         rows = self._conn.execute(

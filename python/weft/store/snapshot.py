@@ -1,10 +1,13 @@
 """state.json snapshots, written atomically.
 
-The write order makes every crash point safe: the current snapshot is first
-copied to ``state.json.bak``; the new one is written to ``state.json.tmp``
-and fsynced, renamed over ``state.json``, and the directory is fsynced so
-the rename itself survives. A reader finds either the old or the new
-snapshot, never a torn one, and the backup when state.json is unusable.
+The write order makes every crash point safe: the current snapshot first
+becomes ``state.json.bak`` (a hard link to the same file, swapped in by a
+rename: nothing is copied, so the backup costs the same for a 10 MB state as
+for a small one; a copy where the file system has no hard links); the new one
+is written to ``state.json.tmp`` and fsynced, renamed over ``state.json``,
+and the directory is fsynced so the renames survive. A reader finds either
+the old or the new snapshot, never a torn one, and the backup when
+state.json is unusable.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 STATE = "state.json"
 BACKUP = "state.json.bak"
 TEMP = "state.json.tmp"
+BACKUP_LINK = "state.json.bak.tmp"
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -37,11 +41,24 @@ def _sync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _keep_backup(weft_dir: Path, state: Path) -> None:
+    """Makes the current state.json the backup, atomically."""
+    link = weft_dir / BACKUP_LINK
+    try:
+        link.unlink(missing_ok=True)
+        os.link(state, link)
+    except OSError:
+        # No hard links here (or no room for a directory entry): copy.
+        _write_synced(weft_dir / BACKUP, state.read_bytes())
+        return
+    os.replace(link, weft_dir / BACKUP)
+
+
 def write_snapshot(weft_dir: Path, data: bytes) -> None:
     """Replaces ``state.json`` with ``data`` atomically, keeping the previous as ``.bak``."""
     state = weft_dir / STATE
     if state.exists():
-        _write_synced(weft_dir / BACKUP, state.read_bytes())
+        _keep_backup(weft_dir, state)
     temp = weft_dir / TEMP
     _write_synced(temp, data)
     os.replace(temp, state)

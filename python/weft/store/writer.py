@@ -5,12 +5,23 @@ on a dedicated writer thread, so the event loop never blocks on the disk and
 submissions keep arriving while a batch commits: the next batch is whatever
 accumulated meanwhile (group commit). Before each commit the runtime lock is
 checked, so a process that was fenced off stops writing; a committed
-RunStarted is recorded in the lock as its ``runId``. After a commit the
-writer takes a state.json snapshot when the batch ended a codon or a run,
-started a run, or the last snapshot is older than ``snapshot_every``.
-A full disk under the journal or the snapshot raises
-:class:`~weft.errors.StorageFullError` naming the file, which the
-StateManager turns into its fatal ``PersistenceError``.
+RunStarted is recorded in the lock as its ``runId``.
+
+After a commit the writer rewrites state.json when the journal has moved on
+by at least as many payload bytes as the snapshot holds, at a codon's or a
+run's end (anywhere once that is also ``snapshot_bytes``), or when the last
+snapshot is ``snapshot_every`` seconds old. Not at every codon's end: state.json
+grows with the run, so a rewrite per codon made each codon cost more than the
+one before. The byte bound keeps the rewrites amortised (each byte rewritten
+is paid for by a byte journaled, so a codon costs the same at codon 10,000 as
+at codon 10) and bounds what recovery replays (a tail about the snapshot's
+size); early in a run, when state.json is small, it still means a snapshot
+at nearly every codon's end, which is also the evidence that lets
+:mod:`.loss` prove a cut-short journal lost committed events. The time bound
+keeps a slow run's snapshot fresh; it waits longer when a snapshot is slow to
+write (at least :data:`SNAPSHOT_DUTY` times the last one's cost), so a large
+state.json never takes more than a small share of the writer's time.
+Recovery stays snapshot + journal tail.
 """
 
 from __future__ import annotations
@@ -28,6 +39,15 @@ from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.journal import Journal, Row
 from weft.store.lock import RuntimeLock
 from weft.store.snapshot import STATE, write_snapshot
+
+SNAPSHOT_BYTES = 1 << 20
+"""Journal payload (bytes) after which a snapshot at least as large as it is due
+even inside a codon: an agent producing megabytes in one codon."""
+
+SNAPSHOT_DUTY = 20
+"""The time bound waits at least this many times the last snapshot's cost:
+rewriting a 9 MB state.json every 5 s would otherwise take a growing share of
+a long run (at most 1/20 of the writer thread's time goes to the time bound)."""
 
 
 def to_row(p: Processed) -> Row:
@@ -53,13 +73,24 @@ class StoreWriter:
         lock: RuntimeLock | None,
         *,
         snapshot_every: float = 5.0,
+        snapshot_bytes: int = SNAPSHOT_BYTES,
     ) -> None:
         self._weft_dir = weft_dir
         self._journal = journal
         self._core = core
         self._lock = lock
         self._snapshot_every = snapshot_every
+        self._snapshot_bytes = snapshot_bytes
         self._last_snapshot = time.monotonic()
+        state = weft_dir / STATE
+        self._last_size = state.stat().st_size if state.exists() else 0
+        """The bytes of the last state.json written (or found, on resume)."""
+        self._tail = 0
+        """Payload bytes journaled since the last snapshot."""
+        self._last_cost = 0.0
+        """Seconds the last snapshot took (encode, write, fsync, rename)."""
+        self.snapshots = 0
+        """How many times state.json was written (for tests and benchmarks)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-writer")
 
     async def commit(self, batch: Sequence[Processed]) -> None:
@@ -82,18 +113,30 @@ class StoreWriter:
             if started and started[-1] is not None:
                 # The lock names the run its holder works on (weft status reads it).
                 self._lock.update(run_id=started[-1])
-        milestone = any(
-            p.outcome.codon_terminal or p.outcome.run_ended or p.outcome.kind == "RunStarted"
-            for p in batch
-            if p.applied
-        )
-        if milestone or time.monotonic() - self._last_snapshot >= self._snapshot_every:
+        self._tail += sum(len(p.payload) for p in batch)
+        if self._snapshot_due(batch):
             self.snapshot()
+
+    def _snapshot_due(self, batch: Sequence[Processed]) -> bool:
+        if self._tail >= self._last_size:
+            if self._tail >= self._snapshot_bytes:
+                return True
+            ended = any(
+                p.outcome.codon_terminal or p.outcome.run_ended or p.outcome.kind == "RunStarted"
+                for p in batch
+                if p.applied
+            )
+            if ended:
+                return True
+        wait = max(self._snapshot_every, SNAPSHOT_DUTY * self._last_cost)
+        return self._tail > 0 and time.monotonic() - self._last_snapshot >= wait
 
     def snapshot(self) -> None:
         """Writes state.json now (on the calling thread)."""
+        started = time.monotonic()
         try:
-            write_snapshot(self._weft_dir, self._core.snapshot_json())
+            data = self._core.snapshot_json()
+            write_snapshot(self._weft_dir, data)
         except OSError as exc:
             # The journal holds everything the snapshot would: nothing is lost,
             # but a run that cannot keep its snapshot fresh stops here.
@@ -101,6 +144,10 @@ class StoreWriter:
                 raise storage_error(str(self._weft_dir / STATE), exc) from exc
             raise
         self._last_snapshot = time.monotonic()
+        self._last_cost = self._last_snapshot - started
+        self._last_size = len(data)
+        self._tail = 0
+        self.snapshots += 1
 
     async def run(self, fn: Callable[[], None]) -> None:
         """Runs ``fn`` on the writer thread, after every commit queued before it."""
