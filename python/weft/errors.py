@@ -46,6 +46,7 @@ their package::
     ├── RollbackError                 weft.runtime: a rollback that cannot be done
     ├── CopyError                     weft.runtime: a rig copy failed (its message is for the user)
     ├── CopyCancelledError            weft.runtime: a rig copy was cancelled while its thread ran
+    ├── OutputError                   weft.runtime: an outputFiles copy could not be made
     ├── AgentStartError               weft.agents: an agent CLI could not start
     ├── PricingError                  weft.agents: the price table is unreadable
     ├── ServerError                   weft.server: the WebSocket server did not start

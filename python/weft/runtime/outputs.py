@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from weft.config.schema import CommandOp, OutputFiles, RigCommand
+from weft.errors import WeftError
 from weft.events.stream import ErrorEvent, InfoEvent
 from weft.runtime.layout import DATA_LINK
 from weft.runtime.rig import DEFAULT_COMMAND_TIMEOUT, KILL_GRACE
@@ -54,7 +55,7 @@ _NEVER = frozenset({".git", ".weft"})
 """Top-level workspace entries no glob copies out."""
 
 
-class OutputError(Exception):
+class OutputError(WeftError):
     """A copy that could not be made: the message says which file and why."""
 
 
