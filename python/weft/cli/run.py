@@ -306,6 +306,7 @@ def _options(args: argparse.Namespace, settings: RuntimeConfig) -> RuntimeOption
         sentinel_model=settings.sentinel.model,
         sentinel_persistence=settings.sentinel.enable_persistence,
         anthropic_base_url=settings.anthropic_base_url,
+        sessions=settings.session,
     )
 
 

@@ -20,6 +20,7 @@ from weft._core import ExecutionThread, ThreadCodon
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
+from weft.config.runtime import RuntimeSessionSettings
 from weft.config.schema import Loop
 from weft.errors import CommandRejectedError
 from weft.events.stream import CodonSummary, StreamData
@@ -28,6 +29,7 @@ from weft.progress import RunProgress
 from weft.runtime import rollback
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.runner import CodonRunner
+from weft.runtime.sessions import Sleep
 from weft.server import ProtocolServer
 from weft.state import Processed, StateManager
 
@@ -61,6 +63,10 @@ class RuntimeOptions:
     restarts (``sentinel.enablePersistence``); off: in memory, for one codon."""
     anthropic_base_url: str | None = None
     """``ANTHROPIC_BASE_URL`` for Claude Code agents (``anthropicBaseUrl``)."""
+    sessions: RuntimeSessionSettings = field(default_factory=RuntimeSessionSettings)
+    """The session supervisor's thresholds and cool-down schedule (``session.*``)."""
+    session_sleep: Sleep | None = None
+    """How cool-downs wait (:func:`asyncio.sleep`); tests inject a clock."""
 
 
 @dataclass(slots=True)
