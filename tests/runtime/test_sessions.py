@@ -89,7 +89,8 @@ async def test_a_429_mid_codon_cools_down_and_resumes_the_same_session(tmp_path:
     assert resumed == {"codonId": "build", "session": 2, "reason": "retry",
                        "resumeSessionId": session_id}  # fmt: skip
     argv = recorded(tmp_path / "argv.json")
-    assert session_id in " ".join(argv["argv"]) and "--resume" in " ".join(argv["argv"])
+    assert session_id in " ".join(argv["argv"])
+    assert "--resume" in " ".join(argv["argv"])
     assert argv["prompt"].startswith(RETRY_PROMPT.split("(")[0])
     assert seen.of("session.gave-up") == []
     # The codon's cost is its sessions' (the rate-limited one was not billed).
@@ -99,7 +100,8 @@ async def test_a_429_mid_codon_cools_down_and_resumes_the_same_session(tmp_path:
     ]
     assert len(finals) == 2
     assert record["finalCost"] == pytest.approx(finals[-1], abs=1e-6)
-    assert finals[-1] >= finals[0] and finals[-1] > 0
+    assert finals[-1] >= finals[0]
+    assert finals[-1] > 0
 
 
 async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_applies(
@@ -114,7 +116,8 @@ async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_appl
     assert sleeps.seconds == [2.0, 2.0]
     assert len(seen.of("session.resumed")) == 2
     (gave_up,) = seen.of("session.gave-up")
-    assert gave_up["totalErrors"] == 3 and gave_up["maxTotalErrors"] == 3
+    assert gave_up["totalErrors"] == 3
+    assert gave_up["maxTotalErrors"] == 3
     assert gave_up["sessions"] == 3
     record = codon_records(read_state(tmp_path / "x"))["build"]
     assert record["failureReason"]["type"] == "rate_limit"
@@ -125,7 +128,8 @@ async def test_a_permanent_error_fails_the_codon_at_once(tmp_path: Path, scenari
     outcome, seen, sleeps = await run(flaky(tmp_path, scenario), tmp_path / "x")
     assert outcome.codons == {"build": "failed"}
     assert sleeps.seconds == []
-    assert seen.of("session.cooldown") == [] and seen.of("session.resumed") == []
+    assert seen.of("session.cooldown") == []
+    assert seen.of("session.resumed") == []
 
 
 async def test_a_fresh_codon_names_no_previous_session(tmp_path: Path) -> None:
@@ -196,7 +200,8 @@ def test_retry_after_lengthens_the_cool_down_but_never_shortens_it() -> None:
     retries.elapsed()
     retries.spawning("p")
     shorter = retries.exited(failed(retry_after_ms=500), started=True)
-    assert isinstance(shorter, Cooldown) and shorter.duration_ms == 2000
+    assert isinstance(shorter, Cooldown)
+    assert shorter.duration_ms == 2000
     retries.elapsed()
     retries.spawning("p")
     implausible = retries.exited(failed(retry_after_ms=7_200_000), started=True)
