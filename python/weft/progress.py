@@ -35,6 +35,8 @@ from weft.events.stream import (
     RigOutputEvent,
     RigSetupFailedEvent,
     SentinelOutput,
+    SessionCooldownEvent,
+    SessionResumedEvent,
     ToolResultEvent,
 )
 from weft.events.transitions import (
@@ -64,7 +66,13 @@ PENDING = "pending"
 NANO = 1_000_000_000
 
 LastAction = (
-    AssistantActionEvent | ToolResultEvent | RigOutputEvent | RigSetupFailedEvent | CodonRetryEvent
+    AssistantActionEvent
+    | ToolResultEvent
+    | RigOutputEvent
+    | RigSetupFailedEvent
+    | CodonRetryEvent
+    | SessionCooldownEvent
+    | SessionResumedEvent
 )
 """What a codon did last, kept as the event itself: the views word it."""
 
@@ -556,6 +564,8 @@ _HANDLERS: dict[type[Any], _Handler] = {
     RigOutputEvent: RunProgress._did,
     RigSetupFailedEvent: RunProgress._did,
     CodonRetryEvent: RunProgress._did,
+    SessionCooldownEvent: RunProgress._did,
+    SessionResumedEvent: RunProgress._did,
     ToolResultEvent: RunProgress._tool_result,
     CodonStartedEvent: RunProgress._agent_started,
     ErrorEvent: RunProgress._error,

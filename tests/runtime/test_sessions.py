@@ -19,11 +19,13 @@ from tests.runtime.hanks import (
 )
 
 from weft.agents.events import ErrorClass, SessionExited
+from weft.cli.status import render, report
 from weft.config import load_hank
 from weft.config.runtime import RuntimeSessionSettings
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.runtime.sessions import RETRY_PROMPT, Cooldown, GaveUp, SessionRetries
+from weft.store import ExecutionStore
 
 
 @pytest.fixture(autouse=True)
@@ -121,6 +123,15 @@ async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_appl
     assert gave_up["sessions"] == 3
     record = codon_records(read_state(tmp_path / "x"))["build"]
     assert record["failureReason"]["type"] == "rate_limit"
+    # weft status names the supervisor's last word on the codon.
+    store = ExecutionStore.open(tmp_path / "x", readonly=True)
+    try:
+        status = report(store)
+    finally:
+        await store.close()
+    (build,) = status["runs"][0]["codons"]
+    assert build["session"]["type"] == "session.gave-up"
+    assert "supervisor: the session supervisor gave up after 3 failure(s)" in render(status)
 
 
 @pytest.mark.parametrize("scenario", ["auth_error", "api_error,status=400"])
