@@ -373,7 +373,8 @@ async def test_codon_start_goes_back_to_a_finished_codon_and_refuses_to_jump_ahe
 async def test_a_failed_codon_parks_manual_mode_until_it_is_redone(tmp_path: Path) -> None:
     a = codon("a", write_file("a.md", "a"))
     b = codon("b", prompt_file="flaky.md")
-    files = {"flaky.md": scenario("error_result")}
+    # Not retriable, so the session supervisor does not resume it.
+    files = {"flaky.md": scenario("auth_error")}
     async with live_run(tmp_path, a, b, files=files) as live, watching(live) as w:
         await w.idle("startup")
         await w.client.command("codon.next")
