@@ -15,6 +15,8 @@ from tests.runtime.hanks import (
     fake_environment,
     read_state,
     recorded,
+    scenario,
+    wait_for,
     write_hank,
 )
 
@@ -22,9 +24,11 @@ from weft.agents.events import ErrorClass, SessionExited
 from weft.cli.status import render, report
 from weft.config import load_hank
 from weft.config.runtime import RuntimeSessionSettings
+from weft.errors import CommandRejectedError
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.runtime.sessions import RETRY_PROMPT, Cooldown, GaveUp, SessionRetries
+from weft.server.protocol import MessageData
 from weft.store import ExecutionStore
 
 
@@ -158,6 +162,65 @@ async def test_a_fresh_codon_names_no_previous_session(tmp_path: Path) -> None:
     records = codon_records(read_state(tmp_path / "x"))
     assert records["b"].get("previousSessionId") is None
     assert records["c"]["previousSessionId"] == started["b"]["sessionId"]
+
+
+async def started(hank: Path, execution: Path) -> tuple[Runtime, Seen]:
+    prepared = await asyncio.to_thread(
+        prepare_execution,
+        hank,
+        None,
+        execution_dir=execution,
+        interactive=False,
+        base_dir=execution.parent / "managed",
+    )
+    seen = Seen()
+    runtime = Runtime(prepared, load_hank(hank), RuntimeOptions(serve=False), listeners=(seen,))
+    return runtime, seen
+
+
+async def until(check: object, what: str) -> None:
+    await asyncio.to_thread(wait_for, check, timeout=20, what=what)  # type: ignore[arg-type]
+
+
+async def test_an_urgent_message_interrupts_the_session_and_resumes_it_with_the_message(
+    tmp_path: Path,
+) -> None:
+    long = scenario("sigterm,lines=200,interval_ms=50")  # the resume has no directive: it ends
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", "First.", record=tmp_path / "a.json"),
+        codon("b", long + "Work slowly.", record=tmp_path / "b.json"),
+    )
+    runtime, seen = await started(hank, tmp_path / "x")
+    running = asyncio.ensure_future(runtime.run())
+    await until(
+        lambda: [e for e in seen.of("assistant.action") if e["codonId"] == "b"], "b at work"
+    )
+    with pytest.raises(CommandRejectedError, match="empty"):
+        await runtime.command("codon.message", MessageData(message=" ", urgent=True))
+    # A queued message waits for the next prompt built; the urgent one makes it now.
+    await runtime.command("codon.message", MessageData(message="Mind the tests."))
+    await runtime.command("codon.message", MessageData(message="Say hi now.", urgent=True))
+    outcome = await running
+    assert outcome.codons == {"a": "completed", "b": "completed"}, outcome.message
+    b_session = next(e for e in seen.of("codon.started") if e["codonId"] == "b")["sessionId"]
+    assert seen.of("session.resumed") == [
+        {"codonId": "b", "session": 2, "reason": "urgent", "resumeSessionId": b_session}
+    ]
+    argv = recorded(tmp_path / "b.json")
+    assert argv["prompt"] == "Mind the tests.\n\nSay hi now."
+    assert b_session in " ".join(argv["argv"])
+    assert [(m["urgent"], m.get("codonId")) for m in seen.of("session.message")] == [
+        (False, "b"),
+        (True, "b"),
+    ]
+    assert seen.of("session.cooldown") == []  # an interrupt is not an error
+
+
+async def test_an_urgent_message_with_no_session_running_is_refused(tmp_path: Path) -> None:
+    runtime, _ = await started(write_hank(tmp_path / "hank", codon("a")), tmp_path / "x")
+    with pytest.raises(CommandRejectedError, match=r"codon\.message refused"):
+        await runtime.command("codon.message", MessageData(message="hi", urgent=True))
 
 
 # -- the machine's decisions, on synthetic verdicts ------------------------------------

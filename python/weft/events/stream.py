@@ -360,6 +360,18 @@ class SessionResumedEvent(StreamData):
     resume_session_id: str | None = None
 
 
+class SessionMessageEvent(StreamData):
+    """A user's message for the running codon's agent (``codon.message``).
+    Urgent: the session is interrupted and resumed with it at once; queued:
+    it joins the next prompt built (the next resume, or the next codon's)."""
+
+    TYPE: ClassVar[str] = "session.message"
+    message: str
+    urgent: bool
+    codon_id: str | None = None
+    """The codon running when it arrived (None between codons)."""
+
+
 class SessionGaveUpEvent(StreamData):
     """A threshold of the session supervisor was reached: no more sessions;
     the codon fails and its ``onFailure`` / ``retryConfig`` apply."""

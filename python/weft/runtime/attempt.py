@@ -254,6 +254,8 @@ class Attempt:
         self.resumed_from: str | None = None
         """The session the attempt's first session really resumed (``--resume``):
         the codon's ``previousSessionId``; None for a fresh session."""
+        self.urgent = False
+        """An urgent message stopped the current session: resume it with the message."""
         self.woken = asyncio.Event()
         """Set by an interrupt: ends a cool-down between sessions at once."""
         self.extensions = 0

@@ -63,6 +63,7 @@ from weft.events.stream import (
     RigSetupCompletedEvent,
     SessionCooldownEvent,
     SessionGaveUpEvent,
+    SessionMessageEvent,
     SessionResumedEvent,
     StreamData,
 )
@@ -90,7 +91,14 @@ from weft.runtime.attempt import (
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.outputs import copy_outputs
 from weft.runtime.rig import run_rig
-from weft.runtime.sessions import RETRY_PROMPT, GaveUp, SessionRetries, Sleep, cool_down
+from weft.runtime.sessions import (
+    RETRY_PROMPT,
+    GaveUp,
+    SessionRetries,
+    Sleep,
+    cool_down,
+    with_messages,
+)
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
 from weft.store.diskspace import RESUME_HINT, is_storage_failure, storage_error
@@ -160,6 +168,8 @@ class CodonRunner:
         self.sessions = sessions or RuntimeSessionSettings()
         """The session supervisor's thresholds and schedule (``session.*``)."""
         self._sleep: Sleep = sleep or asyncio.sleep
+        self._inbox: list[str] = []
+        """User messages not yet in a prompt (``codon.message``)."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -197,6 +207,37 @@ class CodonRunner:
                 StopReason.SHUTDOWN if why is Interrupt.SHUTDOWN else StopReason.OPERATOR
             )
         return True
+
+    async def message(self, text: str, *, urgent: bool) -> bool:
+        """A user's message for the agent. Queued, it joins the next prompt
+        built (the next resume of this codon's session, or the next codon's
+        prompt). Urgent, it also stops the running session gracefully, which
+        is then resumed with it. Returns False (nothing done) for an urgent
+        message when no agent session is running."""
+        a = self._current
+        live = (
+            a is not None
+            and a.session is not None
+            and a.exit is None
+            and a.interrupt is None
+            and a.extensions == 0
+        )
+        if urgent and not live:
+            return False
+        self._inbox.append(text)
+        codon_id = None if a is None else a.request.planned.codon_id
+        run_id = None if a is None else a.request.run_id
+        self.emit(
+            SessionMessageEvent(message=text, urgent=urgent, codon_id=codon_id), run_id, codon_id
+        )
+        if urgent and a is not None and a.session is not None:
+            a.urgent = True
+            await a.session.stop(StopReason.INTERRUPT)
+        return True
+
+    def _take_messages(self) -> list[str]:
+        taken, self._inbox = self._inbox, []
+        return taken
 
     async def kill(self) -> None:
         """Kills the current agent at once (a second Ctrl-C)."""
@@ -298,6 +339,9 @@ class CodonRunner:
             )
         except ConfigError as exc:
             return await self._fail(a, "config", False, str(exc))
+        if self._inbox:  # queued messages join the next codon's prompt
+            text = with_messages(a.prompt.text, self._take_messages())
+            a.prompt = dataclasses.replace(a.prompt, text=text)
         if codon.continuation_mode == "continue-previous" and req.previous_session_id is None:
             return await self._fail(
                 a,
@@ -540,6 +584,32 @@ class CodonRunner:
         retries = SessionRetries(self.sessions)
         retries.spawning(a.prompt.text)
         while a.exit is not None and a.interrupt is None:
+            if a.urgent:
+                # Seed 002: UrgentMessage -> Interrupting -> BuildingPrompt; the
+                # same session goes on with the message as its prompt.
+                a.urgent = False
+                retries.interrupted(started=a.session_reported)
+                messages = self._take_messages()
+                prompt = (
+                    "\n\n".join(messages)
+                    if a.session_id
+                    else with_messages(a.prompt.text, messages)
+                )
+                number = retries.spawning(prompt)
+                self.emit(
+                    SessionResumedEvent(
+                        codon_id=codon_id,
+                        session=number,
+                        reason="urgent",
+                        resume_session_id=a.session_id,
+                    ),
+                    req.run_id,
+                    codon_id,
+                )
+                ended = await self._respawn(a, prompt, a.session_id)
+                if ended is not None:
+                    return ended
+                continue
             decision = retries.exited(a.exit, started=a.session_reported)
             if decision is None:
                 return None
@@ -578,6 +648,7 @@ class CodonRunner:
             retries.elapsed()
             what = decision.message or decision.error_class
             prompt = RETRY_PROMPT.format(what=what) if a.session_id else a.prompt.text
+            prompt = with_messages(prompt, self._take_messages())
             number = retries.spawning(prompt)
             self.emit(
                 SessionResumedEvent(

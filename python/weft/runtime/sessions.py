@@ -42,6 +42,14 @@ from weft.config.runtime import RuntimeSessionSettings
 Sleep: TypeAlias = Callable[[float], Awaitable[None]]
 """Waits the given seconds (:func:`asyncio.sleep` unless a test injects one)."""
 
+
+def with_messages(prompt: str, messages: list[str]) -> str:
+    """``prompt`` followed by the user's messages (the next prompt built)."""
+    if not messages:
+        return prompt
+    return "\n\n".join([prompt, "Messages from the user:", *messages])
+
+
 RETRY_PROMPT = (
     "Your previous session was cut short by an error ({what}). Continue the task "
     "from where you left off."
@@ -139,6 +147,19 @@ class SessionRetries:
             total_errors=m.total_errors,
         )
 
+    def interrupted(self, *, started: bool) -> None:
+        """An urgent message stopped the current session (seed 002:
+        ``UrgentMessage``, then its exit, which counts no error)."""
+        m = self.machine
+        if m.state == "Spawning":
+            # It ran as a process even if it never reported its session.
+            m.session_started(m.session_seq)
+        if m.state == "Running":
+            m.urgent_message()
+            m.session_exited("Success")
+        elif m.state == "SessionComplete":
+            m.worktree_ready()  # a follow-up session (seed: IncrementSession)
+
     def elapsed(self) -> None:
         """The cool-down is over: the machine builds the next prompt."""
         self.machine.backoff_elapsed()
@@ -167,4 +188,5 @@ __all__ = [
     "Sleep",
     "cool_down",
     "is_transient",
+    "with_messages",
 ]
