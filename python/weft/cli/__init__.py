@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from weft import __version__
 from weft._core import BUILD_PROFILE
-from weft.cli import agents, attach, init, run, schema, status, store, thread, validate
+from weft.cli import agents, attach, init, message, run, schema, status, store, thread, validate
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.terminal import printable_lines
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.register(commands)
     agents.register(commands)
     attach.register(commands)
+    message.register(commands)
     return parser
 
 
