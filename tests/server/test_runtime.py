@@ -492,3 +492,22 @@ async def test_a_flood_of_checkpoint_lists_journals_nothing_and_is_rate_limited(
     assert "checkpoint.list" not in types
     assert kinds["checkpoint.list"] == kinds["command.ack"] >= READ_BURST
     assert kinds["RATE_LIMITED"] >= flood - 2 * READ_BURST
+
+
+async def test_an_urgent_message_over_the_websocket_resumes_the_agent_with_it(
+    tmp_path: Path,
+) -> None:
+    long = codon("a", scenario("sigterm,lines=200,interval_ms=50") + "Work slowly.")
+    async with live_run(tmp_path, long) as live, watching(live) as w:
+        await w.idle("startup")
+        with pytest.raises(weft.client.CommandError, match="no agent session is running"):
+            await w.client.message("too early", urgent=True)
+        await w.client.command("codon.next")
+        await w.next("assistant.action")
+        await w.client.message("Say hi now.", urgent=True)
+        resumed = await w.next("session.resumed")
+        assert resumed.data["reason"] == "urgent"
+        await w.idle("all-codons-completed")
+        outcome = await shut_down(w, live)
+    assert outcome.status == "completed"
+    assert [m["message"] for m in w.of("session.message")] == ["Say hi now."]
