@@ -46,6 +46,7 @@ from weft.events.stream import (
     ServerIdleEvent,
     SessionCooldownEvent,
     SessionGaveUpEvent,
+    SessionMessageEvent,
     SessionResumedEvent,
     typed,
 )
@@ -245,6 +246,11 @@ def _resumed(p: RunProgress, event: SessionResumedEvent, at: int, codon: str | N
     return Note("retry", f"{_where(codon)}session {event.session} {how}", codon)
 
 
+def _message(p: RunProgress, event: SessionMessageEvent, at: int, codon: str | None) -> Note:
+    how = "urgent message (the agent is interrupted)" if event.urgent else "message queued"
+    return Note("info", f"{_where(codon)}{how}: {clip(event.message, 200)}", codon)
+
+
 def _gave_up(p: RunProgress, event: SessionGaveUpEvent, at: int, codon: str | None) -> Note:
     return Note("error", f"{_where(codon)}{clip(event.message, 240)}", codon)
 
@@ -364,6 +370,7 @@ _NOTES: dict[type[Any], _NoteOf] = {
     SessionCooldownEvent: _cooldown,
     SessionResumedEvent: _resumed,
     SessionGaveUpEvent: _gave_up,
+    SessionMessageEvent: _message,
     LoopIterationCompletedEvent: _iteration,
     ErrorEvent: _error,
     InfoEvent: _info,
