@@ -5,6 +5,8 @@ on the fake agent through :class:`Runtime` (sleeps injected, never waited)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ from tests.runtime.hanks import (
     read_state,
     recorded,
     scenario,
+    subprocess_environment,
     wait_for,
+    weft_run_argv,
     write_hank,
 )
 
@@ -108,6 +112,29 @@ async def test_a_429_mid_codon_cools_down_and_resumes_the_same_session(tmp_path:
     assert record["finalCost"] == pytest.approx(finals[-1], abs=1e-6)
     assert finals[-1] >= finals[0]
     assert finals[-1] > 0
+
+
+def test_weft_run_with_default_settings_survives_a_429_mid_codon(tmp_path: Path) -> None:
+    """The issue's case through a real ``weft run`` process (one real 2 s cool-down)."""
+    hank = write_hank(tmp_path / "hank", codon("build", "Build it."), codon("after", "Then."))
+    env = subprocess_environment(tmp_path)
+    env["FAKE_AGENT_SCENARIO"] = "api_error,status=429,count=1,fails=1"
+    env["PYTHONPATH"] = os.environ.get("WEFT_PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        weft_run_argv(hank, tmp_path / "x"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cooling down 2s" in done.stdout or "cooling down 2.0s" in done.stdout, done.stdout
+    records = codon_records(read_state(tmp_path / "x"))
+    assert {c: r["status"] for c, r in records.items()} == {
+        "build": "completed",
+        "after": "completed",
+    }
 
 
 async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_applies(
