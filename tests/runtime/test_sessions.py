@@ -323,3 +323,27 @@ def test_success_and_permanent_verdicts_end_the_sessions(exit: SessionExited) ->
     retries = SessionRetries(RuntimeSessionSettings())
     retries.spawning("p")
     assert retries.exited(exit, started=True) is None
+
+
+async def test_a_force_stop_during_a_cool_down_ends_it_at_once(tmp_path: Path) -> None:
+    hank = flaky(tmp_path, "api_error,status=429,count=0")
+    prepared = await asyncio.to_thread(
+        prepare_execution,
+        hank,
+        None,
+        execution_dir=tmp_path / "x",
+        interactive=False,
+        base_dir=tmp_path / "managed",
+    )
+    seen = Seen()
+    # A real (asyncio) sleep of ten minutes: only the interrupt can end it.
+    options = RuntimeOptions(serve=False, sessions=RuntimeSessionSettings(backoff_base_ms=600_000))
+    runtime = Runtime(prepared, load_hank(hank), options, listeners=(seen,))
+    running = asyncio.ensure_future(runtime.run())
+    await until(lambda: seen.of("session.cooldown"), "a cool-down")
+    await runtime.command("codon.forceStop")
+    outcome = await asyncio.wait_for(running, 30)
+    assert outcome.codons == {"build": "failed"}
+    assert seen.of("session.resumed") == []
+    record = codon_records(read_state(tmp_path / "x"))["build"]
+    assert record["failureReason"]["type"] == "force_stopped"
