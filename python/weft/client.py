@@ -527,6 +527,12 @@ class Client:
         finally:
             self._waiting.pop(key, None)
 
+    async def message(self, text: str, *, urgent: bool = False, timeout: float = 30.0) -> None:
+        """Sends ``codon.message``: a message for the running codon's agent.
+        Urgent, the agent is interrupted and resumed with it; otherwise it joins
+        the next prompt. Raises :class:`CommandError` when the server refuses."""
+        await self.command("codon.message", {"message": text, "urgent": urgent}, timeout=timeout)
+
     async def checkpoint_list(
         self, run_id: str | None = None, *, timeout: float = 30.0
     ) -> dict[str, Any]:

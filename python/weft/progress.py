@@ -37,6 +37,8 @@ from weft.events.stream import (
     RigOutputEvent,
     RigSetupFailedEvent,
     SentinelOutput,
+    SessionCooldownEvent,
+    SessionResumedEvent,
     TokenUsageEvent,
     ToolResultEvent,
 )
@@ -67,7 +69,13 @@ PENDING = "pending"
 NANO = 1_000_000_000
 
 LastAction = (
-    AssistantActionEvent | ToolResultEvent | RigOutputEvent | RigSetupFailedEvent | CodonRetryEvent
+    AssistantActionEvent
+    | ToolResultEvent
+    | RigOutputEvent
+    | RigSetupFailedEvent
+    | CodonRetryEvent
+    | SessionCooldownEvent
+    | SessionResumedEvent
 )
 """What a codon did last, kept as the event itself: the views word it."""
 
@@ -616,6 +624,8 @@ _HANDLERS: dict[type[Any], _Handler] = {
     RigOutputEvent: RunProgress._did,
     RigSetupFailedEvent: RunProgress._did,
     CodonRetryEvent: RunProgress._did,
+    SessionCooldownEvent: RunProgress._did,
+    SessionResumedEvent: RunProgress._did,
     ToolResultEvent: RunProgress._tool_result,
     CodonStartedEvent: RunProgress._agent_started,
     TokenUsageEvent: RunProgress._token_usage,

@@ -23,6 +23,7 @@ from tests.runtime.hanks import (
 )
 
 from weft.config import load_hank
+from weft.config.runtime import RuntimeSessionSettings
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 
@@ -32,7 +33,9 @@ def _fake_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake_environment(monkeypatch, tmp_path)
 
 
-async def run(hank: Path, execution: Path) -> tuple[RunOutcome, Seen]:
+async def run(
+    hank: Path, execution: Path, options: RuntimeOptions | None = None
+) -> tuple[RunOutcome, Seen]:
     prepared = await asyncio.to_thread(
         prepare_execution,
         hank,
@@ -42,7 +45,8 @@ async def run(hank: Path, execution: Path) -> tuple[RunOutcome, Seen]:
         base_dir=execution.parent / "managed",
     )
     seen = Seen()
-    runtime = Runtime(prepared, load_hank(hank), RuntimeOptions(serve=False), listeners=(seen,))
+    options = options or RuntimeOptions(serve=False)
+    runtime = Runtime(prepared, load_hank(hank), options, listeners=(seen,))
     return await runtime.run(), seen
 
 
@@ -60,7 +64,9 @@ async def test_a_codons_name_and_description_reach_codon_started(tmp_path: Path)
 async def test_a_codons_shim_idle_timeout_ends_a_silent_agent(tmp_path: Path) -> None:
     hank = write_hank(tmp_path / "hank", codon("a", scenario("hang_after_init"), shimIdleTimeout=1))
     began = time.monotonic()
-    outcome, _ = await run(hank, tmp_path / "x")
+    # The session supervisor hands the first timeout over (no cool-down, no resume).
+    once = RuntimeOptions(serve=False, sessions=RuntimeSessionSettings(max_total_errors=1))
+    outcome, _ = await run(hank, tmp_path / "x", once)
     # Well under the default (180 s): the codon's own setting ended it.
     assert time.monotonic() - began < 30
     assert outcome.codons == {"a": "failed"}

@@ -39,6 +39,7 @@ from tests.runtime.hanks import (
 )
 
 from weft.config import load_hank
+from weft.config.runtime import RuntimeSessionSettings
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.store import ExecutionStore
@@ -315,6 +316,11 @@ async def test_ignore_rig_failures_runs_the_agent_anyway(tmp_path: Path) -> None
 
 # --------------------------------------------------------------------------- failure policies
 
+POLICY_ONLY = RuntimeOptions(sessions=RuntimeSessionSettings(max_total_errors=1))
+"""The session supervisor gives up at the first failure, so the hank's
+``onFailure`` / ``retryConfig`` act on it (tests/runtime/test_sessions.py
+covers the cool-downs and resumes before that)."""
+
 
 async def test_abort_ends_the_run_at_the_failed_codon(tmp_path: Path) -> None:
     hank = write_hank(
@@ -324,7 +330,7 @@ async def test_abort_ends_the_run_at_the_failed_codon(tmp_path: Path) -> None:
         codon("c", write_file("c.md", "c")),
     )
     execution = tmp_path / "x"
-    outcome, seen = await run(hank, execution)
+    outcome, seen = await run(hank, execution, POLICY_ONLY)
 
     assert (outcome.status, outcome.exit_code) == ("failed", 1)
     assert outcome.codons == {"a": "completed", "b": "failed"}
@@ -358,7 +364,7 @@ async def test_retry_waits_the_backoff_and_gives_up_after_max_attempts(tmp_path:
         ),
     )
     execution = tmp_path / "x"
-    outcome, seen = await run(hank, execution)
+    outcome, seen = await run(hank, execution, POLICY_ONLY)
 
     assert (outcome.status, outcome.exit_code) == ("failed", 1)
     tries = attempts(read_state(execution))
@@ -411,7 +417,7 @@ async def test_retry_succeeds_once_the_failure_goes_away(tmp_path: Path) -> None
         return on
 
     execution = tmp_path / "x"
-    outcome, seen = await run(hank, execution, hooks=(heal,))
+    outcome, seen = await run(hank, execution, POLICY_ONLY, hooks=(heal,))
 
     assert (outcome.status, outcome.exit_code) == ("completed", 0)
     tries = attempts(read_state(execution))
@@ -454,7 +460,7 @@ async def test_ignore_records_the_failure_and_goes_on(tmp_path: Path) -> None:
         codon("c", write_file("c.md", "c")),
     )
     execution = tmp_path / "x"
-    outcome, seen = await run(hank, execution)
+    outcome, seen = await run(hank, execution, POLICY_ONLY)
 
     assert (outcome.status, outcome.exit_code) == ("completed", 0)
     assert outcome.codons == {"a": "completed", "b": "failed", "c": "completed"}

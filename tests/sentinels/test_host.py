@@ -32,6 +32,7 @@ from tests.runtime.hanks import (
 )
 
 from weft.config import load_hank
+from weft.config.runtime import RuntimeSessionSettings
 from weft.errors import StoreError
 from weft.events.stream import SENTINEL_EVENT_TYPES
 from weft.runtime.execution import prepare_execution
@@ -285,7 +286,9 @@ async def test_a_continued_run_does_not_repeat_the_outputs_of_finished_codons(
         files={"b.md": write_file("b.md", "half") + scenario("error_result")},
     )
     execution = tmp_path / "x"
-    first, _ = await run(hank, execution)
+    # The session supervisor hands the failure over at once (no resume).
+    once = RuntimeOptions(sessions=RuntimeSessionSettings(max_total_errors=1))
+    first, _ = await run(hank, execution, once)
     assert first.status == "failed"
     prompt.write_text(write_file("b.md", "b"))
     second, seen = await run(hank, execution, RuntimeOptions())

@@ -382,7 +382,8 @@ async def test_codon_start_goes_back_to_a_finished_codon_and_refuses_to_jump_ahe
 async def test_a_failed_codon_parks_manual_mode_until_it_is_redone(tmp_path: Path) -> None:
     a = codon("a", write_file("a.md", "a"))
     b = codon("b", prompt_file="flaky.md")
-    files = {"flaky.md": scenario("error_result")}
+    # Not retriable, so the session supervisor does not resume it.
+    files = {"flaky.md": scenario("auth_error")}
     async with live_run(tmp_path, a, b, files=files) as live, watching(live) as w:
         await w.idle("startup")
         await w.client.command("codon.next")
@@ -500,3 +501,22 @@ async def test_a_flood_of_checkpoint_lists_journals_nothing_and_is_rate_limited(
     assert "checkpoint.list" not in types
     assert kinds["checkpoint.list"] == kinds["command.ack"] >= READ_BURST
     assert kinds["RATE_LIMITED"] >= flood - 2 * READ_BURST
+
+
+async def test_an_urgent_message_over_the_websocket_resumes_the_agent_with_it(
+    tmp_path: Path,
+) -> None:
+    long = codon("a", scenario("sigterm,lines=200,interval_ms=50") + "Work slowly.")
+    async with live_run(tmp_path, long) as live, watching(live) as w:
+        await w.idle("startup")
+        with pytest.raises(weft.client.CommandError, match="no agent session is running"):
+            await w.client.message("too early", urgent=True)
+        await w.client.command("codon.next")
+        await w.next("assistant.action")
+        await w.client.message("Say hi now.", urgent=True)
+        resumed = await w.next("session.resumed")
+        assert resumed.data["reason"] == "urgent"
+        await w.idle("all-codons-completed")
+        outcome = await shut_down(w, live)
+    assert outcome.status == "completed"
+    assert [m["message"] for m in w.of("session.message")] == ["Say hi now."]

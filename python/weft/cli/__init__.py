@@ -20,6 +20,7 @@ from weft.cli import (
     attach,
     batch,
     init,
+    message,
     run,
     schema,
     status,
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.register(commands)
     ui.register(commands)
     batch.register(commands)
+    message.register(commands)
     return parser
 
 

@@ -50,7 +50,7 @@ from weft.terminal import printable_lines
 
 KEYS_HELP = (
     "keys: n next · s skip · f force-stop codon · r roll back to last success · "
-    "x stop the run · l checkpoints · q detach"
+    "x stop the run · l checkpoints · m message · u urgent message · q detach"
 )
 
 
@@ -67,7 +67,8 @@ def register(commands: Any) -> None:
             "Show the live view of a running execution through its WebSocket server. "
             "Read-write when the execution's read-write token is readable (or --token), "
             "read-only with its read token otherwise. Keys: n next, s skip, f force-stop, "
-            "r rollback, x stop, l checkpoints, q detach."
+            "r rollback, x stop, l checkpoints, m message (next prompt), u urgent message "
+            "(interrupts the agent, which resumes with it), q detach."
         ),
     )
     parser.add_argument(
@@ -179,9 +180,39 @@ class Keys:
         self.detach = detach
         self.pending: str | None = None
         self.tasks: set[asyncio.Task[None]] = set()
+        self.typing: bool | None = None
+        """While a message is typed: whether it is urgent (None: not typing)."""
+        self.text = ""
+
+    def _type(self, key: str) -> None:
+        """One key of a message being typed: Enter sends, Escape cancels.
+        Nothing is echoed character by character (the live view owns the
+        screen); the message is shown once sent."""
+        urgent = bool(self.typing)
+        if key in ("\n", "\r"):
+            text, self.typing, self.text = self.text.strip(), None, ""
+            if not text:
+                self.note("empty message: not sent")
+                return
+            done = f"{'urgent ' if urgent else ''}message sent: {text}"
+            task = asyncio.get_running_loop().create_task(
+                self._command("codon.message", {"message": text, "urgent": urgent}, done)
+            )
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        elif key == "\x1b":
+            self.typing, self.text = None, ""
+            self.note("message cancelled")
+        elif key in ("\x7f", "\b"):
+            self.text = self.text[:-1]
+        elif key.isprintable():
+            self.text += key
 
     def press(self, key: str) -> None:
         """Handles one key."""
+        if self.typing is not None:
+            self._type(key)
+            return
         if self.pending is not None:
             confirmed, self.pending = self.pending, None
             if key.lower() == "y":
@@ -191,6 +222,14 @@ class Keys:
             return
         if key in ("q", "Q"):
             self.detach.set()
+            return
+        if key in ("m", "u"):
+            if self.client.mode != "readandwrite":
+                self.note("read-only: messages need the execution's token (or --token)")
+                return
+            self.typing = key == "u"
+            kind = "urgent message (interrupts the agent)" if self.typing else "message"
+            self.note(f"type the {kind}; Enter sends, Esc cancels")
             return
         if key not in _COMMANDS:
             if key.isprintable() and key.strip():

@@ -370,6 +370,7 @@ def _options(
         sentinel_model=settings.sentinel.model,
         sentinel_persistence=settings.sentinel.enable_persistence,
         anthropic_base_url=settings.anthropic_base_url,
+        sessions=settings.session,
     )
 
 

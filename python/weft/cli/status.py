@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from weft.errors import LockHeldError
+from weft.events.stream import (
+    SessionCooldownEvent,
+    SessionGaveUpEvent,
+    SessionResumedEvent,
+    decode_event,
+)
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
 from weft.terminal import printable_lines
@@ -98,9 +104,38 @@ def lock_holder(store: ExecutionStore) -> dict[str, Any] | None:
     return {"pid": info.pid, "runId": info.run_id, "alive": pid_alive(info.pid)}
 
 
+SESSION_EVENTS = (SessionCooldownEvent.TYPE, SessionResumedEvent.TYPE, SessionGaveUpEvent.TYPE)
+
+
+def supervisor_of(store: ExecutionStore) -> dict[tuple[str, str], dict[str, Any]]:
+    """(run id, codon id) -> the session supervisor's last word on that codon:
+    ``{type, ...its data}`` of the newest ``session.*`` event (read through the
+    journal's type index, so it costs what it returns)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in store.journal.of_types(SESSION_EVENTS):
+        event = decode_event(row.payload.encode())
+        if event is None or row.run_id is None or row.codon_id is None:
+            continue
+        data: dict[str, Any] = json.loads(row.payload)["data"]
+        out[(row.run_id, row.codon_id)] = {"type": row.type, **data, "timestamp": row.timestamp}
+    return out
+
+
+def _session_line(s: dict[str, Any]) -> str:
+    if s["type"] == SessionCooldownEvent.TYPE:
+        return (
+            f"cooled down {s['durationMs']} ms after session {s['session']} failed "
+            f"({s['errorClass']}; {s['consecutiveErrors']} in a row, {s['totalErrors']} in all)"
+        )
+    if s["type"] == SessionResumedEvent.TYPE:
+        return f"session {s['session']} started after a cool-down ({s['reason']})"
+    return str(s.get("message", "the session supervisor gave up"))
+
+
 def report(store: ExecutionStore) -> dict[str, Any]:
     """The status of an opened store, as a JSON-ready dictionary."""
     state = json.loads(store.core.state_json())
+    supervisor = supervisor_of(store)
     holder = lock_holder(store)
     # An unreadable lock may be live: only a missing or dead holder proves a crash.
     nobody_runs = holder is None or holder["alive"] is False
@@ -128,6 +163,9 @@ def report(store: ExecutionStore) -> dict[str, Any]:
             sentinels = sentinels_of(c)
             if sentinels is not None:
                 entry["sentinels"] = sentinels
+            session = supervisor.get((run["runId"], c["codonId"]))
+            if session is not None and session["timestamp"] >= c["startTime"]:
+                entry["session"] = session
             codons.append(entry)
         dead = run["status"] == "running" and nobody_runs
         runs.append(
@@ -215,6 +253,8 @@ def render(status: dict[str, Any]) -> str:
             elif c["status"] == "skipped":
                 detail = f"  during {c.get('skippedDuring')}"
             lines.append(f"  {c['codonId']:<24} {c['status']:<21} {_cost(c)}{detail}")
+            if "session" in c:
+                lines.append(f"    supervisor: {_session_line(c['session'])}")
             for s in c.get("sentinels", {}).get("states", []):
                 lines.append(f"    sentinel {_sentinel_line(s)}")
     return "\n".join(lines)

@@ -48,6 +48,7 @@ __all__ = [
     "RuntimeBudget",
     "RuntimeConfig",
     "RuntimeSentinelSettings",
+    "RuntimeSessionSettings",
     "resolve_runtime_config",
     "setting_names",
 ]
@@ -83,6 +84,22 @@ class RuntimeBudget(_Settings, frozen=True, kw_only=True):
     max_time_seconds: Annotated[float, Meta(gt=0)] | None = None
 
 
+class RuntimeSessionSettings(_Settings, frozen=True, kw_only=True):
+    """The session supervisor of every codon (seed 002): how long a transient
+    failure cools down before the session is resumed, and when it gives up."""
+
+    max_consecutive_errors: Annotated[int, Meta(ge=1, le=1_000_000)] = 5
+    """Failures in a row, with no session started between them, that fail the codon."""
+    max_total_errors: Annotated[int, Meta(ge=1, le=1_000_000)] = 20
+    """Failures in one codon attempt that fail it."""
+    backoff_base_ms: Annotated[int, Meta(ge=0)] = 2000
+    """The first cool-down; each failure in a row doubles it."""
+    backoff_max_ms: Annotated[int, Meta(ge=0)] = 60000
+    """The longest cool-down the schedule reaches."""
+    max_retry_after_ms: Annotated[int, Meta(ge=0)] = 3_600_000
+    """Retry-After hints longer than this are ignored as implausible."""
+
+
 class RuntimeConfig(_Settings, frozen=True, kw_only=True):
     """Weft's runtime settings (the reference's hankweave.json keys, in weft.json)."""
 
@@ -107,6 +124,7 @@ class RuntimeConfig(_Settings, frozen=True, kw_only=True):
     """Loopback clients may read the run without a token (``--allow-anonymous-read``)."""
     sentinel: RuntimeSentinelSettings = msgspec.field(default_factory=RuntimeSentinelSettings)
     budget: RuntimeBudget = msgspec.field(default_factory=RuntimeBudget)
+    session: RuntimeSessionSettings = msgspec.field(default_factory=RuntimeSessionSettings)
 
 
 @dataclass(frozen=True)

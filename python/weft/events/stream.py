@@ -385,6 +385,62 @@ class CodonExtendedEvent(StreamData):
     cumulative_cost: float | None
 
 
+class SessionCooldownEvent(StreamData):
+    """A codon's agent session failed transiently (rate limit, overload,
+    timeout, crash): the session supervisor waits ``durationMs`` (the seed 002
+    backoff, or a longer ``Retry-After``) before it resumes the session."""
+
+    TYPE: ClassVar[str] = "session.cooldown"
+    codon_id: str
+    session: int
+    """The failed session's number in this attempt (1 = the first)."""
+    duration_ms: int
+    backoff_ms: int
+    error_class: str
+    consecutive_errors: int
+    total_errors: int
+    retry_after_ms: int | None = None
+    message: str | None = None
+
+
+class SessionResumedEvent(StreamData):
+    """The session supervisor starts the codon's next agent session: it resumes
+    ``resumeSessionId``, or starts afresh when no session was reported yet."""
+
+    TYPE: ClassVar[str] = "session.resumed"
+    codon_id: str
+    session: int
+    """The new session's number in this attempt."""
+    reason: Literal["retry", "urgent"]
+    resume_session_id: str | None = None
+
+
+class SessionMessageEvent(StreamData):
+    """A user's message for the running codon's agent (``codon.message``).
+    Urgent: the session is interrupted and resumed with it at once; queued:
+    it joins the next prompt built (the next resume, or the next codon's)."""
+
+    TYPE: ClassVar[str] = "session.message"
+    message: str
+    urgent: bool
+    codon_id: str | None = None
+    """The codon running when it arrived (None between codons)."""
+
+
+class SessionGaveUpEvent(StreamData):
+    """A threshold of the session supervisor was reached: no more sessions;
+    the codon fails and its ``onFailure`` / ``retryConfig`` apply."""
+
+    TYPE: ClassVar[str] = "session.gave-up"
+    codon_id: str
+    sessions: int
+    consecutive_errors: int
+    total_errors: int
+    max_consecutive_errors: int
+    max_total_errors: int
+    message: str
+
+
 class ArchiveFailure(msgspec.Struct, rename="camel", kw_only=True):
     """One ``archiveOnSuccess`` path that could not be archived, and why."""
 

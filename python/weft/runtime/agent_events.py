@@ -69,6 +69,7 @@ class AgentEvents:
     def _session_started(self, a: Attempt, event: SessionStarted) -> None:
         req = a.request
         a.session_id = event.session_id
+        a.session_reported = True
         if a.status != "initializing":
             return
         self._move(a, "running", TransitionMetadata(claude_session_id=event.session_id))
@@ -79,7 +80,7 @@ class AgentEvents:
                 codon_name=req.planned.codon.name,
                 codon_description=req.planned.codon.description,
                 session_id=event.session_id,
-                previous_session_id=req.previous_session_id,
+                previous_session_id=a.resumed_from,
                 start_time=utc_now_iso(),
                 model=event.model or a.model,
                 harness=a.harness,

@@ -251,6 +251,16 @@ class Attempt:
         this (rounded as the core rounds), so the terminal move can name it
         without waiting for the core to apply the queue. Not a tally: the
         value is the agent's, passed through."""
+        self.session_reported = False
+        """The current agent process reported its session (the seed 002
+        machine's ``SessionStarted``, which resets the failures in a row)."""
+        self.resumed_from: str | None = None
+        """The session the attempt's first session really resumed (``--resume``):
+        the codon's ``previousSessionId``; None for a fresh session."""
+        self.urgent = False
+        """An urgent message stopped the current session: resume it with the message."""
+        self.woken = asyncio.Event()
+        """Set by an interrupt: ends a cool-down between sessions at once."""
         self.extensions = 0
         """Times the session was resumed with ``exhaustWithPrompt``."""
         self.cost_base = 0.0

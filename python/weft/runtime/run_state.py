@@ -21,6 +21,7 @@ from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
+from weft.config.runtime import RuntimeSessionSettings
 from weft.config.schema import Loop
 from weft.errors import CommandRejectedError
 from weft.events.completed import CompletedCodons
@@ -30,6 +31,7 @@ from weft.progress import RunProgress
 from weft.runtime import rollback
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.runner import CodonRunner
+from weft.runtime.sessions import Sleep
 from weft.server import ProtocolServer
 from weft.state import Processed, StateManager
 
@@ -69,6 +71,10 @@ class RuntimeOptions:
     of the runtime config and ``overrides.budget``)."""
     budget_source: str = "overrides.budget"
     """Where the ceiling came from, for the messages (``--max-cost``...)."""
+    sessions: RuntimeSessionSettings = field(default_factory=RuntimeSessionSettings)
+    """The session supervisor's thresholds and cool-down schedule (``session.*``)."""
+    session_sleep: Sleep | None = None
+    """How cool-downs wait (:func:`asyncio.sleep`); tests inject a clock."""
 
 
 @dataclass(slots=True)

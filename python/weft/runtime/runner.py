@@ -54,6 +54,7 @@ from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.errors import CheckpointError
 from weft.config.loader import LoadedHank
 from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
+from weft.config.runtime import RuntimeSessionSettings
 from weft.errors import ConfigError, PersistenceError, StorageFullError, UnsafePathError
 from weft.events.stream import (
     CodonCompletedEvent,
@@ -62,6 +63,10 @@ from weft.events.stream import (
     InfoEvent,
     ProcessEndedEvent,
     RigSetupCompletedEvent,
+    SessionCooldownEvent,
+    SessionGaveUpEvent,
+    SessionMessageEvent,
+    SessionResumedEvent,
     StreamData,
 )
 from weft.events.transitions import (
@@ -89,6 +94,14 @@ from weft.runtime.attempt import (
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.outputs import copy_outputs
 from weft.runtime.rig import run_rig
+from weft.runtime.sessions import (
+    RETRY_PROMPT,
+    GaveUp,
+    SessionRetries,
+    Sleep,
+    cool_down,
+    with_messages,
+)
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
 from weft.store.diskspace import RESUME_HINT, is_storage_failure, storage_error
@@ -131,6 +144,8 @@ class CodonRunner:
         overwrite_output: bool = False,
         anthropic_base_url: str | None = None,
         budget: Watchdog | None = None,
+        sessions: RuntimeSessionSettings | None = None,
+        sleep: Sleep | None = None,
     ) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
@@ -156,6 +171,11 @@ class CodonRunner:
         self.budget = budget
         """Counts each attempt's spending and stops it when a budget is crossed."""
         self._events = AgentEvents(manager, budget)
+        self.sessions = sessions or RuntimeSessionSettings()
+        """The session supervisor's thresholds and schedule (``session.*``)."""
+        self._sleep: Sleep = sleep or asyncio.sleep
+        self._inbox: list[str] = []
+        """User messages not yet in a prompt (``codon.message``)."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -185,11 +205,43 @@ class CodonRunner:
             return False
         if a.interrupt is None:
             a.interrupt = why
+        a.woken.set()  # ends a cool-down between sessions
         if a.rig is not None:
             a.rig.cancel()  # run_rig kills a running command's process group
         if a.session is not None:
             await a.session.stop(_STOP_REASONS.get(why, StopReason.OPERATOR))
         return True
+
+    async def message(self, text: str, *, urgent: bool) -> bool:
+        """A user's message for the agent. Queued, it joins the next prompt
+        built (the next resume of this codon's session, or the next codon's
+        prompt). Urgent, it also stops the running session gracefully, which
+        is then resumed with it. Returns False (nothing done) for an urgent
+        message when no agent session is running."""
+        a = self._current
+        live = (
+            a is not None
+            and a.session is not None
+            and a.exit is None
+            and a.interrupt is None
+            and a.extensions == 0
+        )
+        if urgent and not live:
+            return False
+        self._inbox.append(text)
+        codon_id = None if a is None else a.request.planned.codon_id
+        run_id = None if a is None else a.request.run_id
+        self.emit(
+            SessionMessageEvent(message=text, urgent=urgent, codon_id=codon_id), run_id, codon_id
+        )
+        if urgent and a is not None and a.session is not None:
+            a.urgent = True
+            await a.session.stop(StopReason.INTERRUPT)
+        return True
+
+    def _take_messages(self) -> list[str]:
+        taken, self._inbox = self._inbox, []
+        return taken
 
     async def kill(self) -> None:
         """Kills the current agent at once (a second Ctrl-C)."""
@@ -240,6 +292,9 @@ class CodonRunner:
         await self._stream(a)
         # The session has exited and its group was SIGKILLed with it.
         self.emit(ProcessEndedEvent(pid=session.pid), a.request.run_id, a.request.planned.codon_id)
+        ended = await self._supervise(a)
+        if ended is not None:
+            return ended
         while self._extends(a):
             ended = await self._extend(a)
             if ended is not None:
@@ -301,6 +356,9 @@ class CodonRunner:
             )
         except ConfigError as exc:
             return await self._fail(a, "config", False, str(exc))
+        if self._inbox:  # queued messages join the next codon's prompt
+            text = with_messages(a.prompt.text, self._take_messages())
+            a.prompt = dataclasses.replace(a.prompt, text=text)
         if codon.continuation_mode == "continue-previous" and req.previous_session_id is None:
             return await self._fail(
                 a,
@@ -321,6 +379,7 @@ class CodonRunner:
             harness, model = self._harness_for(planned.codon.model)
             spec = self._spec(a, a.prompt, model, harness)
             a.session = await harness.start(spec)
+            a.resumed_from = spec.resume_session_id
         except (AgentStartError, UnsafePathError, ValueError) as exc:
             return await self._fail(a, "agent_start", False, str(exc))
         a.model, a.harness = model, harness.name
@@ -343,7 +402,7 @@ class CodonRunner:
             TransitionMetadata(
                 claude_pid=a.session.pid,
                 claude_log_path=str(log_path.relative_to(self.layout.weft_dir)),
-                previous_session_id=req.previous_session_id,
+                previous_session_id=a.resumed_from,
             ),
         )
         if a.interrupt is not None:
@@ -539,6 +598,140 @@ class CodonRunner:
         )
         if result.error is not None:
             return await self._fail(a, "output_copy", False, result.error)
+        return None
+
+    # ------------------------------------------------------------------ session supervisor
+
+    async def _supervise(self, a: Attempt) -> CodonResult | None:
+        """Resumes the session after transient failures, as the seed 002
+        machine decides (:mod:`weft.runtime.sessions`); None when the sessions
+        are over and the attempt finishes as the last one ended."""
+        req, codon_id = a.request, a.request.planned.codon_id
+        assert a.prompt is not None
+        retries = SessionRetries(self.sessions)
+        retries.spawning(a.prompt.text)
+        while a.exit is not None and a.interrupt is None:
+            if a.urgent:
+                # Seed 002: UrgentMessage -> Interrupting -> BuildingPrompt; the
+                # same session goes on with the message as its prompt.
+                a.urgent = False
+                retries.interrupted(started=a.session_reported)
+                messages = self._take_messages()
+                prompt = (
+                    "\n\n".join(messages)
+                    if a.session_id
+                    else with_messages(a.prompt.text, messages)
+                )
+                number = retries.spawning(prompt)
+                self.emit(
+                    SessionResumedEvent(
+                        codon_id=codon_id,
+                        session=number,
+                        reason="urgent",
+                        resume_session_id=a.session_id,
+                    ),
+                    req.run_id,
+                    codon_id,
+                )
+                ended = await self._respawn(a, prompt, a.session_id)
+                if ended is not None:
+                    return ended
+                continue
+            decision = retries.exited(a.exit, started=a.session_reported)
+            if decision is None:
+                return None
+            if isinstance(decision, GaveUp):
+                self.emit(
+                    SessionGaveUpEvent(
+                        codon_id=codon_id,
+                        sessions=retries.sessions,
+                        consecutive_errors=decision.consecutive_errors,
+                        total_errors=decision.total_errors,
+                        max_consecutive_errors=self.sessions.max_consecutive_errors,
+                        max_total_errors=self.sessions.max_total_errors,
+                        message=decision.message,
+                    ),
+                    req.run_id,
+                    codon_id,
+                )
+                return None
+            self.emit(
+                SessionCooldownEvent(
+                    codon_id=codon_id,
+                    session=retries.sessions,
+                    duration_ms=decision.duration_ms,
+                    backoff_ms=decision.backoff_ms,
+                    retry_after_ms=decision.retry_after_ms,
+                    error_class=decision.error_class,
+                    message=decision.message,
+                    consecutive_errors=decision.consecutive_errors,
+                    total_errors=decision.total_errors,
+                ),
+                req.run_id,
+                codon_id,
+            )
+            if not await cool_down(decision.duration_ms / 1000, self._sleep, a.woken):
+                return None  # interrupted: the attempt ends as the interrupt says
+            retries.elapsed()
+            what = decision.message or decision.error_class
+            prompt = RETRY_PROMPT.format(what=what) if a.session_id else a.prompt.text
+            prompt = with_messages(prompt, self._take_messages())
+            number = retries.spawning(prompt)
+            self.emit(
+                SessionResumedEvent(
+                    codon_id=codon_id,
+                    session=number,
+                    reason="retry",
+                    resume_session_id=a.session_id,
+                ),
+                req.run_id,
+                codon_id,
+            )
+            ended = await self._respawn(a, prompt, a.session_id)
+            if ended is not None:
+                return ended
+        return None
+
+    async def _respawn(
+        self, a: Attempt, prompt: str, resume_session_id: str | None
+    ) -> CodonResult | None:
+        """Starts the attempt's next session (resuming ``resume_session_id``,
+        or as the first one did when None) and streams it. As for extensions,
+        the earlier sessions' figures become the base the next one adds to."""
+        req, planned = a.request, a.request.planned
+        assert a.prompt is not None
+        cost = await self._attempt_cost(a)
+        a.cost_base, a.tokens_base = cost or 0.0, a.tokens
+        a.result, a.exit, a.reported_cost = None, None, None
+        a.session_reported = False
+        try:
+            harness, model = self._harness_for(planned.codon.model)
+            spec = self._spec(a, a.prompt, model, harness)
+            spec = dataclasses.replace(
+                spec,
+                prompt=prompt,
+                resume_session_id=resume_session_id or spec.resume_session_id,
+            )
+            a.session = await harness.start(spec)
+        except (AgentStartError, UnsafePathError, ValueError) as exc:
+            return await self._fail(a, "agent_start", False, str(exc))
+        if a.resumed_from is None:
+            a.resumed_from = spec.resume_session_id
+        self.emit(
+            started_event(
+                a.session.pid,
+                role="agent",
+                argv=[harness.name, model],
+                mark=spec.env[MARK_VAR],
+                codon_id=planned.codon_id,
+            ),
+            req.run_id,
+            planned.codon_id,
+        )
+        if a.interrupt is not None:
+            await a.session.stop(StopReason.OPERATOR)
+        await self._stream(a)
+        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
         return None
 
     # ------------------------------------------------------------------ extensions

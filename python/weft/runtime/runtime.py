@@ -259,6 +259,8 @@ class Runtime(Steering, Recovery, RunLoop):
             overwrite_output=self.options.overwrite_output,
             anthropic_base_url=self.options.anthropic_base_url,
             budget=self._watchdog(state),
+            sessions=self.options.sessions,
+            sleep=self.options.session_sleep,
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         await self._read_thread(manager)

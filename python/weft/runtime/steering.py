@@ -19,6 +19,7 @@ from weft.runtime.attempt import Interrupt
 from weft.runtime.run_state import Next, Request, Rewind, RuntimeState, Shutdown
 from weft.server.protocol import (
     CodonStartData,
+    MessageData,
     RollbackToCheckpointData,
     RollbackToCodonData,
     RollbackToLastSuccessData,
@@ -32,7 +33,7 @@ class Steering(RuntimeState):
     async def command(self, name: str, data: msgspec.Struct | None = None) -> bool:
         """Steers the run: ``codon.next``, ``codon.start`` (``data.codon_id``,
         ``data.skip_pre_commands``), ``codon.redo``, ``codon.skip``,
-        ``codon.forceStop``, ``server.shutdown``, ``server.force_shutdown``.
+        ``codon.forceStop``, ``codon.message``, ``server.shutdown``, ``server.force_shutdown``.
 
         Returns False when ``name`` is not a command; raises
         :class:`~weft.errors.CommandRejectedError` when it does not apply now.
@@ -50,6 +51,18 @@ class Steering(RuntimeState):
         if name == "codon.forceStop":
             if runner is None or not await runner.interrupt(Interrupt.FORCE_STOP):
                 raise CommandRejectedError("codon.forceStop refused: no codon is running")
+            return True
+        if name == "codon.message":
+            assert isinstance(data, MessageData)
+            if not data.message.strip():
+                raise CommandRejectedError("codon.message refused: the message is empty")
+            if runner is None:
+                raise CommandRejectedError("codon.message refused: the run has not started yet")
+            if not await runner.message(data.message, urgent=data.urgent):
+                raise CommandRejectedError(
+                    "codon.message refused: no agent session is running to interrupt; "
+                    "send it without urgent to deliver it with the next prompt"
+                )
             return True
         if name == "server.shutdown":
             await self.stop()

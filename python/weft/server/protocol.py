@@ -134,6 +134,15 @@ class ReasonData(_Data):
     reason: str | None = None
 
 
+class MessageData(_Data):
+    """``codon.message``: a message for the running codon's agent. Urgent: the
+    session is interrupted and resumed with it; otherwise it joins the next
+    prompt built (the next resume, or the next codon's prompt)."""
+
+    message: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+    urgent: bool = False
+
+
 class CheckpointListData(_Data):
     """``checkpoint.list``."""
 
@@ -188,6 +197,7 @@ COMMANDS: Final[dict[str, CommandSpec]] = {
     "codon.skip": CommandSpec(NoData, False, "runtime"),
     "codon.redo": CommandSpec(NoData, False, "runtime"),
     "codon.forceStop": CommandSpec(ReasonData, False, "runtime"),
+    "codon.message": CommandSpec(MessageData, False, "runtime"),
     "server.shutdown": CommandSpec(ReasonData, False, "runtime"),
     "server.force_shutdown": CommandSpec(NoData, False, "runtime"),
     "checkpoint.list": CommandSpec(CheckpointListData, True, "rollback"),

@@ -194,7 +194,13 @@ def sc_retry_then_ok(run: ClaudeRun) -> Iterator[Step]:
 
 
 def sc_api_error(run: ClaudeRun) -> Iterator[Step]:
-    """Rate-limited (``status``, 429) after ``count`` (2) retries."""
+    """Rate-limited (``status``, 429) after ``count`` (2) retries. With
+    ``fails``, only the session's first ``fails`` prompts fail (a transient
+    outage: a later resume of the session runs normally)."""
+    fails = run.param_int("fails", 0)
+    if fails > 0 and run.prior_prompts >= fails:
+        yield from run.sc_success()
+        return
     yield from run.opening()
     yield from run.work()
     status = run.param_int("status", 429)

@@ -54,6 +54,7 @@ KNOWN_PARAMS: dict[str, type] = {
     "count": int,
     "delay_ms": float,
     "events": int,
+    "fails": int,
     "hooks": int,
     "interval_ms": float,
     "lines": int,

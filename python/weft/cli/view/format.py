@@ -15,6 +15,8 @@ from weft.events.stream import (
     CodonRetryEvent,
     RigOutputEvent,
     RigSetupFailedEvent,
+    SessionCooldownEvent,
+    SessionResumedEvent,
     ToolResultEvent,
 )
 from weft.progress import CodonProgress, RunProgress
@@ -157,6 +159,11 @@ def describe_last(c: CodonProgress) -> str:
         return f"retry {last.attempt}/{last.max_attempts}"
     if isinstance(last, ToolResultEvent):
         return clip(f"tool {last.tool_name or '?'} failed", ACTION_LIMIT)
+    if isinstance(last, SessionCooldownEvent):
+        wait = format_duration(last.duration_ms / 1000)
+        return clip(f"cooling down {wait} ({last.error_class})", ACTION_LIMIT)
+    if isinstance(last, SessionResumedEvent):
+        return f"session {last.session} resumed" if last.resume_session_id else "session restarted"
     return ""
 
 

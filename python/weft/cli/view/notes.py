@@ -48,6 +48,10 @@ from weft.events.stream import (
     SentinelError,
     SentinelOutput,
     ServerIdleEvent,
+    SessionCooldownEvent,
+    SessionGaveUpEvent,
+    SessionMessageEvent,
+    SessionResumedEvent,
     typed,
 )
 from weft.events.transitions import (
@@ -236,6 +240,36 @@ def _retry(p: RunProgress, event: CodonRetryEvent, at: int, codon: str | None) -
     )
 
 
+def _cooldown(p: RunProgress, event: SessionCooldownEvent, at: int, codon: str | None) -> Note:
+    wait = format_duration(event.duration_ms / 1000)
+    hint = " (Retry-After)" if event.duration_ms == event.retry_after_ms else ""
+    what = event.error_class + (f": {clip(event.message, 160)}" if event.message else "")
+    return Note(
+        "retry",
+        f"{_where(codon)}session {event.session} failed ({what}); cooling down {wait}{hint}, "
+        f"{event.consecutive_errors} in a row, {event.total_errors} in all",
+        codon,
+    )
+
+
+def _resumed(p: RunProgress, event: SessionResumedEvent, at: int, codon: str | None) -> Note:
+    how = (
+        f"resumes {event.resume_session_id}"
+        if event.resume_session_id
+        else "starts again (no session was reported)"
+    )
+    return Note("retry", f"{_where(codon)}session {event.session} {how}", codon)
+
+
+def _message(p: RunProgress, event: SessionMessageEvent, at: int, codon: str | None) -> Note:
+    how = "urgent message (the agent is interrupted)" if event.urgent else "message queued"
+    return Note("info", f"{_where(codon)}{how}: {clip(event.message, 200)}", codon)
+
+
+def _gave_up(p: RunProgress, event: SessionGaveUpEvent, at: int, codon: str | None) -> Note:
+    return Note("error", f"{_where(codon)}{clip(event.message, 240)}", codon)
+
+
 def _iteration(p: RunProgress, event: LoopIterationCompletedEvent, at: int, _: str | None) -> Note:
     why = event.termination_reason
     end = f", final{': ' + why if why else ''}" if event.is_final else ""
@@ -368,6 +402,10 @@ _NOTES: dict[type[Any], _NoteOf] = {
     RigSetupFailedEvent: _rig_failed,
     RigSetupCompletedEvent: _rig_done,
     CodonRetryEvent: _retry,
+    SessionCooldownEvent: _cooldown,
+    SessionResumedEvent: _resumed,
+    SessionGaveUpEvent: _gave_up,
+    SessionMessageEvent: _message,
     LoopIterationCompletedEvent: _iteration,
     ErrorEvent: _error,
     InfoEvent: _info,
