@@ -149,7 +149,7 @@ async def test_attach_says_why_there_is_nothing_to_attach_to(tmp_path: Path) -> 
     idle = tmp_path / "idle" / ".weft"
     idle.mkdir(parents=True)
     for where, expected in (
-        (plain, "not an execution directory"),
+        (plain, "not an execution (no .weft/ inside)"),
         (dead.parent, "is gone"),
         (idle.parent, "no run is active"),
     ):

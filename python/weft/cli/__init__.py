@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from weft import __version__
 from weft._core import BUILD_PROFILE
-from weft.cli import agents, attach, init, run, schema, status, store, thread, validate
+from weft.cli import agents, attach, clean, init, ls, run, schema, status, store, thread, validate
+from weft.cli.resolve import ResolveError
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.terminal import printable_lines
@@ -42,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     init.register(commands)
     agents.register(commands)
     attach.register(commands)
+    ls.register(commands)
+    clean.register(commands)
     return parser
 
 
@@ -57,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StoreCorruptError, LockHeldError) as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 1
-    except (StoreError, ConfigError) as e:
+    except (StoreError, ConfigError, ResolveError) as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2
     except WeftError as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,12 +26,13 @@ from weft.config.copies import check_copy_bounds
 from weft.config.loader import LoadedHank
 from weft.config.runtime import RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
-from weft.runtime.execution import PreparedExecution, prepare_execution
-from weft.runtime.layout import ExecutionLayout
+from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
+from weft.runtime.layout import HANK_FILE, ExecutionLayout
+from weft.runtime.meta import read_meta
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
-from weft.runtime.setup_errors import ExecutionSetupError
+from weft.runtime.setup_errors import ExecutionSetupError, HankChangedError, InputPathError
 from weft.server import ServerError
-from weft.terminal import printable_lines
+from weft.terminal import printable, printable_lines
 
 
 def _port(text: str) -> int:
@@ -67,6 +69,12 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "-y", "--yes", action="store_true", help="answer yes (resume with a changed hank)"
+    )
+    parser.add_argument(
+        "--rebind",
+        action="store_true",
+        help="with --execution: run a different hank file than the one the execution was "
+        "made for (the execution then belongs to it)",
     )
     parser.add_argument("--copy", action="store_true", help="copy the data instead of linking it")
     parser.add_argument(
@@ -111,7 +119,7 @@ def register(commands: Any) -> None:
         "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
     )
     output.add_argument("--json", action="store_true", help="print every event as a JSON line")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, run_parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from weft.cli.view import RunSummary, make_view
 
     try:
-        hank_path, data_path = resolve_inputs(list(args.paths))
+        hank_path, data_path = _inputs(args)
         loaded = load_hank(hank_path, model=args.model)
         settings = _settings(args, loaded)
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
@@ -159,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if unserved is not None:
         print(f"weft: error: {unserved}", file=sys.stderr)
         return 2
-    resume = f"weft run --execution {prepared.layout.root}"
+    resume = continue_command(args, prepared.layout.root)
     view.summary(
         RunSummary(
             status=outcome.status,
@@ -171,6 +179,77 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return outcome.exit_code
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The hank and data: the positionals, or with ``--execution`` the hank recorded in
+    the execution (a different hank file needs ``--rebind``)."""
+    paths = list(args.paths)
+    meta_path = None if args.execution is None else ExecutionLayout(args.execution).meta_path
+    if meta_path is None or not meta_path.is_file():
+        return resolve_inputs(paths)
+    meta = read_meta(meta_path)
+    recorded = Path(meta.hank_path)
+    root = meta_path.parent.parent.resolve()
+    if len(paths) == 1 and not _names_hank(paths[0]):
+        # One path that is not a hank: the data, run with the recorded hank.
+        paths = [str(recorded), paths[0]]
+    if not paths:
+        if not recorded.is_file():
+            raise InputPathError(
+                f"execution {root} was made for {recorded}, which no longer exists; pass the "
+                f"hank and --rebind: weft run path/to/hank.json --execution {root} --rebind"
+            )
+        return recorded, None
+    hank_path, data_path = resolve_inputs(paths)
+    # The same content at another path (a moved or copied project) is the same hank.
+    if hank_path != recorded and hank_hash(hank_path) != meta.hank_hash:
+        if not args.rebind:
+            raise HankChangedError(
+                f"execution {root} was made for {recorded}, not {hank_path} (a different "
+                f"hank). Drop the hank to "
+                f"continue with the recorded one (weft run --execution {root}), add --rebind to "
+                f"run {hank_path} in this execution from now on, or drop --execution to use "
+                "that hank's own execution"
+            )
+        print(
+            printable(f"weft: rebinding execution {root} from {recorded} to {hank_path}"),
+            file=sys.stderr,
+        )
+    return hank_path, data_path
+
+
+def _names_hank(arg: str) -> bool:
+    path = Path(arg)
+    return arg.endswith(".json") or (path.is_dir() and (path / HANK_FILE).is_file())
+
+
+CONTINUE_SKIPS = frozenset(
+    {"paths", "execution", "new", "force", "yes", "rebind", "copy", "no_wipe", "headless", "json"}
+)
+"""Options the continue command leaves out: they choose or reshape the execution (it is
+named by --execution), or the output format, which the next caller picks."""
+
+
+def continue_command(args: argparse.Namespace, root: Path) -> str:
+    """``weft run --execution ROOT`` plus every flag of this run that changes how it
+    runs, with paths made absolute, so that it works from any folder."""
+    parser: argparse.ArgumentParser = args.run_parser
+    words = ["weft", "run", "--execution", str(root)]
+    # argparse keeps no public list of a parser's actions; _actions is stable since 3.2.
+    for action in parser._actions:
+        if not action.option_strings or action.dest in CONTINUE_SKIPS or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None or value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        if action.nargs == 0:
+            words.append(flag)
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            words += [flag, str(item.absolute() if isinstance(item, Path) else item)]
+    return shlex.join(words)
 
 
 def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
@@ -212,7 +291,7 @@ def _prepare(
         data_path,
         execution_dir=args.execution,
         new=args.new,
-        yes=args.yes,
+        yes=args.yes or args.rebind,  # --rebind is the explicit answer to "another hank?"
         force=args.force,
         interactive=interactive,
         base_dir=base_dir,

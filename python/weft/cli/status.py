@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
+from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.errors import LockHeldError
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -27,9 +27,7 @@ def register(commands: Any) -> None:
         help="show the runs and codon states of an execution",
         description="Show the runs and codon states of an execution, read from its store.",
     )
-    parser.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(run=run)
 
@@ -135,7 +133,7 @@ def render(status: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the status of ``args.execution``."""
-    store = ExecutionStore.open(args.execution, readonly=True)
+    store = ExecutionStore.open(resolve_execution(args.execution), readonly=True)
     try:
         status = report(store)
     finally:

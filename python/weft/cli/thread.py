@@ -21,6 +21,7 @@ import uvloop
 
 from weft._core import ExecutionThread
 from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.clock import utc_now_iso
 from weft.config import load_hank
 from weft.config.loader import LoadedHank
@@ -85,9 +86,7 @@ def register(commands: Any) -> None:
 
 
 def _execution_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
 
 
 def _run(coro: Any) -> Any:
@@ -119,7 +118,7 @@ def _read(execution: Path) -> tuple[dict[str, Any], ExecutionThread, set[str]]:
 
 def run_thread(args: argparse.Namespace) -> int:
     """Prints the execution thread."""
-    state, thread, _ = _read(args.execution)
+    state, thread, _ = _read(resolve_execution(args.execution))
     if args.json:
         sys.stdout.write(thread.to_json().decode() + "\n")
         return 0
@@ -160,7 +159,7 @@ def run_thread(args: argparse.Namespace) -> int:
 
 def run_checkpoints(args: argparse.Namespace) -> int:
     """Lists the checkpoints the state records, newest first, with their git status."""
-    state, thread, exists = _read(args.execution)
+    state, thread, exists = _read(resolve_execution(args.execution))
     on_thread = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
     rows = rollback.checkpoint_rows(state, on_thread, exists)
     if args.json:
@@ -187,7 +186,7 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 
 async def _rollback(args: argparse.Namespace) -> int:
-    store = await asyncio.to_thread(ExecutionStore.open, args.execution)
+    store = await asyncio.to_thread(ExecutionStore.open, resolve_execution(args.execution))
     layout = ExecutionLayout(store.weft_dir.parent)
     manager = store.state_manager()
     repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)

@@ -1,0 +1,358 @@
+"""Finding executions: ``weft ls``, ``weft clean``, the execution argument of every
+command (a directory, an id, a hank, or nothing) and ``weft run --execution``.
+
+One real execution is made by ``weft run`` on the fake agent per test module;
+tests copy it under a managed root of their own and change only what they test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.runtime.hanks import codon, subprocess_environment, write_hank
+
+from weft.cli.clean import candidates, duration
+from weft.cli.resolve import ResolveError, resolve_execution, scan
+from weft.store.lock import LOCK
+
+TIMEOUT = 60.0
+
+
+def weft(*args: str | Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m weft`` to the end."""
+    return subprocess.run(
+        [sys.executable, "-m", "weft", *map(str, args)],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A hank and one completed managed execution of it (made by a real ``weft run``)."""
+    tmp = tmp_path_factory.mktemp("made")
+    hank = write_hank(tmp / "project", codon("a"), codon("b"))
+    env = subprocess_environment(tmp)
+    done = weft("run", "--headless", env=env, cwd=hank.parent)
+    assert done.returncode == 0, done.stderr + done.stdout
+    (execution,) = (tmp / "managed").iterdir()
+    return hank, execution
+
+
+@pytest.fixture
+def world(
+    made: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """This test's managed root holding a copy of the made execution; the hank copied too."""
+    hank_src, execution_src = made
+    project = tmp_path / "project"
+    shutil.copytree(hank_src.parent, project)
+    managed = tmp_path / "managed"
+    managed.mkdir()
+    execution = managed / execution_src.name
+    shutil.copytree(execution_src, execution, symlinks=True)
+    set_meta(execution, hankPath=str((project / "hank.json").resolve()))
+    env = subprocess_environment(tmp_path)
+    monkeypatch.setenv("WEFT_RUNTIME_EXECUTION_BASE_DIR", str(managed))
+    return {"project": project, "managed": managed, "execution": execution, "env": env}
+
+
+def set_meta(execution: Path, **fields: Any) -> None:
+    path = execution / ".weft" / "execution-meta.json"
+    meta = json.loads(path.read_text())
+    meta.update(fields)
+    path.write_text(json.dumps(meta))
+
+
+def copy_as(world: dict[str, Any], name: str, **meta: Any) -> Path:
+    """Another execution in the managed root: a copy of the made one, its metadata changed."""
+    target = world["managed"] / name
+    shutil.copytree(world["execution"], target, symlinks=True)
+    set_meta(target, **meta)
+    return target
+
+
+def stamp(delta: timedelta) -> str:
+    return (datetime.now(UTC) - delta).isoformat().replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------- resolving
+
+
+def test_a_directory_an_id_a_prefix_and_a_hank_all_name_the_execution(
+    world: dict[str, Any],
+) -> None:
+    execution: Path = world["execution"]
+    elsewhere = world["project"].parent
+    assert resolve_execution(str(execution), cwd=elsewhere) == execution
+    assert resolve_execution(str(execution / ".weft"), cwd=elsewhere) == execution
+    assert resolve_execution(execution.name, cwd=elsewhere) == execution
+    assert resolve_execution(execution.name[:9], cwd=elsewhere) == execution
+    assert resolve_execution("project/hank.json", cwd=elsewhere) == execution
+    assert resolve_execution("project", cwd=elsewhere) == execution
+    # No argument: the latest execution of ./hank.json, or the folder itself.
+    assert resolve_execution(None, cwd=world["project"]) == execution
+    assert resolve_execution(None, cwd=execution) == execution
+
+
+def test_a_hank_means_its_most_recently_used_execution(world: dict[str, Any]) -> None:
+    old = world["execution"]
+    set_meta(old, lastUsed=stamp(timedelta(days=2)))
+    newer = copy_as(world, "2-newer", lastUsed=stamp(timedelta(hours=1)))
+    copy_as(world, "3-other-hank", lastUsed=stamp(timedelta(0)), hankPath="/elsewhere/hank.json")
+    assert resolve_execution(None, cwd=world["project"]) == newer
+
+
+@pytest.mark.parametrize(
+    ("arg", "expected"),
+    [
+        ("nowhere/at/all", "no such execution directory, execution id or hank"),
+        ("project/prompt.md", "not an execution"),
+        (None, "is not an execution and holds no hank.json"),
+    ],
+)
+def test_what_names_no_execution_is_refused_with_what_was_expected(
+    world: dict[str, Any], arg: str | None, expected: str
+) -> None:
+    (world["project"] / "prompt.md").write_text("x")
+    with pytest.raises(ResolveError, match=expected):
+        resolve_execution(arg, cwd=world["project"].parent)
+
+
+def test_a_hank_without_an_execution_says_how_to_start_one(world: dict[str, Any]) -> None:
+    fresh = write_hank(world["project"].parent / "fresh", codon("a"))
+    with pytest.raises(ResolveError, match="has no execution yet"):
+        resolve_execution(None, cwd=fresh.parent)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rollback", "--last-success"],
+        ["store", "rebuild"],
+        ["status"],
+        ["thread"],
+        ["checkpoints"],
+        ["attach", "--headless"],
+    ],
+)
+def test_commands_on_a_mistyped_path_create_nothing_there(
+    world: dict[str, Any], tmp_path: Path, argv: list[str]
+) -> None:
+    typo = tmp_path / "typo"
+    typo.mkdir()
+    done = weft(*argv, "typo", env=world["env"], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "not an execution" in done.stderr
+    assert list(typo.iterdir()) == []
+    # And from an empty folder with no argument at all.
+    done = weft(*argv, env=world["env"], cwd=typo)
+    assert done.returncode == 2, done.stderr
+    assert list(typo.iterdir()) == []
+
+
+def test_status_thread_and_checkpoints_find_the_execution_from_the_hank_folder(
+    world: dict[str, Any],
+) -> None:
+    for command in ("status", "thread", "checkpoints"):
+        done = weft(command, "--json", env=world["env"], cwd=world["project"])
+        assert done.returncode == 0, done.stderr
+        json.loads(done.stdout)
+    status = json.loads(weft("status", "--json", env=world["env"], cwd=world["project"]).stdout)
+    assert status["execution"] == str(world["execution"])
+
+
+# --------------------------------------------------------------------------- weft ls
+
+
+def test_ls_lists_newest_first_with_hank_data_state_cost_and_size(
+    world: dict[str, Any],
+) -> None:
+    set_meta(world["execution"], lastUsed=stamp(timedelta(days=3)))
+    copy_as(world, "9-newest", lastUsed=stamp(timedelta(minutes=5)), hankPath="/x/other.json")
+    done = weft("ls", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr
+    header, first, second = done.stdout.splitlines()
+    assert header.split() == ["ID", "HANK", "DATA", "STATE", "LAST", "USED", "COST", "SIZE"]
+    assert first.startswith("9-newest")
+    assert "5m ago" in first
+    assert "x/other.json" in first
+    assert second.startswith(world["execution"].name)
+    assert "project/hank.json" in second
+    assert "completed" in second
+    assert "3d ago" in second
+    assert "$0.0" in second
+    assert "kB" in second
+    listed = json.loads(weft("executions", "--json", env=world["env"], cwd=world["project"]).stdout)
+    assert [e["id"] for e in listed] == ["9-newest", world["execution"].name]
+    assert listed[1]["cost"] > 0
+    assert listed[1]["sizeBytes"] > 0
+    assert listed[1]["state"] == "completed"
+
+
+def test_ls_filters_by_hank_and_state(world: dict[str, Any]) -> None:
+    copy_as(world, "9-other", hankPath="/x/other.json")
+    mine = json.loads(
+        weft(
+            "ls", "--hank", "project", "--json", env=world["env"], cwd=world["project"].parent
+        ).stdout
+    )
+    assert [e["id"] for e in mine] == [world["execution"].name]
+    failed = json.loads(
+        weft("ls", "--state", "failed", "--json", env=world["env"], cwd=world["project"]).stdout
+    )
+    assert failed == []
+
+
+def test_ls_shows_a_held_execution_as_live(world: dict[str, Any]) -> None:
+    lock = world["execution"] / ".weft" / LOCK
+    lock.write_text(
+        json.dumps(
+            {
+                "pid": os.getppid(),
+                "startTime": stamp(timedelta(0)),
+                "lastHeartbeat": datetime.now(UTC).timestamp(),
+                "runId": "r",
+            }
+        )
+    )
+    (info,) = scan()
+    assert info.state == "live"
+
+
+# --------------------------------------------------------------------------- weft clean
+
+
+def test_clean_dry_run_removes_nothing_and_clean_removes_completed_ones(
+    world: dict[str, Any],
+) -> None:
+    execution = world["execution"]
+    dry = weft("clean", "--dry-run", env=world["env"], cwd=world["project"])
+    assert dry.returncode == 0, dry.stderr
+    assert f"would remove {execution}" in dry.stdout
+    assert "would remove 1 execution," in dry.stdout
+    assert execution.is_dir()
+    done = weft("clean", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr
+    assert "removed 1 execution," in done.stdout
+    assert not execution.exists()
+    assert "nothing to remove" in weft("clean", env=world["env"], cwd=world["project"]).stdout
+
+
+def test_clean_filters_by_state_and_age(world: dict[str, Any]) -> None:
+    found = scan()
+    assert candidates(found, states=["failed"], older_than=None, hank=None) == []
+    set_meta(world["execution"], lastUsed=stamp(timedelta(days=2)))
+    found = scan()
+    assert candidates(found, states=None, older_than=duration("3d"), hank=None) == []
+    assert len(candidates(found, states=["any"], older_than=duration("1d"), hank=None)) == 1
+
+
+def test_clean_never_removes_a_live_execution(world: dict[str, Any]) -> None:
+    found = [
+        type(e)(**{**{f: getattr(e, f) for f in e.__slots__}, "live_pid": 1, "state": "live"})
+        for e in scan()
+    ]
+    assert candidates(found, states=["any"], older_than=None, hank=None) == []
+
+
+def test_clean_keeps_an_execution_a_run_is_preparing(world: dict[str, Any]) -> None:
+    import fcntl
+
+    from weft.cli.clean import remove
+
+    (info,) = scan()
+    fd = os.open(info.root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert remove(info) == "a `weft run` is preparing it right now"
+    finally:
+        os.close(fd)
+    assert info.root.is_dir()
+
+
+@pytest.mark.parametrize("text", ["", "7 days", "-1d", "1y"])
+def test_a_bad_age_is_a_usage_error(text: str) -> None:
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+        duration(text)
+
+
+# --------------------------------------------------------------------------- weft run --execution
+
+
+def test_the_continue_command_works_from_any_folder_with_the_runs_flags(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    execution = world["execution"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = weft(
+        "run",
+        "--execution",
+        execution,
+        "--headless",
+        "-m",
+        "fake/haiku",
+        env=world["env"],
+        cwd=elsewhere,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    (line,) = [x for x in done.stdout.splitlines() if "continue " in x]
+    command = line.split("continue", 1)[1].strip()
+    assert command == f"weft run --execution {execution} --model fake/haiku"
+    # The printed command itself, from yet another folder, works.
+    again = weft(*command.split()[1:], "--headless", env=world["env"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr + again.stdout
+
+
+def test_another_hank_needs_rebind_and_says_so(world: dict[str, Any], tmp_path: Path) -> None:
+    execution = world["execution"]
+    other = tmp_path / "other.json"
+    doc = json.loads((world["project"] / "hank.json").read_text())
+    doc["hank"].append(codon("c"))
+    other.write_text(json.dumps(doc))
+    refused = weft(
+        "run",
+        other,
+        "--execution",
+        execution,
+        "--headless",
+        "--yes",
+        env=world["env"],
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2
+    assert "add --rebind" in refused.stderr
+    assert str(other) in refused.stderr
+    meta = json.loads((execution / ".weft" / "execution-meta.json").read_text())
+    assert meta["hankPath"] == str((world["project"] / "hank.json").resolve())
+    done = weft(
+        "run",
+        other,
+        "--execution",
+        execution,
+        "--headless",
+        "--rebind",
+        env=world["env"],
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"rebinding execution {execution}" in done.stderr
+    meta = json.loads((execution / ".weft" / "execution-meta.json").read_text())
+    assert meta["hankPath"] == str(other)
