@@ -16,10 +16,31 @@ from collections.abc import Sequence
 from weft import __version__
 from weft._core import BUILD_PROFILE
 from weft.cli import agents, attach, clean, init, ls, run, schema, status, store, thread, validate
+from weft.cli.helptext import add_epilogs, epilog
 from weft.cli.resolve import ResolveError
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.terminal import printable_lines
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """A command's parser that lets options and positionals mix
+    (``weft run hank --headless data``): argparse's own ``parse_intermixed_args``,
+    which refuses a parser with sub-commands, so those parse as usual."""
+
+    _inside = False
+
+    def parse_known_args(  # type: ignore[override]  # same signature, narrower use
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._inside or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        # parse_known_intermixed_args calls parse_known_args itself: once through.
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,13 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="weft",
         description="Weft: a fast, crash-safe runtime for long-running AI-agent pipelines.",
+        epilog=epilog("weft"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
+        "-V",
         "--version",
         action="version",
         version=f"weft {__version__} (core: {BUILD_PROFILE} build)",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_IntermixedParser
+    )
     run.register(commands)
     status.register(commands)
     thread.register(commands)
@@ -45,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.register(commands)
     ls.register(commands)
     clean.register(commands)
+    add_epilogs(commands)
     return parser
 
 

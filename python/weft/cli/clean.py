@@ -29,17 +29,6 @@ DEFAULT_STATES = ("completed",)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
-EXAMPLES = """\
-examples:
-  weft clean --dry-run                       what would be removed
-  weft clean                                 remove completed executions
-  weft clean --state failed --older-than 7d  failed ones unused for a week
-  weft clean --state any --hank ./hank.json  every finished execution of a hank
-
-exit codes: 0 done (also when nothing matched), 1 when an execution could not be
-removed, 2 for a usage error
-"""
-
 
 def duration(text: str) -> timedelta:
     """``30m``, ``12h``, ``7d``, ``2w`` (or plain seconds) as a time span."""
@@ -62,8 +51,6 @@ def register(commands: Any) -> None:
             "completed; never one a Weft process is running; never a folder outside the "
             "managed root."
         ),
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--state",

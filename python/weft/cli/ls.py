@@ -20,13 +20,6 @@ from weft.terminal import printable_lines
 
 STATES = ("live", "running", "completed", "failed", "crashed", "new", "unknown")
 
-EXAMPLES = """\
-examples:
-  weft ls                         every execution, newest first
-  weft ls --hank ./hank.json      only the executions of this hank
-  weft ls --state failed --json   failed ones, as JSON
-"""
-
 
 def register(commands: Any) -> None:
     """Adds ``ls`` and its alias ``executions``."""
@@ -39,8 +32,6 @@ def register(commands: Any) -> None:
             "$WEFT_RUNTIME_EXECUTION_BASE_DIR), newest first: id, hank, data, state, last "
             "used, cost and size. Executions made with --execution elsewhere are not listed."
         ),
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--hank", type=Path, help="only executions of this hank file or folder")
     parser.add_argument(

@@ -308,8 +308,11 @@ def _opening_notes(
     """What the view says before the run starts: the execution, then every warning."""
     verb = "Resuming" if prepared.resumed else "Created"
     notes = [f"{verb} execution {prepared.layout.root}"]
-    for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
-        notes.append(f"warning: {warning}")
+    notes += [f"warning: {warning}" for warning in prepared.warnings]
+    for problem in loaded.warnings:
+        # The problem's own text says "warning:" after its location: said once, up front.
+        hint = f"\n    hint: {printable(problem.hint)}" if problem.hint else ""
+        notes.append(printable(f"warning: {problem.location()}: {problem.message}") + hint)
     if settings.allow_anonymous_read:
         notes.append(
             "warning: anonymous reads are on: anyone on this machine can read this run's "

@@ -37,7 +37,7 @@ from weft.runtime.layout import ExecutionLayout
 from weft.runtime.meta import read_meta
 from weft.runtime.runtime import new_run_id
 from weft.store import ExecutionStore
-from weft.terminal import printable, printable_lines
+from weft.terminal import plural, printable, printable_lines
 
 
 def register(commands: Any) -> None:
@@ -46,7 +46,7 @@ def register(commands: Any) -> None:
         "thread",
         help="show the execution thread: the history that counts, run by run",
         description=(
-            "Show the execution thread (seed 003): every run of the continuation chain, newest "
+            "Show the execution thread: every run of the continuation chain, newest "
             "first, with its codons, their checkpoints and the codons later runs superseded."
         ),
     )
@@ -126,7 +126,8 @@ def run_thread(args: argparse.Namespace) -> int:
     runs = {run["runId"]: run for run in state["runs"]}
     print(
         printable(
-            f"{thread.total_runs} run(s) on the thread; next codon: {thread.next_codon_id or '-'}"
+            f"{plural(thread.total_runs, 'run')} on the thread; "
+            f"next codon: {thread.next_codon_id or '-'}"
             + ("; FAILED: roll back or fix, then run again" if thread.failed else "")
         )
     )

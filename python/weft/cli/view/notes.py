@@ -52,6 +52,7 @@ from weft.events.transitions import (
 )
 from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
+from weft.terminal import plural
 
 NoteKind = Literal[
     "run", "codon", "plan", "rig", "retry", "loop", "info", "error", "idle", "rejected"
@@ -150,7 +151,7 @@ def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> 
 def _run_started(p: RunProgress, event: RunStarted, at: int, _: str | None) -> Note:
     how = f"continuing run {p.continuation}" if p.continuation else "fresh"
     planned = len(p.codons)
-    return Note("run", f"run {event.run_id} started ({how}), {planned} codons planned")
+    return Note("run", f"run {event.run_id} started ({how}), {plural(planned, 'codon')} planned")
 
 
 def _run_ended(p: RunProgress, event: Any, at: int, _: str | None) -> Note:
