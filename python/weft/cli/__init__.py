@@ -4,23 +4,42 @@ Each command lives in its own module; this one parses arguments and turns
 errors into a message and an exit code (2 for usage and configuration
 errors, 1 for a failed run or an unusable store, 0 for success), never a
 traceback.
+
+Start-up is kept short (``weft --version`` and ``weft status`` well under
+the 150 ms budget of an interactive command): a command's module, and what it
+imports, is loaded only when that command runs (or for the full ``--help``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sqlite3
 import sys
 from collections.abc import Sequence
 
-from weft import __version__
-from weft._core import BUILD_PROFILE
-from weft.cli import agents, attach, clean, init, ls, run, schema, status, store, thread, validate
 from weft.cli.helptext import add_epilogs, epilog
 from weft.cli.resolve import ResolveError
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
-from weft.store.diskspace import is_storage_failure, storage_error
 from weft.terminal import printable_lines
+
+COMMANDS: dict[str, str] = {
+    "run": "run",
+    "status": "status",
+    "thread": "thread",
+    "checkpoints": "thread",
+    "rollback": "thread",
+    "store": "store",
+    "validate": "validate",
+    "schema": "schema",
+    "init": "init",
+    "agents": "agents",
+    "attach": "attach",
+    "ls": "ls",
+    "executions": "ls",
+    "clean": "clean",
+}
+"""Each command, and the module under ``weft.cli`` that registers it (in help order)."""
 
 
 class _IntermixedParser(argparse.ArgumentParser):
@@ -43,8 +62,12 @@ class _IntermixedParser(argparse.ArgumentParser):
             self._inside = False
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``weft`` command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``weft`` command; with ``command`` (a key of
+    :data:`COMMANDS`), only that command is registered, so only its module loads."""
+    from weft import __version__
+    from weft._core import BUILD_PROFILE
+
     parser = argparse.ArgumentParser(
         prog="weft",
         description="Weft: a fast, crash-safe runtime for long-running AI-agent pipelines.",
@@ -60,25 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=_IntermixedParser
     )
-    run.register(commands)
-    status.register(commands)
-    thread.register(commands)
-    store.register(commands)
-    validate.register(commands)
-    schema.register(commands)
-    init.register(commands)
-    agents.register(commands)
-    attach.register(commands)
-    ls.register(commands)
-    clean.register(commands)
+    wanted = COMMANDS.values() if command is None else [COMMANDS[command]]
+    for module in dict.fromkeys(wanted):
+        importlib.import_module(f"weft.cli.{module}").register(commands)
     add_epilogs(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``weft`` and ``python -m weft``."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments in (["-V"], ["--version"]):
+        return _version()
+    first = next((a for a in arguments if not a.startswith("-")), None)
+    only = first if first in COMMANDS and arguments[0] == first else None
+    parser = build_parser(only)
+    args = parser.parse_args(arguments)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
@@ -94,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 1
     except (OSError, sqlite3.Error) as e:
+        from weft.store.diskspace import is_storage_failure, storage_error
+
         # A full, read-only or failing disk under any command: one line, exit 1.
         if not is_storage_failure(e):
             raise
@@ -105,6 +127,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("weft: interrupted", file=sys.stderr)
         return 130
     return code
+
+
+def _version() -> int:
+    from weft import __version__
+    from weft._core import BUILD_PROFILE
+
+    print(f"weft {__version__} (core: {BUILD_PROFILE} build)")
+    return 0
 
 
 def _where(error: BaseException) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ class ExecutionInfo:
 
 def managed_root() -> Path:
     """The managed root (``~/.weft-executions`` or ``$WEFT_RUNTIME_EXECUTION_BASE_DIR``)."""
-    from weft.runtime.execution import managed_base_dir
+    from weft.runtime.basedir import managed_base_dir
 
     return managed_base_dir()
 
@@ -218,8 +219,6 @@ def _size(root: Path) -> int:
 
 
 def _state_and_cost(weft_dir: Path) -> tuple[str, float]:
-    from weft.cli.status import codon_cost
-
     try:
         state: Any = json.loads((weft_dir / "state.json").read_bytes())
         runs = state["runs"]
@@ -232,14 +231,29 @@ def _state_and_cost(weft_dir: Path) -> tuple[str, float]:
     return str(newest.get("status", "unknown")), cost
 
 
-def _live_pid(weft_dir: Path) -> int | None:
-    from weft.store.execution import live_holder
+def codon_cost(codon: dict[str, Any]) -> float:
+    """The seed's getCodonCost of one codon record of ``state.json``."""
+    status = codon["status"]
+    if status == "completed":
+        return float(codon.get("finalCost", 0.0))
+    if status == "failed":
+        return float(codon.get("partialCost", 0.0))
+    if status in ("running", "completing-sentinels"):
+        return float(codon.get("currentCost", 0.0))
+    return 0.0
 
+
+def _live_pid(weft_dir: Path) -> int | None:
+    from weft.store.lock import LOCK, STALE_SECONDS, pid_alive, read_lock
+
+    # The test of weft.store.execution.live_holder, without loading the store.
     try:
-        holder = live_holder(weft_dir)
+        info = read_lock(weft_dir / LOCK)
     except LockHeldError:
         return -1  # unreadable lock: may be live, so treat it as live
-    return None if holder is None else holder.pid
+    if info is None or not pid_alive(info.pid) or time.time() - info.last_heartbeat > STALE_SECONDS:
+        return None
+    return info.pid
 
 
 def scan(base: Path | None = None, *, sizes: bool = True) -> list[ExecutionInfo]:

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from weft.cli.resolve import EXECUTION_HELP, resolve_execution
+from weft.cli.resolve import EXECUTION_HELP, codon_cost, resolve_execution
 from weft.errors import LockHeldError
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -30,18 +30,6 @@ def register(commands: Any) -> None:
     parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(run=run)
-
-
-def codon_cost(codon: dict[str, Any]) -> float:
-    """The seed's getCodonCost of one record."""
-    status = codon["status"]
-    if status == "completed":
-        return float(codon.get("finalCost", 0.0))
-    if status == "failed":
-        return float(codon.get("partialCost", 0.0))
-    if status in ("running", "completing-sentinels"):
-        return float(codon.get("currentCost", 0.0))
-    return 0.0
 
 
 CRASHED_UNMARKED = "crashed (not yet marked)"

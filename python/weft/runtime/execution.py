@@ -43,7 +43,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ import msgspec
 
 from weft.clock import utc_now_iso
 from weft.errors import LockHeldError
+from weft.runtime.basedir import BASE_DIR_ENV, managed_base_dir
 from weft.runtime.datahash import DEFAULT_DATA_HASH_TIME_LIMIT, DataHash, hank_hash, hash_data
 from weft.runtime.datalink import backup_stamp, link_data, link_intact, park_data
 from weft.runtime.layout import (
@@ -110,9 +111,6 @@ __all__ = [
     "write_meta",
 ]
 
-BASE_DIR_ENV = "WEFT_RUNTIME_EXECUTION_BASE_DIR"
-DEFAULT_BASE_DIR = "~/.weft-executions"
-
 
 Prompt = Callable[[str], bool]
 """Asks a yes/no question; ``True`` means yes (the CLI's is :func:`weft.cli.prompts.ask_yes_no`)."""
@@ -142,15 +140,6 @@ class PreparedExecution:
     def execution_id(self) -> str:
         """The execution directory's name."""
         return self.layout.execution_id
-
-
-def managed_base_dir(base_dir: Path | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The managed root: ``base_dir``, else ``$WEFT_RUNTIME_EXECUTION_BASE_DIR``,
-    else ``~/.weft-executions``."""
-    if base_dir is not None:
-        return Path(base_dir).expanduser().resolve()
-    value = (os.environ if env is None else env).get(BASE_DIR_ENV, "").strip()
-    return Path(value or DEFAULT_BASE_DIR).expanduser().resolve()
 
 
 @dataclass(slots=True)
