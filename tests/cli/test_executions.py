@@ -356,3 +356,13 @@ def test_another_hank_needs_rebind_and_says_so(world: dict[str, Any], tmp_path: 
     assert f"rebinding execution {execution}" in done.stderr
     meta = json.loads((execution / ".weft" / "execution-meta.json").read_text())
     assert meta["hankPath"] == str(other)
+
+
+def test_checkpoints_show_a_time_column_newest_first(world: dict[str, Any]) -> None:
+    done = weft("checkpoints", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()
+    assert header.split() == ["TIME", "SHA", "TYPE", "CODON", "RUN"]
+    assert [row.split()[4] for row in rows] == ["b", "a"]
+    times = [" ".join(row.split()[:2]) for row in rows]
+    assert times == sorted(times, reverse=True)

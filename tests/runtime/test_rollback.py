@@ -185,7 +185,8 @@ async def test_thread_and_checkpoints_commands_print_the_history(
     out = capsys.readouterr().out
     assert "next codon: -" in out  # rolled back to c itself: nothing left to run
     assert await asyncio.to_thread(main, ["checkpoints", str(execution)]) == 0
-    listed = capsys.readouterr().out.splitlines()
+    header, *listed = capsys.readouterr().out.splitlines()
+    assert header.startswith("TIME")
     assert len(listed) == 3
     assert all("thread" in line for line in listed)
 

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -166,15 +167,31 @@ def run_checkpoints(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    if not rows:
+        print("no checkpoints yet")
+        return 0
+    print(f"{'TIME':<19}  {'SHA':<12}  {'TYPE':<10} {'CODON':<24} RUN")
     for row in rows:
         flags = ("thread " if row["onThread"] else "") + ("" if row["exists"] else "MISSING")
+        when = _local_time(row["timestamp"])
         print(
             printable(
-                f"{row['sha'][:12]}  {row['type']:<10} {row['codonId']:<24} run {row['runId']}  "
-                f"{flags}"
+                f"{when:<19}  {row['sha'][:12]}  {row['type']:<10} {row['codonId']:<24} "
+                f"{row['runId']}  {flags}".rstrip()
             )
         )
     return 0
+
+
+def _local_time(stamp: str | None) -> str:
+    """An ISO UTC time as local ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
+    if not stamp:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp[:19]
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def run_rollback(args: argparse.Namespace) -> int:
