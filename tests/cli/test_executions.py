@@ -366,3 +366,41 @@ def test_checkpoints_show_a_time_column_newest_first(world: dict[str, Any]) -> N
     assert [row.split()[4] for row in rows] == ["b", "a"]
     times = [" ".join(row.split()[:2]) for row in rows]
     assert times == sorted(times, reverse=True)
+
+
+def test_inline_input_is_the_data_and_the_same_text_resumes(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    env = {**world["env"], "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    first = weft("run", "--headless", "-i", "hello there", env=env, cwd=world["project"])
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert "Created execution" in first.stdout
+    (cached,) = (tmp_path / "cache" / "weft" / "inputs").glob("*/input.txt")
+    assert cached.read_text() == "hello there"
+    again = weft("run", "--input", "hello there", "--headless", env=env, cwd=world["project"])
+    assert again.returncode == 0, again.stderr
+    assert "Resuming execution" in again.stdout
+    both = weft("run", "hank.json", "data", "-i", "x", env=env, cwd=world["project"])
+    assert both.returncode == 2
+    assert "pass the data one way" in both.stderr
+
+
+def test_json_mode_prints_why_a_run_was_refused_on_stdout(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"hank": [{"id": "x"}]}))
+    done = weft("run", bad, "--json", env=world["env"], cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stdout.splitlines()
+    refused = json.loads(line)
+    assert refused["type"] == "run.refused"
+    assert refused["data"]["exitCode"] == 2
+    assert {p["code"] for p in refused["data"]["problems"]} >= {"missing_prompt"}
+    assert "weft: error: invalid configuration" in done.stderr
+
+
+def test_p_is_port() -> None:
+    from weft.cli import build_parser
+
+    assert build_parser().parse_args(["run", "-p", "8123"]).port == 8123

@@ -54,7 +54,7 @@ def test_an_invalid_hank_lists_every_error_and_exits_2(
     write_hank(tmp_path, doc)
     assert main(["validate", str(tmp_path / "hank.json")]) == 2
     out = capsys.readouterr().out
-    assert "3 error(s):" in out
+    assert "3 errors:" in out
     assert '.onFailure: expected "abort", "retry" or "ignore", got "skip"' in out
     assert 'hint: did you mean "checkpointedFiles"?' in out
     assert 'duplicate id "a"' in out

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import os
 import shlex
 import sys
@@ -76,6 +78,13 @@ def register(commands: Any) -> None:
         help="with --execution: run a different hank file than the one the execution was "
         "made for (the execution then belongs to it)",
     )
+    parser.add_argument(
+        "-i",
+        "--input",
+        metavar="TEXT",
+        help="inline data: TEXT becomes the data file input.txt (the same text resumes the "
+        "same execution); instead of a data path",
+    )
     parser.add_argument("--copy", action="store_true", help="copy the data instead of linking it")
     parser.add_argument(
         "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
@@ -89,6 +98,7 @@ def register(commands: Any) -> None:
         "or Enter on the terminal) and stay up when the codons are done",
     )
     parser.add_argument(
+        "-p",
         "--port",
         type=_port,
         default=None,
@@ -132,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_hank(hank_path, model=args.model)
         settings = _settings(args, loaded)
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
-    except ExecutionSetupError as exc:
+    except (ExecutionSetupError, ConfigError) as exc:
+        if args.json:
+            _refused_json(exc)
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
@@ -181,10 +193,25 @@ def run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def _refused_json(exc: ExecutionSetupError | ConfigError) -> None:
+    """``--json``: a run refused before it started is one line on stdout too,
+    ``{"type":"run.refused","timestamp":...,"data":{"exitCode":2,"message":...,"problems":[...]}}``
+    (``problems`` as ``weft validate --json`` gives them, for a configuration error)."""
+    from weft.clock import utc_now_iso
+
+    problems = [p.to_json() for p in exc.problems] if isinstance(exc, ConfigError) else []
+    data = {"exitCode": 2, "message": str(exc).split("\n", 1)[0], "problems": problems}
+    line = {"type": "run.refused", "timestamp": utc_now_iso(), "data": data}
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
 def _inputs(args: argparse.Namespace) -> tuple[Path, Path | None]:
     """The hank and data: the positionals, or with ``--execution`` the hank recorded in
     the execution (a different hank file needs ``--rebind``)."""
     paths = list(args.paths)
+    if args.input is not None:
+        paths = _with_inline_input(paths, args.input)
     meta_path = None if args.execution is None else ExecutionLayout(args.execution).meta_path
     if meta_path is None or not meta_path.is_file():
         return resolve_inputs(paths)
@@ -217,6 +244,33 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, Path | None]:
             file=sys.stderr,
         )
     return hank_path, data_path
+
+
+INPUT_FILE = "input.txt"
+
+
+def _with_inline_input(paths: list[str], text: str) -> list[str]:
+    """``paths`` with the data replaced by a file holding ``text``.
+
+    The file lives in Weft's cache under the text's hash (``$XDG_CACHE_HOME/weft/
+    inputs/<sha256>/input.txt``), so the same text is the same data and resumes the
+    same execution, and the data stays where the execution's link points.
+    """
+    if len(paths) == 2 or (len(paths) == 1 and not _names_hank(paths[0])):
+        raise InputPathError(
+            "both a data path and --input were given; pass the data one way: a path, or "
+            "--input TEXT"
+        )
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "weft" / "inputs" / digest[:32]
+    target = folder / INPUT_FILE
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        temp = folder / f".{INPUT_FILE}.{os.getpid()}.tmp"
+        temp.write_text(text, encoding="utf-8")
+        os.replace(temp, target)
+    return [*paths, str(target)]
 
 
 def _names_hank(arg: str) -> bool:

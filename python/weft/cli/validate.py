@@ -22,7 +22,7 @@ from weft.config.schema import (
     Loop,
     SentinelConfig,
 )
-from weft.terminal import printable_lines
+from weft.terminal import plural, printable_lines
 
 
 def register(commands: Any) -> None:
@@ -196,19 +196,16 @@ def render(report: HankReport) -> str:
     if report.loaded is not None:
         parts.append(render_tree(describe(report.loaded), report.file))
     if report.warnings:
-        parts.append(f"{len(report.warnings)} warning(s):")
+        parts.append(f"{plural(len(report.warnings), 'warning')}:")
         parts.extend(p.render() for p in report.warnings)
     if report.errors:
-        parts.append(f"{len(report.errors)} error(s):")
+        parts.append(f"{plural(len(report.errors), 'error')}:")
         parts.extend(p.render() for p in report.errors)
     if report.valid:
         assert report.loaded is not None
         codons = len(report.loaded.codons())
         loops = sum(isinstance(i, Loop) for i in report.loaded.hank.hank)
-        parts.append(
-            f"valid: {codons} codon{'s' if codons != 1 else ''}, "
-            f"{loops} loop{'s' if loops != 1 else ''}"
-        )
+        parts.append(f"valid: {plural(codons, 'codon')}, {plural(loops, 'loop')}")
     else:
         parts.append(f"invalid: {report.file}")
     return "\n".join(parts)
