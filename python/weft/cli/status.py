@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
+from weft.cli.colour import STATUS_STYLES, paint, wants_colour
 from weft.cli.resolve import EXECUTION_HELP, codon_cost, resolve_execution
 from weft.errors import LockHeldError
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
-from weft.terminal import printable_lines
+from weft.terminal import printable
 
 TERMINAL = ("completed", "failed", "skipped")
 
@@ -90,21 +92,30 @@ def report(store: ExecutionStore) -> dict[str, Any]:
     }
 
 
-def render(status: dict[str, Any]) -> str:
-    """The status as text for a terminal."""
+def render(status: dict[str, Any], *, colour: bool = False) -> str:
+    """The status as text for a terminal (statuses coloured when ``colour``).
+
+    Every line is made printable (:func:`weft.terminal.printable`) before it is
+    coloured, so the only escape sequences in the result are the colours."""
+
+    def state(word: str, width: int = 0) -> str:
+        style = STATUS_STYLES.get(word.split(" ", 1)[0])
+        return paint(printable(word).ljust(width), style, on=colour)
+
     lines = [
-        f"Execution {status['execution']}",
+        printable(f"Execution {status['execution']}"),
         f"  journal: {status['journal']['events']} events, state from {status['stateSource']}",
         f"  total cost: ${status['totalCost']:.4f}",
     ]
-    lines += [f"  note: {n}" for n in status["notes"]]
+    lines += [printable(f"  note: {n}") for n in status["notes"]]
     if not status["runs"]:
         lines.append("  no runs yet")
     for run in status["runs"]:
         current = "  (current)" if run["runId"] == status["currentRunId"] else ""
         lines.append(
-            f"run {run['runId']}  {run['status']}  started {run['startTime']}  "
-            f"${run['cost']:.4f}{current}"
+            printable(f"run {run['runId']}  ")
+            + state(run["status"])
+            + printable(f"  started {run['startTime']}  ${run['cost']:.4f}{current}")
         )
         for c in run["codons"]:
             detail = ""
@@ -115,7 +126,11 @@ def render(status: dict[str, Any]) -> str:
                 )
             elif c["status"] == "skipped":
                 detail = f"  during {c.get('skippedDuring')}"
-            lines.append(f"  {c['codonId']:<24} {c['status']:<21} ${c['cost']:.4f}{detail}")
+            lines.append(
+                printable(f"  {c['codonId']:<24} ")
+                + state(c["status"], 21)
+                + printable(f" ${c['cost']:.4f}{detail}")
+            )
     return "\n".join(lines)
 
 
@@ -126,5 +141,8 @@ def run(args: argparse.Namespace) -> int:
         status = report(store)
     finally:
         store.journal.close()
-    print(json.dumps(status, indent=2) if args.json else printable_lines(render(status)))
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        print(render(status, colour=wants_colour(sys.stdout)))
     return 0

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from weft.agents.harness import route
+from weft.cli.colour import paint, wants_colour
 from weft.config import HankReport, LoadedHank, validate_hank
 from weft.config.schema import Codon as CodonT
 from weft.config.schema import (
@@ -22,7 +24,7 @@ from weft.config.schema import (
     Loop,
     SentinelConfig,
 )
-from weft.terminal import plural, printable_lines
+from weft.terminal import plural, printable
 
 
 def register(commands: Any) -> None:
@@ -190,8 +192,22 @@ def to_json(report: HankReport) -> dict[str, Any]:
     }
 
 
-def render(report: HankReport) -> str:
-    """The whole report as text."""
+def render(report: HankReport, *, colour: bool = False) -> str:
+    """The whole report as text (printable: control characters escaped), the
+    verdict and the problem counts coloured when ``colour``."""
+    return "\n".join(_paint_line(printable(line), colour) for line in _render(report).split("\n"))
+
+
+def _paint_line(line: str, colour: bool) -> str:
+    for prefix, style in (("valid: ", "green"), ("invalid: ", "red")):
+        if line.startswith(prefix):
+            return paint(line, style, on=colour)
+    if line.endswith(":") and line.split(" ", 1)[0].isdigit():
+        return paint(line, "red" if "error" in line else "yellow", on=colour)
+    return line
+
+
+def _render(report: HankReport) -> str:
     parts: list[str] = []
     if report.loaded is not None:
         parts.append(render_tree(describe(report.loaded), report.file))
@@ -217,5 +233,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(report), indent=2))
     else:
-        print(printable_lines(render(report)))
+        print(render(report, colour=wants_colour(sys.stdout)))
     return 0 if report.valid else 2
