@@ -404,3 +404,35 @@ def test_p_is_port() -> None:
     from weft.cli import build_parser
 
     assert build_parser().parse_args(["run", "-p", "8123"]).port == 8123
+
+
+def test_a_weft_json_next_to_the_hank_is_used_and_said(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    env = {**world["env"], "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    (world["project"] / "weft.json").write_text(json.dumps({"model": "fake/haiku"}))
+    done = weft("run", "--headless", "--new", env=env, cwd=tmp_path / "project")
+    assert done.returncode == 0, done.stderr
+    assert f"settings from {world['project'] / 'weft.json'}" in done.stdout
+    assert "(fake/haiku)" in done.stdout
+
+
+def test_a_user_weft_json_is_the_fallback(tmp_path: Path) -> None:
+    from weft.cli.run import discover_config
+
+    hank = write_hank(tmp_path / "h", codon("a"))
+    user = tmp_path / "config" / "weft" / "weft.json"
+    old = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    try:
+        assert discover_config(hank) is None
+        user.parent.mkdir(parents=True)
+        user.write_text("{}")
+        assert discover_config(hank) == user
+        (hank.parent / "weft.json").write_text("{}")
+        assert discover_config(hank) == hank.parent / "weft.json"
+    finally:
+        if old is None:
+            del os.environ["XDG_CONFIG_HOME"]
+        else:
+            os.environ["XDG_CONFIG_HOME"] = old

@@ -26,7 +26,7 @@ from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
 from weft.config.loader import LoadedHank
-from weft.config.runtime import RuntimeConfig, resolve_runtime_config
+from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
 from weft.runtime.layout import HANK_FILE, ExecutionLayout
@@ -90,7 +90,12 @@ def register(commands: Any) -> None:
         "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
     )
     parser.add_argument("-m", "--model", help="run every codon on this model")
-    parser.add_argument("--config", type=Path, help="a weft.json with runtime settings")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="a weft.json with runtime settings (default: the weft.json next to the hank, "
+        "else ~/.config/weft/weft.json, if there is one)",
+    )
     parser.add_argument(
         "--no-autostart",
         action="store_true",
@@ -140,7 +145,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         hank_path, data_path = _inputs(args)
         loaded = load_hank(hank_path, model=args.model)
-        settings = _settings(args, loaded)
+        config = args.config if args.config is not None else discover_config(hank_path)
+        resolved = _settings(args, loaded, config)
+        settings = resolved.config
+        if settings.model is not None and resolved.sources.get("model") in _MODEL_LAYERS:
+            # A model from weft.json or WEFT_RUNTIME_MODEL applies like --model (the
+            # hank's own overrides.model is a default, which load_hank applied).
+            loaded = load_hank(hank_path, model=settings.model)
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except (ExecutionSetupError, ConfigError) as exc:
         if args.json:
@@ -151,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
     view = make_view(mode, sys.stdout)
     for note in _opening_notes(prepared, loaded, settings):
         view.note(note)
+    if config is not None and args.config is None:
+        view.note(f"settings from {config}")
     runtime = Runtime(
         prepared,
         loaded,
@@ -306,7 +319,27 @@ def continue_command(args: argparse.Namespace, root: Path) -> str:
     return shlex.join(words)
 
 
-def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
+CONFIG_FILE = "weft.json"
+
+
+def discover_config(hank_path: Path) -> Path | None:
+    """The ``weft.json`` a run without ``--config`` uses: the one next to the hank,
+    else ``$XDG_CONFIG_HOME/weft/weft.json`` (``~/.config/weft/weft.json``), else none."""
+    beside = hank_path.parent / CONFIG_FILE
+    if beside.is_file():
+        return beside
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    user = home / "weft" / CONFIG_FILE
+    return user if user.is_file() else None
+
+
+_MODEL_LAYERS = ("weft.json", "environment")
+"""Where a model setting overrides every codon's model, as ``--model`` does."""
+
+
+def _settings(
+    args: argparse.Namespace, loaded: LoadedHank, config: Path | None = None
+) -> ResolvedRuntimeConfig:
     """The run's settings: the flags over the config file over the hank's overrides."""
     return resolve_runtime_config(
         cli={
@@ -316,9 +349,9 @@ def _settings(args: argparse.Namespace, loaded: LoadedHank) -> RuntimeConfig:
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
         },
-        config_file=args.config,
+        config_file=config,
         hank=loaded.hank,
-    ).config
+    )
 
 
 def _prepare(
