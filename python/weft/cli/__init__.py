@@ -38,6 +38,8 @@ COMMANDS: dict[str, str] = {
     "ls": "ls",
     "executions": "ls",
     "clean": "clean",
+    "logs": "logs",
+    "show": "logs",
 }
 """Each command, and the module under ``weft.cli`` that registers it (in help order)."""
 

@@ -73,6 +73,14 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft ls --hank ./hank.json", "only the executions of this hank"),
         ("weft ls --state failed --json", "failed ones, as JSON"),
     ),
+    "logs": (
+        ("weft logs", "what the agents of ./hank.json's latest execution said"),
+        ("weft logs DIR --tools --thinking", "with tool calls and thinking"),
+    ),
+    "show": (
+        ("weft show plan", "codon plan of ./hank.json's latest execution"),
+        ("weft show build DIR --json", "as JSON lines"),
+    ),
     "clean": (
         ("weft clean --dry-run", "what would be removed"),
         ("weft clean", "remove completed executions"),
