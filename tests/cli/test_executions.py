@@ -436,3 +436,20 @@ def test_a_user_weft_json_is_the_fallback(tmp_path: Path) -> None:
             del os.environ["XDG_CONFIG_HOME"]
         else:
             os.environ["XDG_CONFIG_HOME"] = old
+
+
+def test_run_refuses_before_creating_anything_what_a_codon_would_meet(tmp_path: Path) -> None:
+    env = subprocess_environment(tmp_path)
+    env["PATH"] = os.path.dirname(sys.executable)  # no claude here
+    env.pop("WEFT_CLAUDE_BIN", None)
+    hank = write_hank(tmp_path / "h", codon("a"), codon("b", model="sonnet"))
+    done = weft("run", hank, "--headless", env=env, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "`claude` is not on PATH" in done.stderr
+    assert "weft run -m fake/sonnet" in done.stderr
+    assert not (tmp_path / "managed").exists()
+    typo = write_hank(tmp_path / "t", codon("a", prompt="See <%DATA_DIRR%>."))
+    done = weft("run", typo, "--headless", env=env, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "unknown template variable <%DATA_DIRR%>" in done.stderr
+    assert not (tmp_path / "managed").exists()

@@ -26,6 +26,7 @@ from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
 from weft.config.loader import LoadedHank
+from weft.config.preflight import agent_cli_problems
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
@@ -152,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
             # A model from weft.json or WEFT_RUNTIME_MODEL applies like --model (the
             # hank's own overrides.model is a default, which load_hank applied).
             loaded = load_hank(hank_path, model=settings.model)
+        # Before anything is created or spent: a codon's agent CLI must be there.
+        missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
+        if missing:
+            raise ConfigError(missing)
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
     except (ExecutionSetupError, ConfigError) as exc:
         if args.json:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from weft.agents.harness import route
 from weft.cli.colour import paint, wants_colour
 from weft.config import HankReport, LoadedHank, validate_hank
+from weft.config.preflight import agent_cli_problems
 from weft.config.schema import Codon as CodonT
 from weft.config.schema import (
     CommandOp,
@@ -45,6 +47,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(
+        "-m",
         "--model",
         default=None,
         help="check as if every codon used this model (like a run's --model)",
@@ -230,6 +233,12 @@ def _render(report: HankReport) -> str:
 def run(args: argparse.Namespace) -> int:
     """Validates ``args.hank``; 0 when valid, 2 when not."""
     report = validate_hank(args.hank, model=args.model)
+    if report.loaded is not None:
+        # As `weft run` checks before it starts (weft.config.preflight).
+        missing = agent_cli_problems(report.loaded, file=report.file, env=os.environ)
+        if missing:
+            report.problems = [*report.problems, *missing]
+            report.loaded = None
     if args.json:
         print(json.dumps(to_json(report), indent=2))
     else:
