@@ -83,6 +83,12 @@ def register(commands: Any) -> None:
         choices=["start", "end", "rig-setup", "completed", "error", "skipped"],
         help="with --codon: which of its checkpoints (default: end, its last)",
     )
+    back.add_argument(
+        "--discard",
+        action="store_true",
+        help="drop uncheckpointed changes in covered files instead of saving them to a "
+        "recovery/ branch of the checkpoint repository first",
+    )
     back.set_defaults(run=run_rollback)
 
 
@@ -220,6 +226,8 @@ async def _rollback(args: argparse.Namespace) -> int:
             end=args.type,
         )
         plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
+        if not args.discard:
+            await _save_uncheckpointed(repo, rollback.all_patterns(plan))
         run_id = new_run_id()
 
         def say(event: Any, _run_id: str | None) -> None:
@@ -256,6 +264,42 @@ async def _rollback(args: argparse.Namespace) -> int:
     finally:
         await repo.close()
         await store.close(manager)
+
+
+CHANGES_SHOWN = 20
+"""Changed paths a rollback lists before it says how many more there are."""
+
+
+async def _save_uncheckpointed(repo: AsyncCheckpointRepo, patterns: list[str]) -> None:
+    """Saves the covered work tree to a ``recovery/`` branch and lists what differs from
+    the newest checkpoint (what the rollback would otherwise lose); refuses when the
+    save fails, so nothing is lost by accident (``--discard`` skips this)."""
+    from weft.checkpoints.errors import CheckpointError
+
+    try:
+        head = await repo.head()
+        saved = await repo.recovery_snapshot(patterns, reason="uncheckpointed work before rollback")
+        before = await asyncio.to_thread(repo.repo.files, head)
+        now = await asyncio.to_thread(repo.repo.files, saved.sha)
+    except CheckpointError as e:
+        raise rollback.RollbackError(
+            f"cannot save the uncheckpointed changes before rolling back ({e}); pass --discard "
+            "to roll back anyway and lose them"
+        ) from e
+    changed = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
+    if not changed:
+        return
+    print(
+        printable(
+            f"Saved {plural(len(changed), 'uncheckpointed change')} to {saved.branch} "
+            f"({saved.sha[:10]}) before rolling back:"
+        )
+    )
+    for path in changed[:CHANGES_SHOWN]:
+        mark = "deleted" if path not in now else "new" if path not in before else "changed"
+        print(printable(f"  {mark:<8} {path}"))
+    if len(changed) > CHANGES_SHOWN:
+        print(f"  ... and {len(changed) - CHANGES_SHOWN} more")
 
 
 def _hank_of(layout: ExecutionLayout) -> LoadedHank:
