@@ -453,3 +453,23 @@ def test_run_refuses_before_creating_anything_what_a_codon_would_meet(tmp_path: 
     assert done.returncode == 2
     assert "unknown template variable <%DATA_DIRR%>" in done.stderr
     assert not (tmp_path / "managed").exists()
+
+
+def test_a_hank_whose_codons_changed_is_refused_with_the_difference(
+    world: dict[str, Any],
+) -> None:
+    hank = world["project"] / "hank.json"
+    doc = json.loads(hank.read_text())
+    doc["hank"] = [doc["hank"][0], codon("c")]  # b removed, c added
+    hank.write_text(json.dumps(doc))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 2
+    assert "changed its codons" in done.stderr
+    assert "added c; removed b (was: a, b; now: a, c)" in done.stderr
+    assert "--new" in done.stderr
+    # A change inside the codons (same ids, same order) resumes with --yes.
+    doc["hank"] = [codon("a", prompt="Other words.\n"), codon("b")]
+    hank.write_text(json.dumps(doc))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr
+    assert "resuming with the changed hank" in done.stdout
