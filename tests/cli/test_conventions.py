@@ -93,3 +93,14 @@ def test_the_lock_message_promises_no_wait(tmp_path: Path) -> None:
     assert "wait" not in message
     assert f"kill {os.getppid()}" in message
     assert "taken over at once" in message
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])
+def test_completion_scripts_know_every_command(shell: str) -> None:
+    from weft.cli import COMMANDS
+    from weft.cli.completion import script
+
+    text = script(shell)
+    for command in COMMANDS:
+        assert command in text
+    assert "--execution" in text

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "clean": "clean",
     "logs": "logs",
     "show": "logs",
+    "completion": "completion",
 }
 """Each command, and the module under ``weft.cli`` that registers it (in help order)."""
 

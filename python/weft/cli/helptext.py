@@ -81,6 +81,13 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft show plan", "codon plan of ./hank.json's latest execution"),
         ("weft show build DIR --json", "as JSON lines"),
     ),
+    "completion": (
+        (
+            "weft completion bash > ~/.local/share/bash-completion/completions/weft",
+            "bash",
+        ),
+        ('weft completion zsh > "${fpath[1]}/_weft"', "zsh (then restart the shell)"),
+    ),
     "clean": (
         ("weft clean --dry-run", "what would be removed"),
         ("weft clean", "remove completed executions"),
