@@ -473,3 +473,10 @@ def test_a_hank_whose_codons_changed_is_refused_with_the_difference(
     done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
     assert done.returncode == 0, done.stderr
     assert "resuming with the changed hank" in done.stdout
+
+
+def test_an_idle_timeout_setting_is_refused_not_ignored(world: dict[str, Any]) -> None:
+    env = {**world["env"], "WEFT_RUNTIME_IDLE_TIMEOUT": "5"}
+    done = weft("run", "--headless", env=env, cwd=world["project"])
+    assert done.returncode == 2
+    assert "idleTimeout (closing idle WebSocket connections) is not supported" in done.stderr

@@ -27,6 +27,7 @@ from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
 from weft.config.loader import LoadedHank
 from weft.config.preflight import agent_cli_problems
+from weft.config.problems import ConfigProblem
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
@@ -153,6 +154,21 @@ def run(args: argparse.Namespace) -> int:
             # A model from weft.json or WEFT_RUNTIME_MODEL applies like --model (the
             # hank's own overrides.model is a default, which load_hank applied).
             loaded = load_hank(hank_path, model=settings.model)
+        if settings.idle_timeout:
+            # Accepted by the schema (the reference's key) but not built: refused, not ignored.
+            origin = resolved.sources.get("idleTimeout", "a setting")
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        file=f"runtime settings ({origin})",
+                        path="idleTimeout",
+                        message="idleTimeout (closing idle WebSocket connections) is not "
+                        "supported by this Weft",
+                        code="unsupported_setting",
+                        hint="remove it or set it to 0; agent sessions have --shim-idle-timeout",
+                    )
+                ]
+            )
         # Before anything is created or spent: a codon's agent CLI must be there.
         missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
         if missing:
