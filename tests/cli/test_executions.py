@@ -480,3 +480,16 @@ def test_an_idle_timeout_setting_is_refused_not_ignored(world: dict[str, Any]) -
     done = weft("run", "--headless", env=env, cwd=world["project"])
     assert done.returncode == 2
     assert "idleTimeout (closing idle WebSocket connections) is not supported" in done.stderr
+
+
+def test_headless_lines_use_user_words_and_json_keeps_the_states(
+    world: dict[str, Any],
+) -> None:
+    done = weft("run", "--new", "--headless", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr
+    assert "completing-sentinels" not in done.stdout
+    assert "idle:" not in done.stdout
+    assert "a: finishing" in done.stdout
+    assert "a: starting the agent" in done.stdout
+    raw = weft("run", "--new", "--json", env=world["env"], cwd=world["project"])
+    assert '"completing-sentinels"' in raw.stdout
