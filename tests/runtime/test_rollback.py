@@ -208,7 +208,7 @@ async def test_without_any_confirmed_success_the_tree_is_saved_and_a_fresh_run_s
     runs = runs_oldest_first(read_state(execution))
     assert runs[1]["startingConditions"]["type"] == "fresh"
     events = [data["message"] for kind, data in journal(execution) if kind == "info"]
-    (degraded,) = [m for m in events if m.startswith("Recovery degraded")]
+    (degraded,) = [m for m in events if m.startswith("Starting over")]
     branch = degraded.split("saved to ")[1].split(" ")[0]
     assert branch.startswith("recovery/")
     repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))
