@@ -325,7 +325,7 @@ def test_another_hank_needs_rebind_and_says_so(world: dict[str, Any], tmp_path: 
     execution = world["execution"]
     other = tmp_path / "other.json"
     doc = json.loads((world["project"] / "hank.json").read_text())
-    doc["hank"].append(codon("c"))
+    doc["hank"][1]["promptText"] = "Other words.\n"
     other.write_text(json.dumps(doc))
     refused = weft(
         "run",
@@ -353,7 +353,7 @@ def test_another_hank_needs_rebind_and_says_so(world: dict[str, Any], tmp_path: 
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    assert f"rebinding execution {execution}" in done.stderr
+    assert f"rebound execution {execution}" in done.stdout
     meta = json.loads((execution / ".weft" / "execution-meta.json").read_text())
     assert meta["hankPath"] == str(other)
 

@@ -183,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
     view = make_view(mode, sys.stdout)
     for note in _opening_notes(prepared, loaded, settings):
         view.note(note)
+    if getattr(args, "rebound", None):
+        view.note(printable(args.rebound))
     if config is not None and args.config is None:
         view.note(f"settings from {config}")
     runtime = Runtime(
@@ -273,10 +275,8 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, Path | None]:
                 f"run {hank_path} in this execution from now on, or drop --execution to use "
                 "that hank's own execution"
             )
-        print(
-            printable(f"weft: rebinding execution {root} from {recorded} to {hank_path}"),
-            file=sys.stderr,
-        )
+        # Said once the execution is prepared (a refusal there rebinds nothing).
+        args.rebound = f"rebound execution {root} from {recorded} to {hank_path} (--rebind)"
     return hank_path, data_path
 
 
