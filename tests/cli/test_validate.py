@@ -136,3 +136,14 @@ def test_validate_reports_what_the_run_would_refuse_when_a_codon_starts(
     assert problem["code"] == "agent_cli_missing"
     assert "weft run -m fake/sonnet" in problem["hint"]
     assert main(["validate", str(tmp_path), "-m", "fake/sonnet"]) == 0
+
+
+def test_no_environment_skips_the_checks_of_this_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("WEFT_CLAUDE_BIN", raising=False)
+    write_hank(tmp_path, hank(codon("a", model="sonnet")))
+    assert main(["validate", str(tmp_path)]) == 2
+    assert main(["validate", str(tmp_path), "--no-environment"]) == 0
+    assert "valid: 1 codon" in capsys.readouterr().out

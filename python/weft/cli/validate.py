@@ -52,6 +52,12 @@ def register(commands: Any) -> None:
         default=None,
         help="check as if every codon used this model (like a run's --model)",
     )
+    parser.add_argument(
+        "--no-environment",
+        action="store_true",
+        help="skip the checks of this machine (agent CLIs installed, the requirements' "
+        "variables and tools): for a hank that runs elsewhere",
+    )
     parser.set_defaults(run=run)
 
 
@@ -232,8 +238,9 @@ def _render(report: HankReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Validates ``args.hank``; 0 when valid, 2 when not."""
-    report = validate_hank(args.hank, model=args.model)
-    if report.loaded is not None:
+    environment = not args.no_environment
+    report = validate_hank(args.hank, model=args.model, check_environment=environment)
+    if report.loaded is not None and environment:
         # As `weft run` checks before it starts (weft.config.preflight).
         missing = agent_cli_problems(report.loaded, file=report.file, env=os.environ)
         if missing:
