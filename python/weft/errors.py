@@ -58,7 +58,8 @@ their package::
     │   ├── CommandError              the server refused or failed a command
     │   ├── ConnectionLostError       the server could not be reached again
     │   └── ProtocolViolationError    the server broke the protocol's guarantees
-    └── AttachError                   weft.cli: nothing to attach to
+    ├── AttachError                   weft.cli: nothing to attach to
+    └── ResolveError                  weft.cli: an argument names no execution
 
 ``tests/test_errors.py`` keeps this drawing true: every public exception class in
 ``weft`` must appear in it under its real parent. Outside the tree are a few

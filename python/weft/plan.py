@@ -51,6 +51,7 @@ from weft.config.problems import ConfigProblem
 from weft.config.schema import Codon, ContextExceeded, Hank, IterationLimit, Loop
 from weft.errors import ConfigError
 from weft.events.transitions import LoopContext, PlanEntry, PlanExtended, PlanTrimmed
+from weft.terminal import plural
 
 __all__ = [
     "ExecutionPlan",
@@ -583,7 +584,7 @@ def _from_state_entry(
             STATE_FILE,
             f"{path}.loopContext.codonIndexInLoop",
             f"codon {codon_id!r} sits at index {context.codon_index_in_loop} of loop "
-            f"{loop.id!r}, which has {len(loop.codons)} codon(s) in hank.json",
+            f"{loop.id!r}, which has {plural(len(loop.codons), 'codon')} in hank.json",
             code="plan_mismatch",
             hint=_CHANGED_HANK,
         )

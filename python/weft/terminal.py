@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["printable", "printable_lines"]
+__all__ = ["plural", "printable", "printable_lines"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -58,3 +58,9 @@ def printable(text: str) -> str:
 def printable_lines(text: str) -> str:
     """Like :func:`printable` for each line of ``text``, keeping its line breaks."""
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``1 problem``, ``2 problems``: ``count`` and ``noun`` in the right number
+    (``many`` for irregular plurals; default ``noun + "s"``)."""
+    return f"{count} {noun if count == 1 else (many or noun + 's')}"

@@ -86,3 +86,15 @@ def test_a_model_no_harness_runs_is_a_usage_error(tmp_path: Path) -> None:
     assert done.stderr.startswith("weft agents: no harness runs model 'llama-3'")
     assert "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_bad_model_id_is_named_and_the_others_are_still_reported(tmp_path: Path) -> None:
+    done = weft("sonnet", "llama-3", "fake/haiku", "--json", path=tmp_path)
+    assert done.returncode == 2
+    report = json.loads(done.stdout)
+    assert [m["model"] for m in report["models"]] == ["sonnet", "fake/haiku"]
+    assert [b["model"] for b in report["unroutable"]] == ["llama-3"]
+    assert done.stderr.startswith("weft agents: no harness runs model 'llama-3'")
+    text = weft("llama-3", "sonnet", path=tmp_path)
+    assert text.returncode == 2
+    assert "  sonnet " in text.stdout

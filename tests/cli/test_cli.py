@@ -11,13 +11,34 @@ from weft import __version__
 from weft.cli import main
 
 
-def test_version_names_the_package_and_the_core_build(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as done:
-        main(["--version"])
-    assert done.value.code == 0
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_names_the_package_and_the_core_build(
+    capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    assert main([flag]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"weft {__version__} (core: ")
     assert "build)" in out
+
+
+def test_version_and_status_load_no_run_machinery() -> None:
+    """Start-up stays short: neither loads the runtime, the views or the agents."""
+    code = (
+        "import sys; from weft.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept BaseException:\n    pass\n"
+        "print('loaded:' + ','.join(m for m in sys.modules if m.startswith(("
+        "'weft.runtime.runtime', "
+        "'weft.cli.view', 'weft.agents', 'weft.server', 'uvloop', 'pygit2'))))"
+    )
+    for argv in (["-V"], ["status", "/nonexistent"]):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.stdout.splitlines()[-1] == "loaded:", done.stdout
 
 
 def test_no_command_prints_usage_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,3 +42,37 @@ def test_a_file_is_not_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture
     (tmp_path / "f").write_text("x")
     assert main(["init", str(tmp_path / "f")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_the_starter_runs_on_the_fake_agent_and_changes_visible_files(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.runtime.hanks import subprocess_environment
+
+    env = subprocess_environment(tmp_path)
+    made = subprocess.run(
+        [sys.executable, "-m", "weft", "init", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines()[-1] == "next: weft run demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "weft", "run", "demo", "--headless"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    (execution,) = (tmp_path / "managed").iterdir()
+    workspace = execution / "agentRoot"
+    assert (workspace / "notes" / "plan.md").read_text().startswith("# Plan")
+    assert (workspace / "src" / "hello.py").read_text() == 'print("hello from the starter hank")\n'

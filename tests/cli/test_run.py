@@ -270,6 +270,10 @@ def test_sigint_in_the_middle_of_a_codon_exits_130(tmp_path: Path, env: dict[str
             proc.kill()
             proc.wait()
     assert code == 128 + signal.SIGINT
+    # Said at once, before the agent's stop sequence and the checkpoint.
+    out = (tmp_path / "weft.out").read_text()
+    assert "Stopping: the agent is asked to stop and a checkpoint is taken" in out
+    assert out.index("Stopping:") < out.index("b: FAILED")
 
 
 # --------------------------------------------------------------------------- SIGKILL

@@ -78,7 +78,8 @@ def test_status_of_a_folder_that_is_no_execution_is_a_clear_error(tmp_path: Path
     done = weft("status", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr == (
-        f"weft: error: {tmp_path}: not an execution directory (no .weft/ inside)\n"
+        f"weft: error: {tmp_path}: not an execution (no .weft/ inside) and not a hank; pass an "
+        "execution directory, an execution id or a hank (`weft ls` lists the executions)\n"
     )
 
 

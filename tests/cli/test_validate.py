@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_valid_hank_prints_its_tree_and_exits_0(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     doc = hank(
         codon(
@@ -35,6 +35,8 @@ def test_a_valid_hank_prints_its_tree_and_exits_0(
         meta={"name": "demo", "version": "2.0"},
     )
     write_hank(tmp_path, doc, {"tpl/a.txt": "x"})
+    # The gemini CLI is "installed" (validate checks that a codon's CLI is there).
+    monkeypatch.setenv("WEFT_GEMINI_BIN", "gemini-stand-in")
     assert main(["validate", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith('hank "demo" 2.0  (')
@@ -54,7 +56,7 @@ def test_an_invalid_hank_lists_every_error_and_exits_2(
     write_hank(tmp_path, doc)
     assert main(["validate", str(tmp_path / "hank.json")]) == 2
     out = capsys.readouterr().out
-    assert "3 error(s):" in out
+    assert "3 errors:" in out
     assert '.onFailure: expected "abort", "retry" or "ignore", got "skip"' in out
     assert 'hint: did you mean "checkpointedFiles"?' in out
     assert 'duplicate id "a"' in out
@@ -116,3 +118,32 @@ def test_the_current_directory_is_the_default(
     monkeypatch.chdir(tmp_path)
     assert main(["validate"]) == 0
     assert "(hank.json)" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_validate_reports_what_the_run_would_refuse_when_a_codon_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("WEFT_CLAUDE_BIN", raising=False)
+    write_hank(tmp_path, hank(codon("a", model="fake/sonnet", promptText="See <%DATA_DIRR%>.")))
+    assert main(["validate", str(tmp_path), "--json"]) == 2
+    (problem,) = json.loads(capsys.readouterr().out)["errors"]
+    assert problem["code"] == "unknown_variable"
+    assert "did you mean <%DATA_DIR%>" in problem["hint"]
+    write_hank(tmp_path, hank(codon("a", model="sonnet", promptText="See <%DATA_DIR%>.")))
+    assert main(["validate", str(tmp_path), "--json"]) == 2
+    (problem,) = json.loads(capsys.readouterr().out)["errors"]
+    assert problem["code"] == "agent_cli_missing"
+    assert "weft run -m fake/sonnet" in problem["hint"]
+    assert main(["validate", str(tmp_path), "-m", "fake/sonnet"]) == 0
+
+
+def test_no_environment_skips_the_checks_of_this_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("WEFT_CLAUDE_BIN", raising=False)
+    write_hank(tmp_path, hank(codon("a", model="sonnet")))
+    assert main(["validate", str(tmp_path)]) == 2
+    assert main(["validate", str(tmp_path), "--no-environment"]) == 0
+    assert "valid: 1 codon" in capsys.readouterr().out

@@ -185,7 +185,8 @@ async def test_thread_and_checkpoints_commands_print_the_history(
     out = capsys.readouterr().out
     assert "next codon: -" in out  # rolled back to c itself: nothing left to run
     assert await asyncio.to_thread(main, ["checkpoints", str(execution)]) == 0
-    listed = capsys.readouterr().out.splitlines()
+    header, *listed = capsys.readouterr().out.splitlines()
+    assert header.startswith("TIME")
     assert len(listed) == 3
     assert all("thread" in line for line in listed)
 
@@ -207,7 +208,7 @@ async def test_without_any_confirmed_success_the_tree_is_saved_and_a_fresh_run_s
     runs = runs_oldest_first(read_state(execution))
     assert runs[1]["startingConditions"]["type"] == "fresh"
     events = [data["message"] for kind, data in journal(execution) if kind == "info"]
-    (degraded,) = [m for m in events if m.startswith("Recovery degraded")]
+    (degraded,) = [m for m in events if m.startswith("Starting over")]
     branch = degraded.split("saved to ")[1].split(" ")[0]
     assert branch.startswith("recovery/")
     repo = pygit2.Repository(str(execution / ".weft" / "checkpoints" / ".weftcheckpoints"))

@@ -368,7 +368,7 @@ def test_sigkill_at_random_moments_ends_like_an_uninterrupted_run(tmp_path: Path
         for _, _, kind, payload in journal_rows(execution)
         if kind == "info"
     ]
-    restarts = sum(n.startswith("Recovery degraded") for n in notes)
+    restarts = sum(n.startswith("Starting over") for n in notes)
     ended = sum(n.startswith("Ended ") for n in notes)
     print(
         f"seed {SEED}: {KILLS} kills, {in_first} in the first codon, {restarts} clean restarts, "

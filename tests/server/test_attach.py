@@ -149,7 +149,7 @@ async def test_attach_says_why_there_is_nothing_to_attach_to(tmp_path: Path) -> 
     idle = tmp_path / "idle" / ".weft"
     idle.mkdir(parents=True)
     for where, expected in (
-        (plain, "not an execution directory"),
+        (plain, "not an execution (no .weft/ inside)"),
         (dead.parent, "is gone"),
         (idle.parent, "no run is active"),
     ):
@@ -207,7 +207,7 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
     )
     lines: list[str] = []
     await line_with(run, "WebSocket server on ws://", lines)
-    await line_with(run, "idle: Waiting for codon.next", lines)
+    await line_with(run, "Waiting for codon.next", lines)
     master, slave = pty.openpty()
     try:
         attach = await weft("attach", str(execution), "--headless", stdin=slave)
@@ -216,9 +216,9 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
         await line_with(attach, "keys:", seen)  # the replayed history is folded in quietly
         os.write(master, b"n")
         for _ in range(5):
-            await line_with(attach, "idle: Waiting for codon.next", seen)
+            await line_with(attach, "Waiting for codon.next", seen)
             os.write(master, b"n")
-        await line_with(attach, "idle: All codons completed", seen)
+        await line_with(attach, "All codons completed", seen)
         os.write(master, b"l")
         listing = await line_with(attach, "checkpoint(s), newest first:", seen)
         assert "completed review" in listing
@@ -227,7 +227,7 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
         os.write(master, b"y")
         await line_with(attach, "rolling back to the completed checkpoint", seen)
         await line_with(attach, "rolled back: run", seen)
-        await line_with(attach, "idle: All codons completed", seen)
+        await line_with(attach, "All codons completed", seen)
         os.write(master, b"x")
         await line_with(attach, "press y to confirm", seen)
         os.write(master, b"y")
@@ -247,4 +247,4 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
     assert len(state["runs"]) == 2
     kinds = sorted(r["startingConditions"].get("reason", "fresh") for r in state["runs"])
     assert kinds == ["fresh", "rollback"]
-    assert sum(1 for line in seen if "idle: " in line) == 7
+    assert sum(1 for line in seen if "Waiting for " in line or "All codons completed" in line) == 7

@@ -22,6 +22,7 @@ from weft.agents.registry import (
     fake_command,
     installed_agents,
 )
+from weft.terminal import printable
 
 ROUTING = (
     ("sonnet, opus, haiku, claude-*, anthropic/<model>", "claude"),
@@ -51,20 +52,24 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Prints the report; exit 2 for a model id no harness runs."""
+    """Prints the report, every good model id included; exit 2 when one id or more
+    routes nowhere (each is named, and in ``--json`` listed under ``unroutable``)."""
     routes: list[tuple[str, Route]] = []
+    bad: list[dict[str, str]] = []
     for model in args.models:
         try:
             routes.append((model, route(model)))
         except ValueError as e:
-            print(f"weft agents: {e}", file=sys.stderr)
-            return 2
+            bad.append({"model": model, "error": str(e)})
     report = build_report(installed_agents(), routes)
+    report["unroutable"] = bad
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print_text(report)
-    return 0
+    for entry in bad:
+        print(printable(f"weft agents: {entry['error']}"), file=sys.stderr)
+    return 2 if bad else 0
 
 
 def build_report(agents: list[AgentInfo], routes: list[tuple[str, Route]]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import Any, Literal, TextIO
 
 import uvloop
 
+from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.cli.view import JsonView, RunSummary, RunView, checkpoint_list_text, make_view
 from weft.cli.view.notes import fold_wire
 from weft.client import (
@@ -71,9 +72,7 @@ def register(commands: Any) -> None:
             "(interrupts the agent, which resumes with it), q detach."
         ),
     )
-    parser.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
     parser.add_argument("--url", help="connect to this server instead (ws://host:port)")
     parser.add_argument(
         "--token", help="the execution's read-write token, or its read token (read-only access)"
@@ -357,7 +356,9 @@ async def _events(client: Client, view: RunView) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``weft attach``."""
     try:
-        target = find_target(args.execution, url=args.url, token=args.token, readonly=args.readonly)
+        # With --url the execution is not needed (and may be on another machine).
+        execution = Path() if args.url else resolve_execution(args.execution)
+        target = find_target(execution, url=args.url, token=args.token, readonly=args.readonly)
     except AttachError as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2

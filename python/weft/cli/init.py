@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,23 @@ STARTER_HANK: dict[str, Any] = {
     ],
 }
 
+_FAKE_NOTE = (
+    "<!-- The @@fake:...@@ line tells the fake agent (model fake/sonnet) what to write, so the "
+    "starter shows real files changing; delete it when you switch to a real model. -->\n"
+)
+
 PROMPTS = {
     "prompts/plan.md": (
         "<!-- Prompts are Markdown. HTML comments like this one are removed before the agent "
         "sees the prompt. -->\n"
-        "Read the data in <%DATA_DIR%> and write a short plan to notes/plan.md.\n"
+        + _FAKE_NOTE
+        + "Read the data in <%DATA_DIR%> and write a short plan to notes/plan.md.\n"
+        '@@fake:write path=notes/plan.md content="# Plan\\n\\n1. Write src/hello.py.\\n"@@\n'
     ),
-    "prompts/build.md": "Carry out the plan in notes/plan.md. Put the code in src/.\n",
+    "prompts/build.md": (
+        _FAKE_NOTE + "Carry out the plan in notes/plan.md. Put the code in src/.\n"
+        '@@fake:write path=src/hello.py content="print(\\"hello from the starter hank\\")\\n"@@\n'
+    ),
 }
 
 
@@ -123,5 +134,5 @@ def run(args: argparse.Namespace) -> int:
     if not report.valid:  # a bug in the template, not the user's doing
         print("\n".join(p.render() for p in report.errors), file=sys.stderr)
         return 2
-    print(f"next: weft validate {directory}")
+    print(f"next: weft run {shlex.quote(str(directory))}")
     return 0

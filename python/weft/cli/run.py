@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,14 +29,17 @@ from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
 from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
+from weft.config.preflight import agent_cli_problems
+from weft.config.problems import ConfigProblem
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
-from weft.runtime.execution import PreparedExecution, prepare_execution
-from weft.runtime.layout import ExecutionLayout
+from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
+from weft.runtime.layout import HANK_FILE, ExecutionLayout
+from weft.runtime.meta import read_meta
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
-from weft.runtime.setup_errors import ExecutionSetupError
+from weft.runtime.setup_errors import ExecutionSetupError, HankChangedError, InputPathError
 from weft.server import ProtocolServer, ServerError
-from weft.terminal import printable_lines
+from weft.terminal import printable, printable_lines
 
 
 def _port(text: str) -> int:
@@ -81,6 +87,19 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "-y", "--yes", action="store_true", help="answer yes (resume with a changed hank)"
     )
+    parser.add_argument(
+        "--rebind",
+        action="store_true",
+        help="with --execution: run a different hank file than the one the execution was "
+        "made for (the execution then belongs to it)",
+    )
+    parser.add_argument(
+        "-i",
+        "--input",
+        metavar="TEXT",
+        help="inline data: TEXT becomes the data file input.txt (the same text resumes the "
+        "same execution); instead of a data path",
+    )
     parser.add_argument("--copy", action="store_true", help="copy the data instead of linking it")
     parser.add_argument(
         "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
@@ -91,7 +110,12 @@ def register(commands: Any) -> None:
         metavar="MODEL",
         help="every sentinel calls this provider/model (fake/haiku runs them offline)",
     )
-    parser.add_argument("--config", type=Path, help="a weft.json with runtime settings")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="a weft.json with runtime settings (default: the weft.json next to the hank, "
+        "else ~/.config/weft/weft.json, if there is one)",
+    )
     parser.add_argument(
         "--no-autostart",
         action="store_true",
@@ -99,6 +123,7 @@ def register(commands: Any) -> None:
         "or Enter on the terminal) and stay up when the codons are done",
     )
     parser.add_argument(
+        "-p",
         "--port",
         type=_port,
         default=None,
@@ -156,7 +181,7 @@ def register(commands: Any) -> None:
         "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
     )
     output.add_argument("--json", action="store_true", help="print every event as a JSON line")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, run_parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,10 +190,15 @@ def run(args: argparse.Namespace) -> int:
     from weft.cli.view import RunSummary, make_view
 
     try:
-        hank_path, data_path = resolve_inputs(list(args.paths))
+        hank_path, data_path = _inputs(args)
         loaded = load_hank(hank_path, model=args.model)
-        resolved = _resolved(args, loaded)
+        config = args.config if args.config is not None else discover_config(hank_path)
+        resolved = _settings(args, loaded, config)
         settings = resolved.config
+        if settings.model is not None and resolved.sources.get("model") in _MODEL_LAYERS:
+            # A model from weft.json or WEFT_RUNTIME_MODEL applies like --model (the
+            # hank's own overrides.model is a default, which load_hank applied).
+            loaded = load_hank(hank_path, model=settings.model)
         if args.overwrite_output and settings.output_directory is None:
             print(
                 "weft: error: --overwrite-output needs an output directory: pass -o DIR "
@@ -184,14 +214,39 @@ def run(args: argparse.Namespace) -> int:
         if refused is not None:
             print(f"weft: error: {refused}", file=sys.stderr)
             return 2
+        if settings.idle_timeout:
+            # Accepted by the schema (the reference's key) but not built: refused, not ignored.
+            origin = resolved.sources.get("idleTimeout", "a setting")
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        file=f"runtime settings ({origin})",
+                        path="idleTimeout",
+                        message="idleTimeout (closing idle WebSocket connections) is not "
+                        "supported by this Weft",
+                        code="unsupported_setting",
+                        hint="remove it or set it to 0; agent sessions have --shim-idle-timeout",
+                    )
+                ]
+            )
+        # Before anything is created or spent: a codon's agent CLI must be there.
+        missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
+        if missing:
+            raise ConfigError(missing)
         prepared = _prepare(args, loaded, settings, hank_path, data_path)
-    except ExecutionSetupError as exc:
+    except (ExecutionSetupError, ConfigError) as exc:
+        if args.json:
+            _refused_json(exc)
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
     view = make_view(mode, sys.stdout)
     for note in _opening_notes(prepared, loaded, settings):
         view.note(note)
+    if getattr(args, "rebound", None):
+        view.note(printable(args.rebound))
+    if config is not None and args.config is None:
+        view.note(f"settings from {config}")
 
     def on_server(server: ProtocolServer) -> None:
         view.note(f"WebSocket server on {server.url} (weft attach {prepared.layout.root})")
@@ -223,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     if unserved is not None:
         print(f"weft: error: {unserved}", file=sys.stderr)
         return 2
-    resume = f"weft run --execution {prepared.layout.root}"
+    resume = continue_command(args, prepared.layout.root)
     view.summary(
         RunSummary(
             status=outcome.status,
@@ -247,7 +302,138 @@ def _dashboard_note(server: ProtocolServer, execution: Path) -> str:
     return f"Dashboard: {dashboard_url(server)} (token: {execution / '.weft' / 'server.token'})"
 
 
-def _resolved(args: argparse.Namespace, loaded: LoadedHank) -> ResolvedRuntimeConfig:
+def _refused_json(exc: ExecutionSetupError | ConfigError) -> None:
+    """``--json``: a run refused before it started is one line on stdout too,
+    ``{"type":"run.refused","timestamp":...,"data":{"exitCode":2,"message":...,"problems":[...]}}``
+    (``problems`` as ``weft validate --json`` gives them, for a configuration error)."""
+    from weft.clock import utc_now_iso
+
+    problems = [p.to_json() for p in exc.problems] if isinstance(exc, ConfigError) else []
+    data = {"exitCode": 2, "message": str(exc).split("\n", 1)[0], "problems": problems}
+    line = {"type": "run.refused", "timestamp": utc_now_iso(), "data": data}
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The hank and data: the positionals, or with ``--execution`` the hank recorded in
+    the execution (a different hank file needs ``--rebind``)."""
+    paths = list(args.paths)
+    if args.input is not None:
+        paths = _with_inline_input(paths, args.input)
+    meta_path = None if args.execution is None else ExecutionLayout(args.execution).meta_path
+    if meta_path is None or not meta_path.is_file():
+        return resolve_inputs(paths)
+    meta = read_meta(meta_path)
+    recorded = Path(meta.hank_path)
+    root = meta_path.parent.parent.resolve()
+    if len(paths) == 1 and not _names_hank(paths[0]):
+        # One path that is not a hank: the data, run with the recorded hank.
+        paths = [str(recorded), paths[0]]
+    if not paths:
+        if not recorded.is_file():
+            raise InputPathError(
+                f"execution {root} was made for {recorded}, which no longer exists; pass the "
+                f"hank and --rebind: weft run path/to/hank.json --execution {root} --rebind"
+            )
+        return recorded, None
+    hank_path, data_path = resolve_inputs(paths)
+    # The same content at another path (a moved or copied project) is the same hank.
+    if hank_path != recorded and hank_hash(hank_path) != meta.hank_hash:
+        if not args.rebind:
+            raise HankChangedError(
+                f"execution {root} was made for {recorded}, not {hank_path} (a different "
+                f"hank). Drop the hank to "
+                f"continue with the recorded one (weft run --execution {root}), add --rebind to "
+                f"run {hank_path} in this execution from now on, or drop --execution to use "
+                "that hank's own execution"
+            )
+        # Said once the execution is prepared (a refusal there rebinds nothing).
+        args.rebound = f"rebound execution {root} from {recorded} to {hank_path} (--rebind)"
+    return hank_path, data_path
+
+
+INPUT_FILE = "input.txt"
+
+
+def _with_inline_input(paths: list[str], text: str) -> list[str]:
+    """``paths`` with the data replaced by a file holding ``text``.
+
+    The file lives in Weft's cache under the text's hash (``$XDG_CACHE_HOME/weft/
+    inputs/<sha256>/input.txt``), so the same text is the same data and resumes the
+    same execution, and the data stays where the execution's link points.
+    """
+    if len(paths) == 2 or (len(paths) == 1 and not _names_hank(paths[0])):
+        raise InputPathError(
+            "both a data path and --input were given; pass the data one way: a path, or "
+            "--input TEXT"
+        )
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "weft" / "inputs" / digest[:32]
+    target = folder / INPUT_FILE
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        temp = folder / f".{INPUT_FILE}.{os.getpid()}.tmp"
+        temp.write_text(text, encoding="utf-8")
+        os.replace(temp, target)
+    return [*paths, str(target)]
+
+
+def _names_hank(arg: str) -> bool:
+    path = Path(arg)
+    return arg.endswith(".json") or (path.is_dir() and (path / HANK_FILE).is_file())
+
+
+CONTINUE_SKIPS = frozenset(
+    {"paths", "execution", "new", "force", "yes", "rebind", "copy", "no_wipe", "headless", "json"}
+)
+"""Options the continue command leaves out: they choose or reshape the execution (it is
+named by --execution), or the output format, which the next caller picks."""
+
+
+def continue_command(args: argparse.Namespace, root: Path) -> str:
+    """``weft run --execution ROOT`` plus every flag of this run that changes how it
+    runs, with paths made absolute, so that it works from any folder."""
+    parser: argparse.ArgumentParser = args.run_parser
+    words = ["weft", "run", "--execution", str(root)]
+    # argparse keeps no public list of a parser's actions; _actions is stable since 3.2.
+    for action in parser._actions:
+        if not action.option_strings or action.dest in CONTINUE_SKIPS or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None or value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        if action.nargs == 0:
+            words.append(flag)
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            words += [flag, str(item.absolute() if isinstance(item, Path) else item)]
+    return shlex.join(words)
+
+
+CONFIG_FILE = "weft.json"
+
+
+def discover_config(hank_path: Path) -> Path | None:
+    """The ``weft.json`` a run without ``--config`` uses: the one next to the hank,
+    else ``$XDG_CONFIG_HOME/weft/weft.json`` (``~/.config/weft/weft.json``), else none."""
+    beside = hank_path.parent / CONFIG_FILE
+    if beside.is_file():
+        return beside
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    user = home / "weft" / CONFIG_FILE
+    return user if user.is_file() else None
+
+
+_MODEL_LAYERS = ("weft.json", "environment")
+"""Where a model setting overrides every codon's model, as ``--model`` does."""
+
+
+def _settings(
+    args: argparse.Namespace, loaded: LoadedHank, config: Path | None = None
+) -> ResolvedRuntimeConfig:
     """The run's settings: the flags over the config file over the hank's overrides."""
     return resolve_runtime_config(
         cli={
@@ -261,7 +447,7 @@ def _resolved(args: argparse.Namespace, loaded: LoadedHank) -> ResolvedRuntimeCo
             "budget.maxDollars": args.max_cost,
             "budget.maxTimeSeconds": args.max_time,
         },
-        config_file=args.config,
+        config_file=config,
         hank=loaded.hank,
     )
 
@@ -303,7 +489,7 @@ def _prepare(
         data_path,
         execution_dir=args.execution,
         new=args.new,
-        yes=args.yes,
+        yes=args.yes or args.rebind,  # --rebind is the explicit answer to "another hank?"
         force=args.force,
         interactive=interactive,
         base_dir=base_dir,
@@ -320,8 +506,11 @@ def _opening_notes(
     """What the view says before the run starts: the execution, then every warning."""
     verb = "Resuming" if prepared.resumed else "Created"
     notes = [f"{verb} execution {prepared.layout.root}"]
-    for warning in (*prepared.warnings, *(p.render() for p in loaded.warnings)):
-        notes.append(f"warning: {warning}")
+    notes += [f"warning: {warning}" for warning in prepared.warnings]
+    for problem in loaded.warnings:
+        # The problem's own text says "warning:" after its location: said once, up front.
+        hint = f"\n    hint: {printable(problem.hint)}" if problem.hint else ""
+        notes.append(printable(f"warning: {problem.location()}: {problem.message}") + hint)
     notes.extend(output_notes(loaded, settings.output_directory))
     notes.extend(f"warning: {line}" for line in inert_settings(settings))
     book = BudgetBook.from_hank(

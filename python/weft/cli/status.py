@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from pathlib import Path
+import sys
 from typing import Any
 
+from weft.cli.colour import STATUS_STYLES, paint, wants_colour
+from weft.cli.resolve import EXECUTION_HELP, codon_cost, resolve_execution
 from weft.errors import LockHeldError
 from weft.events.stream import (
     SessionCooldownEvent,
@@ -22,7 +24,7 @@ from weft.events.stream import (
 )
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
-from weft.terminal import printable_lines
+from weft.terminal import printable
 
 TERMINAL = ("completed", "failed", "skipped")
 
@@ -34,23 +36,9 @@ def register(commands: Any) -> None:
         help="show the runs and codon states of an execution",
         description="Show the runs and codon states of an execution, read from its store.",
     )
-    parser.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(run=run)
-
-
-def codon_cost(codon: dict[str, Any]) -> float:
-    """The seed's getCodonCost of one record."""
-    status = codon["status"]
-    if status == "completed":
-        return float(codon.get("finalCost", 0.0))
-    if status == "failed":
-        return float(codon.get("partialCost", 0.0))
-    if status in ("running", "completing-sentinels"):
-        return float(codon.get("currentCost", 0.0))
-    return 0.0
 
 
 def codon_spent(codon: dict[str, Any]) -> float:
@@ -217,10 +205,18 @@ def _sentinel_line(s: dict[str, Any]) -> str:
     )
 
 
-def render(status: dict[str, Any]) -> str:
-    """The status as text for a terminal."""
+def render(status: dict[str, Any], *, colour: bool = False) -> str:
+    """The status as text for a terminal (statuses coloured when ``colour``).
+
+    Every line is made printable (:func:`weft.terminal.printable`) before it is
+    coloured, so the only escape sequences in the result are the colours."""
+
+    def state(word: str, width: int = 0) -> str:
+        style = STATUS_STYLES.get(word.split(" ", 1)[0])
+        return paint(printable(word).ljust(width), style, on=colour)
+
     lines = [
-        f"Execution {status['execution']}",
+        printable(f"Execution {status['execution']}"),
         f"  journal: {status['journal']['events']} events, state from {status['stateSource']}",
         f"  total cost: {_total(status)}",
     ]
@@ -234,14 +230,15 @@ def render(status: dict[str, Any]) -> str:
             caps = ", ".join(f"{k} {v:g}" for k, v in ceiling.items())
             lines.append(f"  budget: {caps} (spent ${summary.get('actualDollars', 0.0):.4f})")
         lines += [f"  run {e['runId']}: {e['message']}" for e in budget["exceeded"]]
-    lines += [f"  note: {n}" for n in status["notes"]]
+    lines += [printable(f"  note: {n}") for n in status["notes"]]
     if not status["runs"]:
         lines.append("  no runs yet")
     for run in status["runs"]:
         current = "  (current)" if run["runId"] == status["currentRunId"] else ""
         lines.append(
-            f"run {run['runId']}  {run['status']}  started {run['startTime']}  "
-            f"${run['cost']:.4f}{current}"
+            printable(f"run {run['runId']}  ")
+            + state(run["status"])
+            + printable(f"  started {run['startTime']}  ${run['cost']:.4f}{current}")
         )
         for c in run["codons"]:
             detail = ""
@@ -252,11 +249,15 @@ def render(status: dict[str, Any]) -> str:
                 )
             elif c["status"] == "skipped":
                 detail = f"  during {c.get('skippedDuring')}"
-            lines.append(f"  {c['codonId']:<24} {c['status']:<21} {_cost(c)}{detail}")
+            lines.append(
+                printable(f"  {c['codonId']:<24} ")
+                + state(c["status"], 21)
+                + printable(f" {_cost(c)}{detail}")
+            )
             if "session" in c:
-                lines.append(f"    supervisor: {_session_line(c['session'])}")
+                lines.append(printable(f"    supervisor: {_session_line(c['session'])}"))
             for s in c.get("sentinels", {}).get("states", []):
-                lines.append(f"    sentinel {_sentinel_line(s)}")
+                lines.append(printable(f"    sentinel {_sentinel_line(s)}"))
     return "\n".join(lines)
 
 
@@ -283,10 +284,13 @@ def _cost(c: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Prints the status of ``args.execution``."""
-    store = ExecutionStore.open(args.execution, readonly=True)
+    store = ExecutionStore.open(resolve_execution(args.execution), readonly=True)
     try:
         status = report(store)
     finally:
         store.journal.close()
-    print(json.dumps(status, indent=2) if args.json else printable_lines(render(status)))
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        print(render(status, colour=wants_colour(sys.stdout)))
     return 0

@@ -4,9 +4,9 @@ the journal alone, or (``--from-snapshot``) a lost journal from the newest snaps
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
+from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.store import ExecutionStore, rebuild, weft_dir_of
 from weft.store.restore import restore_from_snapshot
 from weft.store.snapshot import write_snapshot
@@ -30,19 +30,17 @@ def register(commands: Any) -> None:
         action="store_true",
         help="restore a lost or damaged journal from state.json (else state.json.bak)",
     )
-    rebuild_parser.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    rebuild_parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
     rebuild_parser.set_defaults(run=run_rebuild)
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
     """Replays the journal into a fresh state and saves it as state.json."""
     if args.from_snapshot:
-        restored = restore_from_snapshot(weft_dir_of(args.execution))
+        restored = restore_from_snapshot(weft_dir_of(resolve_execution(args.execution)))
         print(restored.message)
         return 0
-    store = ExecutionStore.open(args.execution)
+    store = ExecutionStore.open(resolve_execution(args.execution))
     try:
         core = rebuild(store.journal)
         write_snapshot(store.weft_dir, core.snapshot_json())

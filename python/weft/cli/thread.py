@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import uvloop
 
 from weft._core import ExecutionThread
 from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.clock import utc_now_iso
 from weft.config import load_hank
 from weft.config.loader import LoadedHank
@@ -36,7 +38,7 @@ from weft.runtime.layout import ExecutionLayout
 from weft.runtime.meta import read_meta
 from weft.runtime.runtime import new_run_id
 from weft.store import ExecutionStore
-from weft.terminal import printable, printable_lines
+from weft.terminal import plural, printable, printable_lines
 
 
 def register(commands: Any) -> None:
@@ -45,7 +47,7 @@ def register(commands: Any) -> None:
         "thread",
         help="show the execution thread: the history that counts, run by run",
         description=(
-            "Show the execution thread (seed 003): every run of the continuation chain, newest "
+            "Show the execution thread: every run of the continuation chain, newest "
             "first, with its codons, their checkpoints and the codons later runs superseded."
         ),
     )
@@ -81,13 +83,17 @@ def register(commands: Any) -> None:
         choices=["start", "end", "rig-setup", "completed", "error", "skipped"],
         help="with --codon: which of its checkpoints (default: end, its last)",
     )
+    back.add_argument(
+        "--discard",
+        action="store_true",
+        help="drop uncheckpointed changes in covered files instead of saving them to a "
+        "recovery/ branch of the checkpoint repository first",
+    )
     back.set_defaults(run=run_rollback)
 
 
 def _execution_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
 
 
 def _run(coro: Any) -> Any:
@@ -119,7 +125,7 @@ def _read(execution: Path) -> tuple[dict[str, Any], ExecutionThread, set[str]]:
 
 def run_thread(args: argparse.Namespace) -> int:
     """Prints the execution thread."""
-    state, thread, _ = _read(args.execution)
+    state, thread, _ = _read(resolve_execution(args.execution))
     if args.json:
         sys.stdout.write(thread.to_json().decode() + "\n")
         return 0
@@ -127,7 +133,8 @@ def run_thread(args: argparse.Namespace) -> int:
     runs = {run["runId"]: run for run in state["runs"]}
     print(
         printable(
-            f"{thread.total_runs} run(s) on the thread; next codon: {thread.next_codon_id or '-'}"
+            f"{plural(thread.total_runs, 'run')} on the thread; "
+            f"next codon: {thread.next_codon_id or '-'}"
             + ("; FAILED: roll back or fix, then run again" if thread.failed else "")
         )
     )
@@ -160,21 +167,37 @@ def run_thread(args: argparse.Namespace) -> int:
 
 def run_checkpoints(args: argparse.Namespace) -> int:
     """Lists the checkpoints the state records, newest first, with their git status."""
-    state, thread, exists = _read(args.execution)
+    state, thread, exists = _read(resolve_execution(args.execution))
     on_thread = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
     rows = rollback.checkpoint_rows(state, on_thread, exists)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    if not rows:
+        print("no checkpoints yet")
+        return 0
+    print(f"{'TIME':<19}  {'SHA':<12}  {'TYPE':<10} {'CODON':<24} RUN")
     for row in rows:
         flags = ("thread " if row["onThread"] else "") + ("" if row["exists"] else "MISSING")
+        when = _local_time(row["timestamp"])
         print(
             printable(
-                f"{row['sha'][:12]}  {row['type']:<10} {row['codonId']:<24} run {row['runId']}  "
-                f"{flags}"
+                f"{when:<19}  {row['sha'][:12]}  {row['type']:<10} {row['codonId']:<24} "
+                f"{row['runId']}  {flags}".rstrip()
             )
         )
     return 0
+
+
+def _local_time(stamp: str | None) -> str:
+    """An ISO UTC time as local ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
+    if not stamp:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp[:19]
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def run_rollback(args: argparse.Namespace) -> int:
@@ -187,7 +210,7 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 
 async def _rollback(args: argparse.Namespace) -> int:
-    store = await asyncio.to_thread(ExecutionStore.open, args.execution)
+    store = await asyncio.to_thread(ExecutionStore.open, resolve_execution(args.execution))
     layout = ExecutionLayout(store.weft_dir.parent)
     manager = store.state_manager()
     repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)
@@ -203,6 +226,8 @@ async def _rollback(args: argparse.Namespace) -> int:
             end=args.type,
         )
         plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
+        if not args.discard:
+            await _save_uncheckpointed(repo, rollback.all_patterns(plan))
         run_id = new_run_id()
 
         def say(event: Any, _run_id: str | None) -> None:
@@ -239,6 +264,42 @@ async def _rollback(args: argparse.Namespace) -> int:
     finally:
         await repo.close()
         await store.close(manager)
+
+
+CHANGES_SHOWN = 20
+"""Changed paths a rollback lists before it says how many more there are."""
+
+
+async def _save_uncheckpointed(repo: AsyncCheckpointRepo, patterns: list[str]) -> None:
+    """Saves the covered work tree to a ``recovery/`` branch and lists what differs from
+    the newest checkpoint (what the rollback would otherwise lose); refuses when the
+    save fails, so nothing is lost by accident (``--discard`` skips this)."""
+    from weft.checkpoints.errors import CheckpointError
+
+    try:
+        head = await repo.head()
+        saved = await repo.recovery_snapshot(patterns, reason="uncheckpointed work before rollback")
+        before = await asyncio.to_thread(repo.repo.files, head)
+        now = await asyncio.to_thread(repo.repo.files, saved.sha)
+    except CheckpointError as e:
+        raise rollback.RollbackError(
+            f"cannot save the uncheckpointed changes before rolling back ({e}); pass --discard "
+            "to roll back anyway and lose them"
+        ) from e
+    changed = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
+    if not changed:
+        return
+    print(
+        printable(
+            f"Saved {plural(len(changed), 'uncheckpointed change')} to {saved.branch} "
+            f"({saved.sha[:10]}) before rolling back:"
+        )
+    )
+    for path in changed[:CHANGES_SHOWN]:
+        mark = "deleted" if path not in now else "new" if path not in before else "changed"
+        print(printable(f"  {mark:<8} {path}"))
+    if len(changed) > CHANGES_SHOWN:
+        print(f"  ... and {len(changed) - CHANGES_SHOWN} more")
 
 
 def _hank_of(layout: ExecutionLayout) -> LoadedHank:

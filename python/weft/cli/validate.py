@@ -18,7 +18,9 @@ from typing import Any
 from weft.agents.harness import route
 from weft.budget.limits import BudgetBook, ceiling_source
 from weft.budget.table import budget_table, budget_warnings, render_table
+from weft.cli.colour import paint, wants_colour
 from weft.config import HankReport, LoadedHank, validate_hank
+from weft.config.preflight import agent_cli_problems
 from weft.config.runtime import resolve_runtime_config
 from weft.config.schema import Codon as CodonT
 from weft.config.schema import (
@@ -28,7 +30,7 @@ from weft.config.schema import (
     SentinelConfig,
 )
 from weft.errors import ConfigError
-from weft.terminal import printable_lines
+from weft.terminal import plural, printable
 
 
 def register(commands: Any) -> None:
@@ -49,6 +51,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(
+        "-m",
         "--model",
         default=None,
         help="check as if every codon used this model (like a run's --model)",
@@ -59,6 +62,12 @@ def register(commands: Any) -> None:
         default=None,
         help="check as if every sentinel used this provider/model (like a run's "
         "--sentinel-model; fake/haiku needs no key)",
+    )
+    parser.add_argument(
+        "--no-environment",
+        action="store_true",
+        help="skip the checks of this machine (agent CLIs installed, the requirements' "
+        "variables and tools): for a hank that runs elsewhere",
     )
     parser.set_defaults(run=run)
 
@@ -247,8 +256,22 @@ def to_json(report: HankReport) -> dict[str, Any]:
     }
 
 
-def render(report: HankReport) -> str:
-    """The whole report as text."""
+def render(report: HankReport, *, colour: bool = False) -> str:
+    """The whole report as text (printable: control characters escaped), the
+    verdict and the problem counts coloured when ``colour``."""
+    return "\n".join(_paint_line(printable(line), colour) for line in _render(report).split("\n"))
+
+
+def _paint_line(line: str, colour: bool) -> str:
+    for prefix, style in (("valid: ", "green"), ("invalid: ", "red")):
+        if line.startswith(prefix):
+            return paint(line, style, on=colour)
+    if line.endswith(":") and line.split(" ", 1)[0].isdigit():
+        return paint(line, "red" if "error" in line else "yellow", on=colour)
+    return line
+
+
+def _render(report: HankReport) -> str:
     parts: list[str] = []
     if report.loaded is not None:
         parts.append(render_tree(describe(report.loaded), report.file))
@@ -261,19 +284,16 @@ def render(report: HankReport) -> str:
             parts.append(f"{len(warned)} budget warning(s):")
             parts.extend(w.render() for w in warned)
     if report.warnings:
-        parts.append(f"{len(report.warnings)} warning(s):")
+        parts.append(f"{plural(len(report.warnings), 'warning')}:")
         parts.extend(p.render() for p in report.warnings)
     if report.errors:
-        parts.append(f"{len(report.errors)} error(s):")
+        parts.append(f"{plural(len(report.errors), 'error')}:")
         parts.extend(p.render() for p in report.errors)
     if report.valid and not report.errors:
         assert report.loaded is not None
         codons = len(report.loaded.codons())
         loops = sum(isinstance(i, Loop) for i in report.loaded.hank.hank)
-        parts.append(
-            f"valid: {codons} codon{'s' if codons != 1 else ''}, "
-            f"{loops} loop{'s' if loops != 1 else ''}"
-        )
+        parts.append(f"valid: {plural(codons, 'codon')}, {plural(loops, 'loop')}")
     else:
         parts.append(f"invalid: {report.file}")
     return "\n".join(parts)
@@ -291,14 +311,21 @@ def run(args: argparse.Namespace) -> int:
         except ProviderError as exc:
             print(f"weft: error: --sentinel-model: {exc}", file=sys.stderr)
             return 2
-    report = validate_hank(args.hank, model=args.model)
+    environment = not args.no_environment
+    report = validate_hank(args.hank, model=args.model, check_environment=environment)
     if report.loaded is not None:
         # Whether each sentinel would load on this machine (its provider and key).
         report.problems.extend(
             load_problems(report.loaded, file=report.file, model_override=override)
         )
+    if report.loaded is not None and environment:
+        # As `weft run` checks before it starts (weft.config.preflight).
+        missing = agent_cli_problems(report.loaded, file=report.file, env=os.environ)
+        if missing:
+            report.problems = [*report.problems, *missing]
+            report.loaded = None
     if args.json:
         print(json.dumps(to_json(report), indent=2))
     else:
-        print(printable_lines(render(report)))
+        print(render(report, colour=wants_colour(sys.stdout)))
     return 0 if report.valid and not report.errors else 2

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from weft.config.preflight import preflight
 from weft.config.problems import ConfigProblem, JsonPath
 from weft.config.rules import RuleContext, check_rules
 from weft.config.schema import Codon, Hank, Loop, SentinelConfig
@@ -231,7 +232,7 @@ def _validate_bytes(
             )
         )
         return report
-    report.loaded = LoadedHank(
+    loaded = LoadedHank(
         hank=hank,
         path=file,
         directory=root,
@@ -239,6 +240,11 @@ def _validate_bytes(
         sha256=sha256,
         sentinel_configs=ctx.sentinel_configs,
     )
+    # What the run would otherwise find only when a codon starts (weft.config.preflight).
+    late = preflight(loaded, file=display)
+    report.problems = [*report.problems, *late]
+    if not any(p.is_error for p in late):
+        report.loaded = loaded
     return report
 
 

@@ -38,6 +38,7 @@ from weft.config.problems import ConfigProblem
 from weft.config.schema import Hank
 from weft.config.walk import Sink, check_value
 from weft.errors import ConfigError
+from weft.terminal import plural
 
 __all__ = [
     "ENV_PREFIX",
@@ -272,7 +273,9 @@ def resolve_runtime_config(
         origin = sources.get(problem.path, "default")
         problems.append(msgspec.structs.replace(problem, file=f"runtime settings ({origin})"))
     if problems:
-        raise ConfigError(problems, summary=f"invalid runtime settings: {len(problems)} problems")
+        raise ConfigError(
+            problems, summary=f"invalid runtime settings: {plural(len(problems), 'problem')}"
+        )
     config = msgspec.convert(doc, RuntimeConfig)
     return ResolvedRuntimeConfig(config=config, sources=sources, config_file=path)
 

@@ -43,7 +43,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ import msgspec
 
 from weft.clock import utc_now_iso
 from weft.errors import LockHeldError
+from weft.runtime.basedir import BASE_DIR_ENV, managed_base_dir
 from weft.runtime.datahash import DEFAULT_DATA_HASH_TIME_LIMIT, DataHash, hank_hash, hash_data
 from weft.runtime.datalink import backup_stamp, link_data, link_intact, park_data
 from weft.runtime.layout import (
@@ -110,9 +111,6 @@ __all__ = [
     "write_meta",
 ]
 
-BASE_DIR_ENV = "WEFT_RUNTIME_EXECUTION_BASE_DIR"
-DEFAULT_BASE_DIR = "~/.weft-executions"
-
 
 Prompt = Callable[[str], bool]
 """Asks a yes/no question; ``True`` means yes (the CLI's is :func:`weft.cli.prompts.ask_yes_no`)."""
@@ -142,15 +140,6 @@ class PreparedExecution:
     def execution_id(self) -> str:
         """The execution directory's name."""
         return self.layout.execution_id
-
-
-def managed_base_dir(base_dir: Path | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The managed root: ``base_dir``, else ``$WEFT_RUNTIME_EXECUTION_BASE_DIR``,
-    else ``~/.weft-executions``."""
-    if base_dir is not None:
-        return Path(base_dir).expanduser().resolve()
-    value = (os.environ if env is None else env).get(BASE_DIR_ENV, "").strip()
-    return Path(value or DEFAULT_BASE_DIR).expanduser().resolve()
 
 
 @dataclass(slots=True)
@@ -538,6 +527,7 @@ def _check_hank(layout: ExecutionLayout, meta: ExecutionMeta, ctx: _Context) -> 
     root, execution = layout.root, layout.execution_id
     hank_changed = meta.hank_hash != ctx.hank_hash
     if hank_changed:
+        _check_structure(layout, ctx)
         ctx.confirm(
             f"{ctx.hank_path} has changed since execution {execution} last ran it. "
             "Resume the execution with the changed hank?",
@@ -562,6 +552,59 @@ def _check_hank(layout: ExecutionLayout, meta: ExecutionMeta, ctx: _Context) -> 
             f"{ctx.hank_path} (same content)"
         )
     return hank_changed
+
+
+def _structure_of_plan(layout: ExecutionLayout) -> list[str] | None:
+    """The top-level items the execution's stored plan runs, in order (``loop <id>`` for
+    a loop's entries), or None when no plan was stored yet or state.json is unreadable."""
+    try:
+        state = msgspec.json.decode((layout.weft_dir / "state.json").read_bytes())
+        entries = state["executionPlan"]
+    except (OSError, msgspec.DecodeError, KeyError, TypeError):
+        return None
+    items: list[str] = []
+    for entry in entries or ():
+        loop = (entry.get("loopContext") or {}).get("loopId")
+        item = f"loop {loop}" if loop else str(entry.get("codonId"))
+        if not items or items[-1] != item:
+            items.append(item)
+    return items or None
+
+
+def _structure_of_hank(path: Path) -> list[str] | None:
+    try:
+        doc = msgspec.json.decode(path.read_bytes())
+        return [
+            f"loop {item['id']}" if item.get("type") == "loop" else str(item["id"])
+            for item in doc["hank"]
+        ]
+    except (OSError, msgspec.DecodeError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _check_structure(layout: ExecutionLayout, ctx: _Context) -> None:
+    """Refuses (even with ``--yes``) a changed hank whose codons or loops differ from the
+    plan the execution runs: resuming would run removed codons and never the added ones."""
+    was, now = _structure_of_plan(layout), _structure_of_hank(ctx.hank_path)
+    if was is None or now is None or was == now:
+        return
+    added = [item for item in now if item not in was]
+    removed = [item for item in was if item not in now]
+    what = "; ".join(
+        part
+        for part in (
+            f"added {', '.join(added)}" if added else "",
+            f"removed {', '.join(removed)}" if removed else "",
+            "" if added or removed else "the order changed",
+        )
+        if part
+    )
+    raise HankChangedError(
+        f"{ctx.hank_path} changed its codons since execution {layout.execution_id} last ran it: "
+        f"{what} (was: {', '.join(was)}; now: {', '.join(now)}). An execution resumes only with "
+        "the codons its plan holds. Choose: run the changed hank in a new execution (--new), "
+        "or restore the hank's codons to resume this one"
+    )
 
 
 def _adopt_given_data(

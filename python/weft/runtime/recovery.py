@@ -210,7 +210,7 @@ class Recovery(RuntimeState):
         self._emit(
             InfoEvent(
                 message=(
-                    f"Recovery degraded: {why}. The work tree was saved to {saved.branch} "
+                    f"Starting over: {why}. The work tree was saved to {saved.branch} "
                     f"({saved.sha[:10]}){copies} and the checkpointed files were restored to "
                     "the initial checkpoint; starting a fresh run"
                 )

@@ -231,7 +231,7 @@ def checkpoint_rows(
     the codon's status and end time, whether it is on the thread and in git."""
     thread_shas, known = set(on_thread), set(exists)
     rows: list[dict[str, Any]] = []
-    for run in reversed(state["runs"]):
+    for run in state["runs"]:  # the document keeps its runs newest first
         for record in reversed(run["codons"]):
             for field, kind in reversed(SHA_FIELDS.items()):
                 sha = record.get(field)
@@ -248,6 +248,9 @@ def checkpoint_rows(
                             "exists": sha in known,
                         }
                     )
+    # Newest first by time too: a continuation run may be listed before an older
+    # run's later codons (stable, so one codon's checkpoints keep their order).
+    rows.sort(key=lambda row: str(row["timestamp"] or ""), reverse=True)
     return rows
 
 

@@ -13,7 +13,7 @@ import asyncio
 import msgspec
 
 from weft.errors import CommandRejectedError
-from weft.events.stream import CheckpointEntry, CheckpointListEvent
+from weft.events.stream import CheckpointEntry, CheckpointListEvent, InfoEvent
 from weft.runtime import rollback
 from weft.runtime.attempt import Interrupt
 from weft.runtime.run_state import Next, Request, Rewind, RuntimeState, Shutdown
@@ -240,5 +240,15 @@ class Steering(RuntimeState):
             await runner.interrupt(Interrupt.SHUTDOWN)
 
     def _on_signal(self, signum: int) -> None:
+        # Said at once: stopping an agent and checkpointing can take seconds.
+        if self._manager is not None:
+            self._emit(
+                InfoEvent(
+                    message="Killing the agent now"
+                    if self._stopping
+                    else "Stopping: the agent is asked to stop and a checkpoint is taken "
+                    "(Ctrl-C again to kill it now)"
+                )
+            )
         asyncio.get_running_loop().create_task(self.stop())
         self._signal = signum

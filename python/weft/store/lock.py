@@ -132,7 +132,8 @@ class RuntimeLock:
                 else:
                     raise LockHeldError(
                         f"Weft is already running on this execution (PID {current.pid}); "
-                        f"stop it first, or wait {stale_after:.0f} s after it dies"
+                        "stop it first (Ctrl-C in its terminal, or kill "
+                        f"{current.pid}): once it has exited, the lock is taken over at once"
                     )
                 previous = Previous(current, reason)
             now = clock()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weft.cli.status import codon_cost
+from weft.cli.resolve import codon_cost
 from weft.runtime.layout import META_FILE, WEFT_DIR
 from weft.store.lock import LOCK, pid_alive, read_lock
 

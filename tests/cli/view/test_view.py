@@ -969,3 +969,20 @@ def test_agent_text_reaches_the_live_view_as_text_not_markup_or_escapes() -> Non
     assert "\\x1b]0;title\\x07 \\u202eevil\\nforged line" in text
     assert "\x1b" not in text
     assert "\u202e" not in text
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_the_live_summary_never_cuts_the_continue_command(width: int) -> None:
+    console = Console(
+        file=io.StringIO(), record=True, width=width, force_terminal=True, color_system=None
+    )
+    view = LiveView(console)
+    command = (
+        "weft run --execution /home/someone/.weft-executions/1795601048577-d0b1-nodata "
+        "--model fake/haiku"
+    )
+    view.summary(
+        RunSummary(status="completed", exit_code=0, execution=Path("/x"), resume_command=command)
+    )
+    lines = console.export_text().splitlines()
+    assert f"continue: {command}" in lines

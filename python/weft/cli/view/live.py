@@ -154,7 +154,11 @@ class LiveView:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
         grid.add_column(overflow="fold")
+        command: tuple[str, str] | None = None
         for label, text in summary_rows(data):
+            if text == data["resumeCommand"]:
+                command = (label, text)  # printed below the panel, whole
+                continue
             grid.add_row(label, Text(printable(text)))
         ok = result.exit_code == 0
         with contextlib.suppress(BrokenPipeError, ValueError):
@@ -167,6 +171,13 @@ class LiveView:
                     expand=False,
                 )
             )
+            if command is not None:
+                # Outside the panel and soft-wrapped: the terminal may wrap it, but no
+                # border or inserted newline cuts it, so it copies as one command.
+                self.console.print(
+                    Text(f"{command[0]}: ", style="bold") + Text(printable(command[1])),
+                    soft_wrap=True,
+                )
 
     def renderable(self, now_ns: int | None = None) -> RenderableType:
         """The table and its totals line, as they stand."""

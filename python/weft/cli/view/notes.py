@@ -66,6 +66,7 @@ from weft.events.transitions import (
 )
 from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
+from weft.terminal import plural
 
 NoteKind = Literal[
     "run",
@@ -149,6 +150,14 @@ def _codon_started(p: RunProgress, event: CodonStarted, at: int, _: str | None) 
     return Note("codon", f"{c.codon_id}: preparing{again}", c.codon_id, "preparing")
 
 
+STATE_WORDS = {
+    "starting": "starting the agent",
+    "initializing": "agent started, waiting for its session",
+    "completing-sentinels": "finishing",
+}
+"""User words for the codon states whose names are internal (``--json`` keeps the names)."""
+
+
 def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> Note | None:
     c = p.codon(event.codon_id)
     if c is None:
@@ -156,7 +165,8 @@ def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> 
     to = event.to_status
     if to not in TERMINAL:
         model = f" ({c.model})" if to == "running" and c.model else ""
-        return Note("codon", f"{c.codon_id}: {to}{model}", c.codon_id, to)
+        said = STATE_WORDS.get(to, to)
+        return Note("codon", f"{c.codon_id}: {said}{model}", c.codon_id, to)
     took = format_duration(c.elapsed(at) or 0.0)
     figures = f"{codon_cost(c)}, {format_tokens(c.tokens)} tokens"
     if to == "completed":
@@ -175,7 +185,7 @@ def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> 
 def _run_started(p: RunProgress, event: RunStarted, at: int, _: str | None) -> Note:
     how = f"continuing run {p.continuation}" if p.continuation else "fresh"
     planned = len(p.codons)
-    return Note("run", f"run {event.run_id} started ({how}), {planned} codons planned")
+    return Note("run", f"run {event.run_id} started ({how}), {plural(planned, 'codon')} planned")
 
 
 def _run_ended(p: RunProgress, event: Any, at: int, _: str | None) -> Note:
@@ -294,7 +304,12 @@ def _info(p: RunProgress, event: InfoEvent, at: int, codon: str | None) -> Note:
 
 
 def _idle(p: RunProgress, event: ServerIdleEvent, at: int, _: str | None) -> Note:
-    return Note("idle", f"idle: {clip(event.message, 200)}")
+    message = clip(event.message, 200)
+    # "Waiting for codon.next ..." says itself; a parked run (a failure, or every codon
+    # done in manual mode) asks for a command; the end of an autostart run just says so.
+    if not message.startswith("Waiting") and "send " in message:
+        message = f"Waiting for a command: {message}"
+    return Note("idle", message)
 
 
 def _rollback_started(p: RunProgress, event: RollbackStartedEvent, at: int, _: str | None) -> Note:

@@ -1,0 +1,285 @@
+"""Which execution a command means: a directory, an id, a hank, or nothing.
+
+Every command that works on an existing execution (``status``, ``thread``,
+``checkpoints``, ``rollback``, ``attach``, ``logs``, ``show``, ``store
+rebuild``) takes one optional argument, read by :func:`resolve_execution`:
+
+* an execution directory (or its ``.weft/`` folder): that execution;
+* an execution id (the folder's name under the managed root, or a unique
+  prefix of it): that managed execution;
+* a hank (a ``.json`` file, or a folder holding a ``hank.json``): the most
+  recently used managed execution made for it, whatever its data;
+* nothing: the current folder when it is an execution, else the latest
+  execution of ``./hank.json``.
+
+Resolving only reads: a mistyped path is refused with what was expected and
+nothing is created there (only ``weft run`` creates executions).
+:func:`scan` lists the managed root's executions for ``weft ls`` and ``weft
+clean``, reading ``execution-meta.json`` and ``state.json`` only (no SQLite,
+no lock), so it is fast and safe beside live runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from weft.errors import LockHeldError, WeftError
+
+__all__ = [
+    "EXECUTION_HELP",
+    "ExecutionInfo",
+    "ResolveError",
+    "latest_for_hank",
+    "resolve_execution",
+    "scan",
+]
+
+_HANK = "hank.json"
+_WEFT = ".weft"
+_META = "execution-meta.json"
+
+
+EXECUTION_HELP = (
+    "execution directory, execution id, or hank (its latest execution); default: the current "
+    "folder if it is an execution, else the latest execution of ./hank.json"
+)
+"""The help of every command's optional execution argument."""
+
+
+class ResolveError(WeftError):
+    """The argument names no execution (exit 2: a usage error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionInfo:
+    """One managed execution as ``weft ls`` shows it.
+
+    ``state`` is the newest run's status from ``state.json`` (``running``,
+    ``completed``, ``failed``, ``crashed``), ``new`` when no run was recorded,
+    ``live`` when a Weft process holds the execution now, ``unknown`` when
+    the state cannot be read. ``cost`` is in dollars, ``size`` in bytes.
+    """
+
+    root: Path
+    hank: str
+    data: str | None
+    created: str
+    last_used: str
+    state: str
+    cost: float
+    size: int
+    live_pid: int | None
+
+    @property
+    def execution_id(self) -> str:
+        """The folder's name."""
+        return self.root.name
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form of ``weft ls --json``."""
+        return {
+            "id": self.execution_id,
+            "path": str(self.root),
+            "hank": self.hank,
+            "data": self.data,
+            "created": self.created,
+            "lastUsed": self.last_used,
+            "state": self.state,
+            "cost": self.cost,
+            "sizeBytes": self.size,
+            "livePid": self.live_pid,
+        }
+
+
+def managed_root() -> Path:
+    """The managed root (``~/.weft-executions`` or ``$WEFT_RUNTIME_EXECUTION_BASE_DIR``)."""
+    from weft.runtime.basedir import managed_base_dir
+
+    return managed_base_dir()
+
+
+def _is_execution(path: Path) -> bool:
+    return (path / _WEFT).is_dir() or (path.name == _WEFT and path.is_dir())
+
+
+def _read_meta(root: Path) -> dict[str, Any] | None:
+    try:
+        meta: Any = json.loads((root / _WEFT / _META).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _hank_of_arg(path: Path) -> Path | None:
+    """The hank file ``path`` names (a ``.json`` file, or a folder holding a ``hank.json``)."""
+    if path.is_file() and path.suffix == ".json":
+        return path.resolve()
+    if path.is_dir() and (path / _HANK).is_file():
+        return (path / _HANK).resolve()
+    return None
+
+
+def latest_for_hank(hank: Path, base: Path | None = None) -> Path | None:
+    """The most recently used managed execution made for ``hank`` (any data), or None."""
+    base = managed_root() if base is None else base
+    if not base.is_dir():
+        return None
+    best: tuple[tuple[str, str, str], Path] | None = None
+    wanted = str(hank.resolve())
+    for child in base.iterdir():
+        meta = _read_meta(child)
+        if meta is None or meta.get("hankPath") != wanted:
+            continue
+        key = (str(meta.get("lastUsed", "")), str(meta.get("createdAt", "")), child.name)
+        if best is None or key > best[0]:
+            best = (key, child)
+    return None if best is None else best[1]
+
+
+def _by_id(text: str, base: Path) -> Path | None:
+    if not text or "/" in text or not base.is_dir():
+        return None
+    exact = base / text
+    if _is_execution(exact):
+        return exact
+    matches = sorted(p for p in base.iterdir() if p.name.startswith(text) and _is_execution(p))
+    if len(matches) > 1:
+        names = ", ".join(p.name for p in matches[:5])
+        raise ResolveError(
+            f"{text}: matches {len(matches)} executions ({names}); type more of the id"
+        )
+    return matches[0] if matches else None
+
+
+def resolve_execution(arg: str | Path | None, *, cwd: Path | None = None) -> Path:
+    """The execution directory ``arg`` names (see the module docstring).
+
+    Raises :class:`ResolveError` saying what was expected; never creates anything.
+    """
+    here = (cwd or Path.cwd()).absolute()
+    base = managed_root()
+    if arg is None or str(arg) == "":
+        if _is_execution(here):
+            return here
+        hank = here / _HANK
+        if hank.is_file():
+            found = latest_for_hank(hank, base)
+            if found is None:
+                raise ResolveError(
+                    f"{hank} has no execution yet under {base}; start one with `weft run`, "
+                    "or pass an execution directory (`weft ls` lists them)"
+                )
+            return found
+        raise ResolveError(
+            f"{here} is not an execution and holds no {_HANK}; pass an execution directory, "
+            "an execution id or a hank (`weft ls` lists the executions)"
+        )
+    text = str(arg)
+    path = Path(os.path.expanduser(text))
+    path = path if path.is_absolute() else here / path
+    if _is_execution(path):
+        return path.parent if path.name == _WEFT else path
+    named = _hank_of_arg(path)
+    if named is not None:
+        found = latest_for_hank(named, base)
+        if found is None:
+            raise ResolveError(
+                f"{text}: the hank {named} has no execution under {base}; start one with "
+                f"`weft run {text}`, or pass the execution directory (`weft ls` lists them)"
+            )
+        return found
+    by_id = _by_id(text, base)
+    if by_id is not None:
+        return by_id
+    if path.exists():
+        raise ResolveError(
+            f"{text}: not an execution (no {_WEFT}/ inside) and not a hank; pass an execution "
+            "directory, an execution id or a hank (`weft ls` lists the executions)"
+        )
+    raise ResolveError(
+        f"{text}: no such execution directory, execution id or hank (`weft ls` lists the "
+        "executions)"
+    )
+
+
+def _size(root: Path) -> int:
+    total = 0
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _state_and_cost(weft_dir: Path) -> tuple[str, float]:
+    try:
+        state: Any = json.loads((weft_dir / "state.json").read_bytes())
+        runs = state["runs"]
+        cost = sum(codon_cost(c) for run in runs for c in run["codons"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown", 0.0
+    if not runs:
+        return "new", cost
+    newest = max(runs, key=lambda r: str(r.get("startTime", "")))
+    return str(newest.get("status", "unknown")), cost
+
+
+def codon_cost(codon: dict[str, Any]) -> float:
+    """The seed's getCodonCost of one codon record of ``state.json``."""
+    status = codon["status"]
+    if status == "completed":
+        return float(codon.get("finalCost", 0.0))
+    if status == "failed":
+        return float(codon.get("partialCost", 0.0))
+    if status in ("running", "completing-sentinels"):
+        return float(codon.get("currentCost", 0.0))
+    return 0.0
+
+
+def _live_pid(weft_dir: Path) -> int | None:
+    from weft.store.lock import LOCK, STALE_SECONDS, pid_alive, read_lock
+
+    # The test of weft.store.execution.live_holder, without loading the store.
+    try:
+        info = read_lock(weft_dir / LOCK)
+    except LockHeldError:
+        return -1  # unreadable lock: may be live, so treat it as live
+    if info is None or not pid_alive(info.pid) or time.time() - info.last_heartbeat > STALE_SECONDS:
+        return None
+    return info.pid
+
+
+def scan(base: Path | None = None, *, sizes: bool = True) -> list[ExecutionInfo]:
+    """The executions under the managed root, newest (last used) first."""
+    base = managed_root() if base is None else base
+    if not base.is_dir():
+        return []
+    found: list[ExecutionInfo] = []
+    for child in base.iterdir():
+        if not (child / _WEFT).is_dir():
+            continue
+        meta = _read_meta(child) or {}
+        state, cost = _state_and_cost(child / _WEFT)
+        live = _live_pid(child / _WEFT)
+        found.append(
+            ExecutionInfo(
+                root=child,
+                hank=str(meta.get("hankPath", "?")),
+                data=meta.get("readOnlySourceDataPath"),
+                created=str(meta.get("createdAt", "")),
+                last_used=str(meta.get("lastUsed", "")),
+                state="live" if live is not None else state,
+                cost=cost,
+                size=_size(child) if sizes else 0,
+                live_pid=live,
+            )
+        )
+    found.sort(key=lambda e: (e.last_used, e.created, e.execution_id), reverse=True)
+    return found

@@ -1,0 +1,106 @@
+"""Command-line conventions: options and positionals mix, every help ends with
+examples and exit codes, plurals are right, each problem is said once."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from weft.cli import build_parser
+from weft.cli.helptext import EXAMPLES
+from weft.errors import LockHeldError
+from weft.store.lock import LOCK, RuntimeLock
+from weft.terminal import plural
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "hank", "--headless", "data"],
+        ["run", "--headless", "hank", "data"],
+        ["run", "hank", "data", "--headless"],
+        ["run", "hank", "-m", "fake/sonnet", "data", "--headless"],
+    ],
+)
+def test_options_and_positionals_mix(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    assert args.paths == ["hank", "data"]
+    assert args.headless
+
+
+def test_a_command_with_sub_commands_still_parses() -> None:
+    args = build_parser().parse_args(["store", "rebuild", "--from-snapshot", "x"])
+    assert (args.action, args.execution, args.from_snapshot) == ("rebuild", "x", True)
+    args = build_parser().parse_args(["status", "--json", "x"])
+    assert (args.execution, args.json) == ("x", True)
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_every_help_ends_with_examples_and_exit_codes(name: str) -> None:
+    text = commands()[name].format_help()
+    assert "exit codes:" in text
+    for code in ("0 ", "1 ", "2 ", "130", "143"):
+        assert f"\n  {code}" in text
+    if name in EXAMPLES:
+        assert "examples:\n  weft " in text
+    assert "seed 0" not in text
+
+
+def test_every_built_in_command_has_examples() -> None:
+    ours = {"run", "status", "thread", "checkpoints", "rollback", "store", "validate"}
+    ours |= {"schema", "init", "agents", "attach", "ls", "clean"}
+    assert ours <= set(EXAMPLES)
+
+
+def test_the_top_help_has_examples_and_exit_codes() -> None:
+    text = build_parser().format_help()
+    assert "examples:\n  weft init demo" in text
+    assert "130" in text
+    assert "-V, --version" in text
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"), [(0, "0 problems"), (1, "1 problem"), (2, "2 problems")]
+)
+def test_plurals(count: int, expected: str) -> None:
+    assert plural(count, "problem") == expected
+
+
+def test_the_lock_message_promises_no_wait(tmp_path: Path) -> None:
+    held = RuntimeLock.acquire(tmp_path)
+    try:
+        # Another (live) pid holding it: our parent process.
+        info = json.loads((tmp_path / LOCK).read_text())
+        info["pid"] = os.getppid()
+        info["lastHeartbeat"] = time.time()
+        (tmp_path / LOCK).write_text(json.dumps(info))
+        with pytest.raises(LockHeldError) as refused:
+            RuntimeLock.acquire(tmp_path)
+    finally:
+        held.release()
+    message = str(refused.value)
+    assert "wait" not in message
+    assert f"kill {os.getppid()}" in message
+    assert "taken over at once" in message
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])
+def test_completion_scripts_know_every_command(shell: str) -> None:
+    from weft.cli import COMMANDS
+    from weft.cli.completion import script
+
+    text = script(shell)
+    for command in COMMANDS:
+        assert command in text
+    assert "--execution" in text
