@@ -220,8 +220,12 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
             os.write(master, b"n")
         await line_with(attach, "All codons completed", seen)
         os.write(master, b"l")
-        listing = await line_with(attach, "checkpoint(s), newest first:", seen)
-        assert "completed review" in listing
+        await line_with(attach, "checkpoints of the thread, newest first", seen)
+        newest = await line_with(attach, " 1. ", seen)
+        assert "(review) completed" in newest
+        await line_with(attach, "type a number and Enter", seen)
+        os.write(master, b"\x1b")  # Esc: the picker closes, keys steer again
+        await line_with(attach, "rollback cancelled", seen)
         os.write(master, b"r")
         await line_with(attach, "press y to confirm", seen)
         os.write(master, b"y")
