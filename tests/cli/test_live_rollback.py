@@ -75,10 +75,12 @@ async def test_rollback_of_a_live_run_goes_through_its_server(tmp_path: Path) ->
                 assert code == 1
                 assert "refused" in err
                 assert "Traceback" not in err
+                notes.write_text(polished + "my own line\n")  # not checkpointed
                 code, out, err = await _weft(
                     tmp_path, "rollback", str(execution), "--codon", "greet"
                 )
                 assert code == 0, err
+                assert "Saved 1 uncheckpointed change to recovery/" in out  # kept, as offline
                 assert "Rolled back" in out
                 assert "Welcome to the Weft demo." in notes.read_text()
                 # The run is still up and goes on from greet: polish runs again.
