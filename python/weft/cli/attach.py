@@ -206,7 +206,7 @@ def checkpoint_choice(row: Mapping[str, Any]) -> str:
     name = row.get("codonName") or row.get("codonId")
     when = str(row.get("timestamp") or "")[11:19]
     sha = str(row.get("sha"))[:10]
-    return f"{name} ({row.get('codonId')}) {row.get('checkpointType')} {sha} {when}"
+    return f"{name} ({row.get('codonId')}) {row.get('checkpointType')} {sha} {when}".rstrip()
 
 
 class Keys:
