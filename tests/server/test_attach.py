@@ -10,6 +10,8 @@ import asyncio
 import json
 import os
 import pty
+import re
+import select
 import sys
 import time
 from pathlib import Path
@@ -220,8 +222,12 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
             os.write(master, b"n")
         await line_with(attach, "All codons completed", seen)
         os.write(master, b"l")
-        listing = await line_with(attach, "checkpoint(s), newest first:", seen)
-        assert "completed review" in listing
+        await line_with(attach, "checkpoints of the thread, newest first", seen)
+        newest = await line_with(attach, " 1. ", seen)
+        assert "(review) completed" in newest
+        await line_with(attach, "type a number and Enter", seen)
+        os.write(master, b"\x1b")  # Esc: the picker closes, keys steer again
+        await line_with(attach, "rollback cancelled", seen)
         os.write(master, b"r")
         await line_with(attach, "press y to confirm", seen)
         os.write(master, b"y")
@@ -248,3 +254,76 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
     kinds = sorted(r["startingConditions"].get("reason", "fresh") for r in state["runs"])
     assert kinds == ["fresh", "rollback"]
     assert sum(1 for line in seen if "Waiting for " in line or "All codons completed" in line) == 7
+
+
+async def test_attach_rolls_a_manual_run_back_to_a_picked_checkpoint_and_it_goes_on(
+    tmp_path: Path,
+) -> None:
+    """``l``, a number, Enter, ``y``: the work tree is the picked codon's again,
+    the run waits for next (n), and ``n`` runs the next codon from there."""
+    execution = tmp_path / "x"
+    notes = execution / "agentRoot" / "notes.md"
+    env = {**os.environ, "HOME": str(tmp_path), "FAKE_AGENT_LINE_DELAY_MS": "0"}
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    run = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "weft", "run", "examples/hello", "--no-autostart", "--headless"),
+        *("--execution", str(execution)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    lines: list[str] = []
+    await line_with(run, "WebSocket server on ws://", lines)
+    master, slave = pty.openpty()
+    try:
+        attach = await weft("attach", str(execution), "--headless", stdin=slave)
+        seen: list[str] = []
+        await line_with(attach, "keys:", seen)
+        await line_with(attach, "waiting for next (n): greet", seen)  # said even if replayed
+        os.write(master, b"n")
+        await line_with(attach, "waiting for next (n): polish", seen)
+        os.write(master, b"n")
+        await line_with(attach, "waiting for next (n): draft", seen)
+        assert "thank you for trying" in notes.read_text()
+        os.write(master, b"l")
+        await line_with(attach, "checkpoints of the thread, newest first", seen)
+        greet = await line_with(attach, "(greet) completed", seen)
+        found = re.search(r"\s(\d+)\. ", greet)
+        assert found, greet
+        number = found.group(1)
+        await line_with(attach, "type a number and Enter", seen)
+        os.write(master, b"99\n")  # out of range: said, and the picker stays open
+        await line_with(attach, "no checkpoint 99", seen)
+        os.write(master, number.encode() + b"\r")
+        await line_with(attach, "press y to confirm", seen)
+        os.write(master, b"y")
+        await line_with(attach, "rolled back: run", seen)
+        await line_with(attach, "waiting for next (n): polish", seen)
+        assert "Welcome to the Weft demo." in notes.read_text()  # greet's version again
+        os.write(master, b"n")  # the run goes on: polish again, from greet's files
+        await line_with(attach, "waiting for next (n): draft", seen)
+        assert "thank you for trying" in notes.read_text()
+        os.write(master, b"x")
+        await line_with(attach, "press y to confirm", seen)
+        os.write(master, b"y")
+        _, err = await asyncio.wait_for(attach.communicate(), 30)
+        _, run_err = await asyncio.wait_for(run.communicate(), 30)
+        # Nothing typed was echoed to the terminal (cbreak without echo).
+        ready, _, _ = select.select([master], [], [], 0)
+        echoed = os.read(master, 4096) if ready else b""
+    finally:
+        os.close(master)
+        os.close(slave)
+        if run.returncode is None:
+            run.kill()
+            await run.wait()
+    assert echoed == b""
+    assert attach.returncode == 1, err.decode()[-800:]  # the run ended, not completed
+    assert run.returncode == 130, run_err.decode()[-800:]  # stopped before its last codon
+    state = json.loads((execution / ".weft" / "state.json").read_text())
+    kinds = [r["startingConditions"].get("reason", "fresh") for r in state["runs"]]
+    assert sorted(kinds) == ["fresh", "rollback"]
+    assert "Traceback" not in "".join(seen)

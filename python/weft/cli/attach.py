@@ -8,12 +8,16 @@ journal is replayed first (so the table shows the whole run), then events
 follow live. In a terminal, keys steer the run:
 
   n  start the next codon (``codon.next``)     s  skip the running codon
-  f  force-stop the running codon               r  roll back to the last success
-  x  stop the run (graceful shutdown)           l  list checkpoints
+  f  force-stop the running codon               d  redo the last codon (``codon.redo``)
+  r  roll back to the last success, run on      l  numbered checkpoints: pick one, roll back
+  x  stop the run (graceful shutdown)           m / u  message / urgent message
   q  detach (the run goes on)
 
-``r`` and ``x`` ask for ``y`` to confirm. The command ends when the run ends
-(exit 0 if it completed, 1 otherwise), on ``q`` (0) or Ctrl-C (130).
+``r``, ``d``, ``x`` and a picked checkpoint ask for ``y`` to confirm. When
+the run waits (manual mode), the view says for what ("waiting for next (n)").
+Typed keys are never echoed: prompts and answers are notes of the view.
+The command ends when the run ends (exit 0 if it completed, 1 otherwise), on
+``q`` (0) or Ctrl-C (130).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import os
 import sys
 import termios
 import tty
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -50,8 +54,9 @@ from weft.store.lock import LOCK, pid_alive, read_lock
 from weft.terminal import printable_lines
 
 KEYS_HELP = (
-    "keys: n next · s skip · f force-stop codon · r roll back to last success · "
-    "x stop the run · l checkpoints · m message · u urgent message · q detach"
+    "keys: n next · s skip · f force-stop codon · d redo last codon · r roll back to last "
+    "success · l pick a checkpoint to roll back to · x stop the run · m message · "
+    "u urgent message · q detach"
 )
 
 
@@ -68,7 +73,8 @@ def register(commands: Any) -> None:
             "Show the live view of a running execution through its WebSocket server. "
             "Read-write when the execution's read-write token is readable (or --token), "
             "read-only with its read token otherwise. Keys: n next, s skip, f force-stop, "
-            "r rollback, x stop, l checkpoints, m message (next prompt), u urgent message "
+            "d redo the last codon, r roll back to the last success, l list checkpoints and "
+            "pick one to roll back to, x stop, m message (next prompt), u urgent message "
             "(interrupts the agent, which resumes with it), q detach."
         ),
     )
@@ -159,29 +165,72 @@ def cbreak(stream: TextIO) -> Iterator[bool]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-_COMMANDS: dict[str, tuple[str, dict[str, Any] | None, str]] = {
+Command = tuple[str, dict[str, Any] | None, str]
+"""A command's name, its data, and what to say once the server accepted it."""
+
+_COMMANDS: dict[str, Command] = {
     "n": ("codon.next", None, "next codon requested"),
     "s": ("codon.skip", None, "skip requested"),
     "f": ("codon.forceStop", {"reason": "User requested from weft attach"}, "force stop requested"),
+    "d": ("codon.redo", None, "redo requested"),
     "l": ("checkpoint.list", None, "checkpoint list requested"),
     "r": ("rollback.toLastSuccess", {"autoRestart": True}, "rollback requested"),
     "x": ("server.shutdown", {"reason": "User requested from weft attach"}, "stop requested"),
 }
-_CONFIRM = {"r": "roll back to the last success", "x": "stop the run"}
+_CONFIRM = {
+    "r": "roll back to the last success (and run on from there)",
+    "d": "redo the last codon from the checkpoint it started from",
+    "x": "stop the run",
+}
+PICK_SHOWN = 20
+"""Checkpoints the ``l`` menu numbers (newest first)."""
+
+_BUSY = ("Codon", "codon.", "rollback.", "server.shutdown")
+"""Event types after which the run no longer waits where its last ``server.idle`` said."""
+
+
+def waiting_for(data: Any) -> str:
+    """What a ``server.idle`` event means for the keys: what the run waits for."""
+    data = data if isinstance(data, dict) else {}
+    message = str(data.get("message", ""))
+    if data.get("reason") == "all-codons-completed":
+        return "all codons done: d redo the last · r/l roll back · x stop"
+    if message.startswith("Waiting for codon.next"):
+        codon = message.rsplit(" ", 1)[-1]
+        return f"waiting for next (n): {codon} · d redo · r/l roll back · x stop"
+    return f"waiting: {message} · d redo · r/l roll back · x stop"
+
+
+def checkpoint_choice(row: Mapping[str, Any]) -> str:
+    """One checkpoint of the ``l`` menu: codon, type, sha, when."""
+    name = row.get("codonName") or row.get("codonId")
+    when = str(row.get("timestamp") or "")[11:19]
+    sha = str(row.get("sha"))[:10]
+    return f"{name} ({row.get('codonId')}) {row.get('checkpointType')} {sha} {when}".rstrip()
 
 
 class Keys:
-    """Reads keys and sends the matching commands."""
+    """Reads keys and sends the matching commands.
+
+    Nothing typed is echoed (the terminal is in cbreak mode without echo, and
+    the live view owns the screen); prompts and answers go through the view's
+    notes. Modes, tried in order: typing a message (``m``/``u``), picking a
+    checkpoint by number (after ``l``), confirming (y), plain keys.
+    """
 
     def __init__(self, client: Client, note: Callable[[str], None], detach: asyncio.Event) -> None:
         self.client = client
         self.note = note
         self.detach = detach
-        self.pending: str | None = None
+        self.pending: tuple[Command, str] | None = None
+        """A command waiting for ``y``, and its question."""
         self.tasks: set[asyncio.Task[None]] = set()
         self.typing: bool | None = None
         """While a message is typed: whether it is urgent (None: not typing)."""
         self.text = ""
+        self.choices: list[Mapping[str, Any]] | None = None
+        """While a checkpoint is picked (after ``l``): the numbered checkpoints."""
+        self.number = ""
 
     def _type(self, key: str) -> None:
         """One key of a message being typed: Enter sends, Escape cancels.
@@ -194,11 +243,7 @@ class Keys:
                 self.note("empty message: not sent")
                 return
             done = f"{'urgent ' if urgent else ''}message sent: {text}"
-            task = asyncio.get_running_loop().create_task(
-                self._command("codon.message", {"message": text, "urgent": urgent}, done)
-            )
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._spawn(("codon.message", {"message": text, "urgent": urgent}, done))
         elif key == "\x1b":
             self.typing, self.text = None, ""
             self.note("message cancelled")
@@ -207,15 +252,42 @@ class Keys:
         elif key.isprintable():
             self.text += key
 
+    def _pick(self, key: str) -> None:
+        """One key while picking a checkpoint: digits, Enter chooses, Escape cancels."""
+        choices = self.choices or []
+        if key.isdigit():
+            self.number += key
+        elif key in ("\x7f", "\b"):
+            self.number = self.number[:-1]
+        elif key == "\x1b" or key in ("q", "c"):
+            self.choices, self.number = None, ""
+            self.note("rollback cancelled")
+        elif key in ("\n", "\r"):
+            number, self.number = self.number, ""
+            if not number or not 1 <= int(number) <= len(choices):
+                self.note(
+                    f"no checkpoint {number or '(none typed)'}: type 1-{len(choices)}, Esc cancels"
+                )
+                return
+            row = choices[int(number) - 1]
+            self.choices = None
+            data = {"checkpointSha": str(row.get("sha")), "autoRestart": False}
+            command = ("rollback.toCheckpoint", data, f"rolling back to {checkpoint_choice(row)}")
+            self.pending = (command, f"roll back to {number}. {checkpoint_choice(row)}")
+            self.note(f"{self.pending[1]}? press y to confirm")
+
     def press(self, key: str) -> None:
         """Handles one key."""
         if self.typing is not None:
             self._type(key)
             return
+        if self.choices is not None:
+            self._pick(key)
+            return
         if self.pending is not None:
-            confirmed, self.pending = self.pending, None
+            (confirmed, _), self.pending = self.pending, None
             if key.lower() == "y":
-                self._send(confirmed)
+                self._spawn(confirmed)
             else:
                 self.note("cancelled")
             return
@@ -241,14 +313,13 @@ class Keys:
             )
             return
         if key in _CONFIRM:
-            self.pending = key
+            self.pending = (_COMMANDS[key], _CONFIRM[key])
             self.note(f"{_CONFIRM[key]}? press y to confirm")
             return
-        self._send(key)
+        self._spawn(_COMMANDS[key])
 
-    def _send(self, key: str) -> None:
-        name, data, done = _COMMANDS[key]
-        task = asyncio.get_running_loop().create_task(self._command(name, data, done))
+    def _spawn(self, command: Command) -> None:
+        task = asyncio.get_running_loop().create_task(self._command(*command))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -256,15 +327,33 @@ class Keys:
         try:
             if name == "checkpoint.list":
                 # The list comes to this client alone (it is not journaled).
-                done = checkpoint_list_text(await self.client.checkpoint_list())
-            else:
-                await self.client.command(name, data)
+                self._menu(await self.client.checkpoint_list())
+                return
+            await self.client.command(name, data)
         except CommandError as e:
             self.note(f"{name}: {e}")
         except (ClientError, TimeoutError) as e:
             self.note(f"{name}: no answer ({e or 'timed out'})")
         else:
             self.note(done)
+
+    def _menu(self, listing: Mapping[str, Any]) -> None:
+        """Numbers the checkpoints of the thread (newest first) and, read-write,
+        waits for one to be picked."""
+        rows = [r for r in listing.get("checkpoints") or [] if r.get("onThread")]
+        if not rows:
+            self.note(checkpoint_list_text(listing))
+            self.note("no checkpoint of the execution thread to roll back to")
+            return
+        shown = rows[:PICK_SHOWN]
+        more = f" ({len(rows) - len(shown)} older not shown)" if len(rows) > len(shown) else ""
+        self.note(f"checkpoints of the thread, newest first{more}:")
+        for number, row in enumerate(shown, 1):
+            self.note(f"  {number:>2}. {checkpoint_choice(row)}")
+        if self.client.mode != "readandwrite":
+            return
+        self.choices, self.number = shown, ""
+        self.note("type a number and Enter to roll back to it (the run then waits); Esc cancels")
 
 
 # --------------------------------------------------------------------------- the command
@@ -290,17 +379,17 @@ async def _follow(client: Client, target: Target, view: RunView, keys_from: Text
     mode = "read-write" if client.mode == "readandwrite" else "read-only"
     view.note(f"attached to {where} ({mode})")
     detach = asyncio.Event()
-    follower = asyncio.get_running_loop().create_task(_events(client, view))
     loop = asyncio.get_running_loop()
     with contextlib.ExitStack() as stack:
-        keys: Keys | None = None
+        steering = False
         if keys_from is not None and stack.enter_context(cbreak(keys_from)):
             keys = Keys(client, view.note, detach)
             fd = keys_from.fileno()
-            reader = keys
-            loop.add_reader(fd, lambda: reader.press(os.read(fd, 1).decode(errors="replace")))
+            loop.add_reader(fd, lambda: keys.press(os.read(fd, 1).decode(errors="replace")))
             stack.callback(loop.remove_reader, fd)
             view.note(KEYS_HELP)
+            steering = client.mode == "readandwrite"
+        follower = loop.create_task(_events(client, view, hints=steering))
         stopper = loop.create_task(detach.wait())
         await asyncio.wait((follower, stopper), return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()
@@ -332,7 +421,7 @@ async def _follow(client: Client, target: Target, view: RunView, keys_from: Text
     return code
 
 
-async def _events(client: Client, view: RunView) -> None:
+async def _events(client: Client, view: RunView, *, hints: bool = False) -> None:
     # The history is folded into the table without a line per old event
     # (the JSON view prints it all: it is a dump of the journal). The wire
     # events go to the fold as the client decoded them: no second core, no
@@ -341,16 +430,28 @@ async def _events(client: Client, view: RunView) -> None:
     live = client.joined_at == 0
     if live:
         view.start()
+    # With ``hints`` (keys that steer), each ``server.idle`` is followed by
+    # what the keys can do about it; one still pending when the replay ends
+    # (the run waited before this client came) is said once live.
     progress = view.progress
+    idle: Any = None
     async for batch in client.batches(replay=True):
         for event in batch:
             if live or not quiet:
                 view.on_wire(event)
             else:
                 fold_wire(progress, event)
+            if event.type == "server.idle":
+                idle = event.data
+                if live and hints:
+                    view.note(waiting_for(idle))
+            elif event.type.startswith(_BUSY):
+                idle = None
         if not live and client.cursor >= client.joined_at:
             live = True
             view.start()
+            if hints and idle is not None:
+                view.note(waiting_for(idle))
 
 
 def run(args: argparse.Namespace) -> int:

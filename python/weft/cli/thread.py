@@ -2,9 +2,10 @@
 history, its checkpoints, and going back to one of them.
 
 ``thread`` and ``checkpoints`` only read (no lock; safe beside a live run).
-``rollback`` takes the execution's lock, so it refuses while ``weft run`` is
-working on it; it restores the files, records a continuation run that starts
-at the target, and the next ``weft run`` goes on from there.
+``rollback`` takes the execution's lock; it restores the files, records a
+continuation run that starts at the target, and the next ``weft run`` goes on
+from there. While a ``weft run`` is live on the execution, the rollback goes
+through that run's server instead (:mod:`weft.cli.live_rollback`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import uvloop
 
 from weft._core import ExecutionThread
 from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.cli.live_rollback import rollback_live
 from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.clock import utc_now_iso
 from weft.config import load_hank
@@ -38,6 +40,7 @@ from weft.runtime.layout import ExecutionLayout
 from weft.runtime.meta import read_meta
 from weft.runtime.runtime import new_run_id
 from weft.store import ExecutionStore
+from weft.store.execution import live_holder, weft_dir_of
 from weft.terminal import plural, printable, printable_lines
 
 
@@ -67,7 +70,9 @@ def register(commands: Any) -> None:
         help="return the work tree to a checkpoint and continue from there",
         description=(
             "Restore the files to a checkpoint and record a continuation run starting there; "
-            "the next `weft run` continues from it. History is never deleted."
+            "the next `weft run` continues from it. History is never deleted. While a `weft run` "
+            "is live on the execution, the rollback is sent to its server (the run must be "
+            "waiting between codons, as with --no-autostart) and the run continues from there."
         ),
     )
     _execution_arg(back)
@@ -203,6 +208,12 @@ def _local_time(stamp: str | None) -> str:
 def run_rollback(args: argparse.Namespace) -> int:
     """Rolls back and records the continuation run."""
     try:
+        execution = resolve_execution(args.execution)
+        if live_holder(weft_dir_of(execution)) is not None:
+            # The live run holds the lock: it carries the rollback out itself.
+            return int(
+                _run(rollback_live(args, execution, save=lambda: _save_beside_live(execution)))
+            )
         return int(_run(_rollback(args)))
     except rollback.RollbackError as exc:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
@@ -264,6 +275,22 @@ async def _rollback(args: argparse.Namespace) -> int:
     finally:
         await repo.close()
         await store.close(manager)
+
+
+async def _save_beside_live(execution: Path) -> None:
+    """:func:`_save_uncheckpointed` beside a live run (its store read-only)."""
+    store = await asyncio.to_thread(ExecutionStore.open, execution, readonly=True)
+    try:
+        state: dict[str, Any] = json.loads(store.core.state_json())
+    finally:
+        store.journal.close()
+    layout = ExecutionLayout(store.weft_dir.parent)
+    plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
+    repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)
+    try:
+        await _save_uncheckpointed(repo, rollback.all_patterns(plan))
+    finally:
+        await repo.close()
 
 
 CHANGES_SHOWN = 20
