@@ -80,6 +80,7 @@ from weft.agents.events import (
     UsageDelta,
 )
 from weft.agents.harness import ProcessEnd, decode_lossy, stopped_verdict
+from weft.agents.pricing import round_pico
 from weft.agents.vendor_errors import (
     CONTEXT_TEXT,
     classify_api_error,
@@ -94,9 +95,6 @@ _USAGE_WINDOW = 1024
 
 
 # -- the parser ----------------------------------------------------------------------------
-
-
-_UNSEEN = object()
 
 
 class _MessageUsage:
@@ -141,8 +139,8 @@ class ClaudeParser:
         """The latest messages' usage maxima (bounded: a message's blocks come
         together, so old entries are never needed again)."""
         self._estimate_tokens = Tokens()
-        self._rows: dict[str, object] = {}
-        """Price rows by model: ``_UNSEEN`` until looked up, ``None`` unpriced."""
+        self._rows: dict[str, pricing.PriceRow | None] = {}
+        """Price rows by model (``None``: unpriced)."""
         self._estimate_nanos: int | None = 0
         self._priced_model: str | None = None
         self._sse_message_id: str | None = None
@@ -426,16 +424,16 @@ class ClaudeParser:
     def _cost_nanos(self, model: str, tokens: Tokens) -> int | None:
         """``table.cost_nanos(model, tokens, at, per_request=True)`` with the
         row looked up once per model (this runs once per API message)."""
-        row = self._rows.get(model, _UNSEEN)
-        if row is _UNSEEN:
+        try:
+            row = self._rows[model]
+        except KeyError:
             row = self._table.lookup(model, self._at)
             if len(self._rows) < 64:
                 self._rows[model] = row
         if row is None:
             return None
-        assert isinstance(row, pricing.PriceRow)
         prices = row.prices_for(tokens, True) if row.tiers else row.prices
-        return pricing.round_pico(prices.cost_pico(tokens))
+        return round_pico(prices.cost_pico(tokens))
 
     def _user(self, msg: User) -> list[AgentEvent]:
         content = msg.message.content
