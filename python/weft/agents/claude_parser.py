@@ -5,7 +5,9 @@
 * **Decoding.** One msgspec decode per line into a tagged union of Structs;
   fields Weft does not use (``tool_use_result``, ``slash_commands``, ...) are
   skipped by the decoder without building Python objects. Unknown ``type``
-  values are counted, corrupt lines counted and logged, never fatal.
+  values are counted, corrupt lines counted and logged, never fatal. A line
+  is dispatched by one dict look-up on its Struct's class; the rare odd line
+  (bad UTF-8, unknown type, wrong shape) takes a slower path that says why.
 * **Session ids** come only from the top-level ``session_id`` of ``system/init``
   and ``result`` lines, never from nested content an agent could write. With
   ``--resume`` the canonical id follows the alias rule of §1.6, checking which
@@ -13,7 +15,9 @@
 * **Usage** on ``assistant`` lines is a snapshot repeated once per content
   block: it is max-merged per ``message.id`` and only the growth is reported
   (:class:`~weft.agents.events.UsageDelta`, priced per request so the
-  long-context tier applies). The ``result`` line is authoritative.
+  long-context tier applies). A repeated snapshot is settled without a call
+  and the price row is looked up once per model, since this runs per line.
+  The ``result`` line is authoritative.
 * **Cost** is this process's spend: the sum of
   ``model_usage_since_last_result[*].costUSD`` when the line has that field
   (2.1.330 reports ``total_cost_usd`` and ``modelUsage`` cumulatively over a
