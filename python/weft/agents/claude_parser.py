@@ -5,7 +5,9 @@
 * **Decoding.** One msgspec decode per line into a tagged union of Structs;
   fields Weft does not use (``tool_use_result``, ``slash_commands``, ...) are
   skipped by the decoder without building Python objects. Unknown ``type``
-  values are counted, corrupt lines counted and logged, never fatal.
+  values are counted, corrupt lines counted and logged, never fatal. A line
+  is dispatched by one dict look-up on its Struct's class; the rare odd line
+  (bad UTF-8, unknown type, wrong shape) takes a slower path that says why.
 * **Session ids** come only from the top-level ``session_id`` of ``system/init``
   and ``result`` lines, never from nested content an agent could write. With
   ``--resume`` the canonical id follows the alias rule of §1.6, checking which
@@ -13,7 +15,9 @@
 * **Usage** on ``assistant`` lines is a snapshot repeated once per content
   block: it is max-merged per ``message.id`` and only the growth is reported
   (:class:`~weft.agents.events.UsageDelta`, priced per request so the
-  long-context tier applies). The ``result`` line is authoritative.
+  long-context tier applies). A repeated snapshot is settled without a call
+  and the price row is looked up once per model, since this runs per line.
+  The ``result`` line is authoritative.
 * **Cost** is this process's spend: the sum of
   ``model_usage_since_last_result[*].costUSD`` when the line has that field
   (2.1.330 reports ``total_cost_usd`` and ``modelUsage`` cumulatively over a
@@ -31,7 +35,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -77,6 +84,7 @@ from weft.agents.events import (
     UsageDelta,
 )
 from weft.agents.harness import ProcessEnd, decode_lossy, stopped_verdict
+from weft.agents.pricing import round_pico
 from weft.agents.vendor_errors import (
     CONTEXT_TEXT,
     classify_api_error,
@@ -96,13 +104,15 @@ _USAGE_WINDOW = 1024
 class _MessageUsage:
     """Per-message maxima of a usage snapshot (§1.5)."""
 
-    __slots__ = ("cost_nanos", "last", "model", "tokens")
+    __slots__ = ("cost_nanos", "last", "tokens")
 
-    def __init__(self, model: str | None) -> None:
-        self.model = model
-        self.tokens = Tokens()
-        self.cost_nanos: int | None = 0
-        self.last: Usage | None = None
+    # Set by the first snapshot; no placeholder Tokens is built per message.
+    tokens: Tokens
+    cost_nanos: int | None
+    last: Usage | None
+
+    def __init__(self) -> None:
+        self.cost_nanos = 0
 
 
 class ClaudeParser:
@@ -129,10 +139,12 @@ class ClaudeParser:
         self.model: str | None = None
         self.malformed = 0
         self.unknown_types = 0
-        self._usage: dict[str, _MessageUsage] = {}
+        self._usage: OrderedDict[str, _MessageUsage] = OrderedDict()
         """The latest messages' usage maxima (bounded: a message's blocks come
         together, so old entries are never needed again)."""
         self._estimate_tokens = Tokens()
+        self._rows: dict[str, pricing.PriceRow | None] = {}
+        """Price rows by model (``None``: unpriced)."""
         self._estimate_nanos: int | None = 0
         self._priced_model: str | None = None
         self._sse_message_id: str | None = None
@@ -145,6 +157,14 @@ class ClaudeParser:
         self._context_error = False
         """An error that says the context ran out (not a compaction)."""
         self._stderr_notes: list[str] = []
+        self._handlers: dict[type[Any], Callable[[Any], list[AgentEvent]]] = {
+            Assistant: self._assistant,
+            User: self._user,
+            StreamEvent: self._stream_event,
+            System: self._system,
+            Result: self._on_result,
+        }
+        """The line kinds that yield events; the others are read and dropped."""
 
     # -- StreamParser --
 
@@ -155,6 +175,18 @@ class ClaudeParser:
             if line[:1] != b"{":
                 return []  # blank, or text such as "[SandboxDebug] ..."
         try:
+            msg = decode_line(line)
+        except (msgspec.MsgspecError, UnicodeDecodeError):
+            return self._bad_line(line)
+        # One dict look-up instead of a chain of type tests: the per-line
+        # Python work is most of the parse once the decoder skips the bulk.
+        handler = self._handlers.get(msg.__class__)
+        return [] if handler is None else handler(msg)
+
+    def _bad_line(self, line: bytes) -> list[AgentEvent]:
+        """A line the fast path refused: invalid UTF-8 (decoded again with
+        U+FFFD), an unknown ``type``, an unexpected shape, or not JSON."""
+        try:
             msg = decode_lossy(decode_line, line)
         except msgspec.ValidationError as e:
             return self._odd_line(line, e)
@@ -162,18 +194,8 @@ class ClaudeParser:
             self.malformed += 1
             log.warning("corrupt stream-json line (%s): %.200r", e, line)
             return []
-        kind = type(msg)
-        if kind is Assistant:
-            return self._assistant(msg)
-        if kind is User:
-            return self._user(msg)
-        if kind is StreamEvent:
-            return self._stream_event(msg)
-        if kind is System:
-            return self._system(msg)
-        if kind is Result:
-            return self._on_result(msg)
-        return []
+        handler = self._handlers.get(msg.__class__)
+        return [] if handler is None else handler(msg)
 
     def stderr(self, line: str) -> list[AgentEvent]:
         """Keep the stderr lines that decide a verdict without a result."""
@@ -301,12 +323,13 @@ class ClaudeParser:
     def _assistant(self, msg: Assistant) -> list[AgentEvent]:
         message = msg.message
         mid = message.id
-        sub = msg.parent_tool_use_id is not None
+        model = message.model
         events: list[AgentEvent] = []
-        if message.model == SYNTHETIC_MODEL:
+        if model == SYNTHETIC_MODEL:
             self._synthetic(msg)
         content = message.content
-        if isinstance(content, list):
+        if content.__class__ is list:
+            sub = msg.parent_tool_use_id is not None
             for block in content:
                 kind = block.type
                 if kind == "text":
@@ -324,10 +347,15 @@ class ClaudeParser:
                     )
                 elif kind == "thinking" and block.thinking:
                     events.append(Thinking(text=block.thinking, message_id=mid, subagent=sub))
-        if message.usage is not None and mid is not None:
-            delta = self._usage_delta(mid, message.model, message.usage)
-            if delta is not None:
-                events.append(delta)
+        usage = message.usage
+        if usage is not None and mid is not None:
+            entry = self._usage.get(mid)
+            # The same snapshot repeated for the next content block (most
+            # assistant lines) is settled here, without a call.
+            if entry is None or usage != entry.last:
+                delta = self._usage_delta(mid, model, usage, entry)
+                if delta is not None:
+                    events.append(delta)
         return events
 
     def _synthetic(self, msg: Assistant) -> None:
@@ -344,23 +372,24 @@ class ClaudeParser:
             ):
                 self._context_exceeded = self._context_error = True
 
-    def _usage_delta(self, mid: str, model: str | None, usage: Usage) -> UsageDelta | None:
-        entry = self._usage.get(mid)
+    def _usage_delta(
+        self, mid: str, model: str | None, usage: Usage, entry: _MessageUsage | None
+    ) -> UsageDelta | None:
+        """Max-merges ``usage`` into the message's entry; the growth, priced."""
         if entry is None:
             # The first snapshot of a message (the common case): all of it is new.
             if len(self._usage) >= _USAGE_WINDOW:
-                del self._usage[next(iter(self._usage))]
-            entry = self._usage[mid] = _MessageUsage(model)
+                self._usage.popitem(last=False)
+            entry = self._usage[mid] = _MessageUsage()
             if model and model != SYNTHETIC_MODEL:
                 self._priced_model = model
             new = tokens = usage.tokens()
+            entry.last = usage
+            entry.tokens = new
             if tokens.total == 0 and tokens.cache_creation_1h == 0:
-                entry.last = usage
                 return None
             old_cost: int | None = 0
         else:
-            if usage == entry.last:
-                return None  # the same snapshot, repeated for the next content block
             old = entry.tokens
             split = usage.cache_creation
             new = Tokens(
@@ -375,6 +404,7 @@ class ClaudeParser:
             entry.last = usage
             if new == old:
                 return None
+            entry.tokens = new
             tokens = Tokens(
                 input=new.input - old.input,
                 output=new.output - old.output,
@@ -383,22 +413,31 @@ class ClaudeParser:
                 cache_creation_1h=new.cache_creation_1h - old.cache_creation_1h,
             )
             old_cost = entry.cost_nanos
-        entry.last = usage
-        entry.tokens = new
-        if model is None:
-            entry.cost_nanos = None
-        else:
-            entry.cost_nanos = self._table.cost_nanos(model, new, self._at, per_request=True)
-        if entry.cost_nanos is None or old_cost is None:
+        cost = entry.cost_nanos = None if model is None else self._cost_nanos(model, new)
+        if cost is None or old_cost is None:
             delta_cost = None
             self._estimate_nanos = None
         else:
-            delta_nanos = entry.cost_nanos - old_cost
+            delta_nanos = cost - old_cost
             delta_cost = delta_nanos / 1e9
             if self._estimate_nanos is not None:
                 self._estimate_nanos += delta_nanos
         self._estimate_tokens = self._estimate_tokens + tokens
         return UsageDelta(model=model, tokens=tokens, cost_usd=delta_cost, message_id=mid)
+
+    def _cost_nanos(self, model: str, tokens: Tokens) -> int | None:
+        """``table.cost_nanos(model, tokens, at, per_request=True)`` with the
+        row looked up once per model (this runs once per API message)."""
+        try:
+            row = self._rows[model]
+        except KeyError:
+            row = self._table.lookup(model, self._at)
+            if len(self._rows) < 64:
+                self._rows[model] = row
+        if row is None:
+            return None
+        prices = row.prices_for(tokens, True) if row.tiers else row.prices
+        return round_pico(prices.cost_pico(tokens))
 
     def _user(self, msg: User) -> list[AgentEvent]:
         content = msg.message.content
