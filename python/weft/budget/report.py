@@ -45,15 +45,39 @@ def summary_event(ledger: Ledger) -> BudgetSummaryEvent:
                 output_tokens=row.output_tokens,
             )
         )
+    kept = _bounded(rows)
     return BudgetSummaryEvent(
         ceiling={k: float(v) for k, v in book.run.caps.as_dict().items()},
         allocation=book.run.allocation,
-        rows=rows,
+        rows=kept,
+        omitted_rows=len(rows) - len(kept),
         actual_dollars=ledger.spent,
         actual_time_seconds=round(ledger.elapsed(), 3),
         unpriced_codons=ledger.unpriced,
         exceeded=[v.message for v in ledger.exceeded],
     )
+
+
+MAX_SUMMARY_ROWS = 80
+"""Rows ``budget.summary`` carries at most, so the event stays under the 16 KB every
+event Weft writes itself keeps to, however long the run (its totals count every row)."""
+
+
+def _bounded(rows: list[BudgetRow]) -> list[BudgetRow]:
+    """At most :data:`MAX_SUMMARY_ROWS` rows, in run order: first the ones a reader
+    needs (a codon with its own budget, one that crossed a budget, one without a
+    price), then the latest of the others."""
+    if len(rows) <= MAX_SUMMARY_ROWS:
+        return rows
+    needed = [
+        i for i, r in enumerate(rows) if r.budget or r.status == "exceeded" or r.dollars is None
+    ]
+    keep = set(needed[-MAX_SUMMARY_ROWS:])
+    for i in range(len(rows) - 1, -1, -1):
+        if len(keep) >= MAX_SUMMARY_ROWS:
+            break
+        keep.add(i)
+    return [rows[i] for i in sorted(keep)]
 
 
 def _seconds(start: Any, end: Any) -> float:

@@ -238,6 +238,9 @@ class BudgetSummaryEvent(StreamData, kw_only=True):
     """The run ceiling that was in force (``maxDollars``, ``maxTimeSeconds``)."""
     allocation: str = "shared"
     rows: list[BudgetRow] = msgspec.field(default_factory=list)
+    omitted_rows: int = 0
+    """Codons left out of ``rows`` in a long run (the budgeted, exceeded and
+    unpriced ones are kept first, then the latest); the totals count them."""
     actual_dollars: float
     """Every dollar the execution spent, earlier runs, failed and skipped attempts included."""
     actual_time_seconds: float
