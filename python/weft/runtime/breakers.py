@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from weft.agents.events import ErrorClass, SessionExited
 from weft.batch.breakers import Breakers, monotonic_ms
@@ -38,7 +38,7 @@ __all__ = ["PROVIDERS", "Emit", "ProviderBreakers", "is_provider_failure", "prov
 PROVIDERS: dict[str, str] = {"claude": "anthropic", "codex": "openai", "gemini": "google"}
 """The provider behind each harness (fake agents stand for the same ones)."""
 
-Emit: TypeAlias = Callable[[StreamData, str | None], None]
+Emit: TypeAlias = Callable[[StreamData, str | None], object]
 """Journals a stream event for a codon (``codon_id``)."""
 
 State = Literal["closed", "open", "half_open"]
@@ -156,7 +156,7 @@ async def _wait(seconds: float, sleep: Sleep, *events: asyncio.Event) -> bool:
     True when the time passed or another event (a reset) ended it."""
     if events[0].is_set():
         return False
-    tasks = [asyncio.ensure_future(sleep(seconds))]
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(sleep(seconds))]
     tasks += [asyncio.ensure_future(e.wait()) for e in events]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
