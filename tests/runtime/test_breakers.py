@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from tests.runtime.hanks import Seen, codon, fake_environment, write_hank
 
 from weft.agents.events import ErrorClass, SessionExited
+from weft.cli import main
 from weft.cli.status import render, report
 from weft.config import load_hank
 from weft.config.runtime import RuntimeBreakerSettings, RuntimeConfig, RuntimeSessionSettings
@@ -63,6 +65,7 @@ async def run(
     sessions: RuntimeSessionSettings | None = None,
     clock: Clock | None = None,
     started: Callable[[Runtime], None] | None = None,
+    serve: bool = False,
 ) -> tuple[RunOutcome, Seen, Clock]:
     hank = write_hank(tmp_path / "hank", *codons)
     execution = tmp_path / "x"
@@ -76,7 +79,7 @@ async def run(
     )
     seen, clock = Seen(), clock or Clock()
     options = RuntimeOptions(
-        serve=False,
+        serve=serve,
         sessions=sessions or RuntimeSessionSettings(),
         session_sleep=clock.sleep,
         breakers=breaker,
@@ -202,6 +205,44 @@ async def test_breaker_reset_lets_a_waiting_codon_go_at_once(tmp_path: Path) -> 
     ]
     assert len(seen.of("breaker.waiting")) == 1
     assert clock.slept == [2.0, 8.0]
+
+
+async def test_weft_breaker_reset_goes_through_the_execution_s_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI verb, a real WebSocket client, the run's real server."""
+    clock, calls = Clock(), ThreadPoolExecutor(1)
+    sent: list[Future[int]] = []
+
+    async def reset_while_waiting(seconds: float) -> None:
+        if seconds == 8.0:
+            # In a thread (the CLI runs its own loop); the reset ends this wait.
+            sent.append(calls.submit(main, ["breaker", "reset", str(tmp_path / "x"), "anthropic"]))
+            await asyncio.Event().wait()
+
+    clock.on_sleep = reset_while_waiting
+    outcome, seen, _ = await asyncio.wait_for(
+        run(
+            tmp_path,
+            agent("a", FAIL_ALWAYS + ",fails=1"),
+            breaker=RuntimeBreakerSettings(failure_threshold=1, cooldown_ms=10_000),
+            clock=clock,
+            serve=True,
+        ),
+        30,
+    )
+    calls.shutdown()
+    assert [f.result() for f in sent] == [0]
+    assert "anthropic circuit breaker closed" in capsys.readouterr().out
+    assert outcome.codons == {"a": "completed"}, outcome.message
+    assert changes(seen)[-1] == ("open", "closed", "reset", None)
+
+
+def test_weft_breaker_reset_without_a_run_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["breaker", "reset", str(tmp_path), "anthropic"]) == 2
+    assert "not an execution directory" in capsys.readouterr().err
 
 
 def test_breaker_settings_are_runtime_settings_with_the_seed_defaults() -> None:
