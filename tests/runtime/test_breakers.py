@@ -17,17 +17,24 @@ from tests.runtime.hanks import Seen, codon, fake_environment, write_hank
 from weft.agents.events import ErrorClass, SessionExited
 from weft.cli import main
 from weft.cli.status import render, report
+from weft.cli.view.format import describe_last
+from weft.cli.view.notes import see
 from weft.config import load_hank
 from weft.config.runtime import RuntimeBreakerSettings, RuntimeConfig, RuntimeSessionSettings
 from weft.errors import CommandRejectedError
 from weft.events.stream import BreakerChangedEvent, BreakerWaitingEvent
+from weft.progress import RunProgress
 from weft.runtime.breakers import ProviderBreakers, is_provider_failure, provider_of
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server.protocol import COMMANDS, BreakerResetData
+from weft.state import Processed
 from weft.store import ExecutionStore
 
 FAIL_ALWAYS = "api_error,status=529,count=1"
+
+processed: list[Processed] = []
+"""The last run's journaled items, for the views' fold."""
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +85,7 @@ async def run(
         base_dir=tmp_path / "managed",
     )
     seen, clock = Seen(), clock or Clock()
+    processed.clear()
     options = RuntimeOptions(
         serve=serve,
         sessions=sessions or RuntimeSessionSettings(),
@@ -85,7 +93,7 @@ async def run(
         breakers=breaker,
         breaker_clock=clock,
     )
-    runtime = Runtime(prepared, load_hank(hank), options, listeners=(seen,))
+    runtime = Runtime(prepared, load_hank(hank), options, listeners=(seen, processed.append))
     if started is not None:
         started(runtime)
     return await runtime.run(), seen, clock
@@ -131,6 +139,20 @@ async def test_failures_across_codons_open_the_breaker_and_a_probe_closes_it(
         "message": "anthropic circuit is open, retry in 8 seconds",
     }
     assert clock.slept == [2.0, 2.0, 8.0]  # a's cool-down, b's, then the breaker's
+    # The views' notes and b's last action say it.
+    progress, texts, actions = RunProgress(), [], []
+    for item in processed:
+        note = see(progress, item)
+        if note is not None:
+            texts.append(note.text)
+        b = progress.codon("b")
+        if b is not None and b"breaker.waiting" in item.payload:
+            actions.append(describe_last(b))
+    assert actions == ["waiting 8s: anthropic circuit open"]
+    assert any(t.startswith("anthropic circuit breaker opened after 3 failure(s)") for t in texts)
+    assert "b: waits 8s for anthropic: anthropic circuit is open, retry in 8 seconds" in texts
+    assert "anthropic circuit breaker half-open: one probe session" in texts
+    assert "anthropic circuit breaker closed (the probe session succeeded)" in texts
     # The wait comes before b's second session, which is the probe.
     types = seen.types()
     assert types.index("breaker.waiting") < types.index(
