@@ -533,6 +533,12 @@ class Client:
         the next prompt. Raises :class:`CommandError` when the server refuses."""
         await self.command("codon.message", {"message": text, "urgent": urgent}, timeout=timeout)
 
+    async def breaker_reset(self, provider: str, *, timeout: float = 30.0) -> None:
+        """Sends ``breaker.reset``: closes ``provider``'s circuit breaker
+        (``anthropic``, ``openai``, ``google``); codons waiting on it go at
+        once. Raises :class:`CommandError` when the server refuses."""
+        await self.command("breaker.reset", {"provider": provider}, timeout=timeout)
+
     async def checkpoint_list(
         self, run_id: str | None = None, *, timeout: float = 30.0
     ) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from weft.events.stream import (
     AssistantActionEvent,
+    BreakerWaitingEvent,
     BudgetExceededEvent,
     BudgetSummaryEvent,
     CodonRetryEvent,
@@ -76,6 +77,7 @@ LastAction = (
     | CodonRetryEvent
     | SessionCooldownEvent
     | SessionResumedEvent
+    | BreakerWaitingEvent
 )
 """What a codon did last, kept as the event itself: the views word it."""
 
@@ -626,6 +628,7 @@ _HANDLERS: dict[type[Any], _Handler] = {
     CodonRetryEvent: RunProgress._did,
     SessionCooldownEvent: RunProgress._did,
     SessionResumedEvent: RunProgress._did,
+    BreakerWaitingEvent: RunProgress._did,
     ToolResultEvent: RunProgress._tool_result,
     CodonStartedEvent: RunProgress._agent_started,
     TokenUsageEvent: RunProgress._token_usage,

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "show": "logs",
     "completion": "completion",
     "message": "message",
+    "breaker": "breaker",
     "ui": "ui",
     "batch": "batch",
 }

@@ -560,6 +560,7 @@ def _options(
         sentinel_persistence=settings.sentinel.enable_persistence,
         anthropic_base_url=settings.anthropic_base_url,
         sessions=settings.session,
+        breakers=settings.breaker,
     )
 
 

@@ -17,6 +17,8 @@ from weft.cli.colour import STATUS_STYLES, paint, wants_colour
 from weft.cli.resolve import EXECUTION_HELP, codon_cost, resolve_execution
 from weft.errors import LockHeldError
 from weft.events.stream import (
+    BreakerChangedEvent,
+    BreakerWaitingEvent,
     SessionCooldownEvent,
     SessionGaveUpEvent,
     SessionResumedEvent,
@@ -92,7 +94,26 @@ def lock_holder(store: ExecutionStore) -> dict[str, Any] | None:
     return {"pid": info.pid, "runId": info.run_id, "alive": pid_alive(info.pid)}
 
 
-SESSION_EVENTS = (SessionCooldownEvent.TYPE, SessionResumedEvent.TYPE, SessionGaveUpEvent.TYPE)
+SESSION_EVENTS = (
+    SessionCooldownEvent.TYPE,
+    SessionResumedEvent.TYPE,
+    SessionGaveUpEvent.TYPE,
+    BreakerWaitingEvent.TYPE,
+)
+
+
+def breakers_of(store: ExecutionStore) -> dict[str, dict[str, Any]]:
+    """provider -> its circuit breaker as last journaled (``breaker.changed``):
+    ``{state, reason, consecutiveFailures, failureThreshold, cooldownMs,
+    codonId, timestamp}``. A provider never journaled is closed."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in store.journal.of_types((BreakerChangedEvent.TYPE,)):
+        data: dict[str, Any] = json.loads(row.payload)["data"]
+        provider = data.pop("provider", None)
+        if isinstance(provider, str):
+            data.pop("previous", None)
+            out[provider] = {**data, "codonId": data.get("codonId"), "timestamp": row.timestamp}
+    return dict(sorted(out.items()))
 
 
 def supervisor_of(store: ExecutionStore) -> dict[tuple[str, str], dict[str, Any]]:
@@ -115,6 +136,8 @@ def _session_line(s: dict[str, Any]) -> str:
             f"cooled down {s['durationMs']} ms after session {s['session']} failed "
             f"({s['errorClass']}; {s['consecutiveErrors']} in a row, {s['totalErrors']} in all)"
         )
+    if s["type"] == BreakerWaitingEvent.TYPE:
+        return f"waiting {s['retryInMs']} ms: {s['message']}"
     if s["type"] == SessionResumedEvent.TYPE:
         return f"session {s['session']} started after a cool-down ({s['reason']})"
     return str(s.get("message", "the session supervisor gave up"))
@@ -181,6 +204,7 @@ def report(store: ExecutionStore) -> dict[str, Any]:
         "spent": round(spent_total, 9),
         "unpricedCodons": len(unpriced),
         "budget": budget_report(store),
+        "breakers": breakers_of(store),
         "runs": runs,
     }
 
@@ -230,6 +254,13 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
             caps = ", ".join(f"{k} {v:g}" for k, v in ceiling.items())
             lines.append(f"  budget: {caps} (spent ${summary.get('actualDollars', 0.0):.4f})")
         lines += [f"  run {e['runId']}: {e['message']}" for e in budget["exceeded"]]
+    for provider, b in status.get("breakers", {}).items():
+        lines.append(
+            printable(
+                f"  breaker {provider}: {b['state']} ({b['reason']}; "
+                f"{b['consecutiveFailures']}/{b['failureThreshold']} failures in a row)"
+            )
+        )
     lines += [printable(f"  note: {n}") for n in status["notes"]]
     if not status["runs"]:
         lines.append("  no runs yet")

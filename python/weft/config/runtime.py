@@ -46,6 +46,7 @@ __all__ = [
     "RUNTIME_CONFIG_FILE",
     "Layer",
     "ResolvedRuntimeConfig",
+    "RuntimeBreakerSettings",
     "RuntimeBudget",
     "RuntimeConfig",
     "RuntimeSentinelSettings",
@@ -101,6 +102,19 @@ class RuntimeSessionSettings(_Settings, frozen=True, kw_only=True):
     """Retry-After hints longer than this are ignored as implausible."""
 
 
+class RuntimeBreakerSettings(_Settings, frozen=True, kw_only=True):
+    """The circuit breaker of each agent provider (seed 004), shared by the
+    codons of a run: transient provider failures in a row open it, codons wait
+    out its cool-down, then one probe session decides."""
+
+    failure_threshold: Annotated[int, Meta(ge=1, le=1_000_000)] = 5
+    """Provider failures in a row (across codons) that open the breaker."""
+    cooldown_ms: Annotated[int, Meta(ge=0)] = 60000
+    """How long an open breaker holds codons back before one probe session."""
+    success_threshold: Annotated[int, Meta(ge=1, le=1_000_000)] = 1
+    """Probe successes that close a half-open breaker."""
+
+
 class RuntimeConfig(_Settings, frozen=True, kw_only=True):
     """Weft's runtime settings (the reference's hankweave.json keys, in weft.json)."""
 
@@ -126,6 +140,7 @@ class RuntimeConfig(_Settings, frozen=True, kw_only=True):
     sentinel: RuntimeSentinelSettings = msgspec.field(default_factory=RuntimeSentinelSettings)
     budget: RuntimeBudget = msgspec.field(default_factory=RuntimeBudget)
     session: RuntimeSessionSettings = msgspec.field(default_factory=RuntimeSessionSettings)
+    breaker: RuntimeBreakerSettings = msgspec.field(default_factory=RuntimeBreakerSettings)
 
 
 @dataclass(frozen=True)

@@ -444,6 +444,37 @@ class SessionGaveUpEvent(StreamData):
     message: str
 
 
+class BreakerChangedEvent(StreamData):
+    """An agent provider's circuit breaker (seed 004) changed state: ``open``
+    after ``failureThreshold`` provider failures in a row (across codons),
+    ``half_open`` when a probe session goes after the cool-down, ``closed``
+    when the probe succeeded or an operator reset it (``breaker.reset``)."""
+
+    TYPE: ClassVar[str] = "breaker.changed"
+    provider: str
+    """``anthropic``, ``openai`` or ``google``."""
+    state: Literal["closed", "open", "half_open"]
+    previous: Literal["closed", "open", "half_open"]
+    reason: Literal["failure", "success", "probe", "reset"]
+    consecutive_failures: int
+    failure_threshold: int
+    cooldown_ms: int
+    codon_id: str | None = None
+    """The codon whose session (or operator command) changed it."""
+
+
+class BreakerWaitingEvent(StreamData):
+    """A codon needs a provider whose breaker is open: it waits
+    ``retryInMs`` (the rest of the cool-down) instead of failing."""
+
+    TYPE: ClassVar[str] = "breaker.waiting"
+    provider: str
+    codon_id: str
+    retry_in_ms: int
+    message: str
+    """The seed's words: ``anthropic circuit is open, retry in 58 seconds``."""
+
+
 class ArchiveFailure(msgspec.Struct, rename="camel", kw_only=True):
     """One ``archiveOnSuccess`` path that could not be archived, and why."""
 

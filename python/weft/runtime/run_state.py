@@ -21,7 +21,7 @@ from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
-from weft.config.runtime import RuntimeSessionSettings
+from weft.config.runtime import RuntimeBreakerSettings, RuntimeSessionSettings
 from weft.config.schema import Loop
 from weft.errors import CommandRejectedError
 from weft.events.completed import CompletedCodons
@@ -29,6 +29,7 @@ from weft.events.stream import CodonSummary, StreamData
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.progress import RunProgress
 from weft.runtime import rollback
+from weft.runtime.breakers import ProviderBreakers
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.runner import CodonRunner
 from weft.runtime.sessions import Sleep
@@ -75,6 +76,13 @@ class RuntimeOptions:
     """The session supervisor's thresholds and cool-down schedule (``session.*``)."""
     session_sleep: Sleep | None = None
     """How cool-downs wait (:func:`asyncio.sleep`); tests inject a clock."""
+    breakers: RuntimeBreakerSettings = field(default_factory=RuntimeBreakerSettings)
+    """The agent providers' circuit breakers (``breaker.*``)."""
+    provider_breakers: ProviderBreakers | None = None
+    """Breakers to share with other executions (a batch runner's); None: the
+    run makes its own from :attr:`breakers`."""
+    breaker_clock: Callable[[], int] | None = None
+    """The breakers' millisecond clock (monotonic); tests inject one."""
 
 
 @dataclass(slots=True)
@@ -221,6 +229,13 @@ class RuntimeState:
         self._progress = RunProgress()
         """The run's fold: the loop iterations' figures come from it, so they
         agree with the codons' own lines."""
+        o = self.options
+        self.breakers = o.provider_breakers or (
+            ProviderBreakers(o.breakers)
+            if o.breaker_clock is None
+            else ProviderBreakers(o.breakers, clock=o.breaker_clock)
+        )
+        """The agent providers' circuit breakers, shared by the run's codons."""
 
     def _emit(
         self, event: StreamData, run_id: str | None = None, codon_id: str | None = None

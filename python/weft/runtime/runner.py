@@ -91,6 +91,7 @@ from weft.runtime.attempt import (
     move,
     process_exit_of,
 )
+from weft.runtime.breakers import ProviderBreakers, provider_of
 from weft.runtime.execution import ExecutionLayout
 from weft.runtime.outputs import copy_outputs
 from weft.runtime.rig import run_rig
@@ -146,6 +147,7 @@ class CodonRunner:
         budget: Watchdog | None = None,
         sessions: RuntimeSessionSettings | None = None,
         sleep: Sleep | None = None,
+        breakers: ProviderBreakers | None = None,
     ) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
@@ -176,6 +178,11 @@ class CodonRunner:
         self._sleep: Sleep = sleep or asyncio.sleep
         self._inbox: list[str] = []
         """User messages not yet in a prompt (``codon.message``)."""
+        self.breakers = breakers or ProviderBreakers()
+        """The agent providers' circuit breakers, shared across codons (and
+        with other executions when the caller shares them)."""
+        self._gated: str | None = None
+        """The provider the running session was let through to (to report its end)."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -290,6 +297,7 @@ class CodonRunner:
         session = a.session
         assert session is not None
         await self._stream(a)
+        self._provider_ended(a)
         # The session has exited and its group was SIGKILLed with it.
         self.emit(ProcessEndedEvent(pid=session.pid), a.request.run_id, a.request.planned.codon_id)
         ended = await self._supervise(a)
@@ -377,10 +385,16 @@ class CodonRunner:
         assert a.prompt is not None
         try:
             harness, model = self._harness_for(planned.codon.model)
+        except ValueError as exc:
+            return await self._fail(a, "agent_start", False, str(exc))
+        if not await self._provider_gate(a, harness.name):
+            return await self._interrupted(a)
+        try:
             spec = self._spec(a, a.prompt, model, harness)
             a.session = await harness.start(spec)
             a.resumed_from = spec.resume_session_id
         except (AgentStartError, UnsafePathError, ValueError) as exc:
+            self._gated = None
             return await self._fail(a, "agent_start", False, str(exc))
         a.model, a.harness = model, harness.name
         self.emit(
@@ -700,6 +714,8 @@ class CodonRunner:
         the earlier sessions' figures become the base the next one adds to."""
         req, planned = a.request, a.request.planned
         assert a.prompt is not None
+        if a.harness is not None and not await self._provider_gate(a, a.harness):
+            return None  # interrupted while waiting: the attempt ends as the last session did
         cost = await self._attempt_cost(a)
         a.cost_base, a.tokens_base = cost or 0.0, a.tokens
         a.result, a.exit, a.reported_cost = None, None, None
@@ -714,6 +730,7 @@ class CodonRunner:
             )
             a.session = await harness.start(spec)
         except (AgentStartError, UnsafePathError, ValueError) as exc:
+            self._gated = None
             return await self._fail(a, "agent_start", False, str(exc))
         if a.resumed_from is None:
             a.resumed_from = spec.resume_session_id
@@ -731,8 +748,40 @@ class CodonRunner:
         if a.interrupt is not None:
             await a.session.stop(StopReason.OPERATOR)
         await self._stream(a)
+        self._provider_ended(a)
         self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
         return None
+
+    # ------------------------------------------------------------------ provider breakers
+
+    async def _provider_gate(self, a: Attempt, harness: str) -> bool:
+        """Waits while the provider's breaker is open (journaled); False when
+        an interrupt ended the wait. The session that follows is reported
+        with :meth:`_provider_ended`."""
+        provider, codon_id = provider_of(harness), a.request.planned.codon_id
+        run_id = a.request.run_id
+        ok = await self.breakers.gate(
+            provider,
+            codon_id,
+            lambda event, codon: self.emit(event, run_id, codon),
+            self._sleep,
+            a.woken,
+        )
+        self._gated = provider if ok else None
+        return ok
+
+    def _provider_ended(self, a: Attempt) -> None:
+        """Tells the provider's breaker how the session let through ended."""
+        provider, self._gated = self._gated, None
+        if provider is None:
+            return
+        run_id = a.request.run_id
+        self.breakers.record(
+            provider,
+            a.exit,
+            a.request.planned.codon_id,
+            lambda event, codon: self.emit(event, run_id, codon),
+        )
 
     # ------------------------------------------------------------------ extensions
 
@@ -755,6 +804,8 @@ class CodonRunner:
         codon = planned.codon
         assert a.prompt is not None
         assert a.session_id is not None
+        if a.harness is not None and not await self._provider_gate(a, a.harness):
+            return None  # interrupted while waiting: no more extensions
         a.extensions += 1
         cost = await self._attempt_cost(a)
         self.manager.transition(
@@ -787,6 +838,7 @@ class CodonRunner:
             )
             a.session = await harness.start(spec)
         except (AgentStartError, UnsafePathError, ValueError) as exc:
+            self._gated = None
             return await self._fail(a, "agent_start", False, str(exc))
         self.emit(
             started_event(
@@ -802,6 +854,7 @@ class CodonRunner:
         if a.interrupt is not None:
             await a.session.stop(StopReason.OPERATOR)
         await self._stream(a)
+        self._provider_ended(a)
         self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
         return None
 

@@ -261,6 +261,7 @@ class Runtime(Steering, Recovery, RunLoop):
             budget=self._watchdog(state),
             sessions=self.options.sessions,
             sleep=self.options.session_sleep,
+            breakers=self.breakers,
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         await self._read_thread(manager)

@@ -16,8 +16,10 @@ from weft.errors import CommandRejectedError
 from weft.events.stream import CheckpointEntry, CheckpointListEvent, InfoEvent
 from weft.runtime import rollback
 from weft.runtime.attempt import Interrupt
+from weft.runtime.breakers import PROVIDERS, Emit
 from weft.runtime.run_state import Next, Request, Rewind, RuntimeState, Shutdown
 from weft.server.protocol import (
+    BreakerResetData,
     CodonStartData,
     MessageData,
     RollbackToCheckpointData,
@@ -64,6 +66,15 @@ class Steering(RuntimeState):
                     "send it without urgent to deliver it with the next prompt"
                 )
             return True
+        if name == "breaker.reset":
+            assert isinstance(data, BreakerResetData)
+            if data.provider not in PROVIDERS.values():
+                known = ", ".join(sorted(PROVIDERS.values()))
+                raise CommandRejectedError(
+                    f"breaker.reset refused: no agent provider {data.provider!r} (one of {known})"
+                )
+            self.breakers.reset(data.provider, self._breaker_emit())
+            return True
         if name == "server.shutdown":
             await self.stop()
             return True
@@ -71,6 +82,14 @@ class Steering(RuntimeState):
             await self.stop(force=True)
             return True
         return False
+
+    def _breaker_emit(self) -> Emit | None:
+        """Journals a breaker's change in the current run (None before it starts)."""
+        manager, cursor = self._manager, self._cursor
+        if manager is None or cursor is None:
+            return None
+        run_id = cursor.run_id
+        return lambda event, codon: manager.emit(event, run_id=run_id, codon_id=codon)
 
     @property
     def rolling_back(self) -> bool:

@@ -143,6 +143,14 @@ class MessageData(_Data):
     urgent: bool = False
 
 
+class BreakerResetData(_Data):
+    """``breaker.reset``: closes an agent provider's circuit breaker (seed 004
+    Recovery 3); codons waiting on it go at once."""
+
+    provider: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    """``anthropic``, ``openai`` or ``google``."""
+
+
 class CheckpointListData(_Data):
     """``checkpoint.list``."""
 
@@ -198,6 +206,7 @@ COMMANDS: Final[dict[str, CommandSpec]] = {
     "codon.redo": CommandSpec(NoData, False, "runtime"),
     "codon.forceStop": CommandSpec(ReasonData, False, "runtime"),
     "codon.message": CommandSpec(MessageData, False, "runtime"),
+    "breaker.reset": CommandSpec(BreakerResetData, False, "runtime"),
     "server.shutdown": CommandSpec(ReasonData, False, "runtime"),
     "server.force_shutdown": CommandSpec(NoData, False, "runtime"),
     "checkpoint.list": CommandSpec(CheckpointListData, True, "rollback"),

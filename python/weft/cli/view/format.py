@@ -12,6 +12,7 @@ from typing import Any
 
 from weft.events.stream import (
     AssistantActionEvent,
+    BreakerWaitingEvent,
     CodonRetryEvent,
     RigOutputEvent,
     RigSetupFailedEvent,
@@ -164,6 +165,9 @@ def describe_last(c: CodonProgress) -> str:
         return clip(f"cooling down {wait} ({last.error_class})", ACTION_LIMIT)
     if isinstance(last, SessionResumedEvent):
         return f"session {last.session} resumed" if last.resume_session_id else "session restarted"
+    if isinstance(last, BreakerWaitingEvent):
+        wait = format_duration(last.retry_in_ms / 1000)
+        return clip(f"waiting {wait}: {last.provider} circuit open", ACTION_LIMIT)
     return ""
 
 

@@ -29,6 +29,8 @@ from weft.client import Event as WireEvent
 from weft.events.stream import (
     ArchiveCompletedEvent,
     ArchivePartialEvent,
+    BreakerChangedEvent,
+    BreakerWaitingEvent,
     BudgetExceededEvent,
     BudgetSummaryEvent,
     CheckpointListEvent,
@@ -276,6 +278,31 @@ def _message(p: RunProgress, event: SessionMessageEvent, at: int, codon: str | N
     return Note("info", f"{_where(codon)}{how}: {clip(event.message, 200)}", codon)
 
 
+def _breaker(p: RunProgress, event: BreakerChangedEvent, at: int, codon: str | None) -> Note:
+    if event.state == "open":
+        cool = format_duration(event.cooldown_ms / 1000)
+        what = (
+            f"opened after {event.consecutive_failures} failure(s) in a row; "
+            f"codons wait {cool} before one probe session"
+        )
+        if event.previous == "half_open":
+            what = f"re-opened: the probe session failed; codons wait {cool} again"
+        return Note("error", f"{event.provider} circuit breaker {what}", codon)
+    if event.state == "half_open":
+        return Note(
+            "retry", f"{event.provider} circuit breaker half-open: one probe session", codon
+        )
+    how = "reset by the operator" if event.reason == "reset" else "the probe session succeeded"
+    return Note("info", f"{event.provider} circuit breaker closed ({how})", codon)
+
+
+def _breaker_wait(p: RunProgress, event: BreakerWaitingEvent, at: int, codon: str | None) -> Note:
+    wait = format_duration(event.retry_in_ms / 1000)
+    return Note(
+        "retry", f"{_where(codon)}waits {wait} for {event.provider}: {event.message}", codon
+    )
+
+
 def _gave_up(p: RunProgress, event: SessionGaveUpEvent, at: int, codon: str | None) -> Note:
     return Note("error", f"{_where(codon)}{clip(event.message, 240)}", codon)
 
@@ -421,6 +448,8 @@ _NOTES: dict[type[Any], _NoteOf] = {
     SessionResumedEvent: _resumed,
     SessionGaveUpEvent: _gave_up,
     SessionMessageEvent: _message,
+    BreakerChangedEvent: _breaker,
+    BreakerWaitingEvent: _breaker_wait,
     LoopIterationCompletedEvent: _iteration,
     ErrorEvent: _error,
     InfoEvent: _info,
