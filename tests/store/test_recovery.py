@@ -11,6 +11,7 @@ from tests.oracle import OracleCore
 
 from weft.errors import JournalLossError
 from weft.store import ExecutionStore, Journal
+from weft.store.recovery import recover
 
 
 async def build(execution: Path, codons: int) -> bytes:
@@ -169,3 +170,47 @@ async def test_a_snapshot_whose_tail_does_not_replay_loses(tmp_path: Path) -> No
         "not running)"
     )
     assert store.core.state_json() == state
+
+
+class _LateReader:
+    """A journal seen by a reader of a live execution: its end is read, then the
+    writer commits more (the rows appear, ``last_seq`` first returned the old end)."""
+
+    def __init__(self, journal: Journal, first_end: int) -> None:
+        self._journal = journal
+        self._ends = [first_end]
+
+    def last_seq(self) -> int:
+        return self._ends.pop() if self._ends else self._journal.last_seq()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._journal, name)
+
+
+async def test_a_reader_of_a_live_execution_folds_to_the_end_it_read_first(
+    tmp_path: Path,
+) -> None:
+    await build(tmp_path, 1)
+    old_snapshot = (weft(tmp_path) / "state.json").read_bytes()
+    await build_more(tmp_path)
+    (weft(tmp_path) / "state.json").write_bytes(old_snapshot)
+    journal = Journal.open(weft(tmp_path) / "weft.db", readonly=True)
+    try:
+        seen = journal.last_seq() - 3  # three more transitions committed after it was read
+        found = recover(weft(tmp_path), _LateReader(journal, seen))  # type: ignore[arg-type]
+    finally:
+        journal.close()
+    assert found.core.next_seq == seen + 1
+    assert found.core.journal_seq == seen
+
+
+async def test_a_snapshot_written_after_a_reader_read_the_end_is_no_loss(tmp_path: Path) -> None:
+    state = await build(tmp_path, 2)
+    journal = Journal.open(weft(tmp_path) / "weft.db", readonly=True)
+    try:
+        stale = _LateReader(journal, journal.last_seq() - 4)
+        found = recover(weft(tmp_path), stale)  # type: ignore[arg-type]
+    finally:
+        journal.close()
+    assert found.source == "state.json"
+    assert found.core.state_json() == state

@@ -207,15 +207,17 @@ class Journal:
         return [JournalEvent(*r) for r in reversed(rows)]
 
     def transition_payloads(
-        self, after: int = 0, page: int = 50_000
+        self, after: int = 0, page: int = 50_000, *, upto: int | None = None
     ) -> Iterator[tuple[list[int], list[bytes]]]:
-        """Applied transitions after ``after`` as (seqs, encoded bytes), in pages:
-        the replay feed."""
+        """Applied transitions after ``after`` (and at most ``upto``) as (seqs,
+        encoded bytes), in pages: the replay feed. ``upto`` keeps a reader of a
+        live execution to the end it saw first, while the writer goes on."""
+        end = (1 << 62) if upto is None else upto
         while True:
             rows = self._conn.execute(
                 "SELECT seq, payload FROM events WHERE kind = 'transition' AND seq > ? "
-                "ORDER BY seq LIMIT ?",
-                (after, page),
+                "AND seq <= ? ORDER BY seq LIMIT ?",
+                (after, end, page),
             ).fetchall()
             if not rows:
                 return

@@ -50,9 +50,11 @@ class _DisagreementError(Exception):
         self.message = message
 
 
-def _replay(core: Core, journal: Journal, after: int) -> int:
+def _replay(core: Core, journal: Journal, after: int, upto: int) -> int:
+    """Applies the journaled transitions in ``(after, upto]``; ``upto`` is the end
+    read first, so a live writer's later commits cannot move the fold past it."""
     replayed = 0
-    for seqs, payloads in journal.transition_payloads(after):
+    for seqs, payloads in journal.transition_payloads(after, upto=upto):
         result = core.apply_many(payloads)
         if result.rejected:
             first = result.rejected[0]
@@ -79,14 +81,15 @@ def rebuild(journal: Journal) -> Core:
     """The state as the fold of the whole journal (from its baseline, if it was
     restored from a snapshot); raises if it does not fold."""
     core, start = _start(journal)
+    last = journal.last_seq()
     try:
-        _replay(core, journal, start)
+        _replay(core, journal, start, last)
     except _DisagreementError as d:
         raise StoreCorruptError(
             f"{journal.path}: the journaled transition at seq {d.seq} does not apply "
             f"({d.message}); the journal is inconsistent and the run will not continue"
         ) from None
-    core.skip_to(journal.last_seq() + 1)
+    core.skip_to(last + 1)
     return core
 
 
@@ -103,6 +106,10 @@ def recover(weft_dir: Path, journal: Journal, *, use_snapshots: bool = True) -> 
             notes.append(f"{snapshot.name} is unusable: {e}")
             continue
         seq = core.journal_seq or 0
+        if seq > last:
+            # A reader of a live execution may read a snapshot written after it
+            # read the journal's end: look again before calling anything lost.
+            last = max(last, journal.last_seq())
         if seq > last:
             # Snapshots are written after their events commit (synchronous =
             # FULL), so the journal once reached seq: the rest is gone.
@@ -126,7 +133,7 @@ def recover(weft_dir: Path, journal: Journal, *, use_snapshots: bool = True) -> 
             )
             continue
         try:
-            replayed = _replay(core, journal, seq)
+            replayed = _replay(core, journal, seq, last)
         except _DisagreementError as d:
             notes.append(
                 f"{snapshot.name} disagrees with the journal at seq {d.seq} ({d.message}); "
