@@ -455,24 +455,72 @@ def test_run_refuses_before_creating_anything_what_a_codon_would_meet(tmp_path: 
     assert not (tmp_path / "managed").exists()
 
 
-def test_a_hank_whose_codons_changed_is_refused_with_the_difference(
-    world: dict[str, Any],
-) -> None:
+def _state(world: dict[str, Any]) -> dict[str, Any]:
+    state: dict[str, Any] = json.loads((world["execution"] / ".weft" / "state.json").read_text())
+    return state
+
+
+def _statuses(world: dict[str, Any]) -> dict[str, list[str]]:
+    """Codon id -> the status of each of its records, over every run."""
+    out: dict[str, list[str]] = {}
+    for run in _state(world)["runs"]:
+        for record in run["codons"]:
+            out.setdefault(record["codonId"], []).append(record["status"])
+    return out
+
+
+def _rewrite(world: dict[str, Any], *codons: dict[str, Any]) -> None:
     hank = world["project"] / "hank.json"
     doc = json.loads(hank.read_text())
-    doc["hank"] = [doc["hank"][0], codon("c")]  # b removed, c added
+    doc["hank"] = list(codons)
     hank.write_text(json.dumps(doc))
+
+
+def test_a_codon_added_after_what_ran_runs_on_resume(world: dict[str, Any]) -> None:
+    _rewrite(world, codon("a"), codon("b"), codon("c"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "resuming with the changed hank" in done.stdout
+    assert "The plan follows the changed hank after b: added c" in done.stdout
+    statuses = _statuses(world)
+    assert statuses["c"] == ["completed"]
+    assert statuses["a"] == ["completed"] and statuses["b"] == ["completed"]  # not rerun
+    assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "c"]
+
+
+def test_codons_removed_before_they_ran_do_not_run(world: dict[str, Any]) -> None:
+    crash = "@@fake:scenario=crash_before_init@@"
+    _rewrite(world, codon("a"), codon("b"), codon("c", prompt=crash), codon("d"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode != 0
+    assert "d" not in _statuses(world)
+    _rewrite(world, codon("a"), codon("b"), codon("e"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr + done.stdout
+    statuses = _statuses(world)
+    assert statuses["e"] == ["completed"]
+    assert "d" not in statuses
+    assert "completed" not in statuses["c"]  # its failed attempts only: it did not run again
+    assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "e"]
+
+
+def test_a_change_to_what_ran_is_refused_with_the_difference(world: dict[str, Any]) -> None:
+    before = _state(world)
+    _rewrite(world, codon("a", prompt="Other words.\n"), codon("b"))
     done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
     assert done.returncode == 2
-    assert "changed its codons" in done.stderr
-    assert "added c; removed b (was: a, b; now: a, c)" in done.stderr
+    assert "changed what execution" in done.stderr
+    assert "changed a, which already ran" in done.stderr
     assert "--new" in done.stderr
-    # A change inside the codons (same ids, same order) resumes with --yes.
-    doc["hank"] = [codon("a", prompt="Other words.\n"), codon("b")]
-    hank.write_text(json.dumps(doc))
+    _rewrite(world, codon("a"), codon("c"))
     done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
-    assert done.returncode == 0, done.stderr
-    assert "resuming with the changed hank" in done.stdout
+    assert done.returncode == 2
+    assert "removed b, which already ran (ran: a, b; now: a, c)" in done.stderr
+    _rewrite(world, codon("z"), codon("a"), codon("b"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 2
+    assert "no longer starts with what already ran (a, b)" in done.stderr
+    assert _state(world) == before  # nothing ran, nothing recorded
 
 
 def test_an_idle_timeout_setting_is_refused_not_ignored(world: dict[str, Any]) -> None:

@@ -497,6 +497,7 @@ def _prepare(
         keep_workspace=args.no_wipe,
         data_hash_time_limit=settings.data_hash_time_limit / 1000,
         prompt=ask_yes_no,
+        hank=loaded.hank,
     )
 
 

@@ -30,6 +30,7 @@ from weft.plan import ExecutionPlan, PlannedCodon
 from weft.progress import RunProgress
 from weft.runtime import rollback
 from weft.runtime.execution import PreparedExecution
+from weft.runtime.replan import Replan
 from weft.runtime.runner import CodonRunner
 from weft.runtime.sessions import Sleep
 from weft.server import ProtocolServer
@@ -208,6 +209,8 @@ class RuntimeState:
         self._signal = 0
         self._started = time.monotonic()
         self._thread: ExecutionThread | None = None
+        self._replan: Replan | None = None
+        """How a changed hank changes the stored plan (set by the run's start)."""
         self._finished = CompletedCodons()
         """The thread's finished codons, oldest first, for ``state.snapshot``
         (which sends what changed since the journal's previous one)."""

@@ -59,6 +59,7 @@ from weft.runtime import rollback, survivors
 from weft.runtime.attempt import Interrupt
 from weft.runtime.file_updates import FileUpdates
 from weft.runtime.recovery import Recovery
+from weft.runtime.replan import replan
 from weft.runtime.run_loop import RunLoop
 from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, Shutdown, new_run_id
 from weft.runtime.runner import CodonRunner
@@ -220,7 +221,12 @@ class Runtime(Steering, Recovery, RunLoop):
             self._on_state(state)
         if state.get("initialCheckpoint") is None:
             manager.transition(InitialCheckpointSet(sha=checkpoints.initial_sha))
-        if state["runs"]:
+        self._replan = None
+        if state["runs"] and self.prepared.hank_changed:
+            # Checked when the execution was prepared: the part that ran is unchanged.
+            self._replan = replan(state, self.hank.hank)
+            plan = self._replan.plan
+        elif state["runs"]:
             plan = ExecutionPlan.from_state(state["executionPlan"], self.hank.hank)
         else:
             plan = ExecutionPlan.from_hank(self.hank.hank)
