@@ -325,7 +325,7 @@ def test_another_hank_needs_rebind_and_says_so(world: dict[str, Any], tmp_path: 
     execution = world["execution"]
     other = tmp_path / "other.json"
     doc = json.loads((world["project"] / "hank.json").read_text())
-    doc["hank"][1]["promptText"] = "Other words.\n"
+    doc["hank"].append(codon("c"))  # what ran is unchanged: a rebind may follow it
     other.write_text(json.dumps(doc))
     refused = weft(
         "run",

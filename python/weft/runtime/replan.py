@@ -145,10 +145,10 @@ def _check_content(
     """Every kept stored entry is as the new hank writes it (a loop's later
     iterations compared with the same codon of iteration 0)."""
     by_codon: dict[tuple[str | None, str], dict[str, Any]] = {}
-    for entry in fresh:
-        context = entry.loop_context
-        key = (None if context is None else context.loop_id, entry.codon.id)
-        by_codon[key] = entry.to_state()["codon"]
+    for planned in fresh:
+        context = planned.loop_context
+        key = (None if context is None else context.loop_id, planned.codon.id)
+        by_codon[key] = planned.to_state()["codon"]
     changed: list[str] = []
     for entry in kept:
         codon = entry.get("codon") or {}
