@@ -484,7 +484,8 @@ def test_a_codon_added_after_what_ran_runs_on_resume(world: dict[str, Any]) -> N
     assert "The plan follows the changed hank after b: added c" in done.stdout
     statuses = _statuses(world)
     assert statuses["c"] == ["completed"]
-    assert statuses["a"] == ["completed"] and statuses["b"] == ["completed"]  # not rerun
+    assert statuses["a"] == ["completed"]
+    assert statuses["b"] == ["completed"]
     assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "c"]
 
 

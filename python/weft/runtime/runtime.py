@@ -59,7 +59,7 @@ from weft.runtime import rollback, survivors
 from weft.runtime.attempt import Interrupt
 from weft.runtime.file_updates import FileUpdates
 from weft.runtime.recovery import Recovery
-from weft.runtime.replan import replan
+from weft.runtime.replan import PrefixChangedError, replan
 from weft.runtime.run_loop import RunLoop
 from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, Shutdown, new_run_id
 from weft.runtime.runner import CodonRunner
@@ -223,8 +223,12 @@ class Runtime(Steering, Recovery, RunLoop):
             manager.transition(InitialCheckpointSet(sha=checkpoints.initial_sha))
         self._replan = None
         if state["runs"] and self.prepared.hank_changed:
-            # Checked when the execution was prepared: the part that ran is unchanged.
-            self._replan = replan(state, self.hank.hank)
+            # Checked when the execution was prepared with the hank: the part that
+            # ran is unchanged. Prepared without it, the older rule held (same
+            # codons), and a run whose finished codons changed keeps the stored plan.
+            with contextlib.suppress(PrefixChangedError):
+                self._replan = replan(state, self.hank.hank)
+        if self._replan is not None:
             plan = self._replan.plan
         elif state["runs"]:
             plan = ExecutionPlan.from_state(state["executionPlan"], self.hank.hank)
