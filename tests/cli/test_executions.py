@@ -524,11 +524,28 @@ def test_a_change_to_what_ran_is_refused_with_the_difference(world: dict[str, An
     assert _state(world) == before  # nothing ran, nothing recorded
 
 
-def test_an_idle_timeout_setting_is_refused_not_ignored(world: dict[str, Any]) -> None:
+def test_the_idle_timeout_reaches_the_server_from_the_flag_or_the_setting(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from weft.cli import build_parser
+    from weft.cli.run import _options, _settings
+    from weft.config.loader import load_hank
+
+    loaded = load_hank(world["project"] / "hank.json", check_environment=False)
+    args = build_parser().parse_args(["run", "--idle-timeout", "7"])
+    settings = _settings(args, loaded).config
+    assert _options(args, settings, {}).server_idle_timeout == 7
+    args = build_parser().parse_args(["run"])
+    assert _options(args, _settings(args, loaded).config, {}).server_idle_timeout == 0
+    monkeypatch.setenv("WEFT_RUNTIME_IDLE_TIMEOUT", "5")
+    assert _options(args, _settings(args, loaded).config, {}).server_idle_timeout == 5
+    # A run with it set goes through (it used to be refused).
     env = {**world["env"], "WEFT_RUNTIME_IDLE_TIMEOUT": "5"}
-    done = weft("run", "--headless", env=env, cwd=world["project"])
+    done = weft("run", "--headless", "--new", env=env, cwd=world["project"])
+    assert done.returncode == 0, done.stderr
+    done = weft("run", "--headless", "--idle-timeout", "256", env=env, cwd=world["project"])
     assert done.returncode == 2
-    assert "idleTimeout (closing idle WebSocket connections) is not supported" in done.stderr
+    assert "'256' is not a whole number of seconds from 0 to 255" in done.stderr
 
 
 def test_headless_lines_use_user_words_and_json_keeps_the_states(

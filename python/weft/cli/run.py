@@ -30,7 +30,6 @@ from weft.config.copies import check_copy_bounds
 from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
 from weft.config.preflight import agent_cli_problems
-from weft.config.problems import ConfigProblem
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
@@ -59,6 +58,16 @@ def _positive(text: str) -> float:
         value = -1.0
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def _idle_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds from 0 to 255")
     return value
 
 
@@ -158,6 +167,13 @@ def register(commands: Any) -> None:
         "the new one as <name>_<n>_<time><ext>)",
     )
     parser.add_argument(
+        "--idle-timeout",
+        type=_idle_seconds,
+        metavar="SECONDS",
+        help="ping each WebSocket client every SECONDS and close one that does not answer "
+        "within SECONDS (0-255; default 0: idle clients are never closed)",
+    )
+    parser.add_argument(
         "--shim-idle-timeout",
         type=int,
         metavar="SECONDS",
@@ -214,21 +230,6 @@ def run(args: argparse.Namespace) -> int:
         if refused is not None:
             print(f"weft: error: {refused}", file=sys.stderr)
             return 2
-        if settings.idle_timeout:
-            # Accepted by the schema (the reference's key) but not built: refused, not ignored.
-            origin = resolved.sources.get("idleTimeout", "a setting")
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        file=f"runtime settings ({origin})",
-                        path="idleTimeout",
-                        message="idleTimeout (closing idle WebSocket connections) is not "
-                        "supported by this Weft",
-                        code="unsupported_setting",
-                        hint="remove it or set it to 0; agent sessions have --shim-idle-timeout",
-                    )
-                ]
-            )
         # Before anything is created or spent: a codon's agent CLI must be there.
         missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
         if missing:
@@ -439,6 +440,7 @@ def _settings(
         cli={
             "model": args.model,
             "shimIdleTimeout": args.shim_idle_timeout,
+            "idleTimeout": args.idle_timeout,
             "autostart": False if args.no_autostart else None,
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
@@ -550,6 +552,7 @@ def _options(
         autostart=settings.autostart,
         ignore_rig_failures=args.ignore_rig_failures or settings.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,
+        server_idle_timeout=settings.idle_timeout,
         host=args.host or "127.0.0.1",
         port=settings.port,
         allow_anonymous_read=settings.allow_anonymous_read,

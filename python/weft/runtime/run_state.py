@@ -55,6 +55,9 @@ class RuntimeOptions:
     """0: a free port (the lock file and ``Runtime.server`` tell which)."""
     allow_anonymous_read: bool = False
     """Let loopback clients read the run without a token (``--allow-anonymous-read``)."""
+    server_idle_timeout: int = 0
+    """Seconds between the server's pings to each client, and for its answer; a client
+    that does not answer is closed (``--idle-timeout``). 0: clients are never closed idle."""
     output_dir: Path | None = None
     """Where codons' ``outputFiles`` are copied (``-o``); None: nowhere."""
     overwrite_output: bool = False

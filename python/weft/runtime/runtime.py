@@ -185,6 +185,7 @@ class Runtime(Steering, Recovery, RunLoop):
             host=self.options.host,
             port=self.options.port,
             allow_anonymous_read=self.options.allow_anonymous_read,
+            idle_timeout=self.options.server_idle_timeout,
             info=ServerInfo(
                 execution_path=str(self.layout.root),
                 agent_root_path=str(self.layout.workspace),
