@@ -559,3 +559,42 @@ def test_headless_lines_use_user_words_and_json_keeps_the_states(
     assert "a: starting the agent" in done.stdout
     raw = weft("run", "--new", "--json", env=world["env"], cwd=world["project"])
     assert '"completing-sentinels"' in raw.stdout
+
+
+def test_verbose_lines_show_the_agents_tool_calls_and_messages(tmp_path: Path) -> None:
+    from tests.runtime.hanks import write_file
+
+    hank = write_hank(tmp_path / "v", codon("a", write_file("notes.md", "hello")))
+    env = subprocess_environment(tmp_path)
+    done = weft("run", "--verbose", env=env, cwd=hank.parent)  # no TTY needed: lines
+    assert done.returncode == 0, done.stderr
+    assert "a: tool Write notes.md" in done.stdout
+    assert "a: Write ok" in done.stdout
+    assert "a: says: " in done.stdout
+    plain = weft("run", "--new", "--headless", env=env, cwd=hank.parent)
+    assert "a: tool Write" not in plain.stdout
+    both = weft("run", "--new", "--json", "--verbose", env=env, cwd=hank.parent)
+    assert both.returncode == 2
+    assert "--json already prints every event" in both.stderr
+
+
+def test_a_closed_pipe_ends_a_command_quietly(world: dict[str, Any]) -> None:
+    for command in ("ls", "status", "thread", "checkpoints"):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before anything is written (| head, done)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "weft", command],
+                env=world["env"],
+                cwd=world["project"],
+                stdin=subprocess.DEVNULL,
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=TIMEOUT,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        assert done.returncode == 141, (command, done.stderr)
+        assert done.stderr == "", command

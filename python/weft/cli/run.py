@@ -197,6 +197,13 @@ def register(commands: Any) -> None:
         "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
     )
     output.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="plain lines (as --headless) that also show the agent's tool calls, their results "
+        "and its messages",
+    )
     parser.set_defaults(run=run, run_parser=parser)
 
 
@@ -205,6 +212,13 @@ def run(args: argparse.Namespace) -> int:
     execution, then run it under a view."""
     from weft.cli.view import RunSummary, make_view
 
+    if args.json and args.verbose:
+        print(
+            "weft: error: --verbose shows more lines; --json already prints every event: "
+            "pass one of them",
+            file=sys.stderr,
+        )
+        return 2
     try:
         hank_path, data_path = _inputs(args)
         loaded = load_hank(hank_path, model=args.model)
@@ -241,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
-    view = make_view(mode, sys.stdout)
+    view = make_view(mode, sys.stdout, verbose=args.verbose)
     for note in _opening_notes(prepared, loaded, settings):
         view.note(note)
     if getattr(args, "rebound", None):
@@ -387,7 +401,19 @@ def _names_hank(arg: str) -> bool:
 
 
 CONTINUE_SKIPS = frozenset(
-    {"paths", "execution", "new", "force", "yes", "rebind", "copy", "no_wipe", "headless", "json"}
+    {
+        "paths",
+        "execution",
+        "new",
+        "force",
+        "yes",
+        "rebind",
+        "copy",
+        "no_wipe",
+        "headless",
+        "json",
+        "verbose",
+    }
 )
 """Options the continue command leaves out: they choose or reshape the execution (it is
 named by --execution), or the output format, which the next caller picks."""
