@@ -505,6 +505,21 @@ def test_codons_removed_before_they_ran_do_not_run(world: dict[str, Any]) -> Non
     assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "e"]
 
 
+def test_codons_removed_after_a_stopped_run_stay_removed(world: dict[str, Any]) -> None:
+    # A budget stops the run with d left to run (the thread did not fail).
+    _rewrite(world, codon("a"), codon("b"), codon("c"), codon("d"))
+    args = ("run", "--headless", "--yes", "--max-cost", "0.05")
+    done = weft(*args, env=world["env"], cwd=world["project"])
+    assert done.returncode == 1, done.stderr + done.stdout
+    assert "d" not in _statuses(world)
+    _rewrite(world, codon("a"), codon("b"), codon("c"))
+    for _ in range(2):  # the removal is journaled: the next resume does not bring d back
+        done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert "d" not in _statuses(world)
+    assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "c"]
+
+
 def test_a_change_to_what_ran_is_refused_with_the_difference(world: dict[str, Any]) -> None:
     before = _state(world)
     _rewrite(world, codon("a", prompt="Other words.\n"), codon("b"))

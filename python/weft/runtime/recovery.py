@@ -89,8 +89,10 @@ class Recovery(RuntimeState):
             after = newest.codon_id if newest is not None and newest.codon_id in plan else None
             following = plan.next_codon(after)
             next_id = None if following is None else following.codon_id
-        if next_id is None:
+        if next_id is None and not (self._replan is not None and self._replan.changed):
             return None
+        # A changed plan with nothing left still starts a run: it journals the change
+        # (codons removed), or the next resume would run them from the stored plan.
         return await self._continue(manager, checkpoints, state, thread, plan, run_id, next_id)
 
     async def _after_failure(
@@ -142,7 +144,7 @@ class Recovery(RuntimeState):
         thread: ExecutionThread,
         plan: ExecutionPlan,
         run_id: str,
-        next_id: str,
+        next_id: str | None,
     ) -> Start:
         """A continuation after the thread's newest codon with a confirmed
         checkpoint, on to ``next_id``; with none, a clean restart and a fresh run."""
@@ -165,7 +167,7 @@ class Recovery(RuntimeState):
                 manager, checkpoints, ExecutionPlan.from_hank(self.hank.hank), run_id
             )
         sha = terminal[-1]
-        current = plan.get(next_id)
+        current = None if next_id is None else plan.get(next_id)
         if current is not None:
             # Everything the codon about to run may touch goes back to the
             # checkpoint, its own patterns included: a half-done attempt leaves nothing.
