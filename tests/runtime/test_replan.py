@@ -7,10 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from tests.runtime.hanks import codon, loop, write_hank
 
 from weft.config.loader import load_hank
 from weft.config.schema import Hank
+from weft.events.transitions import PlanExtended, PlanTrimmed
 from weft.plan import ExecutionPlan
 from weft.runtime.replan import PrefixChangedError, replan
 
@@ -98,3 +101,35 @@ def test_a_changed_loop_codon_that_ran_is_refused(tmp_path: Path) -> None:
     state = state_of(ExecutionPlan.from_hank(old), ["x#0"])
     with pytest.raises(PrefixChangedError, match=r"changed x#0, which already ran"):
         replan(state, new)
+
+
+@given(
+    old=st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=6, unique=True),
+    ran=st.integers(min_value=0, max_value=6),
+    tail=st.lists(st.sampled_from("abcdefghxyz"), max_size=5, unique=True),
+)
+@settings(max_examples=60, deadline=None)
+def test_the_journaled_change_turns_the_stored_plan_into_the_new_one(
+    tmp_path_factory: pytest.TempPathFactory, old: list[str], ran: int, tail: list[str]
+) -> None:
+    tmp = tmp_path_factory.mktemp("h")
+    ran = min(ran, len(old))
+    done = old[:ran]
+    new_ids = done + [c for c in tail if c not in done]
+    assume(new_ids)  # a hank has at least one item
+    stored = ExecutionPlan.from_hank(hank_of(tmp, *(codon(c) for c in old)))
+    result = replan(state_of(stored, done), hank_of(tmp, *(codon(c) for c in new_ids)))
+    assert ids(result.plan) == new_ids
+    # Applying the transitions as the reducer does gives the same plan.
+    plan = ids(stored)
+    for transition in result.transitions("r"):
+        if isinstance(transition, PlanTrimmed):
+            plan = [c for c in plan if c not in transition.codon_ids]
+        else:
+            assert isinstance(transition, PlanExtended)
+            at = plan.index(transition.after_codon_id) + 1
+            plan[at:at] = [e.codon_id for e in transition.entries]
+    if result.after is not None:
+        assert plan == new_ids
+    else:
+        assert not done  # nothing ran: the run is a fresh one, with the new plan

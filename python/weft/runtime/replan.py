@@ -101,20 +101,18 @@ def replan(state: Mapping[str, Any], hank: Hank) -> Replan:
     stored: Sequence[Mapping[str, Any]] = state.get("executionPlan") or ()
     finished = finished_ids(state)
     items: list[str] = []
+    last_ran = -1  # the index in ``items`` of the last item with a finished codon
     for entry in stored:
         item = _item_of(entry)
         if not items or items[-1] != item:
             items.append(item)
-    ran = [
-        i
-        for i, item in enumerate(items)
-        if any(_item_of(e) == item and e.get("codonId") in finished for e in stored)
-    ]
-    prefix = items[: ran[-1] + 1] if ran else []
+        if entry.get("codonId") in finished:
+            last_ran = len(items) - 1
+    prefix = items[: last_ran + 1]
     fresh = ExecutionPlan.from_hank(hank)
     now = [f"loop {item.id}" if isinstance(item, Loop) else item.id for item in hank.hank]
     if now[: len(prefix)] != prefix:
-        raise PrefixChangedError(_difference(prefix, now, finished))
+        raise PrefixChangedError(_difference(prefix, now))
     kept_raw = [e for e in stored if _item_of(e) in prefix]
     _check_content(kept_raw, fresh, finished)
     kept = ExecutionPlan.from_state(kept_raw, hank).entries
@@ -129,14 +127,16 @@ def replan(state: Mapping[str, Any], hank: Hank) -> Replan:
     )
 
 
-def _difference(prefix: list[str], now: list[str], finished: set[str]) -> str:
+def _difference(prefix: list[str], now: list[str]) -> str:
+    """What changed in the part that ran, and both orders: ``prefix`` (the items that
+    ran, up to the last one) and ``now`` (the new hank's items)."""
     gone = [item for item in prefix if item not in now]
-    parts = []
-    if gone:
-        parts.append(f"removed {', '.join(gone)}, which already ran")
-    else:
-        parts.append(f"the hank no longer starts with what already ran ({', '.join(prefix)})")
-    return f"{'; '.join(parts)} (ran: {', '.join(prefix)}; now: {', '.join(now) or 'nothing'})"
+    what = (
+        f"removed {', '.join(gone)}, which already ran"
+        if gone
+        else f"the hank no longer starts with what already ran ({', '.join(prefix)})"
+    )
+    return f"{what} (ran: {', '.join(prefix)}; now: {', '.join(now) or 'nothing'})"
 
 
 def _check_content(
