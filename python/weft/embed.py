@@ -111,6 +111,7 @@ def open_execution(
         interactive=False,
         base_dir=base_dir,
         data_hash_time_limit=settings.data_hash_time_limit / 1000,
+        hank=loaded.hank,
     )
     options = RuntimeOptions(
         autostart=settings.autostart,

@@ -325,7 +325,7 @@ def test_another_hank_needs_rebind_and_says_so(world: dict[str, Any], tmp_path: 
     execution = world["execution"]
     other = tmp_path / "other.json"
     doc = json.loads((world["project"] / "hank.json").read_text())
-    doc["hank"][1]["promptText"] = "Other words.\n"
+    doc["hank"].append(codon("c"))  # what ran is unchanged: a rebind may follow it
     other.write_text(json.dumps(doc))
     refused = weft(
         "run",
@@ -455,31 +455,112 @@ def test_run_refuses_before_creating_anything_what_a_codon_would_meet(tmp_path: 
     assert not (tmp_path / "managed").exists()
 
 
-def test_a_hank_whose_codons_changed_is_refused_with_the_difference(
-    world: dict[str, Any],
-) -> None:
+def _state(world: dict[str, Any]) -> dict[str, Any]:
+    state: dict[str, Any] = json.loads((world["execution"] / ".weft" / "state.json").read_text())
+    return state
+
+
+def _statuses(world: dict[str, Any]) -> dict[str, list[str]]:
+    """Codon id -> the status of each of its records, over every run."""
+    out: dict[str, list[str]] = {}
+    for run in _state(world)["runs"]:
+        for record in run["codons"]:
+            out.setdefault(record["codonId"], []).append(record["status"])
+    return out
+
+
+def _rewrite(world: dict[str, Any], *codons: dict[str, Any]) -> None:
     hank = world["project"] / "hank.json"
     doc = json.loads(hank.read_text())
-    doc["hank"] = [doc["hank"][0], codon("c")]  # b removed, c added
+    doc["hank"] = list(codons)
     hank.write_text(json.dumps(doc))
+
+
+def test_a_codon_added_after_what_ran_runs_on_resume(world: dict[str, Any]) -> None:
+    _rewrite(world, codon("a"), codon("b"), codon("c"))
     done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
-    assert done.returncode == 2
-    assert "changed its codons" in done.stderr
-    assert "added c; removed b (was: a, b; now: a, c)" in done.stderr
-    assert "--new" in done.stderr
-    # A change inside the codons (same ids, same order) resumes with --yes.
-    doc["hank"] = [codon("a", prompt="Other words.\n"), codon("b")]
-    hank.write_text(json.dumps(doc))
-    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr + done.stdout
     assert "resuming with the changed hank" in done.stdout
+    assert "The plan follows the changed hank after b: added c" in done.stdout
+    statuses = _statuses(world)
+    assert statuses["c"] == ["completed"]
+    assert statuses["a"] == ["completed"]
+    assert statuses["b"] == ["completed"]
+    assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "c"]
 
 
-def test_an_idle_timeout_setting_is_refused_not_ignored(world: dict[str, Any]) -> None:
-    env = {**world["env"], "WEFT_RUNTIME_IDLE_TIMEOUT": "5"}
-    done = weft("run", "--headless", env=env, cwd=world["project"])
+def test_codons_removed_before_they_ran_do_not_run(world: dict[str, Any]) -> None:
+    crash = "@@fake:scenario=crash_before_init@@"
+    _rewrite(world, codon("a"), codon("b"), codon("c", prompt=crash), codon("d"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode != 0
+    assert "d" not in _statuses(world)
+    _rewrite(world, codon("a"), codon("b"), codon("e"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr + done.stdout
+    statuses = _statuses(world)
+    assert statuses["e"] == ["completed"]
+    assert "d" not in statuses
+    assert "completed" not in statuses["c"]  # its failed attempts only: it did not run again
+    assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "e"]
+
+
+def test_codons_removed_after_a_stopped_run_stay_removed(world: dict[str, Any]) -> None:
+    # A budget stops the run with d left to run (the thread did not fail).
+    _rewrite(world, codon("a"), codon("b"), codon("c"), codon("d"))
+    args = ("run", "--headless", "--yes", "--max-cost", "0.05")
+    done = weft(*args, env=world["env"], cwd=world["project"])
+    assert done.returncode == 1, done.stderr + done.stdout
+    assert "d" not in _statuses(world)
+    _rewrite(world, codon("a"), codon("b"), codon("c"))
+    for _ in range(2):  # the removal is journaled: the next resume does not bring d back
+        done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert "d" not in _statuses(world)
+    assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "c"]
+
+
+def test_a_change_to_what_ran_is_refused_with_the_difference(world: dict[str, Any]) -> None:
+    before = _state(world)
+    _rewrite(world, codon("a", prompt="Other words.\n"), codon("b"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
     assert done.returncode == 2
-    assert "idleTimeout (closing idle WebSocket connections) is not supported" in done.stderr
+    assert "changed what execution" in done.stderr
+    assert "changed a, which already ran" in done.stderr
+    assert "--new" in done.stderr
+    _rewrite(world, codon("a"), codon("c"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 2
+    assert "removed b, which already ran (ran: a, b; now: a, c)" in done.stderr
+    _rewrite(world, codon("z"), codon("a"), codon("b"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 2
+    assert "no longer starts with what already ran (a, b)" in done.stderr
+    assert _state(world) == before  # nothing ran, nothing recorded
+
+
+def test_the_idle_timeout_reaches_the_server_from_the_flag_or_the_setting(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from weft.cli import build_parser
+    from weft.cli.run import _options, _settings
+    from weft.config.loader import load_hank
+
+    loaded = load_hank(world["project"] / "hank.json", check_environment=False)
+    args = build_parser().parse_args(["run", "--idle-timeout", "7"])
+    settings = _settings(args, loaded).config
+    assert _options(args, settings, {}).server_idle_timeout == 7
+    args = build_parser().parse_args(["run"])
+    assert _options(args, _settings(args, loaded).config, {}).server_idle_timeout == 0
+    monkeypatch.setenv("WEFT_RUNTIME_IDLE_TIMEOUT", "5")
+    assert _options(args, _settings(args, loaded).config, {}).server_idle_timeout == 5
+    # A run with it set goes through (it used to be refused).
+    env = {**world["env"], "WEFT_RUNTIME_IDLE_TIMEOUT": "5"}
+    done = weft("run", "--headless", "--new", env=env, cwd=world["project"])
+    assert done.returncode == 0, done.stderr
+    done = weft("run", "--headless", "--idle-timeout", "256", env=env, cwd=world["project"])
+    assert done.returncode == 2
+    assert "'256' is not a whole number of seconds from 0 to 255" in done.stderr
 
 
 def test_headless_lines_use_user_words_and_json_keeps_the_states(
@@ -493,3 +574,42 @@ def test_headless_lines_use_user_words_and_json_keeps_the_states(
     assert "a: starting the agent" in done.stdout
     raw = weft("run", "--new", "--json", env=world["env"], cwd=world["project"])
     assert '"completing-sentinels"' in raw.stdout
+
+
+def test_verbose_lines_show_the_agents_tool_calls_and_messages(tmp_path: Path) -> None:
+    from tests.runtime.hanks import write_file
+
+    hank = write_hank(tmp_path / "v", codon("a", write_file("notes.md", "hello")))
+    env = subprocess_environment(tmp_path)
+    done = weft("run", "--verbose", env=env, cwd=hank.parent)  # no TTY needed: lines
+    assert done.returncode == 0, done.stderr
+    assert "a: tool Write notes.md" in done.stdout
+    assert "a: Write ok" in done.stdout
+    assert "a: says: " in done.stdout
+    plain = weft("run", "--new", "--headless", env=env, cwd=hank.parent)
+    assert "a: tool Write" not in plain.stdout
+    both = weft("run", "--new", "--json", "--verbose", env=env, cwd=hank.parent)
+    assert both.returncode == 2
+    assert "--json already prints every event" in both.stderr
+
+
+def test_a_closed_pipe_ends_a_command_quietly(world: dict[str, Any]) -> None:
+    for command in ("ls", "status", "thread", "checkpoints"):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before anything is written (| head, done)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "weft", command],
+                env=world["env"],
+                cwd=world["project"],
+                stdin=subprocess.DEVNULL,
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=TIMEOUT,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        assert done.returncode == 141, (command, done.stderr)
+        assert done.stderr == "", command

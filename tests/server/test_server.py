@@ -509,3 +509,58 @@ async def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     async with running(tmp_path) as h:
         with pytest.raises(ServerError, match=f"cannot listen on 127.0.0.1:{h.server.port}"):
             await start_server(h.manager, h.store, port=h.server.port)
+
+
+# --------------------------------------------------------------------------- idle clients
+
+
+async def _silent_client(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that completes the WebSocket upgrade by hand, then never answers anything
+    (a hung or vanished peer whose TCP connection stays open)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101")
+    return reader, writer
+
+
+async def test_an_idle_timeout_closes_a_client_that_stops_answering_pings(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as h:
+        server = await start_server(h.manager, h.store, idle_timeout=0.5)
+        try:
+            reader, writer = await _silent_client(server.port)
+            async with raw(server.url) as alive:
+                await alive.handshake(token=server.read_token)
+                # Ping at 0.5 s, no pong by 1 s: closed (1011), the TCP connection
+                # dropped after the close timeout, since the silent peer never answers.
+                async with asyncio.timeout(10):
+                    received = await reader.read(-1)
+                writer.close()
+                assert received[0] == 0x89  # a ping frame came first
+                assert b"\x88" in received  # then a close frame
+                assert (1011).to_bytes(2, "big") in received
+                # A client that answers pings (as every WebSocket library does) stays.
+                await alive.send({"id": 7, "type": "ping"})
+                assert (await alive.recv())["type"] == "pong"
+        finally:
+            await server.close()
+
+
+async def test_without_an_idle_timeout_a_silent_client_is_neither_pinged_nor_closed(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as h:
+        server = await start_server(h.manager, h.store)
+        try:
+            reader, writer = await _silent_client(server.port)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(1.5):
+                    await reader.read(1)
+            writer.close()
+        finally:
+            await server.close()

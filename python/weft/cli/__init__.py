@@ -97,8 +97,40 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+SIGPIPE_EXIT = 141
+"""Exit status when the reader of stdout went away mid-output (128 + SIGPIPE, as a
+command killed by the signal reports it in a shell)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``weft`` and ``python -m weft``."""
+    """Entry point of ``weft`` and ``python -m weft``.
+
+    ``weft ... | head``: when the reader closes the pipe, the command stops
+    quietly (no traceback, no "Exception ignored" at exit) with
+    :data:`SIGPIPE_EXIT`; a run whose view already stopped writing keeps its
+    own exit status.
+    """
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit, where a failure cannot be caught
+    except BrokenPipeError:
+        _drop_stdout()
+        return SIGPIPE_EXIT
+    return code
+
+
+def _drop_stdout() -> None:
+    # The Python documentation's recipe (signal module, "Note on SIGPIPE"): point
+    # stdout at /dev/null so the interpreter's final flush does not fail again.
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _main(argv: Sequence[str] | None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     if arguments in (["-V"], ["--version"]):
         return _version()

@@ -91,6 +91,13 @@ def register(commands: Any) -> None:
     output.add_argument(
         "--json", action="store_true", help="every event as a JSON line (the whole journal first)"
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="plain lines (as --headless) that also show the agent's tool calls, their results "
+        "and its messages",
+    )
     parser.set_defaults(run=run)
 
 
@@ -464,7 +471,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
-    view = make_view(mode, sys.stdout)
+    if args.json and args.verbose:
+        print(
+            "weft: error: --verbose shows more lines; --json already prints every event: "
+            "pass one of them",
+            file=sys.stderr,
+        )
+        return 2
+    view = make_view(mode, sys.stdout, verbose=args.verbose)
     keys_from = None if args.json else sys.stdin
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

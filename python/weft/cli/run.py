@@ -30,7 +30,6 @@ from weft.config.copies import check_copy_bounds
 from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
 from weft.config.preflight import agent_cli_problems
-from weft.config.problems import ConfigProblem
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
@@ -59,6 +58,16 @@ def _positive(text: str) -> float:
         value = -1.0
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def _idle_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds from 0 to 255")
     return value
 
 
@@ -158,6 +167,13 @@ def register(commands: Any) -> None:
         "the new one as <name>_<n>_<time><ext>)",
     )
     parser.add_argument(
+        "--idle-timeout",
+        type=_idle_seconds,
+        metavar="SECONDS",
+        help="ping each WebSocket client every SECONDS and close one that does not answer "
+        "within SECONDS (0-255; default 0: idle clients are never closed)",
+    )
+    parser.add_argument(
         "--shim-idle-timeout",
         type=int,
         metavar="SECONDS",
@@ -181,6 +197,13 @@ def register(commands: Any) -> None:
         "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
     )
     output.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="plain lines (as --headless) that also show the agent's tool calls, their results "
+        "and its messages",
+    )
     parser.set_defaults(run=run, run_parser=parser)
 
 
@@ -189,6 +212,13 @@ def run(args: argparse.Namespace) -> int:
     execution, then run it under a view."""
     from weft.cli.view import RunSummary, make_view
 
+    if args.json and args.verbose:
+        print(
+            "weft: error: --verbose shows more lines; --json already prints every event: "
+            "pass one of them",
+            file=sys.stderr,
+        )
+        return 2
     try:
         hank_path, data_path = _inputs(args)
         loaded = load_hank(hank_path, model=args.model)
@@ -214,21 +244,6 @@ def run(args: argparse.Namespace) -> int:
         if refused is not None:
             print(f"weft: error: {refused}", file=sys.stderr)
             return 2
-        if settings.idle_timeout:
-            # Accepted by the schema (the reference's key) but not built: refused, not ignored.
-            origin = resolved.sources.get("idleTimeout", "a setting")
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        file=f"runtime settings ({origin})",
-                        path="idleTimeout",
-                        message="idleTimeout (closing idle WebSocket connections) is not "
-                        "supported by this Weft",
-                        code="unsupported_setting",
-                        hint="remove it or set it to 0; agent sessions have --shim-idle-timeout",
-                    )
-                ]
-            )
         # Before anything is created or spent: a codon's agent CLI must be there.
         missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
         if missing:
@@ -240,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
-    view = make_view(mode, sys.stdout)
+    view = make_view(mode, sys.stdout, verbose=args.verbose)
     for note in _opening_notes(prepared, loaded, settings):
         view.note(note)
     if getattr(args, "rebound", None):
@@ -386,7 +401,19 @@ def _names_hank(arg: str) -> bool:
 
 
 CONTINUE_SKIPS = frozenset(
-    {"paths", "execution", "new", "force", "yes", "rebind", "copy", "no_wipe", "headless", "json"}
+    {
+        "paths",
+        "execution",
+        "new",
+        "force",
+        "yes",
+        "rebind",
+        "copy",
+        "no_wipe",
+        "headless",
+        "json",
+        "verbose",
+    }
 )
 """Options the continue command leaves out: they choose or reshape the execution (it is
 named by --execution), or the output format, which the next caller picks."""
@@ -439,6 +466,7 @@ def _settings(
         cli={
             "model": args.model,
             "shimIdleTimeout": args.shim_idle_timeout,
+            "idleTimeout": args.idle_timeout,
             "autostart": False if args.no_autostart else None,
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
@@ -497,6 +525,7 @@ def _prepare(
         keep_workspace=args.no_wipe,
         data_hash_time_limit=settings.data_hash_time_limit / 1000,
         prompt=ask_yes_no,
+        hank=loaded.hank,
     )
 
 
@@ -549,6 +578,7 @@ def _options(
         autostart=settings.autostart,
         ignore_rig_failures=args.ignore_rig_failures or settings.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,
+        server_idle_timeout=settings.idle_timeout,
         host=args.host or "127.0.0.1",
         port=settings.port,
         allow_anonymous_read=settings.allow_anonymous_read,

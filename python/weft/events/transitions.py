@@ -265,8 +265,8 @@ class InitialCheckpointSet(Transition):
 
 
 class PlanExtended(Transition):
-    """Inserts plan entries (a loop's next iteration) right after the entry
-    ``after_codon_id``, while ``run_id`` is running."""
+    """Inserts plan entries (a loop's next iteration, or a changed hank's codons
+    on resume) right after the entry ``after_codon_id``, while ``run_id`` is running."""
 
     run_id: str
     after_codon_id: str
@@ -274,8 +274,8 @@ class PlanExtended(Transition):
 
 
 class PlanTrimmed(Transition):
-    """Removes plan entries (the rest of a loop that ended early), while
-    ``run_id`` is running."""
+    """Removes plan entries (the rest of a loop that ended early, or what a changed
+    hank replaces on resume), while ``run_id`` is running."""
 
     run_id: str
     codon_ids: list[str]

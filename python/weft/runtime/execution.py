@@ -51,6 +51,7 @@ from typing import Any
 import msgspec
 
 from weft.clock import utc_now_iso
+from weft.config.schema import Hank
 from weft.errors import LockHeldError
 from weft.runtime.basedir import BASE_DIR_ENV, managed_base_dir
 from weft.runtime.datahash import DEFAULT_DATA_HASH_TIME_LIMIT, DataHash, hank_hash, hash_data
@@ -73,6 +74,7 @@ from weft.runtime.meta import (
     weft_version,
     write_meta,
 )
+from weft.runtime.replan import PrefixChangedError, replan
 from weft.runtime.setup_errors import (
     DataMismatchError,
     ExecutionMetaError,
@@ -153,6 +155,7 @@ class _Context:
     copy: bool
     time_limit: float
     prompt: Prompt | None
+    hank: Hank | None = None
     warnings: list[str] = field(default_factory=list)
     _data_hash: DataHash | None = None
 
@@ -194,6 +197,7 @@ def prepare_execution(
     keep_workspace: bool = False,
     data_hash_time_limit: float = DEFAULT_DATA_HASH_TIME_LIMIT,
     prompt: Prompt | None = None,
+    hank: Hank | None = None,
 ) -> PreparedExecution:
     """Creates or resumes the execution for ``hank_path`` on ``data_path``.
 
@@ -203,7 +207,10 @@ def prepare_execution(
     without one, a question is refused as in non-interactive mode). ``copy``
     copies the data instead of linking it. ``force`` also relinks an explicit execution to different
     data. ``data_hash_time_limit`` is in seconds (the hank's
-    ``overrides.dataHashTimeLimit`` is in milliseconds). Raises
+    ``overrides.dataHashTimeLimit`` is in milliseconds). ``hank`` is the loaded
+    hank (as the run will see it, ``-m`` applied): with it, a resume whose hank
+    changed is checked against what already ran (:mod:`weft.runtime.replan`);
+    without it, any change of the hank's codons is refused. Raises
     :class:`ExecutionSetupError` subclasses; user data is never deleted. A
     full disk raises :class:`~weft.errors.StorageFullError` naming the file.
     """
@@ -221,6 +228,7 @@ def prepare_execution(
             keep_workspace=keep_workspace,
             data_hash_time_limit=data_hash_time_limit,
             prompt=prompt,
+            hank=hank,
         )
     except OSError as e:
         where = e.filename or "the execution directory"
@@ -245,6 +253,7 @@ def _prepare(
     keep_workspace: bool,
     data_hash_time_limit: float,
     prompt: Prompt | None,
+    hank: Hank | None = None,
 ) -> PreparedExecution:
     hank_path = Path(hank_path).absolute()
     if not hank_path.is_file():
@@ -265,6 +274,7 @@ def _prepare(
         copy=copy,
         time_limit=data_hash_time_limit,
         prompt=prompt,
+        hank=hank,
     )
     base = managed_base_dir(base_dir)
     if execution_dir is not None:
@@ -583,8 +593,25 @@ def _structure_of_hank(path: Path) -> list[str] | None:
 
 
 def _check_structure(layout: ExecutionLayout, ctx: _Context) -> None:
-    """Refuses (even with ``--yes``) a changed hank whose codons or loops differ from the
-    plan the execution runs: resuming would run removed codons and never the added ones."""
+    """Refuses (even with ``--yes``) a changed hank the execution cannot follow: with
+    the loaded hank, one whose part that already ran changed (:mod:`weft.runtime.replan`);
+    without it, one whose codons or loops differ from the stored plan."""
+    if ctx.hank is not None:
+        try:
+            state = msgspec.json.decode((layout.weft_dir / "state.json").read_bytes())
+        except (OSError, msgspec.DecodeError):
+            return  # no run yet (or a damaged state, which the run reports)
+        try:
+            replan(state, ctx.hank)
+        except PrefixChangedError as exc:
+            raise HankChangedError(
+                f"{ctx.hank_path} changed what execution {layout.execution_id} already ran: "
+                f"{exc}. An execution resumes with a changed hank only when the codons that "
+                "ran are unchanged (codons after them may be added, removed or edited). "
+                "Choose: run the changed hank in a new execution (--new), or restore the "
+                "codons that ran to resume this one"
+            ) from None
+        return
     was, now = _structure_of_plan(layout), _structure_of_hank(ctx.hank_path)
     if was is None or now is None or was == now:
         return

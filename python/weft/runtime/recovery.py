@@ -82,9 +82,18 @@ class Recovery(RuntimeState):
             return await self._fresh(manager, checkpoints, plan, run_id)
         if thread.failed:
             return await self._after_failure(manager, checkpoints, state, thread, plan, run_id)
-        if thread.next_codon_id is None:
+        next_id = thread.next_codon_id
+        if self._replan is not None and self._replan.changed and not thread.has_running_codon:
+            # The thread computed its next codon on the stored plan; the run follows the new one.
+            newest = thread.codons[0] if len(thread.codons) else None
+            after = newest.codon_id if newest is not None and newest.codon_id in plan else None
+            following = plan.next_codon(after)
+            next_id = None if following is None else following.codon_id
+        if next_id is None and not (self._replan is not None and self._replan.changed):
             return None
-        return await self._continue(manager, checkpoints, state, thread, plan, run_id)
+        # A changed plan with nothing left still starts a run: it journals the change
+        # (codons removed), or the next resume would run them from the stored plan.
+        return await self._continue(manager, checkpoints, state, thread, plan, run_id, next_id)
 
     async def _after_failure(
         self,
@@ -123,6 +132,7 @@ class Recovery(RuntimeState):
             server_pid=os.getpid(),
             emit=self._emit,
         )
+        self._journal_replan(manager, run_id)
         current = plan.get(target.codon_id) if target.after_codon is None else None
         return plan, current or plan.next_codon(target.codon_id), target.sha
 
@@ -134,11 +144,10 @@ class Recovery(RuntimeState):
         thread: ExecutionThread,
         plan: ExecutionPlan,
         run_id: str,
+        next_id: str | None,
     ) -> Start:
         """A continuation after the thread's newest codon with a confirmed
-        checkpoint; with none, a clean restart and a fresh run."""
-        next_id = thread.next_codon_id
-        assert next_id is not None
+        checkpoint, on to ``next_id``; with none, a clean restart and a fresh run."""
         newest = thread.codons[0] if len(thread.codons) else None
         terminal = [
             cp.sha
@@ -158,7 +167,7 @@ class Recovery(RuntimeState):
                 manager, checkpoints, ExecutionPlan.from_hank(self.hank.hank), run_id
             )
         sha = terminal[-1]
-        current = plan.get(next_id)
+        current = None if next_id is None else plan.get(next_id)
         if current is not None:
             # Everything the codon about to run may touch goes back to the
             # checkpoint, its own patterns included: a half-done attempt leaves nothing.
@@ -178,8 +187,33 @@ class Recovery(RuntimeState):
                 start_time=utc_now_iso(),
             )
         )
+        self._journal_replan(manager, run_id)
         self._emit(InfoEvent(message=f"Continuing after {newest.codon_id} ({sha[:10]})"), run_id)
         return plan, current, sha
+
+    def _journal_replan(self, manager: StateManager, run_id: str) -> None:
+        """Records in the stored plan how the changed hank changed it, once the
+        continuation run ``run_id`` started (plan changes need a live run)."""
+        if self._replan is None:
+            return
+        for transition in self._replan.transitions(run_id):
+            manager.transition(transition)
+        if self._replan.changed and self._replan.after is not None:
+            dropped, added = self._replan.dropped, self._replan.inserted
+            kept = {e.codon_id for e in added}
+            gone = [c for c in dropped if c not in kept]
+            new = [e.codon_id for e in added if e.codon_id not in set(dropped)]
+            parts = [
+                f"removed {', '.join(gone)}" if gone else "",
+                f"added {', '.join(new)}" if new else "",
+            ]
+            said = "; ".join(p for p in parts if p) or "codons after it edited"
+            self._emit(
+                InfoEvent(
+                    message=f"The plan follows the changed hank after {self._replan.after}: {said}"
+                ),
+                run_id,
+            )
 
     async def _clean_restart(
         self,

@@ -31,6 +31,7 @@ from weft.progress import RunProgress
 from weft.runtime import rollback
 from weft.runtime.breakers import ProviderBreakers
 from weft.runtime.execution import PreparedExecution
+from weft.runtime.replan import Replan
 from weft.runtime.runner import CodonRunner
 from weft.runtime.sessions import Sleep
 from weft.server import ProtocolServer
@@ -55,6 +56,9 @@ class RuntimeOptions:
     """0: a free port (the lock file and ``Runtime.server`` tell which)."""
     allow_anonymous_read: bool = False
     """Let loopback clients read the run without a token (``--allow-anonymous-read``)."""
+    server_idle_timeout: int = 0
+    """Seconds between the server's pings to each client, and for its answer; a client
+    that does not answer is closed (``--idle-timeout``). 0: clients are never closed idle."""
     output_dir: Path | None = None
     """Where codons' ``outputFiles`` are copied (``-o``); None: nowhere."""
     overwrite_output: bool = False
@@ -216,6 +220,8 @@ class RuntimeState:
         self._signal = 0
         self._started = time.monotonic()
         self._thread: ExecutionThread | None = None
+        self._replan: Replan | None = None
+        """How a changed hank changes the stored plan (set by the run's start)."""
         self._finished = CompletedCodons()
         """The thread's finished codons, oldest first, for ``state.snapshot``
         (which sends what changed since the journal's previous one)."""

@@ -59,6 +59,7 @@ from weft.runtime import rollback, survivors
 from weft.runtime.attempt import Interrupt
 from weft.runtime.file_updates import FileUpdates
 from weft.runtime.recovery import Recovery
+from weft.runtime.replan import PrefixChangedError, replan
 from weft.runtime.run_loop import RunLoop
 from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, Shutdown, new_run_id
 from weft.runtime.runner import CodonRunner
@@ -184,6 +185,7 @@ class Runtime(Steering, Recovery, RunLoop):
             host=self.options.host,
             port=self.options.port,
             allow_anonymous_read=self.options.allow_anonymous_read,
+            idle_timeout=self.options.server_idle_timeout,
             info=ServerInfo(
                 execution_path=str(self.layout.root),
                 agent_root_path=str(self.layout.workspace),
@@ -220,7 +222,16 @@ class Runtime(Steering, Recovery, RunLoop):
             self._on_state(state)
         if state.get("initialCheckpoint") is None:
             manager.transition(InitialCheckpointSet(sha=checkpoints.initial_sha))
-        if state["runs"]:
+        self._replan = None
+        if state["runs"] and self.prepared.hank_changed:
+            # Checked when the execution was prepared with the hank: the part that
+            # ran is unchanged. Prepared without it, the older rule held (same
+            # codons), and a run whose finished codons changed keeps the stored plan.
+            with contextlib.suppress(PrefixChangedError):
+                self._replan = replan(state, self.hank.hank)
+        if self._replan is not None:
+            plan = self._replan.plan
+        elif state["runs"]:
             plan = ExecutionPlan.from_state(state["executionPlan"], self.hank.hank)
         else:
             plan = ExecutionPlan.from_hank(self.hank.hank)

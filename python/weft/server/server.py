@@ -157,6 +157,10 @@ class ServerConfig:
     """Let read-only clients in without a token (loopback peers that are not
     web pages of other sites only): the reference's behaviour, an opt-in."""
     ping_interval: float | None = 20.0
+    """Seconds between pings to each client; None sends none."""
+    ping_timeout: float | None = 20.0
+    """Seconds a client has to answer a ping before it is closed (code 1011); None:
+    never closed for not answering."""
     close_timeout: float = 2.0
 
 
@@ -678,6 +682,7 @@ async def _listen(
             compression=None,
             max_size=config.max_message_size,
             ping_interval=config.ping_interval,
+            ping_timeout=config.ping_timeout,
             close_timeout=config.close_timeout,
             server_header=None,
         )
@@ -698,9 +703,12 @@ async def start_server(
     port: int = 0,
     info: ServerInfo | None = None,
     allow_anonymous_read: bool = False,
+    idle_timeout: float = 0,
 ) -> ProtocolServer:
     """The server of a run: the execution's tokens (made if missing), replay from
-    its journal, the chosen port written to the lock file."""
+    its journal, the chosen port written to the lock file. ``idle_timeout`` (the
+    ``idleTimeout`` setting, seconds): each client is pinged that often and closed
+    when it does not answer within as long; 0 sends no pings and closes no one."""
     tokens = await asyncio.to_thread(ensure_tokens, store.weft_dir)
     server = await ProtocolServer.start(
         manager,
@@ -709,7 +717,13 @@ async def start_server(
         read_token=tokens.read,
         commands=commands,
         rollback=rollback,
-        config=ServerConfig(host=host, port=port, allow_anonymous_read=allow_anonymous_read),
+        config=ServerConfig(
+            host=host,
+            port=port,
+            allow_anonymous_read=allow_anonymous_read,
+            ping_interval=idle_timeout or None,
+            ping_timeout=idle_timeout or None,
+        ),
         info=info,
     )
     if store.lock is not None:

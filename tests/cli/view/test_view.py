@@ -986,3 +986,62 @@ def test_the_live_summary_never_cuts_the_continue_command(width: int) -> None:
     )
     lines = console.export_text().splitlines()
     assert f"continue: {command}" in lines
+
+
+async def test_verbose_headless_adds_tool_calls_results_and_messages_on_both_paths() -> None:
+    from weft.client import Event as WireEvent
+
+    rec = Recorder()
+    rec.start_run()
+    rec.to_running("a")
+    rec.emit("assistant.action", {"codonId": "a", "action": "thinking", "content": "hm"}, "a")
+    tool = {"file_path": "/w/notes.md"}
+    rec.emit(
+        "assistant.action",
+        {
+            "codonId": "a",
+            "action": "tool_use",
+            "content": "",
+            "toolName": "Write",
+            "toolInput": tool,
+        },
+        "a",
+    )
+    result = {
+        "codonId": "a",
+        "toolUseId": "t1",
+        "toolName": "Write",
+        "result": "File created",
+        "truncated": False,
+        "originalLength": 12,
+        "executionTimeMs": 3,
+        "isError": False,
+    }
+    rec.emit("tool.result", result, "a")
+    rec.emit("assistant.action", {"codonId": "a", "action": "message", "content": "Done."}, "a")
+    items = await rec.flush()
+    wanted = [
+        "a: tool Write notes.md",
+        "a: Write ok in 3 ms, 12 chars: File created",
+        "a: says: Done.",
+    ]
+    for verbose in (False, True):
+        out, wire = io.StringIO(), io.StringIO()
+        view = HeadlessView(out, clock=lambda: T0, verbose=verbose)
+        attached = HeadlessView(wire, clock=lambda: T0, verbose=verbose)
+        for item in items:
+            view.on_event(item)
+            doc = json.loads(item.payload)
+            attached.on_wire(
+                WireEvent(
+                    id=item.id,
+                    seq=item.seq,
+                    timestamp=item.timestamp,
+                    type=doc["type"],
+                    data=doc["data"],
+                )
+            )
+        for written in (out.getvalue(), wire.getvalue()):
+            texts = [line.split(" ", 1)[1] for line in written.splitlines()]
+            assert [t for t in texts if t in wanted] == (wanted if verbose else [])
+            assert not any("hm" in t for t in texts)

@@ -90,15 +90,18 @@ def make_view(
     *,
     progress: RunProgress | None = None,
     environ: Mapping[str, str] | None = None,
+    verbose: bool = False,
 ) -> RunView:
     """The view for ``weft run``'s flags: ``json`` (``--json``), ``headless``
     (``--headless``), or ``live``, which needs a terminal on ``stream`` (default
-    stdout; see :func:`wants_live`) and is headless otherwise."""
+    stdout; see :func:`wants_live`) and is headless otherwise. ``verbose`` asks for
+    the agent's tool calls, results and messages as lines: it selects the headless
+    view (``json`` already holds every event)."""
     if mode not in ("live", "headless", "json"):
         raise ValueError(f"unknown view mode {mode!r}: use live, headless or json")
     out = stream if stream is not None else sys.stdout
     if mode == "json":
         return JsonView(out, progress=progress)
-    if mode == "live" and wants_live(out, environ):
+    if mode == "live" and not verbose and wants_live(out, environ):
         return LiveView(Console(file=out, force_terminal=True), progress=progress)
-    return HeadlessView(out, progress=progress)
+    return HeadlessView(out, progress=progress, verbose=verbose)

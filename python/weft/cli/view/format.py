@@ -100,8 +100,10 @@ _PATH_KEYS = ("file_path", "filePath", "notebook_path", "path")
 _ARG_KEYS = ("command", "cmd", "pattern", "query", "url", "description", "prompt")
 
 
-def describe_tool(name: str, tool_input: Mapping[str, Any] | None) -> str:
-    """``tool Write notes.md``: the tool and its most telling argument."""
+def describe_tool(
+    name: str, tool_input: Mapping[str, Any] | None, limit: int = ACTION_LIMIT
+) -> str:
+    """``tool Write notes.md``: the tool and its most telling argument (``limit`` characters)."""
     argument = ""
     if tool_input:
         for key in _PATH_KEYS:
@@ -117,7 +119,7 @@ def describe_tool(name: str, tool_input: Mapping[str, Any] | None) -> str:
                 if isinstance(value, str) and value.strip():
                     argument = value.strip().splitlines()[0]
                     break
-    return clip(f"tool {name} {argument}" if argument else f"tool {name}", ACTION_LIMIT)
+    return clip(f"tool {name} {argument}" if argument else f"tool {name}", limit)
 
 
 def describe_action(

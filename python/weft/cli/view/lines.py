@@ -14,7 +14,7 @@ import orjson
 
 from weft.cli.view.base import Lines, call_later, cancel
 from weft.cli.view.format import codon_cost, describe_last, format_duration, format_tokens, iso
-from weft.cli.view.notes import Note, fold_wire, see, see_wire, wire_time_ns
+from weft.cli.view.notes import Note, detail, fold_wire, wire_time_ns, word
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows, title
 from weft.client import Event
 from weft.progress import NANO, RunProgress
@@ -27,7 +27,8 @@ class HeadlessView:
     """Plain timestamped lines for CI logs: a line per codon state change, rig
     failures, errors, information, retries, loop iterations, and every
     ``progress_every`` seconds a progress line for the codon being run. Token
-    and cost updates only ever show in those lines."""
+    and cost updates only ever show in those lines. With ``verbose``, also a
+    line per tool call, tool result and agent message (``weft run --verbose``)."""
 
     def __init__(
         self,
@@ -36,8 +37,10 @@ class HeadlessView:
         progress: RunProgress | None = None,
         progress_every: float = 30.0,
         clock: Callable[[], int] = time.time_ns,
+        verbose: bool = False,
     ) -> None:
         self.progress = progress if progress is not None else RunProgress()
+        self._verbose = verbose
         self._out = Lines(stream if stream is not None else sys.stdout, escape=True)
         self._every_ns = int(progress_every * NANO)
         self._clock = clock
@@ -47,11 +50,20 @@ class HeadlessView:
 
     def on_event(self, item: Processed) -> None:
         """Folds the event; writes its line, if it has one."""
-        self._show(see(self.progress, item), item.time_ns, item.timestamp)
+        event = self.progress.apply(item)
+        codon = None if item.stream is None else item.stream.codon_id
+        note = word(self.progress, event, item.time_ns, codon)
+        if note is None and self._verbose:
+            note = detail(event)
+        self._show(note, item.time_ns, item.timestamp)
 
     def on_wire(self, event: Event) -> None:
         """Folds a wire event; writes its line, if it has one."""
-        self._show(see_wire(self.progress, event), wire_time_ns(event), event.timestamp)
+        typed_event, at = fold_wire(self.progress, event)
+        note = word(self.progress, typed_event, at)
+        if note is None and self._verbose:
+            note = detail(typed_event)
+        self._show(note, wire_time_ns(event), event.timestamp)
 
     def _show(self, note: Note | None, at_ns: int, stamp: str) -> None:
         if note is not None:

@@ -19,6 +19,7 @@ from weft.cli.view.format import (
     checkpoint_list_text,
     clip,
     codon_cost,
+    describe_tool,
     format_cost,
     format_duration,
     format_tokens,
@@ -29,6 +30,7 @@ from weft.client import Event as WireEvent
 from weft.events.stream import (
     ArchiveCompletedEvent,
     ArchivePartialEvent,
+    AssistantActionEvent,
     BreakerChangedEvent,
     BreakerWaitingEvent,
     BudgetExceededEvent,
@@ -54,6 +56,7 @@ from weft.events.stream import (
     SessionGaveUpEvent,
     SessionMessageEvent,
     SessionResumedEvent,
+    ToolResultEvent,
     typed,
 )
 from weft.events.transitions import (
@@ -71,6 +74,7 @@ from weft.state import Processed
 from weft.terminal import plural
 
 NoteKind = Literal[
+    "detail",
     "run",
     "codon",
     "plan",
@@ -468,3 +472,33 @@ _NOTES: dict[type[Any], _NoteOf] = {
     BudgetSummaryEvent: _budget_summary,
 }
 """One function per event class worth a line."""
+
+
+# -- details (``--verbose``) ----------------------------------------------------
+
+DETAIL_LIMIT = 200
+"""Characters of a tool call, result or message kept in a ``--verbose`` line."""
+
+
+def detail(event: Event | None) -> Note | None:
+    """The ``--verbose`` line of what the agent did: a tool call, its result, or a
+    message (thinking and token counts stay out: they are noise in a log)."""
+    if isinstance(event, AssistantActionEvent):
+        if event.action == "tool_use":
+            name = event.tool_name or event.content or "?"
+            text = describe_tool(name, event.tool_input, DETAIL_LIMIT)
+        elif event.action == "message" and event.content.strip():
+            text = clip(f"says: {event.content}", DETAIL_LIMIT)
+        else:
+            return None
+        return Note("detail", f"{event.codon_id}: {text}", event.codon_id)
+    if isinstance(event, ToolResultEvent):
+        outcome = "error" if event.is_error else "ok"
+        took = "" if event.execution_time_ms is None else f" in {event.execution_time_ms} ms"
+        size = plural(event.original_length, "char")
+        head = clip(event.result, DETAIL_LIMIT) if event.result.strip() else "(empty)"
+        name = event.tool_name or event.tool_use_id
+        return Note(
+            "detail", f"{event.codon_id}: {name} {outcome}{took}, {size}: {head}", event.codon_id
+        )
+    return None
