@@ -47,6 +47,7 @@ their package::
     ├── CopyError                     weft.runtime: a rig copy failed (its message is for the user)
     ├── CopyCancelledError            weft.runtime: a rig copy was cancelled while its thread ran
     ├── OutputError                   weft.runtime: an outputFiles copy could not be made
+    ├── PrefixChangedError            weft.runtime: what already ran of a changed hank changed
     ├── AgentStartError               weft.agents: an agent CLI could not start
     ├── PricingError                  weft.agents: the price table is unreadable
     ├── ServerError                   weft.server: the WebSocket server did not start

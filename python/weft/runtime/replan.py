@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from weft.config.schema import Hank, Loop
+from weft.errors import WeftError
 from weft.events.transitions import PlanExtended, PlanTrimmed
 from weft.plan import ExecutionPlan, PlannedCodon
 
 FINISHED = frozenset({"completed", "skipped"})
 
 
-class PrefixChangedError(Exception):
+class PrefixChangedError(WeftError):
     """The part of the hank that already ran changed: the run cannot follow the new hank."""
 
 
