@@ -28,9 +28,12 @@ def test_a_hank_step_killed_with_its_coordinator_resumes_its_execution(tmp_path:
     path = hank_batch(tmp_path)
     state_dir = tmp_path / ".weft-batch" / "batch"
     env = subprocess_environment(tmp_path)
+    # The fake agent writes slowly in the first coordinator, so the step is surely
+    # still running when it is killed (at full speed it can finish in 0.3 s).
+    slow = {**env, "FAKE_AGENT_LINE_DELAY_MS": "150"}
     coordinator = subprocess.Popen(
         [sys.executable, "-m", "weft", "batch", "run", str(path), "--headless"],
-        env=env,
+        env=slow,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -151,9 +154,12 @@ def test_sigterm_stops_the_coordinator_gracefully_and_resume_finishes(tmp_path: 
     path = hank_batch(tmp_path)
     state_dir = tmp_path / ".weft-batch" / "batch"
     env = subprocess_environment(tmp_path)
+    # The fake agent writes slowly in the first coordinator, so the step is surely
+    # still running when it is killed (at full speed it can finish in 0.3 s).
+    slow = {**env, "FAKE_AGENT_LINE_DELAY_MS": "150"}
     coordinator = subprocess.Popen(
         [sys.executable, "-m", "weft", "batch", "run", str(path), "--headless"],
-        env=env,
+        env=slow,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
