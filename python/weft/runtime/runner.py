@@ -712,7 +712,7 @@ class CodonRunner:
         """Starts the attempt's next session (resuming ``resume_session_id``,
         or as the first one did when None) and streams it. As for extensions,
         the earlier sessions' figures become the base the next one adds to."""
-        req, planned = a.request, a.request.planned
+        planned = a.request.planned
         assert a.prompt is not None
         if a.harness is not None and not await self._provider_gate(a, a.harness):
             return None  # interrupted while waiting: the attempt ends as the last session did
@@ -734,22 +734,7 @@ class CodonRunner:
             return await self._fail(a, "agent_start", False, str(exc))
         if a.resumed_from is None:
             a.resumed_from = spec.resume_session_id
-        self.emit(
-            started_event(
-                a.session.pid,
-                role="agent",
-                argv=[harness.name, model],
-                mark=spec.env[MARK_VAR],
-                codon_id=planned.codon_id,
-            ),
-            req.run_id,
-            planned.codon_id,
-        )
-        if a.interrupt is not None:
-            await a.session.stop(StopReason.OPERATOR)
-        await self._stream(a)
-        self._provider_ended(a)
-        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
+        await self._follow(a, harness.name, model, spec)
         return None
 
     # ------------------------------------------------------------------ provider breakers
@@ -840,23 +825,30 @@ class CodonRunner:
         except (AgentStartError, UnsafePathError, ValueError) as exc:
             self._gated = None
             return await self._fail(a, "agent_start", False, str(exc))
+        await self._follow(a, harness.name, model, spec)
+        return None
+
+    async def _follow(self, a: Attempt, harness: str, model: str, spec: SessionSpec) -> None:
+        """A resumed or extended session that started: journals its process,
+        streams it to its end and reports it to the provider's breaker."""
+        assert a.session is not None
+        req, codon_id = a.request, a.request.planned.codon_id
         self.emit(
             started_event(
                 a.session.pid,
                 role="agent",
-                argv=[harness.name, model],
+                argv=[harness, model],
                 mark=spec.env[MARK_VAR],
-                codon_id=planned.codon_id,
+                codon_id=codon_id,
             ),
             req.run_id,
-            planned.codon_id,
+            codon_id,
         )
         if a.interrupt is not None:
             await a.session.stop(StopReason.OPERATOR)
         await self._stream(a)
         self._provider_ended(a)
-        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, planned.codon_id)
-        return None
+        self.emit(ProcessEndedEvent(pid=a.session.pid), req.run_id, codon_id)
 
     async def _interrupted(self, a: Attempt) -> CodonResult:
         why = a.interrupt
