@@ -106,6 +106,36 @@ def test_expressions() -> None:
         assert render(source) == want, source
 
 
+def test_function_expressions_work_wherever_arrows_do() -> None:
+    cases = {
+        "<%= [1, 2, 3].map(function (x) { return x * 2 }).join('-') %>": "2-4-6",
+        "<%= [1, 2, 3].filter(function (x, i) { return i > 0 }).length %>": "2",
+        "<%= [3, 1].reduce(function (a, b) { return a + b; }, 10) %>": "14",
+        "<%= (function () { })() %>|<%= typeof function () {} %>": "|function",
+        "<%= (function (a, b) { return b })(1) %>": "",
+        # A named function expression sees itself; a declaration is hoisted in its block.
+        "<%= (function f(n) { return n < 2 ? 1 : n * f(n - 1) })(5) %>": "120",
+        "<%= twice(4) %><% function twice(x) { return x * 2 } %>": "8",
+        "<% const k = 3; const add = function (x) { return x + k } %><%= add(1) %>": "4",
+    }
+    for source, want in cases.items():
+        assert render(source) == want, source
+
+
+def test_hankweaves_function_callback_spans_tags() -> None:
+    """Hankweave's extension-activity-tracker: a ``function`` callback whose body
+    is template text (commit c46c448 of its tests/config/sentinel-triggers/)."""
+    source = (
+        "Actions (<%- it.events.length %> total):\n"
+        "<% it.events.forEach(function(event, i) { %>\n"
+        "<%= i+1 %>. <%= event.data.content ? event.data.content.substring(0, 5) : '(none)' %>\n"
+        "<% }); %>\nEnd"
+    )
+    it = {"events": [{"data": {"content": "abcdefgh"}}, {"data": {}}]}
+    # As in Eta, `<%-` prints nothing and every tag eats the newline after it.
+    assert render(source, it) == "Actions ( total):\n1. abcde2. (none)End"
+
+
 @pytest.mark.parametrize(
     ("source", "message"),
     [
@@ -116,6 +146,8 @@ def test_expressions() -> None:
         ("<%= 'abc %>", "a string is never closed"),
         ("<%= it.codon %", "never closed with %>"),
         ("<%= this.constructor %>", "'this' is not supported"),
+        ("<% function (x) { return x } %>", "a function statement needs a name"),
+        ("<%= [1].map(function (x) x) %>", "expected '{'"),
     ],
 )
 def test_bad_templates_say_where(source: str, message: str) -> None:

@@ -10,7 +10,9 @@ JavaScript. This module parses the template and its code once
 
 The subset is what prompt templates use: literals (numbers, strings, template
 literals, arrays, objects), ``it`` paths with ``.``, ``?.``, ``[]``, calls,
-arrow functions (expression or block bodies), the operators (``+ - * / %``,
+arrow functions (expression or block bodies), ``function`` expressions and
+declarations (``function (event, i) { ... return x; }``, named or not, declarations
+hoisted to the top of their block; no ``this`` or ``arguments``), the operators (``+ - * / %``,
 comparisons, ``=== !== == !=``, ``&& || ??``, ``! typeof``, ``?:``), ``const``
 / ``let`` / ``var``, assignment and ``+=``, ``++``, ``if``/``else``,
 ``for (const x of xs)``, ``for (let i = 0; i < n; i++)``, ``break``,
@@ -500,14 +502,20 @@ class _Parser:
         return body
 
     def statements(self, top: bool = False) -> list[Stmt]:
+        hoisted: list[Stmt] = []
         out: list[Stmt] = []
         while True:
             self.skip_ends()
             if self.at("eof") or self.at("op", "}"):
                 if self.at("op", "}") and top:
                     raise self.error("a } closes a block that was never opened")
-                return out
-            out.append(self.statement())
+                return hoisted + out
+            if self.at("name", "function"):
+                # As in JavaScript, a declared function can be called above its
+                # declaration in the same block.
+                hoisted.append(self.statement())
+            else:
+                out.append(self.statement())
 
     def block_or_statement(self) -> list[Stmt]:
         self.skip_ends()
@@ -566,13 +574,13 @@ class _Parser:
                 "break": self.jump,
                 "continue": self.jump,
                 "return": self.return_statement,
+                "function": self.function_declaration,
             }.get(t.value)
             if handler is not None:
                 return handler()
             if t.value in (
                 "new",
                 "class",
-                "function",
                 "while",
                 "do",
                 "import",
@@ -695,6 +703,45 @@ class _Parser:
 
         return ret
 
+    def function_declaration(self) -> Stmt:
+        """``function name(a, b) { ... }``: binds ``name`` in the enclosing block."""
+        t = self.tok
+        if self.toks[self.i + 1].kind != "name":
+            raise self.error("a function statement needs a name (function name(...) {...})", t)
+        name = self.toks[self.i + 1].value
+        make = self.function_expression()
+        self.accept("op", ";")
+
+        def declare(scope: _Scope, run: _Run) -> None:
+            scope.vars[name] = make(scope, run)
+
+        return declare
+
+    def function_expression(self) -> Expr:
+        """``function [name](a, b) { ... }``, at the ``function`` keyword.
+
+        Like an arrow function, without ``this`` or ``arguments`` (neither
+        exists in templates); a name, when given, is bound inside the body so
+        the function can call itself."""
+        self.expect("name", "function")
+        name = self.accept("name")
+        self_name = None if name is None else name.value
+        params = self.parameters()
+        self.expect("op", "{")
+        body = _block(self.statements())
+        self.expect("op", "}")
+        return _function(self_name or "(function)", params, None, body, self_name)
+
+    def parameters(self) -> list[str]:
+        """``(a, b)``: a function's parameter names."""
+        params: list[str] = []
+        self.expect("op", "(")
+        while not self.accept("op", ")"):
+            params.append(self.expect("name").value)
+            if not self.at("op", ")"):
+                self.expect("op", ",")
+        return params
+
     # -- expressions
     def expression(self) -> Expr:
         return self.assignment()
@@ -757,41 +804,13 @@ class _Parser:
         return False
 
     def arrow(self) -> Expr:
-        params: list[str] = []
-        if self.accept("op", "("):
-            while not self.accept("op", ")"):
-                params.append(self.expect("name").value)
-                if not self.at("op", ")"):
-                    self.expect("op", ",")
-        else:
-            params.append(self.expect("name").value)
+        params = self.parameters() if self.at("op", "(") else [self.expect("name").value]
         self.expect("op", "=>")
-        body_expr: Expr | None = None
-        body_block: Stmt | None = None
         if self.accept("op", "{"):
             body_block = _block(self.statements())
             self.expect("op", "}")
-        else:
-            body_expr = self.assignment()
-
-        def make(scope: _Scope, run: _Run) -> Any:
-            def call(args: list[Any]) -> Any:
-                inner = _Scope(scope)
-                for k, p in enumerate(params):
-                    inner.vars[p] = args[k] if k < len(args) else UNDEFINED
-                _step(run, 0)
-                if body_expr is not None:
-                    return body_expr(inner, run)
-                assert body_block is not None
-                try:
-                    body_block(inner, run)
-                except _Return as r:
-                    return r.value
-                return UNDEFINED
-
-            return JsFunction("(arrow)", call)
-
-        return make
+            return _function("(arrow)", params, None, body_block, None)
+        return _function("(arrow)", params, self.assignment(), None, None)
 
     def conditional(self) -> Expr:
         cond = self.binary(0)
@@ -925,7 +944,10 @@ class _Parser:
             return _const(None)
         if word == "undefined":
             return _const(UNDEFINED)
-        if word in ("new", "this", "function", "class", "await", "import", "require", "eval"):
+        if word == "function":
+            self.i -= 1
+            return self.function_expression()
+        if word in ("new", "this", "class", "await", "import", "require", "eval"):
             raise self.error(f"{word!r} is not supported in sentinel templates", t)
         line = t.line
 
@@ -988,6 +1010,42 @@ def _block(body: list[Stmt]) -> Stmt:
             stmt(inner, run)
 
     return run_block
+
+
+def _function(
+    name: str, params: list[str], body_expr: Expr | None, body_block: Stmt | None, own: str | None
+) -> Expr:
+    """Makes a function value (an arrow or a ``function``) closing over its scope.
+
+    ``body_expr`` is an arrow's expression body; otherwise ``body_block`` runs
+    and ``return`` gives the value. ``own`` is a named function expression's
+    name, visible in its body."""
+
+    def make(scope: _Scope, run: _Run) -> Any:
+        home = scope
+        if own is not None:
+            home = _Scope(scope)
+
+        def call(args: list[Any]) -> Any:
+            inner = _Scope(home)
+            for k, p in enumerate(params):
+                inner.vars[p] = args[k] if k < len(args) else UNDEFINED
+            _step(run, 0)
+            if body_expr is not None:
+                return body_expr(inner, run)
+            assert body_block is not None
+            try:
+                body_block(inner, run)
+            except _Return as r:
+                return r.value
+            return UNDEFINED
+
+        fn = JsFunction(name, call)
+        if own is not None:
+            home.vars[own] = fn
+        return fn
+
+    return make
 
 
 def _for_of(var: str, kind: str, source: Expr, body: Stmt, line: int) -> Stmt:
