@@ -3,6 +3,10 @@
 One table for all commands, applied by :func:`add_epilogs` once the parser is
 built, so each command's module only declares its arguments. A command added
 without an entry here still gets the exit codes.
+
+Both tables are keyed by the command's full path after ``weft`` (``"run"``,
+``"batch run"``): a sub-command never borrows the entry of a top-level command
+that happens to share its name (``weft batch run`` is not ``weft run``).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["EXAMPLES", "EXIT_CODES", "add_epilogs", "epilog"]
+__all__ = ["COMMAND_EXIT_CODES", "EXAMPLES", "EXIT_CODES", "add_epilogs", "epilog"]
 
 EXIT_CODES = """\
 exit codes:
@@ -93,27 +97,89 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft clean", "remove completed executions"),
         ("weft clean --state failed --older-than 7d", "failed ones unused for a week"),
     ),
+    "batch": (
+        ("weft batch run sweep.toml", "run (or resume) a batch file's workstreams"),
+        ("weft batch status sweep.toml", "states, costs, breakers and the audit trail"),
+        ("weft batch schema > batch.schema.json", "the batch file's JSON Schema"),
+    ),
+    "batch run": (
+        ("weft batch run sweep.toml", "run it, live view on a terminal"),
+        ("weft batch run sweep.toml --headless --junit out.xml", "CI: lines and JUnit XML"),
+        ("weft batch run sweep.toml --workers 4 --json", "4 steps at once, JSON lines"),
+        ("weft batch run sweep.toml --engine ray --address HOST:6379", "on a Ray cluster"),
+    ),
+    "batch resume": (
+        ("weft batch resume sweep.toml", "continue after the coordinator stopped or died"),
+        ("weft batch resume sweep.toml --state-dir DIR", "a batch kept in DIR"),
+    ),
+    "batch status": (
+        ("weft batch status sweep.toml", "states, costs, breakers, the audit trail"),
+        ("weft batch status sweep.toml --json", "the same as JSON"),
+    ),
+    "batch abandon": (("weft batch abandon sweep.toml flaky", "stop workstream flaky"),),
+    "batch retry": (("weft batch retry sweep.toml flaky/fetch", "start failed step fetch over"),),
+    "batch reset-breaker": (
+        ("weft batch reset-breaker sweep.toml upstream", "close tool upstream's breaker"),
+    ),
+    "batch schema": (("weft batch schema > batch.schema.json", "the batch file's JSON Schema"),),
 }
-"""Each command's examples: the command line, and what it does."""
+"""Each command's examples, keyed by its path after ``weft``: the command line,
+and what it does."""
+
+_BATCH_RUN_EXIT_CODES = """\
+exit codes:
+  0    every workstream succeeded
+  1    a workstream failed or was abandoned, or another coordinator runs this batch
+  2    usage error, a bad batch file or an unusable batch store (nothing was run)
+  130  interrupted by Ctrl-C (SIGINT); running steps stay S_RUNNING: weft batch resume FILE
+  143  stopped by SIGTERM; likewise"""
+
+_BATCH_COMMAND_EXIT_CODES = """\
+exit codes:
+  0    applied, or sent to the running coordinator (its answer is printed)
+  2    usage error, or no batch store there (run the batch first)"""
+
+COMMAND_EXIT_CODES: dict[str, str] = {
+    "batch run": _BATCH_RUN_EXIT_CODES,
+    "batch resume": _BATCH_RUN_EXIT_CODES,
+    "batch status": """\
+exit codes:
+  0    the batch's states are consistent (whatever they are)
+  1    inconsistent states found (Recovery 4; printed)
+  2    usage error, or no batch store there (run the batch first)""",
+    "batch abandon": _BATCH_COMMAND_EXIT_CODES,
+    "batch retry": _BATCH_COMMAND_EXIT_CODES,
+    "batch reset-breaker": _BATCH_COMMAND_EXIT_CODES,
+    "batch schema": """\
+exit codes:
+  0    printed
+  2    usage error""",
+}
+"""Exit codes of the commands whose codes are not :data:`EXIT_CODES`, keyed like
+:data:`EXAMPLES`."""
 
 
 def epilog(command: str) -> str:
-    """The examples (when there are some) and the exit codes of ``command``."""
+    """The examples (when there are some) and the exit codes of ``command``
+    (its path after ``weft``: ``"run"``, ``"batch run"``)."""
+    codes = COMMAND_EXIT_CODES.get(command, EXIT_CODES)
     examples = EXAMPLES.get(command, ())
     if not examples:
-        return EXIT_CODES
+        return codes
     width = max(len(line) for line, _ in examples)
     lines = [f"  {line.ljust(width)}  {what}" for line, what in examples]
-    return "examples:\n" + "\n".join(lines) + "\n\n" + EXIT_CODES
+    return "examples:\n" + "\n".join(lines) + "\n\n" + codes
 
 
-def add_epilogs(commands: argparse._SubParsersAction[Any]) -> None:
-    """Ends the help of every command (and sub-command) with its examples and exit codes."""
+def add_epilogs(commands: argparse._SubParsersAction[Any], path: str = "") -> None:
+    """Ends the help of every command (and sub-command) with its examples and
+    exit codes, looked up by the command's full path (``path`` is its parent's)."""
     for name, parser in commands.choices.items():
         if parser.epilog and "exit codes:" in parser.epilog:
             continue  # an alias seen twice, or a command that wrote its own
-        parser.epilog = epilog(name)
+        full = f"{path} {name}".strip()
+        parser.epilog = epilog(full)
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         for action in parser._actions:  # argparse has no public accessor
             if isinstance(action, argparse._SubParsersAction):
-                add_epilogs(action)
+                add_epilogs(action, full)
