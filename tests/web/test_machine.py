@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -116,6 +118,40 @@ async def test_opening_a_finished_execution_replays_its_journal_read_only(finish
         # Opening again reuses the same replay server.
         _, _, again = await get(d.port, "/api/open/hello-1", bearer(d.token))
         assert json.loads(again)["url"] == target["url"]
+
+
+async def test_replaying_a_finished_execution_does_not_make_it_look_new(finished: Path) -> None:
+    """Issue 23's audit: the replay's reader created ``weft.db-wal``, whose time
+    was taken as the execution's "updated", so looking at it reset its age."""
+    weft_dir = finished / "hello-1" / ".weft"
+    an_hour_ago = time.time() - 3600
+    for path in weft_dir.iterdir():
+        if path.is_file():
+            os.utime(path, (an_hour_ago, an_hour_ago))
+    before = read_execution(finished / "hello-1")
+    assert before is not None
+    assert before.updated == pytest.approx(an_hour_ago)
+    async with ui(finished) as d:
+        _, _, body = await get(d.port, "/api/open/hello-1", bearer(d.token))
+        target = json.loads(body)
+        end = journal_end(finished / "hello-1")
+        async with connect(target["url"].replace("http", "ws", 1), max_size=None) as ws:
+            hello = {"mode": "readonly", "token": target["token"], "afterSeq": 0}
+            await ws.send(json.dumps({"type": "handshake", "data": hello}))
+            last = 0
+            while last < end:
+                msg: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                if msg["type"] == "history.batch" and msg["data"]["events"]:
+                    last = msg["data"]["events"][-1]["seq"]
+        assert (weft_dir / "weft.db-wal").exists()  # the reader's; it must not count
+        during = read_execution(finished / "hello-1")
+        _, _, listing = await get(d.port, "/api/executions", bearer(d.token))
+    after = read_execution(finished / "hello-1")
+    assert during is not None
+    assert after is not None
+    assert during.updated == after.updated == before.updated
+    (entry,) = json.loads(listing)["executions"]
+    assert entry["ageSeconds"] >= 3600
 
 
 @pytest.mark.parametrize("ident", ["nope", "..", "..%2Fhello-1", "hello-1/.weft"])

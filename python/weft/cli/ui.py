@@ -27,6 +27,19 @@ from weft.server import ServerError
 from weft.server.auth import is_loopback
 from weft.terminal import printable_lines
 
+EPILOG = """\
+examples:
+  weft ui                           the executions under the managed root
+  weft ui --root DIR --token-file F  another root; the token written to F (mode 0600)
+
+exit codes:
+  0    stopped by SIGTERM (a normal stop: a server has nothing to save)
+  2    usage error, or the address cannot be served (nothing was started)
+  130  interrupted by Ctrl-C (SIGINT)"""
+"""The end of ``weft ui --help``: ``helptext.add_epilogs`` keeps an epilog that has its
+own exit codes (a server that runs until stopped has no "run failed" and exits 0 on
+SIGTERM)."""
+
 
 def register(commands: Any) -> None:
     """Adds the ``ui`` command."""
@@ -37,6 +50,9 @@ def register(commands: Any) -> None:
             "Serve a web dashboard listing the executions under the managed root; open any of "
             "them (a live run follows live, a finished one is replayed from its journal)."
         ),
+        # Its own exit codes: the shared table's (1 a run failed, 143 on SIGTERM) are not ui's.
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--root",

@@ -17,9 +17,18 @@ from typing import Any
 
 from weft.cli.resolve import codon_cost
 from weft.runtime.layout import META_FILE, WEFT_DIR
+from weft.store.execution import DATABASE
 from weft.store.lock import LOCK, pid_alive, read_lock
 
 STATE_FILE = "state.json"
+
+CHANGED_BY_WRITES = (STATE_FILE, DATABASE, META_FILE)
+"""The files whose modification time is the execution's "updated": only writers change
+them. Not the journal's ``-wal`` and ``-shm`` files: SQLite creates and touches those
+for a reader too (a ``weft ui`` replay, ``weft status``), so their time would make a
+finished execution look new whenever someone looked at it. A writer's commits reach
+``weft.db`` at each checkpoint and when its store closes, and ``state.json`` at each
+snapshot, so a live run's time trails by at most that (its state says ``live``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +95,7 @@ def read_execution(path: Path) -> ExecutionEntry | None:
         status = "crashed" if status == "running" else status
     else:
         status = "new"
-    updated = max(
-        (_mtime(weft_dir / name) for name in (STATE_FILE, "weft.db-wal", "weft.db", META_FILE)),
-        default=0.0,
-    )
+    updated = max((_mtime(weft_dir / name) for name in CHANGED_BY_WRITES), default=0.0)
     return ExecutionEntry(
         id=path.name,
         path=path,
