@@ -210,16 +210,24 @@ class Ledger:
         return self.check()
 
     def set_total(self, dollars: float | None, output_tokens: int) -> Verdict | None:
-        """The agent's own total for the attempt, replacing the estimates."""
+        """The agent's own figures for the attempt so far, replacing the estimates.
+
+        ``dollars`` and ``output_tokens`` are the attempt's running totals:
+        every session of it (an ``exhaustWithPrompt`` extension, a resume after
+        a cool-down or an urgent message) added to the ones before, as the
+        codon is billed; never one session's own figure, which would drop the
+        earlier sessions' spend. They never lower what was counted: money
+        seen spent is not taken back, so a result reporting less than the
+        messages already did (a stopped session's) leaves the estimate."""
         live = self._live
         if live is None:
             return None
         if dollars is None:
             live.unpriced = True
         else:
-            live.nanos = nanos(dollars)
+            live.nanos = max(live.nanos, nanos(dollars))
             live.unpriced = False
-        live.output_tokens = output_tokens
+        live.output_tokens = max(live.output_tokens, output_tokens)
         return self.check()
 
     def add_sentinel(self, codon_id: str | None, dollars: float) -> Verdict | None:

@@ -95,7 +95,8 @@ class Watchdog:
             self._trip(verdict)
 
     def total(self, cost: float, tokens: Tokens) -> None:
-        """The agent's own total for the attempt."""
+        """The agent's own total for the attempt: every session so far, not
+        the last one's (:meth:`Ledger.set_total`)."""
         verdict = self.ledger.set_total(cost, tokens.output)
         if verdict is not None:
             self._trip(verdict)

@@ -9,6 +9,7 @@ journal.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -43,13 +44,36 @@ from weft.runtime.attempt import Attempt, builtins_of, move, shorten, token_usag
 from weft.state import StateManager
 
 
+class _ProcessEstimate:
+    """The live estimates of the attempt's current agent process, summed."""
+
+    __slots__ = ("dollars", "session")
+
+    def __init__(self, session: object) -> None:
+        self.session = session
+        """The :class:`~weft.agents.harness.AgentSession` they belong to."""
+        self.dollars = 0.0
+
+
 class AgentEvents:
     """Records one attempt's agent events through ``manager``."""
 
     def __init__(self, manager: StateManager, budget: Watchdog | None = None) -> None:
         self.manager = manager
         self.budget = budget
-        """Fed every usage the core is fed, so a budget trips on the message that crosses it."""
+        """Fed every figure the core is fed (the codon's, over all its sessions),
+        so a budget trips on the message that crosses it."""
+        self._estimates: weakref.WeakKeyDictionary[Attempt, _ProcessEstimate] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Per attempt, what its current agent process was seen to spend live."""
+
+    def _estimate(self, a: Attempt) -> _ProcessEstimate:
+        """The estimates of ``a``'s current process (a new session starts at 0)."""
+        estimate = self._estimates.get(a)
+        if estimate is None or estimate.session is not a.session:
+            estimate = self._estimates[a] = _ProcessEstimate(a.session)
+        return estimate
 
     def emit(self, event: StreamData, run_id: str | None, codon_id: str | None) -> None:
         """Queues a stream event in the one order of the execution."""
@@ -164,6 +188,8 @@ class AgentEvents:
         a.tokens = a.tokens + event.tokens
         if a.live:
             a.reported_cost = None  # an increment after the total: ask the core
+            if event.cost_usd is not None:
+                self._estimate(a).dollars += event.cost_usd
             self.manager.transition(
                 CostsIncremented(
                     run_id=run_id,
@@ -187,9 +213,10 @@ class AgentEvents:
             a.session_id = event.session_id
         if event.cost_usd is None or not a.live:
             return
-        # An extended session's result is its own process's (a.*_base: the earlier ones).
+        # A resumed or extended session's result is its own process's; a.*_base
+        # holds the attempt's earlier sessions, so the codon's figure is the sum.
         a.tokens = a.tokens_base + event.tokens
-        a.reported_cost = a.cost_base + event.cost_usd
+        a.reported_cost = a.cost_base + own_cost(event.cost_usd, self._estimate(a).dollars)
         self.manager.transition(
             CodonFinalCostSet(
                 run_id=run_id,
@@ -199,7 +226,9 @@ class AgentEvents:
             )
         )
         if self.budget is not None:
-            self.budget.total(event.cost_usd, event.tokens)
+            # The attempt's running total, as the core now holds it: each
+            # session adds to the ones before (never one session's figure alone).
+            self.budget.total(a.reported_cost, a.tokens)
         self.emit(
             token_usage_event(codon_id, a.tokens, a.reported_cost, final=True), run_id, codon_id
         )
@@ -215,6 +244,21 @@ class AgentEvents:
             a.request.run_id,
             codon_id,
         )
+
+
+def own_cost(reported: float, estimated: float) -> float:
+    """What one agent process cost: its result's figure, never less than the
+    live estimates of its messages.
+
+    The result is normally the larger: it covers the same API calls and counts
+    every output token, where the streamed lines undercount them (Claude Code
+    2.1.330's carry ``output_tokens: 1``). A result below the estimates is
+    missing calls whose usage the agent already reported, message by message
+    (a stopped session's result that left out what an unprinted result had
+    counted). That money was spent, so the estimate is the honest lower bound:
+    billing the smaller figure would erase real spend and let a budget be
+    crossed again on resume."""
+    return max(reported, estimated)
 
 
 _AgentHandler = Callable[[AgentEvents, Attempt, Any], None]
