@@ -164,6 +164,85 @@ def test_validate_says_which_sentinels_will_not_load_and_sentinel_model_fixes_it
     assert [w["code"] for w in report["warnings"]] == ["sentinel_unloadable"]
 
 
+def test_validate_runs_the_load_steps_of_a_sentinel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken template, an invalid schema, an unreadable prompt file, an
+    output path that leaves the workspace: each is what the run would fail
+    the codon for, so validate reports each, naming the file, the sentinel,
+    what and how to fix it."""
+    hank = _hank(tmp_path, "fake/haiku", required=True)
+    doc = json.loads(hank.read_text())
+    (tmp_path / "sentinels").mkdir()
+    (tmp_path / "sentinels" / "schema.json").write_text('{"type": "nope"}')
+    (tmp_path / "sentinels" / "broken.json").write_text(
+        json.dumps(
+            {
+                "id": "broken",
+                "name": "Broken",
+                "model": "fake/haiku",
+                "trigger": {"type": "event", "on": ["tool.result"]},
+                "execution": {"strategy": "immediate"},
+                "systemPromptText": "fine",
+                "userPromptText": "a\n<%= new Date() %>",
+                "structuredOutput": {"output": "object", "schemaFile": "schema.json"},
+            }
+        )
+    )
+    inline = doc["hank"][0]["sentinels"][0]
+    inline["sentinelConfig"]["userPromptText"] = "<%= it.events.map(e => e.type %>"
+    (tmp_path / "latin1.md").write_bytes(b"caf\xe9")
+    inline["sentinelConfig"]["systemPromptFile"] = "latin1.md"
+    doc["hank"][0]["sentinels"].append(
+        {"sentinelConfig": "sentinels/broken.json", "settings": {"failCodonIfNotLoaded": True}}
+    )
+    hank.write_text(json.dumps(doc))
+    assert main(["validate", str(hank), "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    found = {
+        (p["file"].replace(str(tmp_path), "<hank>"), p["path"], p["severity"])
+        for p in report["errors"]
+    }
+    assert found == {
+        ("<hank>/hank.json", "hank[0].sentinels[0].sentinelConfig.userPromptText", "error"),
+        ("<hank>/hank.json", "hank[0].sentinels[0].sentinelConfig.systemPromptFile", "error"),
+        ("<hank>/sentinels/broken.json", "userPromptText", "error"),
+        ("<hank>/sentinels/broken.json", "structuredOutput", "error"),
+    }, report["errors"]
+    by_path = {p["path"]: p for p in report["errors"]}
+    template = by_path["userPromptText"]
+    assert template["message"].startswith('sentinel "broken" will not load: ')
+    assert "line 2: 'new' is not supported" in template["message"]
+    assert "JavaScript subset" in template["hint"]
+    schema = by_path["structuredOutput"]
+    assert "not valid JSON Schema" in schema["message"]
+    assert "JSON Schema object" in schema["hint"]
+    missing = by_path["hank[0].sentinels[0].sentinelConfig.systemPromptFile"]
+    assert missing["message"] == (
+        'sentinel "watch" will not load: systemPromptFile latin1.md is not UTF-8 text'
+    )
+    assert "UTF-8 text inside the folder" in missing["hint"]
+    # The same problems on optional sentinels are warnings: the codon would run without them.
+    for item in doc["hank"][0]["sentinels"]:
+        del item["settings"]["failCodonIfNotLoaded"]
+    hank.write_text(json.dumps(doc))
+    assert main(["validate", str(hank), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len([w for w in report["warnings"] if w["code"] == "sentinel_unloadable"]) == 4
+
+
+def test_an_unknown_provider_is_named_with_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hank = _hank(tmp_path, "amazon-bedrock/us.anthropic.claude-haiku-4-5", required=True)
+    assert main(["validate", str(hank), "--json"]) == 2
+    (problem,) = json.loads(capsys.readouterr().out)["errors"]
+    assert problem["path"] == "hank[0].sentinels[0].sentinelConfig.model"
+    assert 'unknown provider "amazon-bedrock"' in problem["message"]
+    assert problem["hint"].startswith("the provider is unknown: name one of anthropic, fake, ")
+    assert "set the key" not in problem["hint"]
+
+
 def test_a_bad_sentinel_model_override_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,9 +8,11 @@
   none of the watched events has is an error: it never matches. Paths below
   a free-form field (``toolInput.command``, ``content.x``) are not checked.
 * :func:`load_problems`: whether each sentinel of a loaded hank would load
-  now: its model's provider is known and its API key is set (after the
-  ``--sentinel-model`` override). Problems of a ``failCodonIfNotLoaded``
-  sentinel are errors (the codon would fail), the others warnings.
+  now, by the manager's own load steps without a network call: its model's
+  provider is known and its API key is set (after the ``--sentinel-model``
+  override), its prompts read and parse, its schema loads. Problems of a
+  ``failCodonIfNotLoaded`` sentinel are errors (the codon would fail), the
+  others warnings.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ import msgspec
 from weft.config.hints import did_you_mean
 from weft.config.loader import LoadedHank
 from weft.config.problems import ConfigProblem, JsonPath, format_path
-from weft.config.schema import SentinelConfig
 from weft.config.walk import Sink
 from weft.events.stream import SENTINEL_EVENT_TYPES, STREAM_CLASSES
-from weft.sentinels.providers import ProviderError, ProviderRegistry
+from weft.sentinels.manager import AttachedSentinel
+from weft.sentinels.providers import PROVIDERS, ProviderError, ProviderRegistry
 
 __all__ = ["EVENT_FIELDS", "TRANSITION_EVENT", "check_trigger", "load_problems"]
 
@@ -143,6 +145,21 @@ def _check_conditions(conditions: Any, types: list[str], path: JsonPath, sink: S
             )
 
 
+_FIX_TEMPLATE: Final = (
+    "fix the template at that line: prompts are Eta templates whose code is the JavaScript "
+    "subset of docs/sentinels.md (Templates)"
+)
+_FIX_PROMPT_FILE: Final = (
+    "the prompt file must be UTF-8 text inside the folder of the sentinel config "
+    "(or of the hank, for an inline config)"
+)
+_FIX_SCHEMA: Final = (
+    "describe structured output with a JSON Schema object (schema, schemaFile, a JSON "
+    "schemaStr, or enumValues for an enum)"
+)
+_FIX_OFFLINE: Final = "or run its sentinels offline with --sentinel-model fake/haiku"
+
+
 def load_problems(
     loaded: LoadedHank,
     *,
@@ -150,40 +167,96 @@ def load_problems(
     model_override: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> list[ConfigProblem]:
-    """Whether each attached sentinel would load now (provider and key), as
-    problems of the hank file ``file`` (its name as shown)."""
+    """Whether each attached sentinel would load now, as problems of the hank
+    file ``file`` (its name as shown) or of the sentinel's config file.
+
+    Runs the steps :meth:`~weft.sentinels.manager.SentinelManager.load` runs,
+    with no network call: the model's provider is known and has its API key
+    (after the ``--sentinel-model`` override), the prompts read and parse as
+    templates, the structured-output schema loads (output paths are checked
+    with the config: where they lead depends on the run's folders). Each
+    problem names the sentinel, what fails and how to fix it; it is an error
+    for a ``failCodonIfNotLoaded`` sentinel (the codon would fail), a warning
+    otherwise (it would run without it)."""
+    from weft.sentinels.config import attach_entry
+    from weft.sentinels.manager import LoadFailure
+
     registry = ProviderRegistry(dict(os.environ if env is None else env))
     problems: list[ConfigProblem] = []
     for codon, item_path in _codons(loaded):
         for i, entry in enumerate(codon.sentinels):
-            ref = entry.sentinel_config
-            config: SentinelConfig | None
-            if isinstance(ref, SentinelConfig):
-                config = ref
-            else:
-                config = loaded.sentinel_configs.get(loaded.resolve(ref))
-            if config is None:
+            attached = attach_entry(entry, loaded.directory, loaded.sentinel_configs)
+            if isinstance(attached, LoadFailure):
                 continue  # its file's problems are reported already
-            model = model_override or config.model
-            try:
-                registry.get(model)
-            except ProviderError as e:
-                required = bool(entry.settings and entry.settings.fail_codon_if_not_loaded)
-                at = (*item_path, "sentinels", i, "sentinelConfig")
+            entry_path: JsonPath = (*item_path, "sentinels", i)
+            config_file, config_at = file, (*entry_path, "sentinelConfig")
+            if attached.source == "file" and attached.source_path is not None:
+                config_file = os.path.join(os.path.dirname(file), attached.source_path)
+                config_at = ()
+            for in_hank, path, message, hint in _load_steps(
+                attached, registry, model_override, config_at, entry_path
+            ):
                 problems.append(
                     ConfigProblem(
-                        file=file,
-                        path=format_path(at),
+                        file=file if in_hank else config_file,
+                        path=format_path(path) if path else "$",
                         code="sentinel_unloadable",
-                        message=f'sentinel "{config.id}" will not load: {e}',
-                        severity="error" if required else "warning",
-                        hint=(
-                            "set the key, or run its sentinels offline with "
-                            "--sentinel-model fake/haiku"
-                        ),
+                        message=f'sentinel "{attached.config.id}" will not load: {message}',
+                        severity="error" if attached.required else "warning",
+                        hint=hint,
                     )
                 )
     return problems
+
+
+def _load_steps(
+    attached: AttachedSentinel,
+    registry: ProviderRegistry,
+    model_override: str | None,
+    at: JsonPath,
+    entry_path: JsonPath,
+) -> list[tuple[bool, JsonPath, str, str]]:
+    """What fails in the manager's load steps for ``attached``: (in the hank
+    file rather than the config's, JSON path, what, how to fix) each. ``at``
+    is the config's path in its file, ``entry_path`` the entry's in the hank."""
+    from weft.errors import UnsafePathError
+    from weft.sentinels.manager import compile_prompt, prompt_source
+    from weft.sentinels.outputs import SchemaError, load_schema
+    from weft.sentinels.template import TemplateError
+
+    config = attached.config
+    out: list[tuple[bool, JsonPath, str, str]] = []
+    model_at: JsonPath = (*entry_path, "sentinelConfig") if model_override else (*at, "model")
+    try:
+        missing = registry.missing_key(model_override or config.model)
+    except ProviderError as e:
+        known = ", ".join(sorted(PROVIDERS))
+        hint = f"the provider is unknown: name one of {known} (anthropic/claude-haiku-4-5), "
+        out.append((model_override is not None, model_at, str(e), hint + _FIX_OFFLINE))
+    else:
+        if missing is not None:
+            hint = "set the key, " + _FIX_OFFLINE
+            out.append((model_override is not None, model_at, missing, hint))
+    for which in ("system", "user"):
+        from_file = (
+            config.system_prompt_file if which == "system" else config.user_prompt_file
+        ) is not None
+        field = f"{which}Prompt{'File' if from_file else 'Text'}"
+        try:
+            source = prompt_source(config, attached.base_dir, which)
+        except (TemplateError, UnsafePathError) as e:
+            out.append((False, (*at, field), str(e), _FIX_PROMPT_FILE))
+            continue
+        try:
+            if source:
+                compile_prompt(source, config.id, which)
+        except TemplateError as e:
+            out.append((False, (*at, field), str(e), _FIX_TEMPLATE))
+    try:
+        load_schema(config, attached.base_dir)
+    except (SchemaError, UnsafePathError) as e:
+        out.append((False, (*at, "structuredOutput"), str(e), _FIX_SCHEMA))
+    return out
 
 
 def _codons(loaded: LoadedHank) -> list[tuple[Any, JsonPath]]:

@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from weft.config.rules import RuleContext, load_sentinel_file
-from weft.config.schema import Codon, SentinelConfig
+from weft.config.schema import Codon, SentinelConfig, SentinelEntry
 from weft.config.walk import Sink
 from weft.errors import ConfigError
 from weft.sentinels.manager import AttachedSentinel, LoadFailure
 
-__all__ = ["attach", "load_sentinel_config"]
+__all__ = ["attach", "attach_entry", "load_sentinel_config"]
 
 
 def load_sentinel_config(
@@ -62,21 +62,28 @@ def attach(
     attached: list[AttachedSentinel] = []
     failures: list[LoadFailure] = []
     for entry in codon.sentinels:
-        ref = entry.sentinel_config
-        required = bool(entry.settings and entry.settings.fail_codon_if_not_loaded)
-        if isinstance(ref, SentinelConfig):
-            attached.append(AttachedSentinel(ref, entry.settings, hank_dir, "inline", None))
-            continue
-        target = (hank_dir / ref).resolve()
-        config = configs.get(target)
-        if config is None:
-            failures.append(
-                LoadFailure(
-                    Path(ref).stem,
-                    f'sentinel config "{ref}" is invalid or missing (run `weft validate`)',
-                    required,
-                )
-            )
-            continue
-        attached.append(AttachedSentinel(config, entry.settings, target.parent, "file", ref))
+        one = attach_entry(entry, hank_dir, configs)
+        if isinstance(one, LoadFailure):
+            failures.append(one)
+        else:
+            attached.append(one)
     return attached, failures
+
+
+def attach_entry(
+    entry: SentinelEntry, hank_dir: Path, configs: Mapping[Path, SentinelConfig]
+) -> AttachedSentinel | LoadFailure:
+    """One entry of :func:`attach`."""
+    ref = entry.sentinel_config
+    required = bool(entry.settings and entry.settings.fail_codon_if_not_loaded)
+    if isinstance(ref, SentinelConfig):
+        return AttachedSentinel(ref, entry.settings, hank_dir, "inline", None)
+    target = (hank_dir / ref).resolve()
+    config = configs.get(target)
+    if config is None:
+        return LoadFailure(
+            Path(ref).stem,
+            f'sentinel config "{ref}" is invalid or missing (run `weft validate`)',
+            required,
+        )
+    return AttachedSentinel(config, entry.settings, target.parent, "file", ref)

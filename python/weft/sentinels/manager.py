@@ -102,7 +102,11 @@ __all__ = [
     "AttachedSentinel",
     "CodonInfo",
     "LoadFailure",
+    "Prepared",
     "SentinelManager",
+    "compile_prompt",
+    "prepare",
+    "prompt_source",
 ]
 
 CONNECTION_EVENT_TYPES: Final = frozenset(
@@ -219,6 +223,54 @@ def _read_prompt(refs: str | list[str], base: Path, what: str) -> str:
     return "\n\n".join(texts)
 
 
+def prompt_source(
+    config: SentinelConfig, base: Path, which: Literal["system", "user"]
+) -> str | None:
+    """A sentinel's system or user prompt as template source (``None``: none):
+    its ``*PromptText``, or its ``*PromptFile``(s) read from ``base``. Raises
+    :class:`TemplateError` (unreadable, not text, no user prompt) or
+    :class:`~weft.errors.UnsafePathError`."""
+    if which == "system":
+        text, files = config.system_prompt_text, config.system_prompt_file
+    else:
+        text, files = config.user_prompt_text, config.user_prompt_file
+    if files is not None:
+        text = _read_prompt(files, base, f"{which}PromptFile")
+    if which == "user" and text is None:
+        raise TemplateError(f'sentinel "{config.id}" has no user prompt')
+    return text or None
+
+
+def compile_prompt(source: str, sentinel_id: str, which: Literal["system", "user"]) -> Template:
+    """A parsed prompt template (raises :class:`TemplateError` naming the line)."""
+    return _compiled(source, f"{sentinel_id} {which} prompt")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What loading a sentinel makes of its config, the same for every codon:
+    its parsed prompts and its structured-output schema (``weft validate``
+    runs the same steps, :func:`weft.sentinels.checks.load_problems`)."""
+
+    system: Template | None
+    user: Template
+    schema: dict[str, Any] | None
+
+
+def prepare(config: SentinelConfig, base: Path) -> Prepared:
+    """Reads the prompts, parses them, loads the schema. Raises
+    :class:`TemplateError`, :class:`SchemaError` or
+    :class:`~weft.errors.UnsafePathError`."""
+    system = prompt_source(config, base, "system")
+    user = prompt_source(config, base, "user")
+    assert user is not None
+    return Prepared(
+        compile_prompt(system, config.id, "system") if system else None,
+        compile_prompt(user, config.id, "user"),
+        load_schema(config, base),
+    )
+
+
 class SentinelManager:
     """The sentinels of one codon (see the module docstring)."""
 
@@ -314,18 +366,7 @@ class SentinelManager:
         config = entry.config
         model_id = self._override or config.model
         provider, model = self._registry.get(model_id)
-        base = entry.base_dir
-        system_source = config.system_prompt_text
-        if config.system_prompt_file is not None:
-            system_source = _read_prompt(config.system_prompt_file, base, "systemPromptFile")
-        user_source = config.user_prompt_text
-        if config.user_prompt_file is not None:
-            user_source = _read_prompt(config.user_prompt_file, base, "userPromptFile")
-        if user_source is None:
-            raise TemplateError(f'sentinel "{config.id}" has no user prompt')
-        system = _compiled(system_source, f"{config.id} system prompt") if system_source else None
-        user = _compiled(user_source, f"{config.id} user prompt")
-        schema = load_schema(config, base)
+        prepared = prepare(config, entry.base_dir)
         target = resolve_outputs(
             config,
             entry.settings,
@@ -339,9 +380,9 @@ class SentinelManager:
             model_id=model_id,
             provider=provider,
             model=model,
-            system=system,
-            user=user,
-            schema=schema,
+            system=prepared.system,
+            user=prepared.user,
+            schema=prepared.schema,
             writer=OutputWriter(
                 target, config.join_string if config.join_string is not None else DEFAULT_JOIN
             ),

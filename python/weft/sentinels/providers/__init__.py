@@ -106,6 +106,16 @@ class ProviderRegistry:
                     return value
         return None
 
+    def missing_key(self, model_id: str) -> str | None:
+        """Why ``model_id``'s provider has no API key here (``None``: it has
+        one, or needs none), without making a client. Raises
+        :class:`ProviderError` for an id that names no known provider."""
+        name, _ = split_model(model_id)
+        spec = PROVIDERS[name]
+        if name == "fake" or name in self._made or self._lookup(spec.keys) is not None:
+            return None
+        return f'sentinel model "{model_id}" needs an API key: set {" or ".join(spec.keys)}'
+
     def get(self, model_id: str) -> tuple[Provider, str]:
         """The provider of ``model_id`` and the model's own id.
 
@@ -122,10 +132,7 @@ class ProviderRegistry:
         else:
             key = self._lookup(spec.keys)
             if key is None:
-                raise ProviderError(
-                    "configuration",
-                    f'sentinel model "{model_id}" needs an API key: set {" or ".join(spec.keys)}',
-                )
+                raise ProviderError("configuration", self.missing_key(model_id) or model_id)
             base_url = self._lookup(spec.base_url) or spec.default_base_url
             if name == "anthropic":
                 from weft.sentinels.providers.anthropic_api import AnthropicProvider
