@@ -106,6 +106,7 @@ from weft.runtime.sessions import (
 from weft.runtime.survivors import MARK_VAR, new_mark, started_event
 from weft.state import StateManager
 from weft.store.diskspace import RESUME_HINT, is_storage_failure, storage_error
+from weft.terminal import plural
 
 _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI_HOME": "gemini"}
 
@@ -479,7 +480,8 @@ class CodonRunner:
         emit = functools.partial(self.manager.emit, run_id=req.run_id, codon_id=codon_id)
         self.emit(
             InfoEvent(
-                message=f"Rig setup of {codon_id}: {len(req.planned.codon.rig_setup)} operation(s)"
+                message=f"Rig setup of {codon_id}: "
+                + plural(len(req.planned.codon.rig_setup), "operation")
             ),
             req.run_id,
             codon_id,
