@@ -349,3 +349,75 @@ def test_max_time_stops_a_silent_agent_and_the_run(tmp_path: Path, env: dict[str
     records = codon_records(read_state(execution))
     assert records["a"]["status"] == "completed"
     assert "b" not in records
+
+
+# --------------------------------------------------------------------------- every session counts
+
+
+def agent_results(execution: Path, codon_id: str) -> list[dict[str, Any]]:
+    """The result lines the agent printed for ``codon_id``, oldest first."""
+    (log,) = (execution / ".weft" / "runs").rglob(f"{codon_id}-claude.log")
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    return [line for line in lines if line.get("type") == "result"]
+
+
+def test_extension_spend_counts_against_the_run_ceiling(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # Each exhaustWithPrompt session bills its own process (fake haiku: well
+    # under $0.002 a session), so $0.003 is crossed a few sessions in, never
+    # by one session alone: the ceiling holds only when every session counts.
+    grind = codon("b", model="fake/haiku", exhaustWithPrompt="Keep going.", maxExtensions=8)
+    hank = write_hank(tmp_path / "hank", grind, codon("c"))
+    execution = tmp_path / "x"
+    result = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.003", env=env)
+    assert result.returncode == 1, result.stdout
+    (crossed,) = events(execution, "budget.exceeded")
+    assert (crossed["scope"], crossed["codonId"]) == ("run", "b")
+    extended = events(execution, "codon.extended")
+    assert 1 <= len(extended) < 8
+    records = codon_records(read_state(execution))
+    spent = records["b"]["finalCost"]
+    # Honoured to within the one message that crossed it (plus the output tokens
+    # its live line undercounts, which the session's result adds).
+    finals = [e["totalCost"] for e in events(execution, "token.usage") if e.get("final")]
+    last_session = finals[-1] - (extended[-1]["cumulativeCost"] or 0.0)
+    assert 0.003 < crossed["used"] <= spent <= 0.003 + last_session
+    assert spent == pytest.approx(finals[-1])
+    (summary,) = events(execution, "budget.summary")
+    assert summary["actualDollars"] == pytest.approx(spent)
+    assert f"budget: spent ${spent:.4f} of $0.0030" in result.stdout
+    assert "c" not in records
+
+
+def test_a_budget_stopped_codon_is_billed_what_it_spent_and_the_cap_holds_on_resume(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = write_hank(tmp_path / "hank", codon("a"), codon("b"))
+    execution = tmp_path / "x"
+    # Lines paced slowly: the first message crosses the cap and the stop lands
+    # before the success result's line is out (the agent then prints its
+    # aborted result, as Claude Code 2.1.330 answers SIGINT).
+    env["FAKE_AGENT_LINE_DELAY_MS"] = "300"
+    first = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.001", env=env)
+    assert first.returncode == 1, first.stdout
+    (crossed,) = events(execution, "budget.exceeded")
+    a = codon_records(read_state(execution))["a"]
+    assert a["status"] == "completed"
+    (aborted,) = agent_results(execution, "a")
+    assert aborted["terminal_reason"] == "aborted_streaming"
+    # Golden: the codon costs what the stopped agent reported for its process,
+    # which is at least what its message was seen to spend live; never $0.
+    assert a["finalCost"] == pytest.approx(aborted["total_cost_usd"], abs=1e-9)
+    assert a["finalCost"] >= crossed["used"] > 0.001
+    (done,) = [line for line in first.stdout.splitlines() if "a: completed in" in line]
+    assert f"(${a['finalCost']:.4f}, " in done
+    (summary,) = events(execution, "budget.summary")
+    assert summary["actualDollars"] == pytest.approx(a["finalCost"])
+    status = weft("status", execution, env=env)
+    assert f"total cost: ${a['finalCost']:.4f}" in status.stdout
+    # Resumed under the same cap: the spend counts, nothing more starts.
+    again = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.001", env=env)
+    assert again.returncode == 1, again.stdout
+    assert "b is not started" in again.stdout
+    assert "b" not in codon_records(read_state(execution), run_index=-1)

@@ -205,3 +205,29 @@ def test_a_graceful_stop_with_the_default_line_delay_prints_its_lines(fake: Fake
         "[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"
     ]
     assert lines[-2]["message"]["content"][0]["text"] == "[Request interrupted by user]"
+
+
+def test_a_stop_before_the_result_line_is_out_reports_the_whole_spend(fake: Fake) -> None:
+    # The success result is built, then the stop lands in the pause before its
+    # line: that result was never said, so the aborted result carries the whole
+    # process's share, as 2.1.330's does (direct_sigint: model_usage_since_last_result
+    # costUSD == total_cost_usd on a fresh session), never $0.
+    env = {"FAKE_AGENT_LINE_DELAY_MS": "600"}
+    proc = fake.spawn("claude", *BASE_ARGS["claude"], env=env)
+    try:
+        head = first_lines(proc, 2)
+        assert json.loads(head[1])["type"] == "assistant"
+        time.sleep(0.2)  # well inside the 600 ms pause before the result's line
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    lines = [json.loads(x) for x in b"".join([*head, rest]).splitlines() if x.startswith(b"{")]
+    results = [line for line in lines if line["type"] == "result"]
+    assert [r["terminal_reason"] for r in results] == ["aborted_streaming"]
+    (result,) = results
+    own = sum(m["costUSD"] for m in result["model_usage_since_last_result"].values())
+    assert result["total_cost_usd"] > 0
+    assert own == pytest.approx(result["total_cost_usd"])

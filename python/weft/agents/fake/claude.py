@@ -229,7 +229,13 @@ class ClaudeRun(Flavour):
         """What earlier processes of a resumed session spent (from its transcript):
         2.1.330 reports cost and ``modelUsage`` over the whole session."""
         self._reported: dict[str, Usage] = {}
-        """This process's usage already reported by an earlier result."""
+        """This process's usage already reported by an earlier result (one
+        that was printed: a result a stop cut short before its line was out
+        reported nothing, so the abort result's share still holds it all, as
+        2.1.330's ``aborted_streaming`` result does)."""
+        self._unprinted: tuple[JsonObj, dict[str, Usage]] | None = None
+        """The last result built and what it reports, until its line is out."""
+        ctx.runner.emitted = self._printed
         self.background_calls = not self.v330
         """The background Haiku call (titles): 2.1.330 made none against the
         test mock, so from that version it is gone."""
@@ -630,10 +636,17 @@ class ClaudeRun(Flavour):
             obj["model_usage_since_last_result"] = self.model_usage_obj(
                 self._usage_since_last_result()
             )
-        self._reported = {}
+        reported: dict[str, Usage] = {}
         for model, usage in self.model_usage.items():
-            self._reported.setdefault(model, Usage()).add(usage)
+            reported.setdefault(model, Usage()).add(usage)
+        self._unprinted = (obj, reported)
         return obj
+
+    def _printed(self, obj: JsonObj) -> None:
+        """A line is out: a result's usage is now reported."""
+        unprinted = self._unprinted
+        if unprinted is not None and unprinted[0] is obj:
+            self._reported, self._unprinted = unprinted[1], None
 
     def closing(self, extra_blocks: list[JsonObj] | None = None) -> Iterator[Step]:
         """The final text message and a success result."""

@@ -183,6 +183,9 @@ class Runner:
         self._aborting = False
         """Performing the abort steps: a pending stop no longer interrupts."""
         self._lines = 0
+        self.emitted: Callable[[JsonObj], None] | None = None
+        """Told of each :class:`Emit` once its line is out (or captured): a
+        line a stop cut short before it was written was never said."""
 
     # -- signals ---------------------------------------------------------------
 
@@ -252,8 +255,10 @@ class Runner:
         if isinstance(step, Emit):
             if self.capture is not None:
                 self.capture.append(step.obj)
-                return None
-            self._line(dumps(step.obj), delay=step.delay)
+            else:
+                self._line(dumps(step.obj), delay=step.delay)
+            if self.emitted is not None:
+                self.emitted(step.obj)
         elif isinstance(step, Raw):
             if self.capture is None:
                 self._line(step.text.encode("utf-8"), delay=True)
