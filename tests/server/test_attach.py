@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from tests.builders import run_started
+from tests.runtime.hanks import codon, recorded, scenario, subprocess_environment, write_hank
 from tests.server.helpers import Recorder, running
 
 from weft import core
@@ -326,4 +327,125 @@ async def test_attach_rolls_a_manual_run_back_to_a_picked_checkpoint_and_it_goes
     state = json.loads((execution / ".weft" / "state.json").read_text())
     kinds = [r["startingConditions"].get("reason", "fresh") for r in state["runs"]]
     assert sorted(kinds) == ["fresh", "rollback"]
+    assert "Traceback" not in "".join(seen)
+
+
+async def start_run(
+    hank: Path, execution: Path, env: dict[str, str], *extra: str
+) -> asyncio.subprocess.Process:
+    """A real ``weft run`` of ``hank`` (headless), its server up."""
+    run = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "weft", "run", str(hank), "--headless", "--execution", str(execution), *extra),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    await line_with(run, "WebSocket server on ws://", [])
+    return run
+
+
+async def test_an_urgent_message_typed_in_attach_interrupts_the_agent_which_resumes_with_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 19's Done-when: ``u``, the message, Enter, in a terminal attached
+    to a running codon; the agent is interrupted, its session resumes, and the
+    agent answers the message."""
+    # A long session (its resume has no directive: it ends at once).
+    long = scenario("sigterm,lines=400,interval_ms=50")
+    hank = write_hank(
+        tmp_path / "hank", codon("slow", long + "Work slowly.", record=tmp_path / "slow.json")
+    )
+    execution = tmp_path / "x"
+    run = await start_run(hank, execution, subprocess_environment(tmp_path))
+    master, slave = pty.openpty()
+    try:
+        attach = await weft("attach", str(execution), "-v", stdin=slave)
+        seen: list[str] = []
+        await line_with(attach, "keys:", seen)
+        await line_with(attach, "slow: says: Working on step", seen)  # the agent is at work
+        os.write(master, b"u")
+        await line_with(attach, "type the urgent message", seen)
+        os.write(master, b"Say hi now.\r")
+        await line_with(attach, "urgent message (the agent is interrupted)", seen)
+        await line_with(attach, "urgent message sent: Say hi now.", seen)
+        resumed = await line_with(attach, "session 2 resumes", seen)
+        answer = await line_with(attach, "You asked:", seen)
+        await line_with(attach, "slow: completed", seen)
+        out, err = await asyncio.wait_for(attach.communicate(), 30)
+        seen += out.decode().splitlines(keepends=True)
+        _, run_err = await asyncio.wait_for(run.communicate(), 30)
+    finally:
+        os.close(master)
+        os.close(slave)
+        if run.returncode is None:
+            run.kill()
+            await run.wait()
+    assert attach.returncode == 0, err.decode()[-800:]  # the run completed
+    assert run.returncode == 0, run_err.decode()[-800:]
+    assert '"Say hi now."' in answer
+    argv = recorded(tmp_path / "slow.json")  # the resumed session's command line
+    assert argv["prompt"] == "Say hi now."
+    assert "--resume" in " ".join(argv["argv"])
+    assert resumed.split("session 2 resumes ")[1].split()[0] in " ".join(argv["argv"])
+    assert "Traceback" not in "".join(seen)
+
+
+async def test_attach_redoes_a_codon_and_force_stops_a_running_one_in_a_manual_run(
+    tmp_path: Path,
+) -> None:
+    """``d`` ``y`` runs the last codon again (a new run, from the checkpoint it
+    started from); ``f`` stops the running codon, which fails, and the run
+    waits for what to do next."""
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", "First."),
+        codon("b", "Second."),
+        codon("c", scenario("sigterm,lines=600,interval_ms=50") + "Work slowly."),
+    )
+    execution = tmp_path / "x"
+    run = await start_run(hank, execution, subprocess_environment(tmp_path), "--no-autostart")
+    master, slave = pty.openpty()
+    try:
+        attach = await weft("attach", str(execution), "--headless", stdin=slave)
+        seen: list[str] = []
+        await line_with(attach, "waiting for next (n): a", seen)
+        for codon_id in ("b", "c"):
+            os.write(master, b"n")
+            await line_with(attach, f"waiting for next (n): {codon_id}", seen)
+        os.write(master, b"d")
+        await line_with(attach, "redo the last codon from the checkpoint it started from", seen)
+        os.write(master, b"y")
+        await line_with(attach, "redo requested", seen)
+        await line_with(attach, "b: completed", seen)  # b ran again
+        await line_with(attach, "waiting for next (n): c", seen)
+        os.write(master, b"n")
+        await line_with(attach, "c: running", seen)
+        os.write(master, b"f")  # no confirmation: it stops one codon, not the run
+        await line_with(attach, "force stop requested", seen)
+        failed = await line_with(attach, "c: FAILED", seen)
+        await line_with(attach, "send codon.redo, rollback.* or server.shutdown", seen)
+        os.write(master, b"x")
+        await line_with(attach, "press y to confirm", seen)
+        os.write(master, b"y")
+        _, err = await asyncio.wait_for(attach.communicate(), 30)
+        _, run_err = await asyncio.wait_for(run.communicate(), 30)
+    finally:
+        os.close(master)
+        os.close(slave)
+        if run.returncode is None:
+            run.kill()
+            await run.wait()
+    assert "Stopped by the user" in failed
+    assert attach.returncode == 1, err.decode()[-800:]  # the run did not complete
+    assert run.returncode != 0, run_err.decode()[-800:]
+    state = json.loads((execution / ".weft" / "state.json").read_text())
+    runs = sorted(state["runs"], key=lambda r: r["startTime"])
+    assert [r["startingConditions"].get("reason", "fresh") for r in runs] == ["fresh", "retry"]
+    assert [c["codonId"] for c in runs[0]["codons"]] == ["a", "b"]
+    redo = {c["codonId"]: c for c in runs[1]["codons"]}
+    assert redo["b"]["status"] == "completed"
+    assert (redo["c"]["status"], redo["c"]["failureReason"]["type"]) == ("failed", "force_stopped")
     assert "Traceback" not in "".join(seen)
