@@ -390,3 +390,45 @@ def test_a_ceiling_trips_exactly_when_the_running_total_passes_it(
         assert (verdict is not None) == (total / NANO > ceiling)
         if verdict is not None:
             break
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(min_value=0, max_value=10**6), max_size=4),
+            st.integers(min_value=0, max_value=3 * 10**6),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_the_running_totals_of_several_sessions_count_each_session_once(
+    sessions: list[tuple[list[int], int]],
+) -> None:
+    """One attempt, several sessions (extensions, resumes): estimates per
+    message, then the attempt's running total after each session's result."""
+    lg = ledger(hank(codon("a")))
+    lg.begin(A)
+    billed = 0
+    for estimates, final in sessions:
+        for amount in estimates:
+            lg.add(amount / NANO)
+        # The runner bills the codon its earlier sessions plus this one's own figure.
+        billed += max(final, sum(estimates))
+        lg.set_total(billed / NANO, 0)
+        assert lg.spent_nanos == billed
+    lg.end("completed")
+    assert lg.spent_nanos == billed
+    assert lg.rows[0].dollar_nanos == billed
+
+
+def test_a_total_below_the_estimates_never_takes_spend_back() -> None:
+    lg = ledger(hank(codon("a")))
+    lg.begin(A)
+    lg.add(0.0063, 5)
+    # A stopped session's result that says less than its message did.
+    lg.set_total(0.0, 1)
+    assert lg.spent == pytest.approx(0.0063)
+    assert lg.rows[0].output_tokens == 0  # committed at end()
+    lg.end("completed")
+    assert lg.rows[0].output_tokens == 5
