@@ -30,8 +30,18 @@ from weft.agents.claude_wire import (
     User,
     as_dict,
     decode_line,
+    result_text,
 )
-from weft.agents.events import AgentEvent, AssistantText, Thinking, Tokens, ToolUse, UsageDelta
+from weft.agents.events import (
+    AgentEvent,
+    AssistantText,
+    CostSource,
+    Thinking,
+    Tokens,
+    ToolResult,
+    ToolUse,
+    UsageDelta,
+)
 from weft.agents.harness import ProcessEnd, decode_lossy
 
 GOLDEN = Path(__file__).parent / "golden" / "claude"
@@ -54,6 +64,7 @@ class OldPath(ClaudeParser):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._old_usage: dict[str, _OldMessageUsage] = {}
+        self._estimate_tokens = Tokens()
 
     def feed(self, line: bytes) -> list[AgentEvent]:
         if line[:1] != b"{":
@@ -71,7 +82,7 @@ class OldPath(ClaudeParser):
         if kind is Assistant:
             return self._old_assistant(msg)
         if kind is User:
-            return self._user(msg)
+            return self._old_user(msg)
         if kind is StreamEvent:
             return self._stream_event(msg)
         if kind is System:
@@ -111,6 +122,27 @@ class OldPath(ClaudeParser):
             if delta is not None:
                 events.append(delta)
         return events
+
+    def _old_user(self, msg: User) -> list[AgentEvent]:
+        content = msg.message.content
+        if not isinstance(content, list):
+            return []  # a replayed prompt
+        sub = msg.parent_tool_use_id is not None
+        return [
+            ToolResult(
+                tool_use_id=block.tool_use_id or "",
+                content=result_text(block.content),
+                is_error=bool(block.is_error),
+                subagent=sub,
+            )
+            for block in content
+            if block.type == "tool_result"
+        ]
+
+    def _estimate(self) -> tuple[float | None, CostSource, Tokens]:
+        if self._estimate_nanos is None:
+            return None, CostSource.UNPRICED, self._estimate_tokens
+        return self._estimate_nanos / 1e9, CostSource.ESTIMATE, self._estimate_tokens
 
     def _old_usage_delta(self, mid: str, model: str | None, usage: Usage) -> UsageDelta | None:
         entry = self._old_usage.get(mid)

@@ -38,7 +38,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -101,18 +101,9 @@ _USAGE_WINDOW = 1024
 # -- the parser ----------------------------------------------------------------------------
 
 
-class _MessageUsage:
-    """Per-message maxima of a usage snapshot (§1.5)."""
-
-    __slots__ = ("cost_nanos", "last", "tokens")
-
-    # Set by the first snapshot; no placeholder Tokens is built per message.
-    tokens: Tokens
-    cost_nanos: int | None
-    last: Usage | None
-
-    def __init__(self) -> None:
-        self.cost_nanos = 0
+_MessageUsage: TypeAlias = tuple[Usage, Tokens, int | None]
+"""A message's latest usage snapshot, its maxima so far (§1.5) and their
+cost in nano-dollars (``None``: unpriced)."""
 
 
 class ClaudeParser:
@@ -142,7 +133,13 @@ class ClaudeParser:
         self._usage: OrderedDict[str, _MessageUsage] = OrderedDict()
         """The latest messages' usage maxima (bounded: a message's blocks come
         together, so old entries are never needed again)."""
-        self._estimate_tokens = Tokens()
+        # The tokens of every usage delta, summed (five ints, not a Tokens per
+        # request).
+        self._spent_input = 0
+        self._spent_output = 0
+        self._spent_cache_creation = 0
+        self._spent_cache_read = 0
+        self._spent_cache_creation_1h = 0
         self._rows: dict[str, pricing.PriceRow | None] = {}
         """Price rows by model (``None``: unpriced)."""
         self._estimate_nanos: int | None = 0
@@ -178,9 +175,17 @@ class ClaudeParser:
             msg = decode_line(line)
         except (msgspec.MsgspecError, UnicodeDecodeError):
             return self._bad_line(line)
-        # One dict look-up instead of a chain of type tests: the per-line
-        # Python work is most of the parse once the decoder skips the bulk.
-        handler = self._handlers.get(msg.__class__)
+        # The three kinds that make almost every line are tested first, by
+        # identity; the per-line Python work is most of the parse once the
+        # decoder skips the bulk, so every call saved counts.
+        kind = msg.__class__
+        if kind is StreamEvent:
+            return self._stream_event(msg)
+        if kind is Assistant:
+            return self._assistant(msg)
+        if kind is User:
+            return self._user(msg)
+        handler = self._handlers.get(kind)
         return [] if handler is None else handler(msg)
 
     def _bad_line(self, line: bytes) -> list[AgentEvent]:
@@ -350,12 +355,16 @@ class ClaudeParser:
         usage = message.usage
         if usage is not None and mid is not None:
             entry = self._usage.get(mid)
-            # The same snapshot repeated for the next content block (most
-            # assistant lines) is settled here, without a call.
-            if entry is None or usage != entry.last:
+            if entry is None:
+                delta = self._first_usage(mid, model, usage)
+            elif usage != entry[0]:
                 delta = self._usage_delta(mid, model, usage, entry)
-                if delta is not None:
-                    events.append(delta)
+            else:
+                # The same snapshot repeated for the next content block (most
+                # assistant lines): settled here, without a call.
+                return events
+            if delta is not None:
+                events.append(delta)
         return events
 
     def _synthetic(self, msg: Assistant) -> None:
@@ -372,48 +381,74 @@ class ClaudeParser:
             ):
                 self._context_exceeded = self._context_error = True
 
-    def _usage_delta(
-        self, mid: str, model: str | None, usage: Usage, entry: _MessageUsage | None
-    ) -> UsageDelta | None:
-        """Max-merges ``usage`` into the message's entry; the growth, priced."""
-        if entry is None:
-            # The first snapshot of a message (the common case): all of it is new.
-            if len(self._usage) >= _USAGE_WINDOW:
-                self._usage.popitem(last=False)
-            entry = self._usage[mid] = _MessageUsage()
-            if model and model != SYNTHETIC_MODEL:
-                self._priced_model = model
-            new = tokens = usage.tokens()
-            entry.last = usage
-            entry.tokens = new
-            if tokens.total == 0 and tokens.cache_creation_1h == 0:
-                return None
-            old_cost: int | None = 0
+    def _first_usage(self, mid: str, model: str | None, usage: Usage) -> UsageDelta | None:
+        """A message's first snapshot (one per API request): all of it is new.
+        The common case of the merge, written out flat: it runs per request."""
+        usage_by_message = self._usage
+        if len(usage_by_message) >= _USAGE_WINDOW:
+            usage_by_message.popitem(last=False)
+        if model and model != SYNTHETIC_MODEL:
+            self._priced_model = model
+        split = usage.cache_creation
+        one_hour = split.ephemeral_1h_input_tokens if split is not None else 0
+        n_in = usage.input_tokens
+        n_out = usage.output_tokens
+        n_write = usage.cache_creation_input_tokens
+        n_read = usage.cache_read_input_tokens
+        tokens = Tokens(
+            input=n_in,
+            output=n_out,
+            cache_creation=n_write,
+            cache_read=n_read,
+            cache_creation_1h=one_hour,
+        )
+        if n_in + n_out + n_write + n_read == 0 and one_hour == 0:
+            usage_by_message[mid] = (usage, tokens, 0)
+            return None
+        cost = None if model is None else self._cost_nanos(model, tokens)
+        usage_by_message[mid] = (usage, tokens, cost)
+        if cost is None:
+            delta_cost = None
+            self._estimate_nanos = None
         else:
-            old = entry.tokens
-            split = usage.cache_creation
-            new = Tokens(
-                input=max(old.input, usage.input_tokens),
-                output=max(old.output, usage.output_tokens),
-                cache_creation=max(old.cache_creation, usage.cache_creation_input_tokens),
-                cache_read=max(old.cache_read, usage.cache_read_input_tokens),
-                cache_creation_1h=max(
-                    old.cache_creation_1h, split.ephemeral_1h_input_tokens if split else 0
-                ),
-            )
-            entry.last = usage
-            if new == old:
-                return None
-            entry.tokens = new
-            tokens = Tokens(
-                input=new.input - old.input,
-                output=new.output - old.output,
-                cache_creation=new.cache_creation - old.cache_creation,
-                cache_read=new.cache_read - old.cache_read,
-                cache_creation_1h=new.cache_creation_1h - old.cache_creation_1h,
-            )
-            old_cost = entry.cost_nanos
-        cost = entry.cost_nanos = None if model is None else self._cost_nanos(model, new)
+            delta_cost = cost / 1e9
+            if self._estimate_nanos is not None:
+                self._estimate_nanos += cost
+        self._spent_input += n_in
+        self._spent_output += n_out
+        self._spent_cache_creation += n_write
+        self._spent_cache_read += n_read
+        self._spent_cache_creation_1h += one_hour
+        return UsageDelta(model=model, tokens=tokens, cost_usd=delta_cost, message_id=mid)
+
+    def _usage_delta(
+        self, mid: str, model: str | None, usage: Usage, entry: _MessageUsage
+    ) -> UsageDelta | None:
+        """Max-merges a changed snapshot into the message's maxima; the
+        growth, priced."""
+        _, old, old_cost = entry
+        split = usage.cache_creation
+        new = Tokens(
+            input=max(old.input, usage.input_tokens),
+            output=max(old.output, usage.output_tokens),
+            cache_creation=max(old.cache_creation, usage.cache_creation_input_tokens),
+            cache_read=max(old.cache_read, usage.cache_read_input_tokens),
+            cache_creation_1h=max(
+                old.cache_creation_1h, split.ephemeral_1h_input_tokens if split else 0
+            ),
+        )
+        if new == old:
+            self._usage[mid] = (usage, old, old_cost)
+            return None
+        tokens = Tokens(
+            input=new.input - old.input,
+            output=new.output - old.output,
+            cache_creation=new.cache_creation - old.cache_creation,
+            cache_read=new.cache_read - old.cache_read,
+            cache_creation_1h=new.cache_creation_1h - old.cache_creation_1h,
+        )
+        cost = None if model is None else self._cost_nanos(model, new)
+        self._usage[mid] = (usage, new, cost)
         if cost is None or old_cost is None:
             delta_cost = None
             self._estimate_nanos = None
@@ -422,7 +457,11 @@ class ClaudeParser:
             delta_cost = delta_nanos / 1e9
             if self._estimate_nanos is not None:
                 self._estimate_nanos += delta_nanos
-        self._estimate_tokens = self._estimate_tokens + tokens
+        self._spent_input += tokens.input
+        self._spent_output += tokens.output
+        self._spent_cache_creation += tokens.cache_creation
+        self._spent_cache_read += tokens.cache_read
+        self._spent_cache_creation_1h += tokens.cache_creation_1h
         return UsageDelta(model=model, tokens=tokens, cost_usd=delta_cost, message_id=mid)
 
     def _cost_nanos(self, model: str, tokens: Tokens) -> int | None:
@@ -441,19 +480,23 @@ class ClaudeParser:
 
     def _user(self, msg: User) -> list[AgentEvent]:
         content = msg.message.content
-        if not isinstance(content, list):
+        if content.__class__ is not list:
             return []  # a replayed prompt
         sub = msg.parent_tool_use_id is not None
-        return [
-            ToolResult(
-                tool_use_id=block.tool_use_id or "",
-                content=result_text(block.content),
-                is_error=bool(block.is_error),
-                subagent=sub,
-            )
-            for block in content
-            if block.type == "tool_result"
-        ]
+        events: list[AgentEvent] = []
+        for block in content:
+            if block.type == "tool_result":
+                value = block.content
+                events.append(
+                    ToolResult(
+                        tool_use_id=block.tool_use_id or "",
+                        # Most results are one string: kept as it is, without a call.
+                        content=value if value.__class__ is str else result_text(value),
+                        is_error=block.is_error is True,
+                        subagent=sub,
+                    )
+                )
+        return events
 
     def _stream_event(self, msg: StreamEvent) -> list[AgentEvent]:
         event = msg.event
@@ -592,6 +635,13 @@ class ClaudeParser:
     # -- cost --
 
     def _estimate(self) -> tuple[float | None, CostSource, Tokens]:
+        tokens = Tokens(
+            input=self._spent_input,
+            output=self._spent_output,
+            cache_creation=self._spent_cache_creation,
+            cache_read=self._spent_cache_read,
+            cache_creation_1h=self._spent_cache_creation_1h,
+        )
         if self._estimate_nanos is None:
-            return None, CostSource.UNPRICED, self._estimate_tokens
-        return self._estimate_nanos / 1e9, CostSource.ESTIMATE, self._estimate_tokens
+            return None, CostSource.UNPRICED, tokens
+        return self._estimate_nanos / 1e9, CostSource.ESTIMATE, tokens
