@@ -13,6 +13,7 @@ from tests.builders import lifecycle, move, run_started
 
 from weft import core
 from weft.cli import main
+from weft.events.stream import SessionCooldownEvent, SessionResumedEvent, StreamData
 from weft.store import ExecutionStore
 
 
@@ -152,3 +153,39 @@ async def test_status_of_a_lost_journal_says_what_was_lost_without_a_traceback(
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"weft: error: {db} ")
     assert "every journaled event is gone" in line
+
+
+async def test_the_supervisor_line_says_why_a_session_resumed(tmp_path: Path) -> None:
+    """A retry resumes after a cool-down; an urgent message had none (it
+    interrupted the agent)."""
+    cooldown = SessionCooldownEvent(
+        codon_id="build", session=1, duration_ms=2000, backoff_ms=2000,
+        error_class="rate_limit", consecutive_errors=1, total_errors=1,
+    )  # fmt: skip
+    said: dict[str, list[StreamData]] = {
+        "build": [cooldown, SessionResumedEvent(codon_id="build", session=2, reason="retry",
+                                                resume_session_id="sess-b")],
+        "polish": [SessionResumedEvent(codon_id="polish", session=2, reason="urgent",
+                                       resume_session_id="sess-p")],
+        "draft": [SessionResumedEvent(codon_id="draft", session=2, reason="retry")],
+    }  # fmt: skip
+    store = ExecutionStore.open(tmp_path)
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    for codon_id, events in said.items():
+        manager.transition(
+            core.CodonStarted(run_id="r1", codon_id=codon_id, start_time="2026-11-21T00:00:00Z")
+        )
+        for event in events:
+            manager.emit(event, run_id="r1", codon_id=codon_id)
+        for transition in lifecycle("r1", codon_id)[1:]:
+            manager.transition(transition)
+    await store.close(manager)
+    done = weft("status", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines() if "supervisor:" in line]
+    assert lines == [
+        "supervisor: session 2 resumed sess-b after a cool-down",
+        "supervisor: session 2 resumed sess-p with an urgent message (the agent was interrupted)",
+        "supervisor: session 2 started afresh (no session to resume) after a cool-down",
+    ]

@@ -139,8 +139,22 @@ def _session_line(s: dict[str, Any]) -> str:
     if s["type"] == BreakerWaitingEvent.TYPE:
         return f"waiting {s['retryInMs']} ms: {s['message']}"
     if s["type"] == SessionResumedEvent.TYPE:
-        return f"session {s['session']} started after a cool-down ({s['reason']})"
+        return _resumed_line(s)
     return str(s.get("message", "the session supervisor gave up"))
+
+
+def _resumed_line(s: dict[str, Any]) -> str:
+    """A ``session.resumed``, worded by its reason: a retry follows a
+    cool-down; an urgent message interrupted the agent and had none."""
+    resumed = s.get("resumeSessionId")
+    what = (
+        f"session {s['session']} resumed {resumed}"
+        if resumed
+        else f"session {s['session']} started afresh (no session to resume)"
+    )
+    if s["reason"] == "urgent":
+        return f"{what} with an urgent message (the agent was interrupted)"
+    return f"{what} after a cool-down"
 
 
 def report(store: ExecutionStore) -> dict[str, Any]:
