@@ -6,6 +6,10 @@ import json
 
 import pytest
 
+from weft.agents.events import ErrorClass, SessionExited, SessionResult
+from weft.agents.gemini import GeminiParser
+from weft.agents.harness import ProcessEnd
+
 from .support import Fake
 from .wire import check_gemini
 
@@ -150,3 +154,32 @@ def test_yolo_and_approval_mode_conflict(fake: Fake) -> None:
     done = fake.run("gemini", "-p", "x", "-y", "--approval-mode", "yolo", stdin=None)
     assert done.code == 1
     assert "Cannot use both" in done.stderr
+
+
+def test_context_full_refuses_the_prompt_that_overflows_as_the_api_does(fake: Fake) -> None:
+    # Prompts 1 and 2 of the session fit; the third (a resume) is refused.
+    for prompt in ("List the tasks.", "Next task."):
+        args = () if prompt.startswith("List") else ("--resume", "latest")
+        fine = fake.gemini(f"@@fake:scenario=context_full,after=3@@ {prompt}", *args)
+        assert fine.code == 0, fine.stderr
+    full = fake.gemini("@@fake:scenario=context_full,after=3@@ Next.", "--resume", "latest")
+    assert full.code == 1
+    run = check_gemini(full.lines)
+    assert run.result is not None
+    assert run.result["status"] == "error"
+    assert run.result["error"]["type"] == "ApiError"
+    assert (
+        "exceeds the maximum number of tokens allowed (1048576)" in (run.result["error"]["message"])
+    )
+    assert run.result["stats"]["total_tokens"] == 0  # a refused request is not billed
+    # What Weft's Gemini parser makes of it: the context is exhausted, not retriable.
+    parser = GeminiParser(model="gemini-2.5-pro", pricer=lambda model, tokens: 0.0)
+    events = [e for line in full.out.split(b"\n") for e in parser.feed(line)]
+    events += parser.finish(ProcessEnd(exit_code=1, signal=None, stderr_tail="", stopped=None))
+    (result,) = [e for e in events if isinstance(e, SessionResult)]
+    assert result.context_exceeded
+    assert result.error_class is ErrorClass.CONTEXT_EXCEEDED
+    exited = events[-1]
+    assert isinstance(exited, SessionExited)
+    assert exited.context_exceeded
+    assert not exited.retriable

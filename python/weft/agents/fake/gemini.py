@@ -70,6 +70,8 @@ from weft.agents.fake.scenarios import (
 )
 
 DEFAULT_MODEL = "gemini-2.5-pro"
+CONTEXT_WINDOW = 1_048_576
+"""The input token limit of the Gemini 2.5 models (what a too-large request is refused against)."""
 YOLO_BANNER = "YOLO mode is enabled. All tool calls will be automatically approved."
 EDIT_TOOLS = frozenset({"write_file", "replace"})
 SHELL_TOOLS = frozenset({"run_shell_command"})
@@ -464,6 +466,7 @@ class GeminiRun(Flavour):
             "api_error": self.sc_api_error,
             "warning": self.sc_warning,
             "resume": self.sc_success,
+            "context_full": self.sc_context_full,
         }
         return table
 
@@ -522,6 +525,28 @@ class GeminiRun(Flavour):
             f"[API Error: got status {status}. Resource has been exhausted (e.g. check quota).]"
         )
         yield from self._fail("ApiError", message, 1)
+
+    def sc_context_full(self) -> Iterator[Step]:
+        """The session's context is full at its ``after``-th prompt (3; earlier
+        prompts of a resumed session count): before that a normal turn; then
+        what the Gemini CLI prints when the API refuses the request as too
+        large (400 INVALID_ARGUMENT): a result with status error, the API's
+        "input token count ... exceeds the maximum" message, no work, exit 1."""
+        earlier = sum(1 for m in self.record.get("messages", []) if m.get("type") == "user")
+        if earlier + 1 < max(1, self.param_int("after", 3)):
+            yield from self.sc_success()
+            return
+        yield from self.opening()
+        # The refused request is not billed: no API response, no tokens in the stats.
+        self.tokens_in = self.tokens_cached = self.tokens_out = 0
+        limit = CONTEXT_WINDOW
+        wanted = limit + self.rng.randint(1, 40_000)
+        yield from self._fail(
+            "ApiError",
+            f"[API Error: The input token count ({wanted}) exceeds the maximum number of "
+            f"tokens allowed ({limit}).]",
+            1,
+        )
 
     def sc_warning(self) -> Iterator[Step]:
         """A non-fatal ``error`` event (severity warning), then success."""
