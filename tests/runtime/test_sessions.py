@@ -5,8 +5,10 @@ on the fake agent through :class:`Runtime` (sleeps injected, never waited)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,63 @@ def test_weft_run_with_default_settings_survives_a_429_mid_codon(tmp_path: Path)
         "build": "completed",
         "after": "completed",
     }
+
+
+RATE_LIMITED = (
+    "Rate limit reached for gpt-5 in organization org-test on tokens per min. "
+    "Please try again in 1.5s."
+)
+"""What OpenAI says on a 429 (no comma: it is a scenario parameter); its
+delay is the agent's Retry-After."""
+
+
+def test_weft_run_waits_out_the_agent_s_retry_after_when_it_is_longer_than_the_backoff(
+    tmp_path: Path,
+) -> None:
+    """A real ``weft run``: the fake Codex fails its turn with a 429 naming a
+    delay (1.5 s) longer than the schedule's first step (100 ms here): the
+    cool-down is the Retry-After, the next session starts no sooner."""
+    hank = write_hank(
+        tmp_path / "hank",
+        codon(
+            "build",
+            "Build it.",
+            model="fake/openai/gpt-5",
+            env={"FAKE_AGENT_SCENARIO": f"turn_failed,message={RATE_LIMITED}"},
+        ),
+    )
+    env = subprocess_environment(tmp_path)
+    env.update(
+        CODEX_HOME=str(tmp_path / "codex-home"),
+        WEFT_RUNTIME_SESSION_BACKOFF_BASE_MS="100",
+        WEFT_RUNTIME_SESSION_MAX_TOTAL_ERRORS="2",  # every turn fails: stop after two
+    )
+    env["PYTHONPATH"] = os.environ.get("WEFT_PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        weft_run_argv(hank, tmp_path / "x"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # it gave up, as asked
+    assert "(Retry-After)" in done.stdout, done.stdout
+    store = ExecutionStore.open(tmp_path / "x", readonly=True)
+    try:
+        rows = store.journal.of_types(("session.cooldown", "session.resumed", "session.gave-up"))
+    finally:
+        store.journal.close()
+    assert [row.type for row in rows] == ["session.cooldown", "session.resumed", "session.gave-up"]
+    cooldown = json.loads(rows[0].payload)["data"]
+    assert cooldown["errorClass"] == "rate_limit"
+    assert (cooldown["durationMs"], cooldown["backoffMs"], cooldown["retryAfterMs"]) == (
+        1500,
+        100,
+        1500,
+    )
+    waited = datetime.fromisoformat(rows[1].timestamp) - datetime.fromisoformat(rows[0].timestamp)
+    assert waited.total_seconds() >= 1.5
 
 
 async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_applies(
