@@ -421,3 +421,15 @@ def test_a_budget_stopped_codon_is_billed_what_it_spent_and_the_cap_holds_on_res
     assert again.returncode == 1, again.stdout
     assert "b is not started" in again.stdout
     assert "b" not in codon_records(read_state(execution), run_index=-1)
+
+
+def test_a_run_ceiling_crossed_by_the_last_codon_ends_the_run_with_exit_0(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # Nothing was left to run: the codon completed (onExceeded complete), so did the run.
+    hank = write_hank(tmp_path / "hank", codon("only"))
+    execution = tmp_path / "x"
+    result = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.001", env=env)
+    assert result.returncode == 0, result.stdout
+    assert "Budget exceeded: the run used $" in result.stdout
+    assert codon_records(read_state(execution))["only"]["status"] == "completed"

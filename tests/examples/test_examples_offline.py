@@ -63,3 +63,11 @@ def test_the_context_exceeded_loop_ends_when_the_fake_context_is_full(
         True,
         "context_exceeded",
     )
+
+
+def test_the_hank_file_reference_names_every_example() -> None:
+    page = (ROOT / "docs" / "hank-file.md").read_text()
+    (line,) = [p for p in page.split("\n\n") if p.startswith("`examples/` holds complete hanks")]
+    named = {name for name in line.split("`")[1::2] if name != "examples/"}
+    every = {p.name for p in (ROOT / "examples").iterdir() if p.is_dir()}
+    assert named >= every - {"__pycache__"}
