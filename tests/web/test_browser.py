@@ -160,6 +160,67 @@ def test_a_rollback_from_the_page_changes_the_work_tree(page: Any, tmp_path: Pat
         assert_exact(page, run)
 
 
+def test_an_urgent_message_from_the_page_resumes_the_agent_with_it(
+    page: Any, tmp_path: Path
+) -> None:
+    from tests.runtime.hanks import codon, journal, scenario, write_hank
+
+    # A codon that works slowly (200 lines 50 ms apart) and stops on SIGTERM.
+    slow = codon("work", scenario("sigterm,lines=200,interval_ms=50") + "Work slowly.")
+    hank = write_hank(tmp_path / "hank", slow)
+    with live_run(tmp_path, "x", hank) as run:
+        open_dashboard(page, run, run.token)
+        wait_for(lambda: "Waiting" in idle(page), "the idle notice", page=page)
+        click_command(page, "codon.next")
+        wait_for(lambda: rows(page) == [("work", "running")], "the codon at work", page=page)
+        page.find_element("css selector", '#codons tr[data-codon="work"]').click()
+        wait_for(
+            lambda: page.find_elements("css selector", "#transcript p.t-message"),
+            "the agent's first words",
+            page=page,
+        )
+        box = page.find_element("id", "message-text")
+        box.send_keys("Say hi now.")
+        page.find_element("id", "message-urgent").click()
+        wait_for(
+            lambda: "codon.message: accepted" in page.find_element("id", "actions").text,
+            "the server's ack",
+            page=page,
+        )
+        assert box.get_attribute("value") == ""  # sent: the box is cleared
+        # The agent's session was interrupted and resumed with the message.
+        wait_for(lambda: rows(page) == [("work", "completed")], "the codon's end", page=page)
+        transcript = page.find_element("id", "transcript")
+        wait_for(lambda: 'You asked: "Say hi now."' in transcript.text, "the reply", page=page)
+        text = transcript.text
+        said = text.index("urgent message: Say hi now.")
+        resumed = text.index("(an urgent message)")
+        assert said < resumed < text.index('You asked: "Say hi now."'), text
+        errors = page.find_element("id", "errors")
+        wait_for(
+            lambda: "urgent message: Say hi now. (to work)" in errors.text,
+            "the message in the errors and recovery list",
+            page=page,
+        )
+        page.save_screenshot(str(artifacts_dir() / "dashboard-urgent-message.png"))
+        # With no agent session running, an urgent message is refused, and the text stays.
+        box.send_keys("Too late.")
+        page.find_element("id", "message-urgent").click()
+        refusal = wait_for(
+            lambda: page.execute_script(
+                "const li = document.querySelector('#actions li.refused');"
+                "return li && li.textContent;"
+            ),
+            "the refusal",
+            page=page,
+        )
+        assert "no agent session is running" in refusal, refusal
+        assert box.get_attribute("value") == "Too late."
+        assert_exact(page, run)
+    messages = [data for kind, data in journal(run.execution) if kind == "session.message"]
+    assert messages == [{"message": "Say hi now.", "urgent": True, "codonId": "work"}]
+
+
 def test_a_read_only_visitor_sees_the_run_but_cannot_steer_it(page: Any, tmp_path: Path) -> None:
     with live_run(tmp_path) as run:
         wait_for(lambda: "start greet" in idle_text(run), "the run to wait for a command")

@@ -9,8 +9,13 @@
 // dropped; one that skips a seq is counted as a gap (both must stay 0).
 //
 // How it stays fast: events only update a model (plain objects and maps) and
-// mark what changed; one render per animation frame touches only the changed
-// rows. Nothing from an event is ever parsed as HTML (textContent only).
+// mark what changed; nothing is drawn while a replay pours in, then the page
+// is drawn once. After that, one render per animation frame touches only the
+// changed rows. Long lists cost what is on screen, not what they hold: the
+// codon table draws only the rows in view (the rest are two spacers), the
+// timeline and the checkpoints show the newest entries and more on request,
+// and a codon's transcript is built from its events only when it is opened.
+// Nothing from an event is ever parsed as HTML (textContent only).
 
 const STATES = ["preparing", "starting", "initializing", "running", "completing-sentinels",
   "completed", "failed", "skipped"];
@@ -18,6 +23,11 @@ const TERMINAL = new Set(["completed", "failed", "skipped"]);
 const MAX_LIST = 300; // rows kept in the errors and sentinels lists (newest)
 const CHART_POINTS = 600; // the chart's polyline is thinned to about its width
 const HEAVY_MS = 300; // panels rebuilt whole (timeline, chart...) at most this often
+const ROW_PX = 28; // the codon table's row height (style.css sets it; rows never wrap)
+const WINDOW_MIN = 150; // a codon table this long or shorter is drawn whole
+const OVERSCAN = 30; // rows drawn above and below the visible ones
+const CHIPS = 150; // chips shown per run in the timeline before "N earlier"
+const CHECKPOINT_ROWS = 100; // checkpoint rows drawn at first, and per "show older"
 
 const $ = (id) => document.getElementById(id);
 
@@ -48,8 +58,8 @@ const S = {
   execution: "",
 };
 
-const dirty = { rows: new Set(), timeline: false, checkpoints: false, sentinels: false,
-  errors: false, chart: false, header: true, transcript: false };
+const dirty = { rows: new Set(), window: false, timeline: false, checkpoints: false,
+  sentinels: false, errors: false, chart: false, header: true, transcript: false };
 let selected = null; // the codon key whose transcript is open
 let scheduled = false;
 
@@ -58,11 +68,14 @@ function codonRecord(runId, codonId, time) {
   let rec = S.codons.get(key);
   if (!rec) {
     const plan = S.plan.get(codonId) || {};
+    // `events`: the codon's own stream events, kept as they came; its transcript
+    // (`items`) is built from them when it is first opened (see buildItems).
     rec = { key, runId, codonId, name: plan.name || "", loop: plan.loop || null,
-      status: "preparing", start: time, end: null, cost: 0, tokens: 0, lastAction: "",
-      superseded: false, items: [], tools: new Map() };
+      status: "preparing", start: time, end: null, cost: 0, tokens: 0, last: null,
+      failure: "", superseded: false, events: [], items: [], tools: new Map(), built: 0 };
     S.codons.set(key, rec);
     S.order.push(key);
+    addDisplay(rec);
     const run = S.runs.get(runId);
     if (run) run.keys.push(key);
     const older = S.latest.get(codonId);
@@ -132,8 +145,9 @@ function addCheckpoint(sha, type, codonId, runId, time) {
   dirty.checkpoints = true;
 }
 
-function addItem(rec, item) {
-  rec.items.push(item);
+// A stream event of a codon: kept for its transcript (built when opened).
+function keep(rec, ev) {
+  rec.events.push(ev);
   if (rec.key === selected) dirty.transcript = true;
 }
 
@@ -167,7 +181,7 @@ const ON = {
     if (TERMINAL.has(d.to)) rec.end = d.timestamp || ev.timestamp;
     const meta = d.metadata || {};
     if (meta.checkpointSha) addCheckpoint(meta.checkpointSha, CHECKPOINT_TYPES[d.to] || d.to, d.codonId, d.runId, ev.timestamp);
-    if (d.to === "failed" && meta.failureReason) rec.lastAction = `failed: ${meta.failureReason}`;
+    if (d.to === "failed" && meta.failureReason) rec.failure = `failed: ${meta.failureReason}`;
     touch(rec);
     dirty.timeline = true;
   },
@@ -184,32 +198,20 @@ const ON = {
   CheckpointCreated(d, ev) { addCheckpoint(d.sha, d.checkpointType, d.codonId, d.runId, ev.timestamp); },
   InitialCheckpointSet(d, ev) { addCheckpoint(d.sha, "initial", null, null, ev.timestamp); },
   SentinelStatesUpdated(d, ev) { sentinel(ev); },
-  "assistant.action"(d) {
+  "assistant.action"(d, ev) {
     const rec = codonOf(d);
     if (!rec) return;
-    const item = { kind: d.action, text: d.content || "", tool: d.toolName || "", input: d.toolInput,
-      id: d.toolUseId, result: null };
-    if (d.toolUseId) rec.tools.set(d.toolUseId, item);
-    rec.lastAction = d.action === "tool_use" ? `tool: ${d.toolName || "?"}` :
-      d.action === "thinking" ? "thinking" : (d.content || "").slice(0, 80);
-    addItem(rec, item);
+    rec.last = d;
+    keep(rec, ev);
     touch(rec);
   },
-  "tool.result"(d) {
+  "tool.result"(d, ev) {
     const rec = codonOf(d);
-    if (!rec) return;
-    const item = rec.tools.get(d.toolUseId);
-    const result = { text: d.result || "", error: !!d.isError, truncated: !!d.truncated };
-    if (item) {
-      item.result = result;
-      if (rec.key === selected) dirty.transcript = true;
-    } else {
-      addItem(rec, { kind: "tool_result", text: "", tool: d.toolName || "", result });
-    }
+    if (rec) keep(rec, ev);
   },
-  "rig.output"(d) {
+  "rig.output"(d, ev) {
     const rec = codonOf(d);
-    if (rec) addItem(rec, { kind: "rig", text: `${d.stream}: ${d.line}` });
+    if (rec) keep(rec, ev);
   },
   "rig.setup.failed"(d, ev) { note("error", ev.timestamp, `Rig setup of ${d.codonId} failed: ${d.message}`); },
   "codon.retry"(d, ev) {
@@ -229,7 +231,7 @@ const ON = {
   error(d, ev) {
     note("error", ev.timestamp, d.message || JSON.stringify(d));
     const rec = codonOf(d);
-    if (rec) addItem(rec, { kind: "error", text: d.message || "" });
+    if (rec) keep(rec, ev);
   },
   info(d, ev) { note("info", ev.timestamp, d.message || ""); },
   "server.idle"(d) { S.idle = d.message || d.reason || ""; dirty.header = true; },
@@ -237,9 +239,117 @@ const ON = {
     S.idle = "";
     dirty.header = true;
     const rec = codonOf(d);
-    if (rec && d.model) addItem(rec, { kind: "info", text: `${d.harness || ""} ${d.model}` });
+    if (rec && d.model) keep(rec, ev);
+  },
+  // The agent session's supervisor and the operator's messages (docs/protocol.md):
+  // in the codon's transcript, and the failures in the errors and recovery list.
+  "session.message"(d, ev) {
+    const rec = codonOf(d);
+    if (rec) keep(rec, ev);
+    note("info", ev.timestamp, `${messageText(d)}${rec ? ` (to ${rec.codonId})` : " (for the next prompt)"}`);
+  },
+  "session.resumed"(d, ev) {
+    const rec = codonOf(d);
+    if (rec) keep(rec, ev);
+  },
+  "session.cooldown"(d, ev) {
+    const rec = codonOf(d);
+    if (rec) keep(rec, ev);
+    note("recovery", ev.timestamp, `${d.codonId}: ${sessionText(ev)}`);
+  },
+  "session.gave-up"(d, ev) {
+    const rec = codonOf(d);
+    if (rec) keep(rec, ev);
+    note("error", ev.timestamp, `${d.codonId}: ${sessionText(ev)}`);
+  },
+  "breaker.changed"(d, ev) {
+    const rec = codonOf(d);
+    if (rec) keep(rec, ev);
+    note("recovery", ev.timestamp, sessionText(ev));
+  },
+  "breaker.waiting"(d, ev) {
+    const rec = codonOf(d);
+    if (rec) keep(rec, ev);
+    note("recovery", ev.timestamp, `${d.codonId}: ${sessionText(ev)}`);
   },
 };
+
+function messageText(d) {
+  return `${d.urgent ? "urgent message" : "queued message"}: ${d.message || ""}`;
+}
+
+// One line for an event of the session supervisor or a circuit breaker.
+function sessionText(ev) {
+  const d = ev.data || {};
+  switch (ev.type) {
+    case "session.cooldown":
+      return `session ${d.session} failed (${d.errorClass}${d.message ? `: ${d.message}` : ""}); `
+        + `resuming in ${fmtMs(d.durationMs)} (${d.consecutiveErrors} error(s) in a row, ${d.totalErrors} in all)`;
+    case "session.resumed":
+      return `session ${d.session} ${d.resumeSessionId ? `resumes ${d.resumeSessionId}` : "starts afresh"}`
+        + ` (${d.reason === "urgent" ? "an urgent message" : "after a failure"})`;
+    case "session.gave-up":
+      return `gave up after ${d.sessions} session(s): ${d.message || ""}`;
+    case "breaker.changed":
+      return `${d.provider} circuit breaker ${d.previous} → ${d.state} (${d.reason}; `
+        + `${d.consecutiveFailures} of ${d.failureThreshold} failures)`;
+    case "breaker.waiting":
+      return d.message || `waiting for the ${d.provider} circuit breaker`;
+    default:
+      return ev.type;
+  }
+}
+
+// A codon's transcript items, built from its kept events on first open and
+// extended with the events since then: replaying a long run builds none.
+function buildItems(rec) {
+  const events = rec.events;
+  for (; rec.built < events.length; rec.built++) {
+    const ev = events[rec.built];
+    const d = ev.data || {};
+    switch (ev.type) {
+      case "assistant.action": {
+        const item = { kind: d.action, text: d.content || "", tool: d.toolName || "",
+          input: d.toolInput, id: d.toolUseId, result: null };
+        if (d.toolUseId) rec.tools.set(d.toolUseId, item);
+        rec.items.push(item);
+        break;
+      }
+      case "tool.result": {
+        const item = rec.tools.get(d.toolUseId);
+        const result = { text: d.result || "", error: !!d.isError, truncated: !!d.truncated };
+        if (item) item.result = result;
+        else rec.items.push({ kind: "tool_result", text: "", tool: d.toolName || "", result });
+        break;
+      }
+      case "rig.output":
+        rec.items.push({ kind: "rig", text: `${d.stream}: ${d.line}` });
+        break;
+      case "error":
+        rec.items.push({ kind: "error", text: d.message || "" });
+        break;
+      case "codon.started":
+        rec.items.push({ kind: "info", text: `${d.harness || ""} ${d.model}` });
+        break;
+      case "session.message":
+        rec.items.push({ kind: "user", text: messageText(d), urgent: !!d.urgent });
+        break;
+      case "session.gave-up":
+        rec.items.push({ kind: "error", text: sessionText(ev) });
+        break;
+      default:
+        rec.items.push({ kind: "session", text: sessionText(ev) });
+    }
+  }
+}
+
+function lastAction(rec) {
+  if (rec.status === "failed" && rec.failure) return rec.failure;
+  const d = rec.last;
+  if (!d) return rec.failure;
+  return d.action === "tool_use" ? `tool: ${d.toolName || "?"}`
+    : d.action === "thinking" ? "thinking" : (d.content || "").slice(0, 80);
+}
 
 function endRun(runId, status) {
   const run = S.runs.get(runId);
@@ -292,7 +402,7 @@ let handshaken = false;
 let retryMs = 250;
 let commandSeq = 0;
 let holdUntil = 0; // tests: stay disconnected until then
-const pending = new Map(); // command id -> its line in the actions list
+const pending = new Map(); // command id -> {li: its line in the actions list, then}
 
 function takeToken() {
   const hash = new URLSearchParams(location.hash.slice(1));
@@ -351,6 +461,8 @@ function receive(ws, text) {
       break;
     case "history.batch":
     case "live.batch": {
+      // For the benchmark's breakdown: when the replay started arriving.
+      if (S.stats.events === 0) performance.mark("weft-first-batch");
       const t1 = performance.now();
       S.lastArrival = Date.now();
       for (const ev of d.events) apply(ev);
@@ -405,13 +517,13 @@ function login(reason) {
   $("token-input").focus();
 }
 
-function send(type, data, label) {
+function send(type, data, label, then) {
   if (!socket || !handshaken) {
     logAction(label || type, false, "not connected");
     return;
   }
   const id = `c-${++commandSeq}`;
-  pending.set(id, logAction(label || type, null, "sent"));
+  pending.set(id, { li: logAction(label || type, null, "sent"), then });
   socket.send(JSON.stringify(data ? { id, type, data } : { id, type }));
 }
 
@@ -425,11 +537,12 @@ function logAction(label, ok, text) {
 }
 
 function answered(commandId, ok, text) {
-  const li = pending.get(String(commandId));
-  if (!li) return;
+  const asked = pending.get(String(commandId));
+  if (!asked) return;
   pending.delete(String(commandId));
-  li.className = ok ? "ok" : "refused";
-  li.textContent = text;
+  asked.li.className = ok ? "ok" : "refused";
+  asked.li.textContent = text;
+  if (asked.then) asked.then(ok);
 }
 
 function status(text, kind) {
@@ -465,9 +578,6 @@ function schedule() {
   }
 }
 
-const rows = new Map(); // codon key -> <tr>
-let lastGroup = "";
-
 function render() {
   const t0 = performance.now();
   renderAll();
@@ -485,7 +595,7 @@ function renderAll() {
     return;
   }
   if (dirty.header) renderHeader();
-  if (dirty.rows.size) renderRows();
+  if (dirty.rows.size || dirty.window) renderRows();
   if (dirty.transcript) renderTranscript();
   // Panels rebuilt whole are rebuilt at most every HEAVY_MS while events pour in.
   const now = performance.now();
@@ -533,35 +643,97 @@ function groupOf(rec) {
   return `${rec.runId}${loop}`;
 }
 
-function renderRows() {
-  const body = $("codons").tBodies[0];
-  const frag = document.createDocumentFragment();
-  for (const key of dirty.rows) {
-    const rec = S.codons.get(key);
-    let tr = rows.get(key);
-    if (!tr) {
-      const group = groupOf(rec);
-      if (group !== lastGroup) {
-        lastGroup = group;
-        const head = document.createElement("tr");
-        head.className = rec.loop ? "group loop" : "group";
-        const run = S.runs.get(rec.runId);
-        const td = cell(head, rec.loop ? `loop ${rec.loop.id} · iteration ${rec.loop.iteration}`
-          : `run ${rec.runId}${run && run.reason ? ` (${run.reason})` : ""}`);
-        td.colSpan = 6;
-        frag.append(head);
-      }
-      tr = document.createElement("tr");
-      tr.dataset.key = key;
-      tr.dataset.codon = rec.codonId;
-      for (let i = 0; i < 6; i++) cell(tr, "");
-      rows.set(key, tr);
-      frag.append(tr);
-    }
-    fillRow(tr, rec);
+// The codon table, as a list of lines: a group heading (a run, a loop
+// iteration) or a codon record's key. Only the lines in view get a <tr>.
+const display = [];
+const rows = new Map(); // codon key -> its <tr>, once it was in view
+let lastGroup = "";
+
+function addDisplay(rec) {
+  const group = groupOf(rec);
+  if (group !== lastGroup) {
+    lastGroup = group;
+    const run = S.runs.get(rec.runId);
+    display.push({ loop: !!rec.loop, tr: null,
+      text: rec.loop ? `loop ${rec.loop.id} · iteration ${rec.loop.iteration}`
+        : `run ${rec.runId}${run && run.reason ? ` (${run.reason})` : ""}` });
   }
-  body.append(frag);
+  display.push(rec.key);
+  dirty.window = true;
+}
+
+let shown = { first: 0, last: 0, total: -1 };
+const spacers = [spacer(), spacer()];
+
+function spacer() {
+  const tr = document.createElement("tr");
+  tr.className = "spacer";
+  tr.setAttribute("aria-hidden", "true");
+  cell(tr, "").colSpan = 6;
+  return tr;
+}
+
+// The lines in view, with OVERSCAN more each side; all of them for a short table.
+function inView() {
+  const total = display.length;
+  if (total <= WINDOW_MIN) return [0, total];
+  const panel = $("codons-panel");
+  // How far the table's body has scrolled above the panel's top edge.
+  const top = panel.getBoundingClientRect().top - $("codons").tBodies[0].getBoundingClientRect().top;
+  const first = Math.max(0, Math.min(total, Math.floor(top / ROW_PX) - OVERSCAN));
+  const last = Math.min(total, first + Math.ceil(panel.clientHeight / ROW_PX) + 2 * OVERSCAN);
+  return [first, last];
+}
+
+function renderRows() {
+  const [first, last] = inView();
+  const moved = first !== shown.first || last !== shown.last || display.length !== shown.total;
+  if (moved) {
+    const lines = [];
+    for (let i = first; i < last; i++) {
+      const line = display[i];
+      if (typeof line === "string") {
+        let tr = rows.get(line);
+        if (!tr) {
+          tr = codonRow(S.codons.get(line));
+          rows.set(line, tr);
+        }
+        fillRow(tr, S.codons.get(line));
+        lines.push(tr);
+      } else {
+        if (!line.tr) line.tr = groupRow(line);
+        lines.push(line.tr);
+      }
+    }
+    spacers[0].cells[0].style.height = `${first * ROW_PX}px`;
+    spacers[1].cells[0].style.height = `${(display.length - last) * ROW_PX}px`;
+    spacers[0].hidden = first === 0;
+    spacers[1].hidden = last === display.length;
+    $("codons").tBodies[0].replaceChildren(spacers[0], ...lines, spacers[1]);
+    shown = { first, last, total: display.length };
+  } else {
+    for (const key of dirty.rows) {
+      const tr = rows.get(key);
+      if (tr && tr.isConnected) fillRow(tr, S.codons.get(key));
+    }
+  }
   dirty.rows.clear();
+  dirty.window = false;
+}
+
+function groupRow(line) {
+  const head = document.createElement("tr");
+  head.className = line.loop ? "group loop" : "group";
+  cell(head, line.text).colSpan = 6;
+  return head;
+}
+
+function codonRow(rec) {
+  const tr = document.createElement("tr");
+  tr.dataset.key = rec.key;
+  tr.dataset.codon = rec.codonId;
+  for (let i = 0; i < 6; i++) cell(tr, "");
+  return tr;
 }
 
 function fillRow(tr, rec) {
@@ -572,7 +744,7 @@ function fillRow(tr, rec) {
   c[2].textContent = fmtDuration(rec.start, rec.end);
   c[3].textContent = fmtTokens(rec.tokens);
   c[4].textContent = fmtCost(rec.cost);
-  c[5].textContent = rec.lastAction;
+  c[5].textContent = lastAction(rec);
   tr.dataset.state = rec.status;
   tr.classList.toggle("superseded", rec.superseded);
   tr.classList.toggle("selected", rec.key === selected);
@@ -585,6 +757,7 @@ function renderTranscript() {
   const box = $("transcript");
   const rec = S.codons.get(selected);
   if (!rec) return;
+  buildItems(rec);
   $("transcript-title").textContent = `${rec.codonId} (run ${rec.runId})${rec.superseded ? " · superseded" : ""}`;
   // Tool results arrive after their call: re-render the open codon whole when
   // something was filled in, else append only the new items.
@@ -647,7 +820,17 @@ function renderTimeline() {
     li.append(title);
     const chips = document.createElement("div");
     chips.className = "chips";
-    for (const key of run.keys) {
+    // A run of thousands of codons shows its newest CHIPS; the rest on request.
+    const from = run.allChips ? 0 : Math.max(0, run.keys.length - CHIPS);
+    if (from > 0) {
+      const more = document.createElement("button");
+      more.className = "chip more";
+      more.textContent = `${from} earlier codons…`;
+      more.onclick = () => { run.allChips = true; dirty.timeline = true; schedule(); };
+      chips.append(more);
+    }
+    for (let i = from; i < run.keys.length; i++) {
+      const key = run.keys[i];
       const rec = S.codons.get(key);
       const chip = document.createElement("span");
       chip.className = `chip s-${rec.status}${rec.superseded ? " superseded" : ""}`;
@@ -662,21 +845,54 @@ function renderTimeline() {
   list.replaceChildren(frag);
 }
 
-let checkpointsShown = 0;
+let checkpointsShown = 0; // S.checkpoints[oldestShown .. checkpointsShown) have rows
+let oldestShown = null;
+let olderRow = null; // the "show older" row at the end, while there are older ones
 
 // Rows are added, never rebuilt: a button must not be replaced under the pointer.
+// The newest CHECKPOINT_ROWS first; older ones CHECKPOINT_ROWS at a time on request.
 function renderCheckpoints() {
   dirty.checkpoints = false;
   const body = $("checkpoints").tBodies[0];
+  if (oldestShown === null) {
+    oldestShown = Math.max(0, S.checkpoints.length - CHECKPOINT_ROWS);
+    checkpointsShown = oldestShown;
+  }
   const frag = document.createDocumentFragment();
   for (let i = S.checkpoints.length - 1; i >= checkpointsShown; i--) {
     frag.append(checkpointRow(S.checkpoints[i]));
   }
   checkpointsShown = S.checkpoints.length;
   body.prepend(frag);
-  for (const cp of S.checkpoints) {
+  for (let i = oldestShown; i < S.checkpoints.length; i++) {
+    const cp = S.checkpoints[i];
     const rec = S.codons.get(`${cp.runId}/${cp.codonId}`);
     cp.row.classList.toggle("superseded", !!(rec && rec.superseded));
+  }
+  showOlderRow(body);
+}
+
+function showOlderRow(body) {
+  if (oldestShown > 0 && !olderRow) {
+    olderRow = document.createElement("tr");
+    olderRow.className = "more";
+    const button = document.createElement("button");
+    button.onclick = () => {
+      const floor = Math.max(0, oldestShown - CHECKPOINT_ROWS);
+      const frag = document.createDocumentFragment();
+      for (let i = oldestShown - 1; i >= floor; i--) frag.append(checkpointRow(S.checkpoints[i]));
+      olderRow.before(frag);
+      oldestShown = floor;
+      dirty.checkpoints = true;
+      schedule();
+    };
+    cell(olderRow, "").append(button);
+    olderRow.cells[0].colSpan = 6;
+    body.append(olderRow);
+  }
+  if (olderRow) {
+    olderRow.hidden = oldestShown === 0;
+    olderRow.querySelector("button").textContent = `Show older checkpoints (${oldestShown} more)`;
   }
 }
 
@@ -786,6 +1002,7 @@ function renderChart() {
 
 function fmtCost(v) { return `$${(v || 0).toFixed(4)}`; }
 function fmtTokens(v) { return v >= 1e6 ? `${(v / 1e6).toFixed(1)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : String(v || 0); }
+function fmtMs(ms) { return ms >= 1000 ? `${(ms / 1000).toFixed(1)} s` : `${ms || 0} ms`; }
 function fmtTime(iso) { return iso ? String(iso).slice(11, 19) : ""; }
 // The run's clock: the newest event's time plus the time since it arrived. A live
 // run's codon ages in real time; a replayed journal's open codon is timed from its
@@ -822,6 +1039,27 @@ $("controls").addEventListener("click", async (e) => {
   if (button.dataset.confirm && !(await ask(button.dataset.confirm))) return;
   send(button.dataset.command, null, button.textContent);
 });
+
+// A message for the running codon's agent (`codon.message`): queued for the next
+// prompt, or urgent (the session is interrupted and resumed with it at once).
+// The text stays in the box until the server accepts it.
+$("message").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const box = $("message-text");
+  const message = box.value;
+  if (!message.trim()) return;
+  const urgent = e.submitter ? e.submitter.value === "urgent" : false;
+  send("codon.message", { message, urgent }, urgent ? "urgent message" : "queued message", (ok) => {
+    if (ok && box.value === message) box.value = "";
+  });
+});
+
+$("codons-panel").addEventListener("scroll", () => {
+  if (display.length > WINDOW_MIN) {
+    dirty.window = true;
+    schedule();
+  }
+}, { passive: true });
 
 $("login").addEventListener("submit", (e) => {
   e.preventDefault();
