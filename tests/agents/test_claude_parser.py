@@ -312,8 +312,55 @@ _other_lines = st.sampled_from(
 ).map(str.encode) | st.just(b'{"type":"assistant","message":{"content":"caf\xe9"}}')
 
 
+_result_content = st.one_of(
+    st.text(max_size=10),
+    st.none(),
+    st.integers(),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.lists(
+        st.one_of(
+            st.builds(lambda t: {"type": "text", "text": t}, st.text(max_size=8)),
+            st.just({"type": "image", "source": {}}),
+            st.just({"text": "no type"}),
+            st.text(max_size=4),
+        ),
+        max_size=3,
+    ),
+)
+_user_blocks = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {"type": st.just("tool_result"), "content": _result_content},
+            optional={
+                "tool_use_id": st.one_of(st.none(), st.text(max_size=4)),
+                "is_error": st.one_of(st.none(), st.booleans()),
+            },
+        ),
+        st.builds(lambda t: {"type": "text", "text": t}, st.text(max_size=8)),
+    ),
+    max_size=3,
+)
+
+
+def _user(content: Any, parent: str | None) -> bytes:
+    line = {"type": "user", "message": {"role": "user", "content": content}}
+    if parent is not None:
+        line["parent_tool_use_id"] = parent
+    line["tool_use_result"] = {"stdout": "x", "stderr": ""}
+    return json.dumps(line).encode()
+
+
+_user_lines = st.builds(
+    _user,
+    st.one_of(_user_blocks, st.text(max_size=10)),
+    st.one_of(st.none(), st.just("toolu_parent")),
+)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_assistant_lines, _assistant_lines, _other_lines), max_size=40))
+@given(
+    st.lists(st.one_of(_assistant_lines, _assistant_lines, _user_lines, _other_lines), max_size=40)
+)
 def test_made_up_streams_give_the_same_events(lines: list[bytes]) -> None:
     both(lines)
 
