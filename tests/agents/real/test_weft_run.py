@@ -1,6 +1,7 @@
 """``weft run`` end to end on the real CLIs: ``continue-previous`` chains, a
-retry policy, an auth failure, a stop then continue, with every codon's cost
-checked against what the mock model server billed that codon's calls."""
+retry policy, an auth failure, a stop then continue, an urgent message, with
+every codon's cost checked against what the mock model server billed that
+codon's calls."""
 
 from __future__ import annotations
 
@@ -203,3 +204,58 @@ def test_codex_chain_counts_each_codon_its_own_tokens(
         tokens = state[codon["id"]]["finalTokens"]
         assert tokens["inputTokens"] + tokens["cacheReadTokens"] == sum(b.input for b in billed)
     assert (homes.root / "exec" / "agentRoot" / "hello.txt").is_file()
+
+
+def test_claude_urgent_message_interrupts_and_the_resumed_session_carries_it(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    """``weft message --urgent`` while the real CLI streams a slow answer: Weft
+    interrupts it (SIGINT), resumes the same session at once with the message
+    as its prompt, and the model call of the resumed session carries the
+    message after the interrupted conversation."""
+    marker = os.urandom(6).hex()
+    codons = [_codon("slow", f"Slowly {marker} MOCK[long=2000,slow=20]")]
+    env = _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin)
+    hank = homes.root / "hank"
+    hank.mkdir()
+    (hank / "hank.json").write_text(json.dumps({"hank": codons}))
+    execution = homes.root / "exec"
+    argv = [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
+    proc = subprocess.Popen(
+        [*argv, "--headless"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not anthropic.posts(f"Slowly {marker}") and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)  # some of the slow answer has streamed
+        message = f"Stop and say hi {marker} MOCK[]"
+        sent = subprocess.run(
+            [sys.executable, "-m", "weft", "message", str(execution), message, "--urgent"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    state = _codons(homes)
+    sid = state["slow"]["claudeSessionId"]
+    assert state["slow"]["status"] == "completed"
+    (resumed,) = _journaled(homes, "session.resumed", "slow")
+    assert resumed == {"codonId": "slow", "session": 2, "reason": "urgent", "resumeSessionId": sid}
+    assert _journaled(homes, "session.cooldown", "slow") == []  # an interrupt is not an error
+    # The resumed session's model call: the same session, the message as the
+    # turn's prompt, the interrupted prompt earlier in its conversation.
+    (call,) = anthropic.posts(message)
+    assert call.prompt == message
+    assert call.headers.get(SESSION_HEADER) == sid
+    assert f"Slowly {marker}" in json.dumps(call.body["messages"])
+    assert call.billed is not None
