@@ -49,7 +49,7 @@ async def _drive(keys_typed: str) -> tuple[list[tuple[str, Any]], list[str], lis
     return client.sent, notes, after
 
 
-KEYS = st.text(alphabet="nsfdlrxqy0123456789\r\x1bc\x7fZ", max_size=40)
+KEYS = st.text(alphabet="nsfdlrxqy0123456789\r\x1bc\x7fZmu ", max_size=40)
 
 
 @given(KEYS)
@@ -62,6 +62,10 @@ def test_no_key_sequence_raises_and_nothing_destructive_is_sent_without_y(typed:
             on_thread = {r["sha"] for r in ROWS if r["onThread"]}
             assert data["checkpointSha"] in on_thread
             assert data["autoRestart"] is False
+        if name == "codon.message":  # never empty, never a key that steered instead
+            assert typed[index] == "\r"
+            assert data["message"]
+            assert data["message"] == data["message"].strip()
 
 
 def test_l_numbers_the_thread_s_checkpoints_and_rolls_back_to_the_one_picked() -> None:
@@ -88,3 +92,32 @@ def test_waiting_for_says_which_key_the_run_waits_for() -> None:
     assert waiting_for({"reason": "all-codons-completed", "message": "x"}).startswith(
         "all codons done"
     )
+
+
+def test_u_types_an_urgent_message_that_enter_sends_and_m_a_queued_one() -> None:
+    # Backspace edits; keys that steer elsewhere are text while typing.
+    sent, notes, _ = asyncio.run(_drive("uSay hi nx\x7fow.\rmrun the tests \r"))
+    assert sent == [
+        ("codon.message", {"message": "Say hi now.", "urgent": True}),
+        ("codon.message", {"message": "run the tests", "urgent": False}),
+    ]
+    assert "type the urgent message (interrupts the agent); Enter sends, Esc cancels" in notes
+    assert "urgent message sent: Say hi now." in notes
+    assert "message sent: run the tests" in notes
+
+
+def test_an_empty_or_cancelled_message_is_not_sent() -> None:
+    sent, notes, _ = asyncio.run(_drive("u  \rmhello\x1bn"))
+    assert sent == [("codon.next", None)]  # after Esc, keys steer again
+    assert "empty message: not sent" in notes
+    assert "message cancelled" in notes
+
+
+def test_a_read_only_attach_cannot_send_a_message() -> None:
+    client, notes = Client(), []
+    client.mode = "readonly"
+    keys = Keys(client, notes.append, asyncio.Event())  # type: ignore[arg-type]
+    for key in "uhi\r":
+        keys.press(key)
+    assert client.sent == []
+    assert notes[0].startswith("read-only: messages need the execution's token")
