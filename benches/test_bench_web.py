@@ -3,10 +3,13 @@
 - First full render: a finished execution of 100,001 events and 1,000 codons
   (each codon: its lifecycle, 30 tool calls with their results and cost
   updates, a closing message, its final cost; written straight into a journal).
-  The page loads, replays the whole journal over the protocol and paints the
-  table; the figure is the page's own ``weft-rendered`` mark (the first frame
-  after the model holds the last event), in ms since navigation started.
-  Target: at most 1,000 ms. Baseline in the same run: ``weft.client``
+  The page loads, replays the whole journal over the protocol and paints
+  every panel (the codon table's rows in view: it draws no others); the
+  figure is the page's own ``weft-rendered`` mark (the first frame after the
+  model holds the last event), in ms since navigation started. Target: at
+  most 1,000 ms, reported (met / MISSED) like the other absolute targets of
+  these benches, not asserted: on a shared machine it moves with the load,
+  while the baseline ratio stays meaningful. Baseline in the same run: ``weft.client``
   replaying the same journal into ``Event`` objects (no rendering), the
   protocol's own fastest consumer.
 - Live following: a real StateManager on a real store emits codon lifecycles
@@ -212,7 +215,12 @@ def big_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished execution's journal: 100,001 events, 1,000 codons."""
     folder = tmp_path_factory.mktemp("web") / ".weft"
     folder.mkdir()
-    journal = Journal.open(folder / "weft.db")
+    return write_journal(folder / "weft.db")
+
+
+def write_journal(database: Path) -> Path:
+    """Writes the first-render workload into a new journal at ``database``."""
+    journal = Journal.open(database)
     rows = []
     for seq, (kind, item) in enumerate(workload(CODONS), 1):
         stamp = (
@@ -253,7 +261,7 @@ def big_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
             rows = []
     journal.append(rows)
     journal.close()
-    return folder / "weft.db"
+    return database
 
 
 @pytest.fixture(scope="module")
@@ -319,13 +327,31 @@ def test_first_full_render_in_the_browser(
         benchmark.pedantic(load, rounds=3)
         # The page's own share of the last load (the rest is the server's replay).
         work = driver.execute_script("return window.weftDashboard.state.time")
+        phases = driver.execute_script(
+            "const at = (n) => performance.getEntriesByName(n)[0].startTime;"
+            "return [at('weft-first-batch'), at('weft-replayed'), at('weft-rendered')]"
+        )
         got = driver.execute_script(
             "const s = window.weftDashboard.state; return [s.lastSeq, s.stats.duplicates,"
-            " s.stats.gaps, document.querySelectorAll('#codons tr[data-key]').length]"
+            " s.stats.gaps, s.order.length]"
+        )
+        first = driver.execute_script(
+            "const tr = document.querySelector('#codons tr[data-key]');"
+            "return [tr.dataset.codon, tr.dataset.state]"
+        )
+        # The rows out of view are drawn when scrolled to.
+        driver.execute_script(
+            "const p = document.getElementById('codons-panel'); p.scrollTop = p.scrollHeight"
+        )
+        wait_for(
+            lambda: driver.execute_script(
+                "return document.querySelector('#codons tr[data-codon=\"c999\"]') !== null"
+            )
         )
     finally:
         driver.quit()
     assert got == [end, 0, 0, CODONS]
+    assert first == ["c0", "completed"]
     best, worst = min(marks), max(marks)
     benchmark.extra_info["items"] = end
     benchmark.extra_info["render_ms"] = marks
@@ -333,7 +359,8 @@ def test_first_full_render_in_the_browser(
         f"first full render {best:.0f} ms (worst of {len(marks)}: {worst:.0f} ms; "
         f"target <= {RENDER_TARGET_MS} ms: {'met' if worst <= RENDER_TARGET_MS else 'MISSED'}); "
         f"the page's own work: JSON.parse {work['parse']:.0f} ms, model {work['apply']:.0f} ms, "
-        f"DOM {work['render']:.0f} ms"
+        f"DOM {work['render']:.0f} ms; last load: first page at {phases[0]:.0f} ms, "
+        f"last event applied at {phases[1]:.0f} ms, painted at {phases[2]:.0f} ms"
     )
 
 

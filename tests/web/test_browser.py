@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -387,16 +389,6 @@ def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
 ) -> None:
     """Events of features the page does not know by name (sentinels, budgets)
     still reach the reader, from a finished execution's replay."""
-    import asyncio
-    import threading
-
-    import uvloop
-
-    from weft.server import JournalHistory, ProtocolServer, ServerConfig
-    from weft.store import Journal
-    from weft.web import dashboard_url
-    from weft.web.machine import FinishedJournal
-
     run_id = "1795255200000-abcde"
     events = [
         ("transition", "RunStarted", {"runId": run_id, "runFolder": "/r", "gitBranch": "b",
@@ -412,6 +404,37 @@ def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
         ("event", "error", {"message": "Codon plan failed: rate limited", "severity": "codon",
          "codon": "plan"}),
     ]  # fmt: skip
+    with replayed(tmp_path, run_id, events) as url:
+        page.get(url)
+        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+        sentinels = page.find_element("id", "sentinels").text
+        assert "sentinel.output" in sentinels
+        assert "The agent is planning the work." in sentinels
+        assert "narrator" in sentinels
+        budget = page.find_elements("css selector", "#chart line.budget")
+        assert len(budget) == 1
+        assert "limitUsd 2" in page.find_element("id", "chart-legend").text
+        assert "rate limited" in page.find_element("id", "errors").text
+        assert stats(page)["lastSeq"] == len(events)
+        page.save_screenshot(str(artifacts_dir() / "dashboard-sentinels-budget.png"))
+
+
+@contextlib.contextmanager
+def replayed(
+    tmp_path: Path, run_id: str, events: list[tuple[str, str, dict[str, Any]]]
+) -> Iterator[str]:
+    """A hand-written journal of ``events`` (kind, type, data) served read-only as a
+    finished execution's replay (as ``weft ui`` serves one); yields the page's address."""
+    import asyncio
+    import threading
+
+    import uvloop
+
+    from weft.server import JournalHistory, ProtocolServer, ServerConfig
+    from weft.store import Journal
+    from weft.web import dashboard_url
+    from weft.web.machine import FinishedJournal
+
     weft_dir = tmp_path / ".weft"
     weft_dir.mkdir()
     journal = Journal.open(weft_dir / "weft.db")
@@ -420,7 +443,7 @@ def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
             (
                 seq,
                 f"1795255200000-{seq:09x}",
-                f"2026-11-21T10:00:0{seq}.000Z",
+                f"2026-11-21T10:{seq // 60000 % 60:02d}:{seq // 1000 % 60:02d}.{seq % 1000:03d}Z",
                 kind,
                 name,
                 run_id,
@@ -446,19 +469,92 @@ def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
         )
     )
     try:
-        page.get(dashboard_url(server, server.read_token))
-        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
-        sentinels = page.find_element("id", "sentinels").text
-        assert "sentinel.output" in sentinels
-        assert "The agent is planning the work." in sentinels
-        assert "narrator" in sentinels
-        budget = page.find_elements("css selector", "#chart line.budget")
-        assert len(budget) == 1
-        assert "limitUsd 2" in page.find_element("id", "chart-legend").text
-        assert "rate limited" in page.find_element("id", "errors").text
-        assert stats(page)["lastSeq"] == len(events)
-        page.save_screenshot(str(artifacts_dir() / "dashboard-sentinels-budget.png"))
+        yield dashboard_url(server, server.read_token)
     finally:
         on_loop(server.close())
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+def test_a_long_run_draws_the_rows_in_view_and_the_rest_on_request(
+    page: Any, tmp_path: Path
+) -> None:
+    """1,000 codon records: the table draws the rows in view (and those scrolled
+    to), the timeline and the checkpoints their newest entries (more on a click),
+    and a transcript is built when opened, with the session supervisor's and the
+    circuit breaker's events in it."""
+    run_id = "1795255200000-longr"
+    n = 1000
+    events: list[tuple[str, str, dict[str, Any]]] = [
+        ("transition", "RunStarted", {"runId": run_id, "runFolder": "/r", "gitBranch": "b",
+         "startingConditions": {"type": "fresh"}, "serverPid": 1,
+         "startTime": "2026-11-21T10:00:00.000Z", "executionPlan": []}),
+    ]  # fmt: skip
+    for i in range(n):
+        c = f"c{i}"
+        events += [
+            ("transition", "CodonStarted", {"runId": run_id, "codonId": c,
+             "startTime": "2026-11-21T10:00:00.000Z"}),
+            ("transition", "CodonTransitioned", {"runId": run_id, "codonId": c,
+             "from": "preparing", "to": "completed", "timestamp": "2026-11-21T10:00:01.000Z",
+             "metadata": {"checkpointSha": f"{i:040x}"}}),
+        ]  # fmt: skip
+    events[-1:-1] = [
+        ("event", "assistant.action", {"codonId": "c999", "action": "message",
+         "content": "Starting."}),
+        ("event", "session.cooldown", {"codonId": "c999", "session": 1, "durationMs": 2000,
+         "backoffMs": 2000, "errorClass": "rate_limit", "consecutiveErrors": 1,
+         "totalErrors": 1, "message": "429 Too Many Requests"}),
+        ("event", "breaker.changed", {"provider": "anthropic", "state": "open",
+         "previous": "closed", "reason": "failure", "consecutiveFailures": 3,
+         "failureThreshold": 3, "cooldownMs": 60000, "codonId": "c999"}),
+        ("event", "session.message", {"message": "Mind the tests.", "urgent": False,
+         "codonId": "c999"}),
+        ("event", "session.resumed", {"codonId": "c999", "session": 2, "reason": "retry",
+         "resumeSessionId": "s-1"}),
+    ]  # fmt: skip
+    with replayed(tmp_path, run_id, events) as url:
+        page.get(url)
+        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+        assert stats(page)["lastSeq"] == len(events)
+        drawn = rows(page)
+        assert drawn[0] == ("c0", "completed")
+        assert 20 < len(drawn) < 200, len(drawn)  # the rows in view, not a thousand
+        assert ("c999", "completed") not in drawn
+        page.execute_script(
+            "const p = document.getElementById('codons-panel'); p.scrollTop = p.scrollHeight"
+        )
+        wait_for(lambda: ("c999", "completed") in rows(page), "the last row", page=page)
+        assert ("c0", "completed") not in rows(page)
+        # The timeline: the newest chips, the others behind a button.
+        timeline = page.find_element("id", "timeline")
+        assert len(timeline.find_elements("css selector", ".chip[data-key]")) < n
+        timeline.find_element("css selector", "button.more").click()
+        wait_for(
+            lambda: len(timeline.find_elements("css selector", ".chip[data-key]")) == n,
+            "every chip",
+        )
+        # The checkpoints: the newest first, the older ones on request.
+        shown = page.find_elements("css selector", "#checkpoints tr[data-sha]")
+        assert len(shown) < n
+        page.find_element("css selector", "#checkpoints tr.more button").click()
+        wait_for(
+            lambda: (
+                len(page.find_elements("css selector", "#checkpoints tr[data-sha]")) > len(shown)
+            ),
+            "older checkpoints",
+        )
+        # A transcript, built when opened.
+        page.execute_script("window.scrollTo(0, 0)")  # from under the sticky header
+        page.find_element("css selector", '#codons tr[data-codon="c999"]').click()
+        transcript = page.find_element("id", "transcript")
+        wait_for(lambda: "Starting." in transcript.text, "the transcript", page=page)
+        text = transcript.text
+        assert "session 1 failed (rate_limit: 429 Too Many Requests); resuming in 2.0 s" in text
+        assert "anthropic circuit breaker closed → open (failure; 3 of 3 failures)" in text
+        assert "queued message: Mind the tests." in text
+        assert "session 2 resumes s-1 (after a failure)" in text
+        errors = page.find_element("id", "errors").text
+        assert "anthropic circuit breaker closed → open" in errors
+        assert "c999: session 1 failed" in errors
+        page.save_screenshot(str(artifacts_dir() / "dashboard-long-run.png"))
