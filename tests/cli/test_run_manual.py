@@ -45,7 +45,7 @@ def test_manual_mode_starts_each_codon_on_enter(tmp_path: Path) -> None:
                     return
 
     def waiting() -> int:
-        return output.count(b"Waiting for codon.next")
+        return output.count(b"Waiting: press Enter to start")
 
     for expected in range(1, 7):
         deadline = time.monotonic() + 20

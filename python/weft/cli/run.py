@@ -210,7 +210,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``weft run``: resolve the inputs, load the hank and the settings, prepare the
     execution, then run it under a view."""
-    from weft.cli.view import RunSummary, make_view
+    from weft.cli.view.terminal import single_keys
 
     if args.json and args.verbose:
         print(
@@ -255,7 +255,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
         return 2
     mode = "json" if args.json else "headless" if args.headless else "live"
-    view = make_view(mode, sys.stdout, verbose=args.verbose)
+    with single_keys(sys.stdin) as keys:
+        return _run_under_view(args, prepared, loaded, settings, resolved, config, mode, keys)
+
+
+def _run_under_view(
+    args: argparse.Namespace,
+    prepared: PreparedExecution,
+    loaded: LoadedHank,
+    settings: RuntimeConfig,
+    resolved: ResolvedRuntimeConfig,
+    config: Path | None,
+    mode: str,
+    keys: bool,
+) -> int:
+    """Runs the prepared execution under its view; ``keys``: the terminal is in
+    single-key mode and its keys steer the run."""
+    from weft.cli.view import RunSummary, make_view
+
+    view = make_view(mode, sys.stdout, verbose=args.verbose, keys=keys)
     for note in _opening_notes(prepared, loaded, settings):
         view.note(note)
     if getattr(args, "rebound", None):
@@ -275,15 +293,27 @@ def run(args: argparse.Namespace) -> int:
         on_state=view.progress.seed,
         on_server=on_server,
     )
-    keys = not settings.autostart and sys.stdin.isatty()
-    if keys:
-        view.note("Manual mode: press Enter to start the next codon, s to skip, q to stop")
-    elif not settings.autostart:
+    manual = not settings.autostart
+    if keys and manual:
+        view.note("Manual mode: press Enter to start the next codon, s to skip it, q to stop")
+    elif keys:
+        view.note("Press q to stop the run (as Ctrl-C does; run the same command to continue)")
+    elif manual:
         view.note("Manual mode: waiting for commands from WebSocket clients (weft attach)")
     view.start()
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            outcome: RunOutcome = runner.run(_run(runtime, keys=keys, say=view.note))
+            steer = (
+                Keys(
+                    runtime,
+                    manual=manual,
+                    say=view.note,
+                    busy=lambda: view.progress.active is not None,
+                )
+                if keys
+                else None
+            )
+            outcome: RunOutcome = runner.run(_run(runtime, keys=steer))
     except ServerError as exc:
         unserved: ServerError | None = exc
     else:
@@ -631,33 +661,95 @@ def output_notes(loaded: LoadedHank, output_directory: str | None) -> list[str]:
     return [f"Output files go to {folder}"]
 
 
-_KEYS = {"": "codon.next", "n": "codon.next", "s": "codon.skip", "q": "server.shutdown"}
+class Keys:
+    """``weft run``'s keys on its own terminal, one key at a time (the terminal is
+    in single-key mode: nothing is echoed). ``q`` stops the run as the first Ctrl-C
+    does (the agent is asked to stop, a checkpoint is taken; run the same command
+    to continue) and a second ``q`` kills the agent; in manual mode Enter (or
+    ``n``) starts the next codon and ``s`` skips the running one. A refused
+    command is said with ``say``; ``busy`` tells whether a codon is running."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        manual: bool,
+        say: Callable[[str], None],
+        busy: Callable[[], bool],
+    ) -> None:
+        self.runtime = runtime
+        self.say = say
+        self.busy = busy
+        self.manual = manual
+        self.stopping = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def command_of(self, key: str) -> str | None:
+        """The command ``key`` sends now (None: the key does nothing)."""
+        key = key.lower()
+        if key == "q":
+            return "server.shutdown"
+        if not self.manual or self.stopping:
+            return None
+        if key in ("\r", "\n", "n"):
+            return "codon.next"
+        if key == "s":
+            return "codon.skip"
+        return None
+
+    def press(self, key: str) -> None:
+        """Carries out one key (on the event loop)."""
+        command = self.command_of(key)
+        if command is None:
+            return
+        if command == "server.shutdown":
+            self.say(self._stopping_words())
+            self.stopping = True
+        task = asyncio.get_running_loop().create_task(self._send(command))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _stopping_words(self) -> str:
+        if self.stopping:
+            return "Killing the agent now"
+        if self.busy():
+            return (
+                "Stopping: the agent is asked to stop and a checkpoint is taken "
+                "(q or Ctrl-C again to kill it now)"
+            )
+        return "Stopping the run"
+
+    async def _send(self, command: str) -> None:
+        try:
+            await self.runtime.command(command)
+        except CommandRejectedError as exc:
+            self.say(str(exc))
 
 
-async def _run(runtime: Runtime, *, keys: bool, say: Callable[[str], None] = print) -> RunOutcome:
-    """Runs ``runtime``; with ``keys``, lines typed on the terminal become
-    commands (a refused one is said with ``say``)."""
-    if not keys:
+KEY_READ = 64
+"""Bytes read from the terminal at once: a paste or an escape sequence is several keys."""
+
+
+async def _run(runtime: Runtime, *, keys: Keys | None = None) -> RunOutcome:
+    """Runs ``runtime``; with ``keys``, keys typed on the terminal steer it."""
+    if keys is None:
         return await runtime.run()
     loop = asyncio.get_running_loop()
-    pending: set[asyncio.Task[None]] = set()
+    fd = sys.stdin.fileno()
 
-    async def send(command: str) -> None:
+    def on_keys() -> None:
         try:
-            await runtime.command(command)
-        except CommandRejectedError as exc:
-            say(str(exc))
+            typed = os.read(fd, KEY_READ)
+        except OSError:
+            typed = b""
+        if not typed:  # the terminal is gone: stop listening, the run goes on
+            loop.remove_reader(fd)
+            return
+        for key in typed.decode(errors="replace"):
+            keys.press(key)
 
-    def on_line() -> None:
-        line = sys.stdin.readline()
-        command = _KEYS.get(line.strip().lower())
-        if command is not None:
-            task = loop.create_task(send(command))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-
-    loop.add_reader(sys.stdin.fileno(), on_line)
+    loop.add_reader(fd, on_keys)
     try:
         return await runtime.run()
     finally:
-        loop.remove_reader(sys.stdin.fileno())
+        loop.remove_reader(fd)

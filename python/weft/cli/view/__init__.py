@@ -91,17 +91,20 @@ def make_view(
     progress: RunProgress | None = None,
     environ: Mapping[str, str] | None = None,
     verbose: bool = False,
+    keys: bool = False,
 ) -> RunView:
     """The view for ``weft run``'s flags: ``json`` (``--json``), ``headless``
     (``--headless``), or ``live``, which needs a terminal on ``stream`` (default
     stdout; see :func:`wants_live`) and is headless otherwise. ``verbose`` asks for
     the agent's tool calls, results and messages as lines: it selects the headless
-    view (``json`` already holds every event)."""
+    view (``json`` already holds every event). ``keys``: ``weft run`` reads keys
+    on its terminal, so what the run waits for is said as the key to press
+    (``press Enter to start polish``), not as the protocol's command."""
     if mode not in ("live", "headless", "json"):
         raise ValueError(f"unknown view mode {mode!r}: use live, headless or json")
     out = stream if stream is not None else sys.stdout
     if mode == "json":
         return JsonView(out, progress=progress)
     if mode == "live" and not verbose and wants_live(out, environ):
-        return LiveView(Console(file=out, force_terminal=True), progress=progress)
-    return HeadlessView(out, progress=progress, verbose=verbose)
+        return LiveView(Console(file=out, force_terminal=True), progress=progress, keys=keys)
+    return HeadlessView(out, progress=progress, verbose=verbose, keys=keys)

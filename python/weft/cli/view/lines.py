@@ -14,7 +14,15 @@ import orjson
 
 from weft.cli.view.base import Lines, call_later, cancel
 from weft.cli.view.format import codon_cost, describe_last, format_duration, format_tokens, iso
-from weft.cli.view.notes import Note, detail, fold_wire, wire_time_ns, word
+from weft.cli.view.notes import (
+    Note,
+    detail,
+    fold_wire,
+    is_waiting,
+    waiting_words,
+    wire_time_ns,
+    word,
+)
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows, title
 from weft.client import Event
 from weft.progress import NANO, RunProgress
@@ -38,9 +46,11 @@ class HeadlessView:
         progress_every: float = 30.0,
         clock: Callable[[], int] = time.time_ns,
         verbose: bool = False,
+        keys: bool = False,
     ) -> None:
         self.progress = progress if progress is not None else RunProgress()
         self._verbose = verbose
+        self._keys = keys
         self._out = Lines(stream if stream is not None else sys.stdout, escape=True)
         self._every_ns = int(progress_every * NANO)
         self._clock = clock
@@ -67,7 +77,8 @@ class HeadlessView:
 
     def _show(self, note: Note | None, at_ns: int, stamp: str) -> None:
         if note is not None:
-            self._out.write(f"{stamp} {note.text}")
+            text = waiting_words(note.text) if self._keys and is_waiting(note) else note.text
+            self._out.write(f"{stamp} {text}")
             if note.codon_id is not None:
                 self._last_line[note.codon_id] = at_ns
         if self._timer is None and self._running:

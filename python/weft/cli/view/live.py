@@ -23,8 +23,8 @@ from weft.cli.view.format import (
     format_tokens,
     run_cost,
 )
-from weft.cli.view.notes import Note, see, see_wire, wire_time_ns
-from weft.cli.view.summary import RunSummary, summary_data, summary_rows, title
+from weft.cli.view.notes import Note, is_waiting, see, see_wire, waiting_words, wire_time_ns
+from weft.cli.view.summary import RunSummary, reason, summary_data, summary_rows, title
 from weft.client import Event
 from weft.progress import NANO, PENDING, TERMINAL, CodonProgress, RunProgress
 from weft.state import Processed
@@ -42,6 +42,8 @@ _STYLES = {
     "skipped": "magenta",
 }
 _ICONS = {PENDING: "·", "completed": "✓", "failed": "✗", "skipped": "↷"}
+_PANEL_EDGES = 6
+"""Columns a panel's border takes around its title (corner, rule and a space each side)."""
 _NOTE_STYLES: dict[str, str] = {
     "error": "red",
     "rejected": "red",
@@ -68,8 +70,13 @@ class LiveView:
         progress: RunProgress | None = None,
         refreshes_per_second: float = 4.0,
         clock: Callable[[], int] = time.time_ns,
+        keys: bool = False,
     ) -> None:
         self.progress = progress if progress is not None else RunProgress()
+        self._keys = keys
+        self.waiting: str | None = None
+        """What the run waits for (a ``server.idle`` said so and nothing happened
+        since), shown under the table; None while it runs."""
         self.console = console if console is not None else Console()
         self._period = 1.0 / refreshes_per_second
         self._clock = clock
@@ -92,8 +99,15 @@ class LiveView:
         self._dirty = True
         if self._timer is None and self._live is not None:
             self._schedule()
-        if note is None or note.kind == "idle":
+        if note is None:
             return
+        if note.kind == "idle":
+            # Shown under the table until the run moves on; an autostart run's
+            # last "All codons completed" waits for nothing.
+            if is_waiting(note):
+                self.waiting = waiting_words(note.text) if self._keys else note.text
+            return
+        self.waiting = None
         if note.kind == "codon" and note.status not in TERMINAL:
             return  # the table shows it
         style = _STYLES[note.status] if note.status else _NOTE_STYLES.get(note.kind, "")
@@ -155,6 +169,11 @@ class LiveView:
         grid.add_column(style="bold")
         grid.add_column(overflow="fold")
         command: tuple[str, str] | None = None
+        heading = title(result)
+        if len(heading) + _PANEL_EDGES > self.console.width and reason(result):
+            # A title is one line on the border: the reason goes inside, whole.
+            heading = title(result, with_message=False)
+            grid.add_row("why", Text(printable(reason(result))))
         for label, text in summary_rows(data):
             if text == data["resumeCommand"]:
                 command = (label, text)  # printed below the panel, whole
@@ -165,7 +184,7 @@ class LiveView:
             self.console.print(
                 Panel(
                     grid,
-                    title=Text(title(result), style="bold green" if ok else "bold red"),
+                    title=_cell(heading, "bold green" if ok else "bold red"),
                     title_align="left",
                     border_style="green" if ok else "red",
                     expand=False,
@@ -185,7 +204,8 @@ class LiveView:
         self._dirty = False
         self._rendered_ns = now
         self.renders += 1
-        return render_progress(self.progress, now, max_rows=max(self.console.size.height - 6, 5))
+        rows = max(self.console.size.height - 7, 5)
+        return render_progress(self.progress, now, max_rows=rows, waiting=self.waiting)
 
     def _schedule(self) -> None:
         self._timer = call_later(self._period, self._on_timer)
@@ -212,31 +232,50 @@ def _window(count: int, first_open: int, max_rows: int) -> tuple[int, int]:
     return start, min(count, start + budget)
 
 
-def render_progress(progress: RunProgress, now_ns: int, *, max_rows: int = 40) -> RenderableType:
-    """The codon table and a totals line."""
+def render_progress(
+    progress: RunProgress, now_ns: int, *, max_rows: int = 40, waiting: str | None = None
+) -> RenderableType:
+    """The codon table and a totals line (and, when the run waits for a command,
+    what it waits for). Every line is one line at any width: what does not fit is
+    cut with an ellipsis."""
     table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
-    table.add_column("", width=1)
-    table.add_column("codon", overflow="ellipsis", max_width=32)
-    table.add_column("status", overflow="ellipsis")
-    table.add_column("time", justify="right")
-    table.add_column("tokens", justify="right")
-    table.add_column("cost", justify="right")
-    table.add_column("last action", overflow="ellipsis", max_width=ACTION_LIMIT)
+    # No cell ever wraps: a wrapped row is taller than the live region thinks it
+    # is, so its redraw would leave stale lines (a second header) behind. The
+    # figures keep their width; the codon and its last action give way first,
+    # cut with an ellipsis (their columns may shrink, their cells never wrap).
+    table.add_column("", width=1, no_wrap=True)
+    table.add_column(_cell("codon"), max_width=32, min_width=8)
+    table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=6)
+    table.add_column("time", justify="right", no_wrap=True, min_width=6)
+    table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
+    table.add_column("cost", justify="right", no_wrap=True, overflow="ellipsis")
+    table.add_column(_cell("last action"), max_width=ACTION_LIMIT)
     codons = progress.codons
     first_open = next((i for i, c in enumerate(codons) if not c.finished), len(codons))
     start, end = _window(len(codons), first_open, max_rows)
     if start:
-        table.add_row("", Text(f"… {start} earlier codons", style="dim"))
+        table.add_row("", _cell(f"… {start} earlier codons", "dim"))
     for c in codons[start:end]:
         table.add_row(*_row(c, now_ns))
     if end < len(codons):
-        table.add_row("", Text(f"… {len(codons) - end} more", style="dim"))
-    return Group(table, _totals(progress, now_ns))
+        table.add_row("", _cell(f"… {len(codons) - end} more", "dim"))
+    lines: list[RenderableType] = [table, _totals(progress, now_ns, waiting=waiting is not None)]
+    if waiting is not None:
+        lines.append(_cell(waiting, "bold yellow"))
+    return Group(*lines)
+
+
+def _cell(text: str | Text, style: str = "") -> Text:
+    """One line that is cut with an ellipsis where it would wrap."""
+    cell = text if isinstance(text, Text) else Text(text, style=style)
+    cell.no_wrap = True
+    cell.overflow = "ellipsis"
+    return cell
 
 
 def _row(c: CodonProgress, now_ns: int) -> tuple[RenderableType, ...]:
     style = _STYLES.get(c.status, "")
-    name = Text(printable(c.codon_id))
+    name = _cell(printable(c.codon_id))
     if c.name and c.name != c.codon_id:
         name.append(f" {printable(c.name)}", style="dim")
     if c.status == PENDING and c.earlier:
@@ -246,7 +285,7 @@ def _row(c: CodonProgress, now_ns: int) -> tuple[RenderableType, ...]:
         if c.attempts > 1:
             status.append(f" (try {c.attempts})", style="yellow")
     elapsed = c.elapsed(now_ns)
-    action = Text(printable(c.failure or describe_last(c)), style="red" if c.failure else "")
+    action = _cell(printable(c.failure or describe_last(c)), "red" if c.failure else "")
     return (
         Text(_ICONS.get(c.status, "●"), style=style),
         name,
@@ -258,16 +297,17 @@ def _row(c: CodonProgress, now_ns: int) -> tuple[RenderableType, ...]:
     )
 
 
-def _totals(progress: RunProgress, now_ns: int) -> Text:
+def _totals(progress: RunProgress, now_ns: int, *, waiting: bool = False) -> Text:
     counts = progress.counts()
     total = len(progress.codons)
-    text = Text()
+    text = _cell("")
     if progress.run_id is None:
         text.append("waiting for the run to start", style="dim")
         return text
-    status = progress.run_status or "running"
+    status = progress.run_status or ("waiting" if waiting else "running")
     text.append(f"run {progress.run_id} ", style="bold")
-    text.append(status, style=_STYLES.get(status, "bold cyan" if status == "running" else "red"))
+    fallback = {"running": "bold cyan", "waiting": "bold yellow"}.get(status, "red")
+    text.append(status, style=_STYLES.get(status, fallback))
     text.append(f" · {counts['completed']}/{total} completed")
     if counts["failed"]:
         text.append(f" · {counts['failed']} failed", style="red")

@@ -242,18 +242,20 @@ def _rig_failed(p: RunProgress, event: RigSetupFailedEvent, at: int, codon: str 
 
 def _rig_done(p: RunProgress, event: RigSetupCompletedEvent, at: int, codon: str | None) -> Note:
     took = format_duration(event.duration_ms / 1000)
-    text = f"{_where(codon)}rig setup done ({event.operation_count} ops, {took})"
+    text = f"{_where(codon)}rig setup done ({plural(event.operation_count, 'operation')}, {took})"
     return Note("rig", text, codon)
 
 
 def _retry(p: RunProgress, event: CodonRetryEvent, at: int, codon: str | None) -> Note:
     delay = format_duration(event.delay_ms / 1000)
-    return Note(
-        "retry",
-        f"{_where(codon)}retry {event.attempt}/{event.max_attempts} in {delay}: "
-        f"{clip(event.reason, 200)}",
-        codon,
-    )
+    text = f"{_where(codon)}retry {event.attempt}/{event.max_attempts} in {delay}"
+    c = None if codon is None else p.codon(codon)
+    failure = c.failure if c is not None else None
+    # The failure's own line has just said why (its ``<kind>: <message>``): the
+    # retry says a reason only when it is news.
+    if event.reason and not (failure and event.reason in failure):
+        text += f": {clip(event.reason, 200)}"
+    return Note("retry", text, codon)
 
 
 def _cooldown(p: RunProgress, event: SessionCooldownEvent, at: int, codon: str | None) -> Note:
@@ -339,8 +341,33 @@ def _idle(p: RunProgress, event: ServerIdleEvent, at: int, _: str | None) -> Not
     # "Waiting for codon.next ..." says itself; a parked run (a failure, or every codon
     # done in manual mode) asks for a command; the end of an autostart run just says so.
     if not message.startswith("Waiting") and "send " in message:
-        message = f"Waiting for a command: {message}"
+        message = f"{_PARKED}{message}"
     return Note("idle", message)
+
+
+_NEXT = "Waiting for codon.next to start "
+_PARKED = "Waiting for a command: "
+_PARKED_ASKS = ": send "
+
+
+def is_waiting(note: Note) -> bool:
+    """Whether an ``idle`` note means the run waits for a command (the last
+    ``server.idle`` of an autostart run waits for nothing)."""
+    return note.kind == "idle" and note.text.startswith("Waiting")
+
+
+def waiting_words(text: str) -> str:
+    """An idle note in the words of ``weft run``'s own keys, for a person at its
+    terminal (Enter starts the next codon, q stops); the protocol's command names
+    are for clients, and ``--json`` keeps them."""
+    if text.startswith(_NEXT):
+        return f"Waiting: press Enter to start {text[len(_NEXT) :]} (q stops the run)"
+    if text.startswith(_PARKED):
+        why = text[len(_PARKED) :].split(_PARKED_ASKS, 1)[0]
+        return (
+            f"Waiting: {why}. Press q to stop the run (weft attach can redo a codon or roll back)"
+        )
+    return text
 
 
 def _rollback_started(p: RunProgress, event: RollbackStartedEvent, at: int, _: str | None) -> Note:

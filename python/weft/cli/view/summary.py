@@ -145,6 +145,23 @@ def _cost_text(data: Mapping[str, Any]) -> str:
 _TITLES = {"nothing_to_do": "Nothing to do"}
 
 
-def title(result: RunSummary) -> str:
-    title = f"{_TITLES.get(result.status, f'Run {result.status}')} (exit {result.exit_code})"
-    return f"{title}: {result.message}" if result.message else title
+def title(result: RunSummary, *, with_message: bool = True) -> str:
+    """``Run failed (exit 1): codon build failed`` (without ``with_message``, the
+    part before the colon)."""
+    text = f"{_heading(result)} (exit {result.exit_code})"
+    message = reason(result)
+    return f"{text}: {message}" if message and with_message else text
+
+
+def _heading(result: RunSummary) -> str:
+    return _TITLES.get(result.status, f"Run {result.status}")
+
+
+def reason(result: RunSummary) -> str:
+    """Why the run ended so, without the heading's words again at its end
+    (``Execution … is complete``, not ``… is complete: nothing to do``)."""
+    message = result.message or ""
+    ending = f": {_heading(result)}"
+    if message.lower().endswith(ending.lower()):
+        message = message[: -len(ending)]
+    return message
