@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from tests.runtime.hanks import codon, subprocess_environment, write_hank
 
+from weft.agents.fake.claude_session import sanitize_cwd
 from weft.cli.clean import candidates, duration
 from weft.cli.resolve import ResolveError, resolve_execution, scan
 from weft.store.lock import LOCK
@@ -56,7 +57,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def world(
     made: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
-    """This test's managed root holding a copy of the made execution; the hank copied too."""
+    """This test's managed root holding a copy of the made execution; the hank and the
+    fake agent's sessions copied too."""
     hank_src, execution_src = made
     project = tmp_path / "project"
     shutil.copytree(hank_src.parent, project)
@@ -66,6 +68,12 @@ def world(
     shutil.copytree(execution_src, execution, symlinks=True)
     set_meta(execution, hankPath=str((project / "hank.json").resolve()))
     env = subprocess_environment(tmp_path)
+    # The fake agent's sessions, where it looks for them from the copy's workspace.
+    made_sessions = execution_src.parent.parent / "claude-config" / "projects"
+    workspace = made_sessions / sanitize_cwd(str(execution_src / "agentRoot"))
+    if workspace.is_dir():
+        projects = Path(env["CLAUDE_CONFIG_DIR"]) / "projects"
+        shutil.copytree(workspace, projects / sanitize_cwd(str(execution / "agentRoot")))
     monkeypatch.setenv("WEFT_RUNTIME_EXECUTION_BASE_DIR", str(managed))
     return {"project": project, "managed": managed, "execution": execution, "env": env}
 
@@ -487,6 +495,20 @@ def test_a_codon_added_after_what_ran_runs_on_resume(world: dict[str, Any]) -> N
     assert statuses["a"] == ["completed"]
     assert statuses["b"] == ["completed"]
     assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "c"]
+
+
+def test_an_added_codon_that_continues_the_previous_one_resumes_its_session(
+    world: dict[str, Any],
+) -> None:
+    # The added codon's predecessor finished in the earlier run: its session is in
+    # the thread, not in this run's sessions.
+    _rewrite(world, codon("a"), codon("b"), codon("c", mode="continue-previous"))
+    done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "no_session" not in done.stdout + done.stderr
+    runs = _state(world)["runs"]
+    records = {r["codonId"]: r for run in runs for r in run["codons"] if r["status"] == "completed"}
+    assert records["c"]["claudeSessionId"] == records["b"]["claudeSessionId"]
 
 
 def test_codons_removed_before_they_ran_do_not_run(world: dict[str, Any]) -> None:

@@ -60,6 +60,11 @@ class RunLoop(RuntimeState):
         ask (manual mode, which also stays up when the codons are done)."""
         cursor = self._cursor
         assert cursor is not None
+        if self._replan is not None and self._replan.changed and self._checkpoints is not None:
+            # The thread was read before the changed hank's entries were journaled:
+            # a continue-previous codon added after what ran would find no
+            # predecessor in its plan, hence no session to continue.
+            _, self._thread, _ = await rollback.analyze(manager, self._checkpoints)
         outcome = RunOutcome("completed", 0, cursor.run_id, "")
         idle: IdleReason = "startup"
         while not self._stopping and self._fatal is None:
