@@ -49,7 +49,7 @@ from weft.agents.pricing import PricingTable, default_table
 TARGET_BYTES = 200 * 1024 * 1024
 TARGET_RATIO = 5.0
 """Issue 20: the parser at least 5x the standard ``json`` module."""
-PAIRED_ROUNDS = 5
+PAIRED_ROUNDS = 7
 SESSION = "e75a5c8f-4cac-4402-a219-8278ea351740"
 MODEL = "claude-sonnet-4-5-20250929"
 
