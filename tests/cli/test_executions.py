@@ -293,6 +293,34 @@ def test_clean_keeps_an_execution_a_run_is_preparing(world: dict[str, Any]) -> N
     assert info.root.is_dir()
 
 
+def test_a_rolled_back_execution_is_not_completed_and_clean_keeps_it(
+    world: dict[str, Any],
+) -> None:
+    done = weft("rollback", "--codon", "a", env=world["env"], cwd=world["project"])
+    assert done.returncode == 0, done.stderr + done.stdout
+    thread = weft("thread", env=world["env"], cwd=world["project"])
+    assert "next codon: b" in thread.stdout
+    (info,) = scan()
+    assert info.state == "rolled-back"
+    listed = weft("ls", "--state", "rolled-back", env=world["env"], cwd=world["project"])
+    assert "rolled-back" in listed.stdout.splitlines()[1]
+    dry = weft("clean", "--dry-run", env=world["env"], cwd=world["project"])
+    assert "nothing to remove" in dry.stdout
+    asked = weft("clean", "--state", "rolled-back", "-n", env=world["env"], cwd=world["project"])
+    assert f"would remove {world['execution']}" in asked.stdout
+
+
+def test_an_execution_with_codons_left_is_incomplete(world: dict[str, Any]) -> None:
+    _rewrite(world, codon("a"), codon("b"), codon("c"), codon("d"))
+    spent = sum(r.get("finalCost") or 0.0 for run in _state(world)["runs"] for r in run["codons"])
+    args = ("run", "--headless", "--yes", "--max-cost", f"{spent + 0.002:.4f}")
+    done = weft(*args, env=world["env"], cwd=world["project"])
+    assert done.returncode == 1, done.stderr + done.stdout
+    (info,) = scan()
+    assert info.state == "incomplete"  # the budget stopped it; the thread did not fail
+    assert candidates(scan(), states=None, older_than=None, hank=None) == []
+
+
 @pytest.mark.parametrize("text", ["", "7 days", "-1d", "1y"])
 def test_a_bad_age_is_a_usage_error(text: str) -> None:
     import argparse

@@ -25,7 +25,8 @@ from weft.cli.resolve import ExecutionInfo, managed_root, scan
 from weft.terminal import printable
 
 DEFAULT_STATES = ("completed",)
-"""What ``weft clean`` removes without ``--state``: executions whose last run completed."""
+"""What ``weft clean`` removes without ``--state``: executions with nothing left to run
+(a rolled-back or stopped one has codons left: ``rolled-back``, ``incomplete``)."""
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -47,9 +48,9 @@ def register(commands: Any) -> None:
         help="remove finished executions (see --dry-run)",
         description=(
             "Remove finished executions from the managed root (~/.weft-executions, or "
-            "$WEFT_RUNTIME_EXECUTION_BASE_DIR). By default only executions whose last run "
-            "completed; never one a Weft process is running; never a folder outside the "
-            "managed root."
+            "$WEFT_RUNTIME_EXECUTION_BASE_DIR). By default only completed executions (nothing "
+            "left to run: not a rolled-back or incomplete one); never one a Weft process is "
+            "running; never a folder outside the managed root."
         ),
     )
     parser.add_argument(

@@ -18,7 +18,18 @@ from typing import Any
 from weft.cli.resolve import ExecutionInfo, managed_root, scan
 from weft.terminal import printable_lines
 
-STATES = ("live", "running", "completed", "failed", "crashed", "new", "unknown")
+STATES = (
+    "live",
+    "running",
+    "completed",
+    "incomplete",
+    "rolled-back",
+    "failed",
+    "crashed",
+    "new",
+    "unknown",
+)
+"""Every state ``weft ls`` shows (:class:`weft.cli.resolve.ExecutionInfo` says what each means)."""
 
 
 def register(commands: Any) -> None:

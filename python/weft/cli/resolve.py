@@ -59,10 +59,14 @@ class ResolveError(WeftError):
 class ExecutionInfo:
     """One managed execution as ``weft ls`` shows it.
 
-    ``state`` is the newest run's status from ``state.json`` (``running``,
-    ``completed``, ``failed``, ``crashed``), ``new`` when no run was recorded,
-    ``live`` when a Weft process holds the execution now, ``unknown`` when
-    the state cannot be read. ``cost`` is in dollars, ``size`` in bytes.
+    ``state`` comes from ``state.json`` and its execution thread: ``live`` when
+    a Weft process holds the execution now; ``running`` or ``crashed`` as the
+    newest run says (a ``running`` one nothing holds was cut off without a
+    trace); else ``failed`` when the thread failed, ``completed`` when it has
+    nothing left to run, ``rolled-back`` when a rollback left codons to run,
+    ``incomplete`` when a run stopped with codons left (a budget, Ctrl-C);
+    ``new`` when no run was recorded, ``unknown`` when the state cannot be
+    read. ``cost`` is in dollars, ``size`` in bytes.
     """
 
     root: Path
@@ -220,15 +224,43 @@ def _size(root: Path) -> int:
 
 def _state_and_cost(weft_dir: Path) -> tuple[str, float]:
     try:
-        state: Any = json.loads((weft_dir / "state.json").read_bytes())
+        raw = (weft_dir / "state.json").read_bytes()
+        state: Any = json.loads(raw)
         runs = state["runs"]
         cost = sum(codon_cost(c) for run in runs for c in run["codons"])
     except (OSError, ValueError, KeyError, TypeError):
         return "unknown", 0.0
     if not runs:
         return "new", cost
+    return execution_state(raw, runs), cost
+
+
+def execution_state(state_json: bytes, runs: list[dict[str, Any]]) -> str:
+    """The state ``weft ls`` shows for an execution with runs (see :class:`ExecutionInfo`).
+
+    The newest run's status says whether a run is on it (``running``) or died
+    (``crashed``); otherwise what is left to do is the execution thread's to say,
+    as ``weft thread`` does: a rollback records a *completed* run that leaves
+    codons to run, and that execution is not finished.
+    """
+    from weft._core import analyze_execution_thread
+
     newest = max(runs, key=lambda r: str(r.get("startTime", "")))
-    return str(newest.get("status", "unknown")), cost
+    status = str(newest.get("status", "unknown"))
+    if status in ("running", "crashed"):
+        return status
+    try:
+        thread = analyze_execution_thread(state_json, validate_checkpoints=False)
+    except (WeftError, ValueError):
+        return status
+    if thread.failed:
+        return "failed"
+    if thread.next_codon_id is None and not thread.has_running_codon:
+        return "completed"
+    conditions = newest.get("startingConditions") or {}
+    if conditions.get("type") == "continuation" and conditions.get("reason") == "rollback":
+        return "rolled-back"
+    return "incomplete"
 
 
 def codon_cost(codon: dict[str, Any]) -> float:
