@@ -48,7 +48,7 @@ const S = {
   checkpoints: [],
   sentinels: [],
   errors: [],
-  series: [], // [epoch ms, total cost, total tokens]
+  series: [], // [timestamp (ISO; parsed only for the points drawn), total cost, total tokens]
   lastTimestamp: null, // the newest event's time, and when it arrived (Date.now())
   lastArrival: 0,
   budgets: [], // {label, value, axis}
@@ -111,7 +111,7 @@ function setCost(rec, cost, tokens, time) {
   S.totalTokens += tokens - rec.tokens;
   rec.cost = cost;
   rec.tokens = tokens;
-  S.series.push([Date.parse(time), S.totalCost, S.totalTokens]);
+  S.series.push([time, S.totalCost, S.totalTokens]);
   dirty.chart = true;
   dirty.header = true;
   touch(rec);
@@ -961,8 +961,8 @@ function renderChart() {
   const pts = S.series;
   const W = 600, H = 200;
   if (!pts.length) return;
-  const t0 = pts[0][0];
-  const t1 = Math.max(pts[pts.length - 1][0], t0 + 1);
+  const t0 = Date.parse(pts[0][0]);
+  const t1 = Math.max(Date.parse(pts[pts.length - 1][0]), t0 + 1);
   const maxCost = Math.max(...S.budgets.filter((b) => b.axis === "cost").map((b) => b.value), S.totalCost, 1e-9) * 1.05;
   const maxTok = Math.max(...S.budgets.filter((b) => b.axis === "tokens").map((b) => b.value), S.totalTokens, 1) * 1.05;
   const step = Math.max(1, Math.floor(pts.length / CHART_POINTS));
@@ -970,7 +970,7 @@ function renderChart() {
   for (let i = 0; i < pts.length; i += step) addPoint(pts[i]);
   if ((pts.length - 1) % step) addPoint(pts[pts.length - 1]);
   function addPoint(p) {
-    const x = ((p[0] - t0) / (t1 - t0)) * W;
+    const x = ((Date.parse(p[0]) - t0) / (t1 - t0)) * W;
     cost += `${x.toFixed(1)},${(H - (p[1] / maxCost) * H).toFixed(1)} `;
     tok += `${x.toFixed(1)},${(H - (p[2] / maxTok) * H).toFixed(1)} `;
   }
