@@ -237,6 +237,7 @@ class StdlibClaudeParser:
         self.table = table
         self.session_id: str | None = None
         self.usage: dict[str, tuple[Tokens, int | None]] = {}
+        self.last_usage: dict[str, dict[str, Any]] = {}
         self.sse_message_id: str | None = None
         self.malformed = 0
 
@@ -315,7 +316,15 @@ class StdlibClaudeParser:
                 elif kind == "thinking" and block.get("thinking"):
                     events.append(Thinking(text=block["thinking"], message_id=mid, subagent=sub))
         usage = message.get("usage")
-        if usage is not None and mid is not None and model != SYNTHETIC_MODEL:
+        # The snapshot repeated for the next content block is settled by one
+        # comparison, as in ClaudeParser.
+        if (
+            usage is not None
+            and mid is not None
+            and model != SYNTHETIC_MODEL
+            and self.last_usage.get(mid) != usage
+        ):
+            self.last_usage[mid] = usage
             delta = self._usage_delta(mid, model, usage)
             if delta is not None:
                 events.append(delta)
