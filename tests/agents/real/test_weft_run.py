@@ -1,7 +1,7 @@
 """``weft run`` end to end on the real CLIs: ``continue-previous`` chains, a
-retry policy, an auth failure, a stop then continue, an urgent message, with
-every codon's cost checked against what the mock model server billed that
-codon's calls."""
+retry policy, an auth failure, a stop then continue, an urgent message, the
+provider's circuit breaker, with every codon's cost checked against what the
+mock model server billed that codon's calls."""
 
 from __future__ import annotations
 
@@ -259,3 +259,50 @@ def test_claude_urgent_message_interrupts_and_the_resumed_session_carries_it(
     assert call.headers.get(SESSION_HEADER) == sid
     assert f"Slowly {marker}" in json.dumps(call.body["messages"])
     assert call.billed is not None
+
+
+def test_claude_429s_across_codons_open_the_breaker_and_a_probe_closes_it(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    """The provider's breaker on the real CLI: two codons each rate-limited
+    (their supervisors give up at once, ``onFailure: ignore``) open it; the
+    third codon waits out the cool-down instead of failing, and its session is
+    the probe that closes it."""
+    marker = os.urandom(6).hex()
+    codons = [
+        _codon("a", f"First {marker} MOCK[err=429]", onFailure="ignore"),
+        _codon("b", f"Second {marker} MOCK[err=429]", onFailure="ignore"),
+        _codon("c", f"Third {marker} MOCK[]"),
+    ]
+    env = _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin)
+    env.update(
+        WEFT_RUNTIME_SESSION_MAX_TOTAL_ERRORS="1",
+        WEFT_RUNTIME_BREAKER_FAILURE_THRESHOLD="2",
+        WEFT_RUNTIME_BREAKER_COOLDOWN_MS="1500",
+    )
+    done = _run(homes, codons, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = _codons(homes)
+    assert {c: state[c]["status"] for c in "abc"} == {
+        "a": "failed",
+        "b": "failed",
+        "c": "completed",
+    }
+    changed = [
+        (d["previous"], d["state"], d["reason"], d.get("codonId"))
+        for cid in "abc"
+        for d in _journaled(homes, "breaker.changed", cid)
+    ]
+    assert changed == [
+        ("closed", "open", "failure", "b"),
+        ("open", "half_open", "probe", "c"),
+        ("half_open", "closed", "success", "c"),
+    ]
+    (waiting,) = _journaled(homes, "breaker.waiting", "c")
+    assert waiting["provider"] == "anthropic"
+    assert 0 < waiting["retryInMs"] <= 1500
+    # One model call each: a and b gave up at their first failure, and c's
+    # probe session succeeded.
+    assert len(anthropic.posts(f"First {marker}")) == 1
+    assert len(anthropic.posts(f"Second {marker}")) == 1
+    assert len(anthropic.billed(f"Third {marker}")) == 1
