@@ -240,6 +240,18 @@ class StateManager:
         elif self._failure is not None:
             raise self._failure
 
+    async def wait_dispatched(self, seq: int) -> None:
+        """Waits until the transition numbered ``seq`` (and so every one before
+        it) is durable and reached the listeners. Unlike :meth:`flush`, what
+        was submitted after ``seq`` is not waited for (its commit may be the
+        next one). A ``seq`` not submitted yet means the newest one."""
+        seq = min(seq, self._core.next_seq - 1)
+        if seq <= self._dispatched:
+            if self._failure is not None:
+                raise self._failure
+            return
+        await self._wait_for(seq)
+
     async def applied(self) -> None:
         """Waits until everything submitted so far has been applied by the core:
         validated and folded into its state, so :attr:`core`'s figures (costs)

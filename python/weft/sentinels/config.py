@@ -53,16 +53,20 @@ def load_sentinel_config(
 
 
 def attach(
-    codon: Codon, hank_dir: Path, configs: Mapping[Path, SentinelConfig]
+    codon: Codon,
+    hank_dir: Path,
+    configs: Mapping[Path, SentinelConfig],
+    resolved: dict[str, Path] | None = None,
 ) -> tuple[list[AttachedSentinel], list[LoadFailure]]:
     """The sentinels of ``codon``, ready for
     :meth:`~weft.sentinels.manager.SentinelManager.load`, and those whose
     config file did not pass validation (``configs`` holds only the ones that
-    did: :attr:`weft.config.loader.LoadedHank.sentinel_configs`)."""
+    did: :attr:`weft.config.loader.LoadedHank.sentinel_configs`). ``resolved``
+    keeps each reference's resolved path for the next codons of a run."""
     attached: list[AttachedSentinel] = []
     failures: list[LoadFailure] = []
     for entry in codon.sentinels:
-        one = attach_entry(entry, hank_dir, configs)
+        one = attach_entry(entry, hank_dir, configs, resolved)
         if isinstance(one, LoadFailure):
             failures.append(one)
         else:
@@ -71,14 +75,21 @@ def attach(
 
 
 def attach_entry(
-    entry: SentinelEntry, hank_dir: Path, configs: Mapping[Path, SentinelConfig]
+    entry: SentinelEntry,
+    hank_dir: Path,
+    configs: Mapping[Path, SentinelConfig],
+    resolved: dict[str, Path] | None = None,
 ) -> AttachedSentinel | LoadFailure:
     """One entry of :func:`attach`."""
     ref = entry.sentinel_config
     required = bool(entry.settings and entry.settings.fail_codon_if_not_loaded)
     if isinstance(ref, SentinelConfig):
         return AttachedSentinel(ref, entry.settings, hank_dir, "inline", None)
-    target = (hank_dir / ref).resolve()
+    target = None if resolved is None else resolved.get(ref)
+    if target is None:
+        target = (hank_dir / ref).resolve()
+        if resolved is not None:
+            resolved[ref] = target
     config = configs.get(target)
     if config is None:
         return LoadFailure(

@@ -16,8 +16,11 @@
   read then, up to :data:`CONTENT_LIMIT` bytes) for conditions; a state
   transition is fed as the reference's ``state.transition`` event
   (``{transitionType, runId, codonId, transition: {type, data}}``);
-* **drain** (``completing-sentinels``): after every event submitted so far
-  was committed and fed, buffered events fire and queued triggers finish;
+* **drain** (``completing-sentinels``): once the agent's events (everything
+  before the move to ``completing-sentinels``) and the ``file.updated``
+  events they lead to were committed and fed, buffered events fire and
+  queued triggers finish; the move itself is fed as it commits, for the
+  second drain. The states changed meanwhile go out once, at the end;
 * **seal** (right before the terminal move): the last
   ``SentinelStatesUpdated`` while the core still takes one (it refuses
   updates to a terminal codon's sentinels, and a refusal stops the run);
@@ -55,7 +58,7 @@ from weft.events.transitions import SentinelState, SentinelStatesUpdated
 from weft.plan import PlannedCodon
 from weft.sentinels.checks import TRANSITION_EVENT
 from weft.sentinels.config import attach
-from weft.sentinels.manager import CodonInfo, LoadFailure, SentinelManager
+from weft.sentinels.manager import CodonInfo, LoadCache, LoadFailure, SentinelManager
 from weft.sentinels.providers import ProviderRegistry
 from weft.state import Processed, StateManager
 
@@ -84,6 +87,8 @@ class _Live:
     """The newest states (and their total cost), submitted or not."""
     pending: bool = False
     """``last`` is waiting for its ``SentinelStatesUpdated``."""
+    draining: bool = False
+    """In the first drain: the states go out once, at its end."""
     until: int = 0
     """Once finished: the last event (seq) submitted while the codon ran."""
 
@@ -122,6 +127,9 @@ class RuntimeSentinels:
         self._ending: set[asyncio.Task[None]] = set()
         self._finishing: list[_Live] = []
         """Codons whose sentinels still get the events submitted before their end."""
+        self._cache = LoadCache()
+        self._resolved: dict[str, Path] = {}
+        """Each sentinel config reference's resolved path, for every codon."""
         self._unsubscribe = state.add_listener(self._on_processed)
 
     # ------------------------------------------------------------------ the seam
@@ -145,10 +153,13 @@ class RuntimeSentinels:
             on_states=self._on_states,
             model_override=self._override,
             persist_history=self._persist,
+            cache=self._cache,
         )
         live = _Live(planned, run_id, manager, [])
         self._live = live
-        attached, unattached = attach(codon, self._hank.directory, self._hank.sentinel_configs)
+        attached, unattached = attach(
+            codon, self._hank.directory, self._hank.sentinel_configs, self._resolved
+        )
         for failure in unattached:
             emit(
                 SentinelError(
@@ -171,18 +182,27 @@ class RuntimeSentinels:
         )
 
     async def drain(self, planned: PlannedCodon, run_id: str) -> None:
-        """Lets the codon's sentinels see every event so far and finish their work."""
+        """Lets the codon's sentinels see every event of the agent and finish
+        their work. Called right after the codon's move to
+        ``completing-sentinels``: that move (the newest event) and what follows
+        it reach the sentinels in the second drain (:meth:`finish`)."""
         live = self._live
         if live is None or live.planned.codon_id != planned.codon_id:
             # No sentinel here, but file.updated is journaled all the same.
             if self._before_drain is not None:
                 await self._before_drain()
             return
+        upto = self._state.core.next_seq - 2  # the last event before the move
         count = live.manager.loaded
         if count:
             self._emit(run_id, planned.codon_id, InfoEvent(message=_completing(count)))
-        await self._settle()
-        await live.manager.drain()
+        live.draining = True
+        try:
+            await self._settle(upto)
+            await live.manager.drain()
+        finally:
+            live.draining = False
+            self._flush_states(live)
         if count:
             self._emit(run_id, planned.codon_id, InfoEvent(message="Sentinel work completed"))
 
@@ -264,11 +284,21 @@ class RuntimeSentinels:
         else:
             await live.manager.unload("shutdown")
 
-    async def _settle(self) -> None:
-        """Until every event so far is committed and fed."""
+    async def _settle(self, upto: int) -> None:
+        """Until the events up to ``upto`` were committed and fed, and the
+        ``file.updated`` events they lead to too.
+
+        Only those: waiting for everything submitted (a flush) would wait for
+        the commit of the move to ``completing-sentinels`` and of the info
+        line after it, one more fsync round trip on the codon's path."""
+        await self._state.wait_dispatched(upto)
         if self._before_drain is not None:
+            # Fed its tool results, it reports the files they wrote: anything
+            # submitted meanwhile is one of those or came while it worked.
+            mark = self._state.core.next_seq
             await self._before_drain()
-        await self._state.flush()
+            if self._state.core.next_seq != mark:
+                await self._state.wait_dispatched(self._state.core.next_seq - 1)
 
     def _emit(self, run_id: str, codon_id: str, event: SentinelData | InfoEvent) -> None:
         self._state.emit(event, run_id=run_id, codon_id=codon_id)
@@ -278,14 +308,15 @@ class RuntimeSentinels:
         if live is None or live.sealed:
             return
         # Coalesced: the newest states go out once per loop turn, however
-        # many calls, failures and unloads changed them in that turn.
-        if not live.pending:
+        # many calls, failures and unloads changed them in that turn; during
+        # the drain, once at its end.
+        if not live.pending and not live.draining:
             asyncio.get_running_loop().call_soon(self._flush_states, live)
-            live.pending = True
+        live.pending = True
         live.last = (states, total_cost)
 
     def _flush_states(self, live: _Live) -> None:
-        if not live.pending or live.sealed or live.last is None:
+        if not live.pending or live.sealed or live.draining or live.last is None:
             return
         live.pending = False
         self._submit(live, *live.last)

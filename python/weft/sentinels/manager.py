@@ -79,10 +79,11 @@ from weft.sentinels.events import (
 )
 from weft.sentinels.outputs import (
     DEFAULT_JOIN,
+    OutputPlan,
     OutputWriter,
     SchemaError,
     load_schema,
-    resolve_outputs,
+    plan_outputs,
     schema_problem,
 )
 from weft.sentinels.providers import (
@@ -101,6 +102,7 @@ __all__ = [
     "CONNECTION_EVENT_TYPES",
     "AttachedSentinel",
     "CodonInfo",
+    "LoadCache",
     "LoadFailure",
     "Prepared",
     "SentinelManager",
@@ -271,6 +273,36 @@ def prepare(config: SentinelConfig, base: Path) -> Prepared:
     )
 
 
+class LoadCache:
+    """What loading a sentinel makes that is the same for every codon of a run
+    (its :class:`Prepared` prompts and schema, its :class:`OutputPlan`), so
+    a sentinel attached to many codons is read, parsed and its paths checked
+    once. Prompt and schema files are read when it first loads."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[int, int, Path], tuple[AttachedSentinel, Prepared, OutputPlan]] = {}
+
+    def get(
+        self, entry: AttachedSentinel, workspace: Path, managed_dir: Path
+    ) -> tuple[Prepared, OutputPlan]:
+        """The entry's prepared config and output paths (raises what
+        :func:`prepare` and :func:`plan_outputs` raise; a failure is not kept)."""
+        key = (id(entry.config), id(entry.settings), entry.base_dir)
+        found = self._items.get(key)
+        if (
+            found is not None
+            and found[0].config is entry.config
+            and found[0].settings is entry.settings
+        ):
+            return found[1], found[2]
+        prepared = prepare(entry.config, entry.base_dir)
+        plan = plan_outputs(
+            entry.config, entry.settings, workspace=workspace, managed_dir=managed_dir
+        )
+        self._items[key] = (entry, prepared, plan)
+        return prepared, plan
+
+
 class SentinelManager:
     """The sentinels of one codon (see the module docstring)."""
 
@@ -287,6 +319,7 @@ class SentinelManager:
         model_override: str | None = None,
         after_seq: int = 0,
         persist_history: bool = True,
+        cache: LoadCache | None = None,
     ) -> None:
         """``workspace`` is the agent's working folder, ``state_dir`` the
         execution's ``.weft`` folder (outputs go to ``sentinels/outputs``,
@@ -295,8 +328,10 @@ class SentinelManager:
         (``fake/haiku`` offline); events at or below ``after_seq`` were seen
         before a restart and are not fed again; ``persist_history`` false
         (``sentinel.enablePersistence``) keeps conversations in memory only,
-        for this codon."""
+        for this codon; ``cache`` keeps what loading made for the next codons
+        of the run (without it, every load reads and checks anew)."""
         self.codon = codon
+        self._cache = cache
         self._registry = registry
         self._emit = emit
         self._on_states = on_states
@@ -366,15 +401,15 @@ class SentinelManager:
         config = entry.config
         model_id = self._override or config.model
         provider, model = self._registry.get(model_id)
-        prepared = prepare(config, entry.base_dir)
-        target = resolve_outputs(
-            config,
-            entry.settings,
-            codon_id=self.codon.id,
-            workspace=self._workspace,
-            managed_dir=self._state_dir / "sentinels" / "outputs",
-            stamp=iso_from_ms(now).replace(":", "-"),
-        )
+        managed = self._state_dir / "sentinels" / "outputs"
+        if self._cache is not None:
+            prepared, plan = self._cache.get(entry, self._workspace, managed)
+        else:
+            prepared = prepare(config, entry.base_dir)
+            plan = plan_outputs(
+                config, entry.settings, workspace=self._workspace, managed_dir=managed
+            )
+        target = plan.target(self.codon.id, iso_from_ms(now).replace(":", "-"))
         sentinel = _Sentinel(
             attached=entry,
             model_id=model_id,

@@ -30,10 +30,12 @@ from weft.paths import component, inside
 
 __all__ = [
     "DEFAULT_JOIN",
+    "OutputPlan",
     "OutputTarget",
     "OutputWriter",
     "SchemaError",
     "load_schema",
+    "plan_outputs",
     "resolve_outputs",
     "schema_problem",
 ]
@@ -126,6 +128,67 @@ def _place(value: str, workspace: Path, managed: Path, what: str) -> Path:
     return inside(managed, component(value, what=what), what=what)
 
 
+@dataclass(frozen=True, slots=True)
+class OutputPlan:
+    """Where one sentinel writes, for every codon of a run: the paths that do
+    not depend on the codon, checked once (:func:`plan_outputs`)."""
+
+    sentinel_id: str
+    sentinel_dir: Path
+    """``<managed_dir>/<sentinelId>``: the automatic log's folder."""
+    log_file: Path | None
+    """The configured log (``None``: an automatic one per codon)."""
+    jsonl: bool
+    last_value_file: Path | None
+
+    def target(self, codon_id: str, stamp: str) -> OutputTarget:
+        """The files of codon ``codon_id``. The automatic log's name is made of
+        plain components (the id, the codon id, the time) in a folder already
+        checked, so it needs no check of its own."""
+        log = self.log_file
+        if log is None:
+            codon = component(codon_id, what="codon id")
+            stamp = component(stamp, what="time stamp")
+            log = (
+                self.sentinel_dir
+                / f"{self.sentinel_id}-{codon}-{stamp}.{'jsonl' if self.jsonl else 'md'}"
+            )
+        return OutputTarget(log, "jsonl" if self.jsonl else "md", self.last_value_file)
+
+
+def plan_outputs(
+    config: SentinelConfig,
+    settings: SentinelSettings | None,
+    *,
+    workspace: Path,
+    managed_dir: Path,
+) -> OutputPlan:
+    """The paths :func:`resolve_outputs` gives, before the codon is known.
+    Raises :class:`~weft.errors.UnsafePathError` for a path that leaves its folder."""
+    structured = config.structured_output is not None
+    paths = settings.output_paths if settings is not None else None
+    output = config.output
+    log = (paths.log_file if paths else None) or (output.file if output else None)
+    last = (paths.last_value_file if paths else None) or (
+        output.last_value_file if output else None
+    )
+    fmt = output.format if output else None
+    sentinel_dir = managed_dir / component(config.id, what="sentinel id")
+    jsonl = structured or fmt in ("jsonl", "json")
+    log_path: Path | None = None
+    if log is not None:
+        log_path = _place(log, workspace, sentinel_dir, f"the log file of sentinel {config.id}")
+        jsonl = structured or fmt in ("jsonl", "json") or log_path.suffix in (".jsonl", ".ndjson")
+    else:
+        inside(managed_dir, sentinel_dir, what=f"the log folder of sentinel {config.id}")
+    last_path = (
+        _place(last, workspace, sentinel_dir, f"the lastValueFile of sentinel {config.id}")
+        if last
+        else None
+    )
+    return OutputPlan(config.id, sentinel_dir, log_path, jsonl, last_path)
+
+
 def resolve_outputs(
     config: SentinelConfig,
     settings: SentinelSettings | None,
@@ -141,29 +204,8 @@ def resolve_outputs(
     log is ``<managed_dir>/<sentinelId>/<sentinelId>-<codonId>-<stamp>.<ext>``.
     Raises :class:`~weft.errors.UnsafePathError` for a path that leaves its folder.
     """
-    structured = config.structured_output is not None
-    paths = settings.output_paths if settings is not None else None
-    output = config.output
-    log = (paths.log_file if paths else None) or (output.file if output else None)
-    last = (paths.last_value_file if paths else None) or (
-        output.last_value_file if output else None
-    )
-    fmt = output.format if output else None
-    sentinel_dir = managed_dir / component(config.id, what="sentinel id")
-    jsonl = structured or fmt in ("jsonl", "json")
-    if log is not None:
-        log_path = _place(log, workspace, sentinel_dir, f"the log file of sentinel {config.id}")
-        jsonl = structured or fmt in ("jsonl", "json") or log_path.suffix in (".jsonl", ".ndjson")
-    else:
-        codon = component(codon_id, what="codon id")
-        name = f"{config.id}-{codon}-{stamp}.{'jsonl' if jsonl else 'md'}"
-        log_path = inside(sentinel_dir, name, what=f"the log file of sentinel {config.id}")
-    last_path = (
-        _place(last, workspace, sentinel_dir, f"the lastValueFile of sentinel {config.id}")
-        if last
-        else None
-    )
-    return OutputTarget(log_path, "jsonl" if jsonl else "md", last_path)
+    plan = plan_outputs(config, settings, workspace=workspace, managed_dir=managed_dir)
+    return plan.target(codon_id, stamp)
 
 
 class OutputWriter:
