@@ -147,3 +147,43 @@ def test_no_environment_skips_the_checks_of_this_machine(
     assert main(["validate", str(tmp_path)]) == 2
     assert main(["validate", str(tmp_path), "--no-environment"]) == 0
     assert "valid: 1 codon" in capsys.readouterr().out
+
+
+def test_every_problem_is_reported_in_one_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A template error and a missing agent CLI are independent: neither hides the other.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("WEFT_CLAUDE_BIN", raising=False)
+    write_hank(tmp_path, hank(codon("a", model="sonnet", promptText="See <%DATA_DIRR%>.")))
+    assert main(["validate", str(tmp_path), "--json"]) == 2
+    codes = [p["code"] for p in json.loads(capsys.readouterr().out)["errors"]]
+    assert sorted(codes) == ["agent_cli_missing", "unknown_variable"]
+
+
+def test_a_structure_error_does_not_hide_a_missing_agent_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("WEFT_CLAUDE_BIN", raising=False)
+    broken = codon("b", model="fake/sonnet", continuationMode="contine")
+    write_hank(tmp_path, hank(codon("a", model="sonnet"), loop("l", broken)))
+    assert main(["validate", str(tmp_path), "--json"]) == 2
+    errors = json.loads(capsys.readouterr().out)["errors"]
+    missing = [p for p in errors if p["code"] == "agent_cli_missing"]
+    assert len(missing) == 1
+    assert missing[0]["path"] == "hank[0].model"
+    assert len(errors) == 2
+    assert main(["validate", str(tmp_path)]) == 2
+    text = capsys.readouterr().out
+    assert "2 errors:" in text
+    assert "`claude` is not on PATH" in text
+
+
+def test_a_hint_with_two_choices_quotes_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_hank(tmp_path, hank(codon("a", model="fake/sonnet", prompt="Do it.")))
+    assert main(["validate", str(tmp_path), "--json"]) == 2
+    hints = [p.get("hint") or "" for p in json.loads(capsys.readouterr().out)["errors"]]
+    assert 'did you mean "promptFile" or "promptText"?' in hints

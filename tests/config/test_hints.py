@@ -21,7 +21,7 @@ def test_every_typo_points_at_real_codon_fields() -> None:
     ("word", "expected"),
     [
         ("trackedFiles", 'did you mean "checkpointedFiles"?'),
-        ("prompt", 'did you mean "promptFile or promptText"?'),
+        ("prompt", 'did you mean "promptFile" or "promptText"?'),
         ("maxCost", 'did you mean "budget.maxDollars"?'),
         ("promtFile", 'did you mean "promptFile"?'),
         ("ContinuationMode", 'did you mean "continuationMode"?'),

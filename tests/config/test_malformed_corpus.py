@@ -145,7 +145,7 @@ CASES = [
         "prompt",
         hank(codon(promptText=DROP, prompt="x")),
         [("unknown_key", "hank[0].prompt"), ("missing_prompt", "hank[0]")],
-        hint="promptFile or promptText",
+        hint='"promptFile" or "promptText"',
     ),
     Case(
         "continuation",

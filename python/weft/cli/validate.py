@@ -20,7 +20,7 @@ from weft.budget.limits import BudgetBook, ceiling_source
 from weft.budget.table import budget_table, budget_warnings, render_table
 from weft.cli.colour import paint, wants_colour
 from weft.config import HankReport, LoadedHank, validate_hank
-from weft.config.preflight import agent_cli_problems
+from weft.config.preflight import agent_cli_problems, document_cli_problems
 from weft.config.runtime import resolve_runtime_config
 from weft.config.schema import Codon as CodonT
 from weft.config.schema import (
@@ -313,14 +313,20 @@ def run(args: argparse.Namespace) -> int:
             return 2
     environment = not args.no_environment
     report = validate_hank(args.hank, model=args.model, check_environment=environment)
-    if report.loaded is not None:
+    # Every problem in one pass: the checks below do not depend on the prompt
+    # checks (preflight), so they run on the built hank whatever those found; a
+    # structure error leaves no hank, but the agent CLIs are still checked.
+    built = report.built
+    if built is not None:
         # Whether each sentinel would load on this machine (its provider and key).
-        report.problems.extend(
-            load_problems(report.loaded, file=report.file, model_override=override)
-        )
-    if report.loaded is not None and environment:
+        report.problems.extend(load_problems(built, file=report.file, model_override=override))
+    if environment and (built is not None or report.document is not None):
         # As `weft run` checks before it starts (weft.config.preflight).
-        missing = agent_cli_problems(report.loaded, file=report.file, env=os.environ)
+        missing = (
+            agent_cli_problems(built, file=report.file, env=os.environ)
+            if built is not None
+            else document_cli_problems(report.document, file=report.file, env=os.environ)
+        )
         if missing:
             report.problems = [*report.problems, *missing]
             report.loaded = None

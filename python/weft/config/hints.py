@@ -97,7 +97,8 @@ def did_you_mean(
 ) -> str | None:
     """``did you mean "x"?`` for a misspelt ``word``, or ``None``."""
     if typos is not None and word in typos:
-        return f'did you mean "{typos[word]}"?'
+        # One entry may name alternatives ("promptFile or promptText"): each quoted.
+        return f"did you mean {quote_list(typos[word].split(' or '))}?"
     matches = closest(word, candidates)
     if matches:
         return f"did you mean {quote_list(matches)}?"

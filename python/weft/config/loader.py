@@ -86,6 +86,10 @@ class HankReport:
     path: Path | None
     problems: list[ConfigProblem]
     loaded: LoadedHank | None = None
+    built: LoadedHank | None = None
+    """The hank as built once its structure passed, even when a later check
+    (:func:`weft.config.preflight.preflight`) found errors: the checks that do not
+    depend on those (sentinels loading, agent CLIs) still run on it."""
     document: Any = None
     """The parsed JSON (``None`` when it could not be parsed)."""
 
@@ -243,6 +247,7 @@ def _validate_bytes(
     # What the run would otherwise find only when a codon starts (weft.config.preflight).
     late = preflight(loaded, file=display)
     report.problems = [*report.problems, *late]
+    report.built = loaded
     if not any(p.is_error for p in late):
         report.loaded = loaded
     return report
