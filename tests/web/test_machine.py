@@ -204,3 +204,18 @@ def test_weft_ui_prints_its_address_and_keeps_the_token_out_of_a_log(
         out, _ = process.communicate(timeout=10)
     assert process.returncode == 0, out
     assert token not in out
+
+
+def test_weft_ui_help_states_its_own_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """``weft ui`` exits 0 on SIGTERM (tested above) and has no "run failed": its help
+    says so, not the table the other commands share (1 a run failed, 143 on SIGTERM)."""
+    from weft.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["ui", "--help"])
+    assert exited.value.code == 0
+    codes = capsys.readouterr().out.split("exit codes:", 1)[1]
+    assert "0    stopped by SIGTERM" in codes
+    assert "130  interrupted by Ctrl-C" in codes
+    assert "143" not in codes
+    assert "the run failed" not in codes
