@@ -173,6 +173,19 @@ def test_commands_on_a_mistyped_path_create_nothing_there(
     assert list(typo.iterdir()) == []
 
 
+@pytest.mark.parametrize("how", ["nothing", "hank", "id"])
+def test_breaker_reset_names_the_execution_as_every_command_does(
+    world: dict[str, Any], how: str
+) -> None:
+    execution = world["execution"]
+    named = {"nothing": [], "hank": ["project"], "id": [execution.name[:8]]}[how]
+    cwd = world["project"] if how == "nothing" else world["project"].parent
+    done = weft("breaker", "reset", *named, "anthropic", env=world["env"], cwd=cwd)
+    assert done.returncode == 2
+    # Found: what stops it is that no run is live on it.
+    assert f"{execution}: no run is active" in done.stderr, done.stderr
+
+
 def test_status_thread_and_checkpoints_find_the_execution_from_the_hank_folder(
     world: dict[str, Any],
 ) -> None:

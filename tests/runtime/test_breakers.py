@@ -264,7 +264,7 @@ def test_weft_breaker_reset_without_a_run_says_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["breaker", "reset", str(tmp_path), "anthropic"]) == 2
-    assert "not an execution directory" in capsys.readouterr().err
+    assert "not an execution (no .weft/ inside)" in capsys.readouterr().err
 
 
 def test_breaker_settings_are_runtime_settings_with_the_seed_defaults() -> None:

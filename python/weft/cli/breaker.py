@@ -1,5 +1,9 @@
 """``weft breaker reset [execution] PROVIDER``: closes an agent provider's circuit breaker.
 
+The execution is named as every command names one (:mod:`weft.cli.resolve`): a
+directory, an id, a hank (its latest execution), or nothing (the current folder,
+else the latest execution of ``./hank.json``).
+
 Sent over the execution's WebSocket server (``breaker.reset``, read-write):
 the seed 004 Recovery 3. Codons waiting for the provider's cool-down go at
 once; the breaker counts failures from zero again. ``weft status`` shows each
@@ -16,6 +20,7 @@ from typing import Any
 import uvloop
 
 from weft.cli.attach import AttachError, Target, find_target
+from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.client import ClientError, CommandError
 from weft.client import connect as client_connect
 from weft.runtime.breakers import PROVIDERS
@@ -34,9 +39,7 @@ def register(commands: Any) -> None:
     )
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     reset = verbs.add_parser("reset", help="close a provider's breaker now")
-    reset.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    reset.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
     reset.add_argument("provider", choices=sorted(set(PROVIDERS.values())), help="the provider")
     reset.add_argument("--url", help="connect to this server instead (ws://host:port)")
     reset.add_argument("--token", help="the execution's read-write token")
@@ -54,7 +57,9 @@ async def send(target: Target, provider: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``weft breaker reset``."""
     try:
-        target = find_target(args.execution, url=args.url, token=args.token, readonly=False)
+        # With --url the execution is not needed (and may be on another machine).
+        execution = Path() if args.url else resolve_execution(args.execution)
+        target = find_target(execution, url=args.url, token=args.token, readonly=False)
     except AttachError as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2

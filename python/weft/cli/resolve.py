@@ -2,7 +2,8 @@
 
 Every command that works on an existing execution (``status``, ``thread``,
 ``checkpoints``, ``rollback``, ``attach``, ``logs``, ``show``, ``store
-rebuild``) takes one optional argument, read by :func:`resolve_execution`:
+rebuild``, ``breaker reset``) takes one optional argument, read by
+:func:`resolve_execution`:
 
 * an execution directory (or its ``.weft/`` folder): that execution;
 * an execution id (the folder's name under the managed root, or a unique
