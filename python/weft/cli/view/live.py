@@ -304,7 +304,9 @@ def _totals(progress: RunProgress, now_ns: int, *, waiting: bool = False) -> Tex
     if progress.run_id is None:
         text.append("waiting for the run to start", style="dim")
         return text
-    status = progress.run_status or ("waiting" if waiting else "running")
+    status = progress.run_status or "running"
+    if waiting and status == "running":
+        status = "waiting"
     text.append(f"run {progress.run_id} ", style="bold")
     fallback = {"running": "bold cyan", "waiting": "bold yellow"}.get(status, "red")
     text.append(status, style=_STYLES.get(status, fallback))
