@@ -218,6 +218,41 @@ def test_the_golden_streams_give_the_same_events() -> None:
         both(path.read_bytes().split(b"\n"))
 
 
+def test_tool_results_of_every_shape_become_the_same_events() -> None:
+    """One string kept as it is, parts joined, a missing id and a null
+    ``is_error`` defaulted; the growth of a snapshot priced alone (Sonnet 4.5:
+    3 + 1,024 x 3.75 + 1,024 x 6 + 9,000 x 0.3 + 2 x 15 micro-dollars, then
+    38 output tokens x 15)."""
+    lines = (GOLDEN / "tool_result_shapes.jsonl").read_bytes().split(b"\n")
+    parser = ClaudeParser()
+    events = [e for line in lines for e in parser.feed(line)]
+    results = [e for e in events if isinstance(e, ToolResult)]
+    assert results == [
+        ToolResult(
+            tool_use_id="toolu_01ReadAAAAAAAAAAAAAAAAAA",
+            content='     1\t[metadata]\n     2\tname = "caf\u00e9" \U0001f680',
+        ),
+        ToolResult(tool_use_id="toolu_01BashAAAAAAAAAAAAAAAAAA", content="3 passed\n[image]"),
+        ToolResult(
+            tool_use_id="toolu_01TaskAAAAAAAAAAAAAAAAAA", content="Exit code 1", is_error=True
+        ),
+        ToolResult(tool_use_id="", content="", subagent=True),
+    ]
+    deltas = [(e.tokens, e.cost_usd) for e in events if isinstance(e, UsageDelta)]
+    assert deltas == [
+        (
+            Tokens(input=3, output=2, cache_creation=2048, cache_read=9000, cache_creation_1h=1024),
+            0.012723,
+        ),
+        (Tokens(output=38), 0.00057),
+        (Tokens(input=1, output=3, cache_read=11000), 0.003348),
+    ]
+    bash = next(e for e in events if isinstance(e, ToolUse) and e.name == "Bash")
+    assert bash.input == {"input": "pytest -q"}
+    assert parser.malformed == parser.unknown_types == 0
+    both(lines)
+
+
 # -- made-up streams ----------------------------------------------------------------------------
 
 _models = st.sampled_from(
