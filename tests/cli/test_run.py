@@ -403,3 +403,25 @@ def test_anonymous_reads_are_an_opt_in_said_at_start(tmp_path: Path, env: dict[s
         assert result.returncode == 0, result.stderr
         assert "warning: anonymous reads are on" in result.stdout, how
         no_traceback(result)
+
+
+# --------------------------------------------------------------------------- words
+
+
+def test_help_and_docs_say_the_same_true_thing_about_read_only_data(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The linked data is read-only by convention only; --copy protects the files,
+    not the folders. Nothing may promise more (an agent wrote through the link)."""
+    result = weft("run", "--help", env=env, cwd=tmp_path)
+    assert result.returncode == 0
+    help_text = " ".join(result.stdout.split())
+    docs = " ".join(
+        (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text().split()
+    )
+    for text in (help_text, docs):
+        assert "linked read-only" not in text
+        assert "through the link" in text
+    assert "read-only by convention only" in help_text
+    assert "its folders are not" in help_text
+    assert "its folders stay writable" in docs

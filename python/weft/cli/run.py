@@ -78,9 +78,11 @@ def register(commands: Any) -> None:
         help="run a hank (creates or resumes its execution)",
         description=(
             "Run a hank. The first path is the hank (a hank.json or a folder holding one; "
-            "default ./hank.json), the second the data it works on, linked read-only into the "
-            "agent's workspace. Running the same hank on the same data again resumes its "
-            "execution: finished codons are kept and the rest runs."
+            "default ./hank.json), the second the data it works on, linked into the agent's "
+            "workspace as read_only_data_source: read-only by convention only, an agent can "
+            "write through the link to your files (--copy gives it a copy instead). Running "
+            "the same hank on the same data again resumes its execution: finished codons are "
+            "kept and the rest runs. On a terminal, q stops the run as Ctrl-C does."
         ),
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="hank, then data")
@@ -109,7 +111,12 @@ def register(commands: Any) -> None:
         help="inline data: TEXT becomes the data file input.txt (the same text resumes the "
         "same execution); instead of a data path",
     )
-    parser.add_argument("--copy", action="store_true", help="copy the data instead of linking it")
+    parser.add_argument(
+        "--copy",
+        action="store_true",
+        help="copy the data instead of linking it: your files are out of the agent's reach "
+        "(the copy's files are write-protected, its folders are not)",
+    )
     parser.add_argument(
         "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
     )
@@ -128,8 +135,9 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--no-autostart",
         action="store_true",
-        help="wait for a command before each codon (codon.next from a WebSocket client, "
-        "or Enter on the terminal) and stay up when the codons are done",
+        help="wait for a command before each codon (Enter on the terminal, s skips the "
+        "running codon, q stops; or codon.next from a WebSocket client) and stay up when "
+        "the codons are done",
     )
     parser.add_argument(
         "-p",
