@@ -123,3 +123,40 @@ def final_states(summary: dict[str, Any]) -> dict[str, tuple[str, list[tuple[str
         ws["id"]: (ws["state"], [(s["id"], s["state"], s["launches"]) for s in ws["steps"]])
         for ws in summary["workstreams"]
     }
+
+
+def running_counts(transitions: list[dict[str, Any]]) -> list[int]:
+    """Replays the audit table (``BatchStore.transitions()``, in id order): how
+    many steps are ``S_RUNNING`` after each row."""
+    running: set[tuple[str, str]] = set()
+    counts = []
+    for t in transitions:
+        if t["step_id"] is not None:
+            key = (t["ws_id"], t["step_id"])
+            if t["to"] == "S_RUNNING":
+                running.add(key)
+            else:
+                running.discard(key)
+        counts.append(len(running))
+    return counts
+
+
+def assert_audit_within_workers(transitions: list[dict[str, Any]], workers: int) -> None:
+    """At no point of the audit trail, in the order it was written or in the
+    order of its times, are more steps running than ``workers``; every end is
+    stamped at or after its launch."""
+    by_time = sorted(transitions, key=lambda t: (t["at"], t["id"]))
+    for order, rows in (("id", transitions), ("time", by_time)):
+        counts = running_counts(rows)
+        assert max(counts, default=0) <= workers, (
+            f"by {order}: {max(counts)} steps S_RUNNING with {workers} workers"
+        )
+    started: dict[tuple[str, str], str] = {}
+    for t in transitions:
+        if t["step_id"] is None:
+            continue
+        key = (t["ws_id"], t["step_id"])
+        if t["to"] == "S_RUNNING" and t["from"] != "S_RUNNING":
+            started[key] = t["at"]
+        elif t["from"] == "S_RUNNING" and t["to"] != "S_RUNNING":
+            assert t["at"] >= started[key], f"{key} ended before it started: {t}"

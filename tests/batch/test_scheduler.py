@@ -110,6 +110,30 @@ def test_retries_exhausted_then_workstream_retry_starts_failed_steps_over(tmp_pa
     assert resets[0]["metadata"]["reason"] == "workstream retry attempt 1"
 
 
+def test_abandoning_names_workstream_and_step_retries_with_their_counts(tmp_path: Path) -> None:
+    d = Driver.open(
+        tmp_path,
+        one_ws(
+            command_step("a", max_retries=2, retry_backoff={"base_delay_ms": 1}),
+            command_step("x"),
+            max_retries=1,
+            retry_backoff={"base_delay_ms": 1},
+        ),
+    )
+    d.run({"w/a": [1] * 6})
+    assert d.states()["w"] == "S_ABANDONED"
+    last = d.store.transitions("w")[-1]
+    assert last["to"] == "S_ABANDONED"
+    # 1 workstream retry used of 1; a ran 3 times per attempt (2 step retries), 6 in all.
+    assert last["metadata"]["reason"] == (
+        "workstream retries spent (1 of 1); step a failed after 2 of 2 step retries (6 launches)"
+    )
+    assert (last["metadata"]["workstream_retries"], last["metadata"]["max_workstream_retries"]) == (
+        1,
+        1,
+    )
+
+
 def test_breaker_opens_across_steps_and_closes_after_the_cooldown(tmp_path: Path) -> None:
     doc = {
         "breakers": {"svc": {"failure_threshold": 2, "cooldown_seconds": 10}},

@@ -1,10 +1,20 @@
 """The coordinator: the batch store's single writer, driving the scheduler and an engine.
 
-One loop, in this order each turn: apply the recovery commands waiting in the
-store's inbox; ask the scheduler what is due; **commit** its changes; only then
-launch the steps it named (so no step runs whose ``S_RUNNING`` is not on
-disk) and record each launch's pid; wait for an outcome, the next wake-up
-time, or the inbox poll interval; commit what the outcome causes.
+One loop, in this order each turn: commit every outcome the engine has
+reported (each at the time the step ended); apply the recovery commands
+waiting in the store's inbox; ask the scheduler what is due; **commit** its
+changes; only then launch the steps it named (so no step runs whose
+``S_RUNNING`` is not on disk) and record each launch's pid; wait for an
+outcome, the next wake-up time, or the inbox poll interval.
+
+**The audit trail never shows more steps running than workers.** The free
+slots given to the scheduler are counted from the steps *recorded*
+``S_RUNNING``, not from the engine's own count: an engine frees its slot the
+moment a step exits, before the coordinator has recorded that exit (the
+outcome may wait in :attr:`Engine.completions` while the coordinator awaits a
+launch), and a slot counted free then would start a step beside one still
+``S_RUNNING`` in the store. Outcomes are committed first in every turn, so a
+slot is reused as soon as its step's end is on disk.
 
 On start it opens the store as the writer (``batch.lock``), records the plan
 of a new batch (or checks that the batch file is the one the store was made
@@ -173,11 +183,11 @@ class Coordinator:
             self.store.load(), max_dollars=float(budget) if budget is not None else None
         )
 
-    def commit(self, changes: list[Change]) -> None:
-        """Writes ``changes``, then tells the listeners."""
+    def commit(self, changes: list[Change], now: int | None = None) -> None:
+        """Writes ``changes`` (stamped ``now``, default the clock), then tells the listeners."""
         if not changes:
             return
-        now = self.clock()
+        now = self.clock() if now is None else now
         self.store.commit(changes, now)
         for change in changes:
             for listener in self.listeners:
@@ -197,6 +207,7 @@ class Coordinator:
         """Resumes what was running, then runs until every workstream is terminal."""
         await self._resume_running()
         while True:
+            self._record_outcomes()
             if self.stopping.is_set():
                 left = [self.scheduler.step(key).row for key in self.scheduler.running()]
                 self.commit([_resumed(row, "coordinator stopping: left to resume") for row in left])
@@ -204,7 +215,7 @@ class Coordinator:
                 return
             self.apply_commands()
             now = self.clock()
-            tick = self.scheduler.tick(now, self.workers - self.engine.active)
+            tick = self.scheduler.tick(now, self.free_slots())
             self.waiting = tick.waiting
             self.commit(tick.changes)
             for key in tick.launches:
@@ -227,11 +238,27 @@ class Coordinator:
             if got not in done:
                 got.cancel()
                 continue
-            key, outcome = got.result()
-            self.commit(self.scheduler.finished(key, outcome, self.clock()))
-            while not self.engine.completions.empty():
-                key, outcome = self.engine.completions.get_nowait()
-                self.commit(self.scheduler.finished(key, outcome, self.clock()))
+            self._record_outcome(*got.result())
+
+    def free_slots(self) -> int:
+        """Workers free for a launch: those neither running a launch nor holding a
+        step still recorded ``S_RUNNING`` (see the module doc)."""
+        return self.workers - max(self.engine.active, len(self.scheduler.running()))
+
+    def _record_outcomes(self) -> None:
+        """Commits every outcome the engine has reported so far."""
+        while not self.engine.completions.empty():
+            self._record_outcome(*self.engine.completions.get_nowait())
+
+    def _record_outcome(self, key: str, outcome: Outcome) -> None:
+        """Commits a launch's end, stamped when the engine saw it end (never
+        before the step's own launch was recorded, nor after now)."""
+        now = self.clock()
+        at = now if outcome.ended_at_ms is None else min(outcome.ended_at_ms, now)
+        started = self.scheduler.step(key).row.started_at_ms
+        if started is not None:
+            at = max(at, started)
+        self.commit(self.scheduler.finished(key, outcome, at), at)
 
     def spec(self, key: str) -> LaunchSpec:
         """The launch of step ``key``."""

@@ -16,6 +16,12 @@ Guarantees, before any code:
 * **Output is kept.** stdout and stderr of every launch go to ``<step>/step.log``
   (appended, one header line per launch); a failed step's last lines are its
   failure text in reports.
+* **Ends are timed where they are seen.** A launch's outcome carries the
+  wall-clock time the engine saw it end (for a step that ended while no
+  coordinator watched it, its ``exit`` file's time), and the engine's slot is
+  freed with the same outcome: the coordinator records both before it launches
+  anything else, so the audit trail never shows more steps running than
+  workers.
 * **Costs come from the executions.** A hank step's cost is read from its
   execution's own ``state.json`` (every run, every codon), not tallied here.
 """
@@ -37,7 +43,14 @@ from typing import Any
 
 from weft.batch.scheduler import Outcome
 
-__all__ = ["LaunchSpec", "LocalEngine", "execution_cost", "launch_spec", "process_start"]
+__all__ = [
+    "LaunchSpec",
+    "LocalEngine",
+    "ended_at_ms",
+    "execution_cost",
+    "launch_spec",
+    "process_start",
+]
 
 # "$0" is the exit file, "$@" the step's argv. The wrapper first writes its pid
 # beside it ("exit.pid": a coordinator killed between starting a step and
@@ -163,6 +176,19 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-_TAIL_LINES:])
+
+
+def ended_at_ms(exit_path: Path | None = None) -> int:
+    """When a launch ended (ms since the epoch): now, or for a launch that ended
+    unwatched, the time its ``exit`` file was written, if earlier."""
+    now = time.time_ns() // 1_000_000
+    if exit_path is None:
+        return now
+    try:
+        written = exit_path.stat().st_mtime_ns // 1_000_000
+    except OSError:
+        return now
+    return min(now, written)
 
 
 def _read_exit(path: Path) -> int | None:
@@ -350,9 +376,18 @@ class LocalEngine:
             else _pid_alive(running.pid)
         ):
             await asyncio.sleep(_ADOPT_POLL_S)
-        self._finish(running, _read_exit(running.spec.exit_path), None)
+        # Polled: the exit file says when it really ended (maybe long ago).
+        ended = ended_at_ms(running.spec.exit_path)
+        self._finish(running, _read_exit(running.spec.exit_path), None, ended)
 
-    def _finish(self, running: _Running, exit_code: int | None, error: str | None) -> None:
+    def _finish(
+        self,
+        running: _Running,
+        exit_code: int | None,
+        error: str | None,
+        ended: int | None = None,
+    ) -> None:
+        ended = ended_at_ms() if ended is None else ended
         spec = running.spec
         self._running.pop(spec.key, None)
         failed = exit_code != 0
@@ -362,6 +397,7 @@ class LocalEngine:
             duration_ms=int((time.monotonic() - running.started) * 1000),
             cost_usd=execution_cost(spec.execution_dir),
             error=text,
+            ended_at_ms=ended,
         )
         self.completions.put_nowait((spec.key, outcome))
 

@@ -36,6 +36,7 @@ from weft.batch.engine import (
     _read_exit,
     _tail,
     _write_exit,
+    ended_at_ms,
     execution_cost,
 )
 from weft.batch.scheduler import Outcome
@@ -154,18 +155,26 @@ class RayEngine:
             spec.hank,
         )
         self._refs[spec.key] = ref
-        waiter = asyncio.ensure_future(self._wait(spec.key, ref))
+        waiter = asyncio.ensure_future(self._wait(spec.key, ref, spec.exit_path))
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
         return -1, None
 
-    async def _wait(self, key: str, ref: Any) -> None:
+    async def _wait(self, key: str, ref: Any, exit_path: Path) -> None:
         try:
             code, duration, cost, error = await ref
         except Exception as e:  # the task was cancelled or its worker died
             code, duration, cost, error = None, 0, 0.0, f"Ray task failed: {e}"
         self._refs.pop(key, None)
-        outcome = Outcome(exit_code=code, duration_ms=duration, cost_usd=cost, error=error)
+        outcome = Outcome(
+            exit_code=code,
+            duration_ms=duration,
+            cost_usd=cost,
+            error=error,
+            # The exit file's time when the task wrote one: Ray reports the
+            # result a little later than the step ended.
+            ended_at_ms=ended_at_ms(exit_path),
+        )
         self.completions.put_nowait((key, outcome))
 
     def adopt(self, spec: LaunchSpec, pid: int | None, pid_start: str | None) -> bool:
@@ -179,6 +188,7 @@ class RayEngine:
             exit_code=code,
             cost_usd=execution_cost(spec.execution_dir),
             error=None if code == 0 else _tail(spec.log_path),
+            ended_at_ms=ended_at_ms(spec.exit_path),
         )
         self.completions.put_nowait((spec.key, outcome))
         return True

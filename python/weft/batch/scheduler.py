@@ -58,6 +58,10 @@ class Outcome:
     cost_usd: float = 0.0
     error: str | None = None
     """The end of the step's output when it failed, for reports."""
+    ended_at_ms: int | None = None
+    """When the engine saw the launch end (wall clock, ms since the epoch); the
+    coordinator records the step's end at this time, not when it got round to
+    it. ``None``: at the time it is recorded."""
 
 
 @dataclass
@@ -390,7 +394,12 @@ class Scheduler:
         else:
             tick.changes.append(
                 self._ws_move(
-                    ws, ABANDONED, now, f"max retries exceeded ({m.retry_count}/{m.max_retries})"
+                    ws,
+                    ABANDONED,
+                    now,
+                    _retries_spent(ws),
+                    workstream_retries=m.retry_count,
+                    max_workstream_retries=m.max_retries,
                 )
             )
 
@@ -424,6 +433,7 @@ class Scheduler:
         deps = [ws.steps[d].machine.state for d in step.deps]
         step.machine.transition(RUNNING, dependency_states=deps, now_ms=now)
         step.row.launches += 1
+        step.row.started_at_ms = now
         reason = "dependencies met" if before == PENDING else f"retry {step.machine.retry_count}"
         return _step_change(
             step,
@@ -500,6 +510,24 @@ class Scheduler:
             },
             metadata={**meta, "consecutive_failures": b.consecutive_failures},
         )
+
+
+def _retries_spent(ws: _Ws) -> str:
+    """Why a failed workstream is abandoned, naming both kinds of retries: the
+    workstream's own (its failed steps started over) and each failed step's
+    (``workstream retries spent (0 of 0); step fetch failed after 2 of 2 step
+    retries (3 launches)``). A step's launches count every launch of the batch,
+    across workstream retries; its retries are those of the current attempt."""
+    m = ws.machine
+    text = f"workstream retries spent ({m.retry_count} of {m.max_retries})"
+    failed = [
+        f"step {s.row.step_id} failed after {s.machine.retry_count} of "
+        f"{s.machine.max_retries} step retries ({s.row.launches} "
+        f"launch{'es' if s.row.launches != 1 else ''})"
+        for s in ws.steps.values()
+        if s.machine.state == FAILED
+    ]
+    return "; ".join([text, *failed])
 
 
 def _restore_step(s: StepRow) -> Step:
