@@ -15,7 +15,12 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.batch.support import EXAMPLE_FINAL_STATES, final_states, write_batch
+from tests.batch.support import (
+    EXAMPLE_FINAL_STATES,
+    assert_audit_within_workers,
+    final_states,
+    write_batch,
+)
 from tests.runtime.hanks import subprocess_environment
 
 from weft.batch.store import BatchStore
@@ -81,6 +86,21 @@ def test_the_example_sweep_retries_abandons_and_status_shows_the_audit_trail(
         ("flaky", "S_FAILED", "S_ABANDONED"),
     ]
     assert "breaker upstream: OPEN (3 consecutive failures)" in status.stdout
+    abandoned = next(line for line in status.stdout.splitlines() if "-> S_ABANDONED" in line)
+    assert abandoned.endswith(
+        "workstream retries spent (0 of 0); step fetch failed after 2 of 2 step retries "
+        "(3 launches)"
+    )
+    # One trail in time order: the breaker opens at fetch's third failure, before
+    # the workstream fails, and no line is earlier than the one above it.
+    times = [t[0] for t in trail]
+    assert times == sorted(times)
+    moves = [(t[1], t[2]) for t in trail if t[1].startswith("flaky") or t[1] == "breaker"]
+    opened = moves.index(("breaker", "upstream"))
+    assert moves[opened - 1] == ("flaky/fetch", "S_RUNNING")
+    assert moves[opened + 1] == ("flaky", "S_RUNNING")
+    with BatchStore.open(example / ".weft-batch" / "sweep", writer=False) as store:
+        assert_audit_within_workers(store.transitions(), 2)
 
     report = json.loads(weft(env, "status", str(example / "sweep.toml"), "--json").stdout)
     assert final_states(report) == EXAMPLE_FINAL_STATES, "the Ray test checks the same table"

@@ -297,19 +297,30 @@ def status(args: argparse.Namespace) -> int:
         print(json.dumps({**report, "transitions": audit, "breaker_transitions": breaker_audit}))
         return 0
     print(render_summary(report))
-    print("Audit trail (state_transitions):")
+    print("Audit trail (state_transitions and breaker_transitions, in time order):")
+    for line in render_trail(audit, breaker_audit):
+        print(line)
+    return 0 if not report["problems"] else 1
+
+
+def render_trail(audit: list[dict[str, Any]], breaker_audit: list[dict[str, Any]]) -> list[str]:
+    """Both audit tables as one trail, in time order. A step's end is stamped
+    when it ended, which can be before a row written just ahead of it, so
+    the rows are sorted by time; at the same millisecond, a table's rows keep
+    their written order and workstream and step moves come before the breaker
+    moves they caused."""
+    rows: list[tuple[str, int, int, str]] = []
     for t in audit:
         who = t["ws_id"] + (f"/{t['step_id']}" if t["step_id"] else "")
         reason = t["metadata"].get("reason", "")
-        print(printable(f"  {t['at']}  {who:<28} {t['from']} -> {t['to']}  {reason}"))
-    for t in breaker_audit:
-        print(
-            printable(
-                f"  {t['at']}  breaker {t['tool']:<20} {t['from']} -> {t['to']}  "
-                f"{t['metadata'].get('reason', '')}"
-            )
+        rows.append(
+            (t["at"], 0, t["id"], f"  {t['at']}  {who:<28} {t['from']} -> {t['to']}  {reason}")
         )
-    return 0 if not report["problems"] else 1
+    for t in breaker_audit:
+        reason = t["metadata"].get("reason", "")
+        line = f"  {t['at']}  breaker {t['tool']:<20} {t['from']} -> {t['to']}  {reason}"
+        rows.append((t["at"], 1, t["id"], line))
+    return [printable(line) for *_, line in sorted(rows)]
 
 
 def send_command(args: argparse.Namespace) -> int:
