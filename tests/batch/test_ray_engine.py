@@ -16,9 +16,13 @@ import pytest
 from tests.batch.support import EXAMPLE_FINAL_STATES, final_states
 from tests.runtime.hanks import subprocess_environment
 
-if os.environ.get("WEFT_REQUIRE_RAY") != "1":
-    # CI installs the `ray` extra and sets WEFT_REQUIRE_RAY=1 (Makefile `test`), so
-    # there a missing Ray fails the import below instead of skipping.
+REQUIRE_RAY = os.environ.get("WEFT_REQUIRE_RAY") == "1"
+"""CI installs the `ray` extra and sets WEFT_REQUIRE_RAY=1 (Makefile `test`): there
+a missing Ray fails this module's import instead of skipping it."""
+
+if REQUIRE_RAY:
+    import ray  # noqa: F401  # required: an ImportError here fails the run
+else:
     pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[2]
