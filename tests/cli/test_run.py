@@ -425,3 +425,22 @@ def test_help_and_docs_say_the_same_true_thing_about_read_only_data(
     assert "read-only by convention only" in help_text
     assert "its folders are not" in help_text
     assert "its folders stay writable" in docs
+
+
+def test_keys_q_stops_in_both_modes_and_the_others_only_steer_a_manual_run() -> None:
+    from weft.cli.run import Keys
+
+    said: list[str] = []
+    auto = Keys(None, manual=False, say=said.append, busy=lambda: True)  # type: ignore[arg-type]
+    manual = Keys(None, manual=True, say=said.append, busy=lambda: False)  # type: ignore[arg-type]
+    assert [auto.command_of(k) for k in "q\rns"] == ["server.shutdown", None, None, None]
+    assert [manual.command_of(k) for k in "Q\r\nnsx"] == [
+        "server.shutdown",
+        "codon.next",
+        "codon.next",
+        "codon.next",
+        "codon.skip",
+        None,
+    ]
+    manual.stopping = True  # after q, only a second q (which kills) does anything
+    assert [manual.command_of(k) for k in "\rsq"] == [None, None, "server.shutdown"]
