@@ -104,3 +104,63 @@ def test_completion_scripts_know_every_command(shell: str) -> None:
     for command in COMMANDS:
         assert command in text
     assert "--execution" in text
+
+
+RUN_MACHINERY = (
+    "asyncio",
+    "concurrent.futures",
+    "uvloop",
+    "pygit2",
+    "websockets",
+    "rich",
+    "weft.state",
+    "weft.store.writer",
+    "weft.runtime.runtime",
+    "weft.cli.view",
+    "weft.agents",
+    "weft.server",
+)
+"""What a reading command never needs: the event loop, the single writer, the runtime,
+the views, the agents, the server (each costs start-up time; issue 21 asks < 150 ms)."""
+
+
+def test_status_of_a_real_execution_loads_no_run_machinery(tmp_path: Path) -> None:
+    """``weft status`` on an execution a real run made: the store is opened to read
+    (journal, snapshot, lock) without the modules only a run needs."""
+    import subprocess
+    import sys
+
+    from tests.runtime.hanks import codon, subprocess_environment, write_hank
+
+    hank = write_hank(tmp_path / "project", codon("a"))
+    env = subprocess_environment(tmp_path)
+    made = subprocess.run(
+        [sys.executable, "-m", "weft", "run", "--headless", str(hank)],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr + made.stdout
+    (execution,) = (tmp_path / "managed").iterdir()
+    code = (
+        "import sys; from weft.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        f"print('loaded:' + ','.join(m for m in sys.modules if m.startswith({RUN_MACHINERY!r})))\n"
+        "sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "status", str(execution)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a" in done.stdout  # the codon's line: the status was read
+    loaded = done.stdout.rsplit("loaded:", 1)[1].strip()
+    assert loaded == "", f"weft status loaded {loaded}"

@@ -9,7 +9,6 @@ this store, and marks runs a dead process left running as crashed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -17,13 +16,11 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weft._core import Core
 from weft.clock import utc_now_iso
 from weft.errors import LockHeldError, LockLostError, StoreError
-from weft.events.transitions import RunCrashed
-from weft.state import StateManager
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.journal import Journal
 from weft.store.lock import (
@@ -37,7 +34,14 @@ from weft.store.lock import (
 )
 from weft.store.loss import check_before_open, check_database, check_reach, refuse_empty
 from weft.store.recovery import Recovery, recover
-from weft.store.writer import StoreWriter
+
+if TYPE_CHECKING:
+    # Only a run needs these (and asyncio, imported where used): a reader such as
+    # `weft status` opens the store without loading them (start-up time).
+    import asyncio
+
+    from weft.state import StateManager
+    from weft.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +168,8 @@ class ExecutionStore:
         return notes
 
     def _writer_for(self) -> StoreWriter:
+        from weft.store.writer import StoreWriter
+
         if self._writer is None:
             if self.lock is None:
                 raise StoreError(f"{self.weft_dir}: opened read-only; nothing can be written")
@@ -177,6 +183,10 @@ class ExecutionStore:
 
         Called from async code, it also starts the lock's heartbeat.
         """
+        import asyncio
+
+        from weft.state import StateManager
+
         writer = self._writer_for()
         with contextlib.suppress(RuntimeError):  # no running loop: no heartbeat
             loop = asyncio.get_running_loop()
@@ -185,6 +195,8 @@ class ExecutionStore:
         return StateManager(self.core, persistence=writer, max_batch=max_batch)
 
     async def _beat(self, writer: StoreWriter, every: float) -> None:
+        import asyncio
+
         lock = self.lock
         assert lock is not None
         while True:
@@ -210,6 +222,8 @@ class ExecutionStore:
         Only called with the lock held, so no live process owns those runs.
         Returns their ids.
         """
+        from weft.events.transitions import RunCrashed
+
         crashed = []
         for run in self.runs():
             if run["status"] != "running":
@@ -229,6 +243,8 @@ class ExecutionStore:
 
     async def close(self, manager: StateManager | None = None) -> None:
         """Flushes ``manager``, writes a final snapshot and releases the lock."""
+        import asyncio
+
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
