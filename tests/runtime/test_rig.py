@@ -546,7 +546,13 @@ async def test_a_signal_death_is_reported(rig: Rig) -> None:
 
 
 async def test_output_is_streamed_per_stream_and_coalesced(rig: Rig) -> None:
-    script = "for i in $(seq 1 200); do echo out-$i; echo err-$i >&2; done"
+    # Each stream's 200 lines leave in one write, so how they coalesce does not
+    # hang on how fast a loaded machine runs the shell's loop.
+    script = (
+        "out=$(for i in $(seq 1 200); do echo out-$i; done); "
+        "err=$(for i in $(seq 1 200); do echo err-$i; done); "
+        'echo "$out"; echo "$err" >&2'
+    )
     await rig.run(cmd(script, allowFailure=True), cmd("echo second"))
     outputs = rig.events.of("rig.output")
     first = [d for d in outputs if d["commandIndex"] == 0]
