@@ -235,6 +235,9 @@ def test_abandon_reaches_a_running_coordinator_which_stops_the_step(tmp_path: Pa
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[-1]["type"] == "summary"
     assert lines[-1]["workstreams"][0]["state"] == "S_ABANDONED"
+    overhead = lines[-1]["coordinator"]
+    assert (overhead["workers"], overhead["launches"]) == (os.cpu_count() or 1, 1)
+    assert overhead["busy_ms"] > 0
     moves = [(x.get("workstream") or x.get("step"), x["to"]) for x in lines[:-1]]
     assert ("w", "S_ABANDONED") in moves
     assert ("w/s", "S_FAILED") in moves

@@ -17,6 +17,7 @@ from tests.batch.support import assert_audit_within_workers, command_step, write
 from weft.batch import load_batch
 from weft.batch.coordinator import Coordinator, record_plan, wall_clock_ms
 from weft.batch.engine import LaunchSpec, LocalEngine
+from weft.batch.report import slot_gaps_ms
 from weft.batch.scheduler import Outcome
 from weft.batch.store import BatchStore
 
@@ -197,3 +198,25 @@ def test_real_processes_on_the_local_engine_stay_within_the_workers(tmp_path: Pa
     rows = {s.key: s for s in store.load().steps}
     assert {s.state for s in rows.values()} == {"S_SUCCESS"}
     store.close()
+
+
+def _row(i: int, at_ms: int, step: str, frm: str, to: str) -> dict[str, object]:
+    from weft.clock import iso_from_ms
+
+    return {"id": i, "ws_id": "w", "step_id": step, "from": frm, "to": to, "at": iso_from_ms(at_ms)}
+
+
+def test_slot_gaps_are_the_time_from_an_end_to_the_next_launch_in_that_slot() -> None:
+    t = 1_800_000_000_000
+    rows = [
+        _row(1, t, "a", "S_PENDING", "S_RUNNING"),
+        _row(2, t + 1, "b", "S_PENDING", "S_RUNNING"),  # 2 workers: both initial slots
+        _row(3, t + 100, "a", "S_RUNNING", "S_SUCCESS"),
+        _row(4, t + 90, "b", "S_RUNNING", "S_FAILED"),  # ended first, recorded second
+        _row(5, t + 90, "b", "S_FAILED", "S_RETRYING"),
+        _row(6, t + 104, "c", "S_PENDING", "S_RUNNING"),  # takes b's slot (freed at +90)
+        _row(7, t + 107, "b", "S_RETRYING", "S_RUNNING"),  # takes a's (freed at +100)
+        _row(8, t + 107, "b", "S_RUNNING", "S_RUNNING"),  # an audit row: no move
+    ]
+    assert slot_gaps_ms(rows, workers=2) == [14, 7]
+    assert slot_gaps_ms(rows, workers=3) == [17], "c took the third slot, b the first freed"

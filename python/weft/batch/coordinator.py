@@ -25,14 +25,20 @@ again, as it is no longer ``S_RUNNING``).
 
 Listeners see every committed change, after its commit (the live view,
 ``--headless`` lines, ``--json`` lines).
+
+The coordinator times its own work (:attr:`Coordinator.busy_ns`: store
+commits with their audit rows and listeners, scheduling, the inbox), not the
+steps' nor the engine's: the overhead a batch adds per step, reported in
+``weft batch run --json``'s summary and by ``benches/test_bench_batch.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -170,6 +176,25 @@ class Coordinator:
     """Steps that could start but wait, with why (for the live view)."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by :meth:`request_stop`: launch nothing more, leave what runs to resume."""
+    busy_ns: int = 0
+    """Wall time spent in the coordinator's own work (see the module doc)."""
+    launched: int = 0
+    """Launches this coordinator made."""
+    _timing: bool = field(default=False, repr=False)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Counts the time inside towards :attr:`busy_ns` (once when nested)."""
+        if self._timing:
+            yield
+            return
+        self._timing = True
+        started = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            self.busy_ns += time.perf_counter_ns() - started
+            self._timing = False
 
     def request_stop(self) -> None:
         """Stops the coordinator soon: nothing new starts; in-process hank runs
@@ -187,16 +212,19 @@ class Coordinator:
         """Writes ``changes`` (stamped ``now``, default the clock), then tells the listeners."""
         if not changes:
             return
-        now = self.clock() if now is None else now
-        self.store.commit(changes, now)
-        for change in changes:
-            for listener in self.listeners:
-                listener(change, now)
+        with self.busy():
+            now = self.clock() if now is None else now
+            self.store.commit(changes, now)
+            for change in changes:
+                for listener in self.listeners:
+                    listener(change, now)
 
     def apply_commands(self) -> list[str]:
         """Applies the inbox's recovery commands; their results."""
         results = []
-        for command_id, kind, target in self.store.pending_commands():
+        with self.busy():
+            pending = self.store.pending_commands()
+        for command_id, kind, target in pending:
             changes, result = apply_command(self.scheduler, kind, target, self.clock())
             self.commit(changes)
             self.store.mark_command(command_id, result, self.clock())
@@ -215,7 +243,8 @@ class Coordinator:
                 return
             self.apply_commands()
             now = self.clock()
-            tick = self.scheduler.tick(now, self.free_slots())
+            with self.busy():
+                tick = self.scheduler.tick(now, self.free_slots())
             self.waiting = tick.waiting
             self.commit(tick.changes)
             for key in tick.launches:
@@ -253,12 +282,13 @@ class Coordinator:
     def _record_outcome(self, key: str, outcome: Outcome) -> None:
         """Commits a launch's end, stamped when the engine saw it end (never
         before the step's own launch was recorded, nor after now)."""
-        now = self.clock()
-        at = now if outcome.ended_at_ms is None else min(outcome.ended_at_ms, now)
-        started = self.scheduler.step(key).row.started_at_ms
-        if started is not None:
-            at = max(at, started)
-        self.commit(self.scheduler.finished(key, outcome, at), at)
+        with self.busy():
+            now = self.clock()
+            at = now if outcome.ended_at_ms is None else min(outcome.ended_at_ms, now)
+            started = self.scheduler.step(key).row.started_at_ms
+            if started is not None:
+                at = max(at, started)
+            self.commit(self.scheduler.finished(key, outcome, at), at)
 
     def spec(self, key: str) -> LaunchSpec:
         """The launch of step ``key``."""
@@ -266,6 +296,7 @@ class Coordinator:
 
     async def _launch(self, key: str) -> None:
         spec = self.spec(key)
+        self.launched += 1
         pid, pid_start = await self.engine.start(spec)
         step = self.scheduler.step(key)
         step.row.pid, step.row.pid_start = pid, pid_start

@@ -9,13 +9,63 @@ dependency failed is reported as skipped, naming the dependency.
 
 from __future__ import annotations
 
+import heapq
+import statistics
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from weft.batch.store import BatchStore
 
-__all__ = ["consistency_problems", "summary", "write_junit"]
+__all__ = ["consistency_problems", "overhead", "slot_gaps_ms", "summary", "write_junit"]
+
+
+def _ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def slot_gaps_ms(transitions: list[dict[str, Any]], workers: int) -> list[int]:
+    """How long each worker slot stayed free between a step's end and the next
+    launch in it, replayed from the audit trail (``BatchStore.transitions()``):
+    the ``workers`` first launches take the initially free slots; every later
+    launch takes the slot freed earliest. In a batch whose steps are all ready
+    (no dependencies, backoffs or open breakers), that is the coordinator's
+    latency per step: noticing the end, committing it, scheduling, committing
+    the launch."""
+    events = []
+    for t in transitions:
+        if t["step_id"] is None or (t["from"] == "S_RUNNING") == (t["to"] == "S_RUNNING"):
+            continue
+        # Ends first at the same time: a slot freed in that millisecond is reusable.
+        events.append((_ms(t["at"]), 0 if t["from"] == "S_RUNNING" else 1, t["id"]))
+    free: list[int] = []
+    initial = workers
+    gaps = []
+    for at, launch, _ in sorted(events):
+        if not launch:
+            heapq.heappush(free, at)
+        elif initial > 0:
+            initial -= 1
+        elif free:
+            gaps.append(at - heapq.heappop(free))
+    return gaps
+
+
+def overhead(store: BatchStore, busy_ns: int, launches: int, workers: int) -> dict[str, Any]:
+    """The coordinator's overhead figures of a finished run: its own work per
+    launch (``busy_ns`` over ``launches``, both of this coordinator:
+    :attr:`weft.batch.coordinator.Coordinator.busy_ns`) and the slot gaps of
+    :func:`slot_gaps_ms` over the whole audit trail (median and mean)."""
+    gaps = slot_gaps_ms(store.transitions(), workers)
+    return {
+        "workers": workers,
+        "launches": launches,
+        "busy_ms": round(busy_ns / 1e6, 3),
+        "busy_ms_per_launch": round(busy_ns / 1e6 / launches, 3) if launches else None,
+        "slot_gap_ms_median": statistics.median(gaps) if gaps else None,
+        "slot_gap_ms_mean": round(statistics.fmean(gaps), 3) if gaps else None,
+    }
 
 
 def summary(store: BatchStore) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def run_batch(args: argparse.Namespace) -> int:
     """``weft batch run`` / ``resume``."""
     from weft.batch import load_batch
     from weft.batch.coordinator import Coordinator, file_sha256, record_plan, wall_clock_ms
-    from weft.batch.report import summary, write_junit
+    from weft.batch.report import overhead, summary, write_junit
     from weft.batch.store import BatchStore
 
     plan = load_batch(args.file)
@@ -153,6 +153,7 @@ def run_batch(args: argparse.Namespace) -> int:
 
         async def main() -> None:
             coordinator = Coordinator(store, engine, workers=args.workers)
+            coordinators.append(coordinator)
             _stop_on_signals(coordinator, stopped)
             if mode == "live":
                 from weft.cli.batch_view import LiveBatchView
@@ -166,9 +167,12 @@ def run_batch(args: argparse.Namespace) -> int:
             await engine.close()
 
         stopped: list[int] = []
+        coordinators: list[Any] = []
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(main())
         report = summary(store)
+        ran = coordinators[0]
+        report["coordinator"] = overhead(store, ran.busy_ns, ran.launched, args.workers)
     if stopped:
         print(
             f"weft: stopped by signal {stopped[0]}; the steps left running resume with: "
