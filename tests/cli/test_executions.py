@@ -87,7 +87,7 @@ def set_meta(execution: Path, **fields: Any) -> None:
 
 def copy_as(world: dict[str, Any], name: str, **meta: Any) -> Path:
     """Another execution in the managed root: a copy of the made one, its metadata changed."""
-    target = world["managed"] / name
+    target: Path = world["managed"] / name
     shutil.copytree(world["execution"], target, symlinks=True)
     set_meta(target, **meta)
     return target
