@@ -124,9 +124,10 @@ def _stream() -> list[tuple[str, dict[str, Any]]]:
 
 def test_every_config_loads() -> None:
     files = sorted(CONFIGS.glob("*.sentinel.json"))
-    assert len(files) == 9
+    assert len(files) == 10
     ids = {load_sentinel_config(f).id for f in files}
     assert ids == {
+        "activity-tracker",
         "narrator",
         "error-detector",
         "file-activity-monitor",
@@ -167,6 +168,8 @@ async def test_every_config_runs_offline_and_writes(tmp_path: Path) -> None:
         "trend": "rising",
         "recommendation": "fake",
     }
+    # function (event, i) { ... } callbacks, as Hankweave's extension-activity-tracker.
+    assert [o.content for o in outputs["activity-tracker"]] == ["12 thoughts"]
     assert [e.sentinel_id for e in h.of(SentinelTriggered)] == ["rollback-monitor"]
     # The files, where the reference puts them.
     managed = h.state_dir / "sentinels/outputs"
