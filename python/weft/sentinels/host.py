@@ -187,15 +187,15 @@ class RuntimeSentinels:
         ``completing-sentinels``: that move (the newest event) and what follows
         it reach the sentinels in the second drain (:meth:`finish`)."""
         live = self._live
-        if live is None or live.planned.codon_id != planned.codon_id:
-            # No sentinel here, but file.updated is journaled all the same.
+        if live is None or live.planned.codon_id != planned.codon_id or not live.manager.loaded:
+            # No sentinel here (or none loaded and active), but file.updated is
+            # journaled all the same.
             if self._before_drain is not None:
                 await self._before_drain()
             return
         upto = self._state.core.next_seq - 2  # the last event before the move
         count = live.manager.loaded
-        if count:
-            self._emit(run_id, planned.codon_id, InfoEvent(message=_completing(count)))
+        self._emit(run_id, planned.codon_id, InfoEvent(message=_completing(count)))
         live.draining = True
         try:
             await self._settle(upto)
@@ -203,8 +203,7 @@ class RuntimeSentinels:
         finally:
             live.draining = False
             self._flush_states(live)
-        if count:
-            self._emit(run_id, planned.codon_id, InfoEvent(message="Sentinel work completed"))
+        self._emit(run_id, planned.codon_id, InfoEvent(message="Sentinel work completed"))
 
     def seal(self, planned: PlannedCodon, run_id: str) -> None:
         """Submits the codon's last sentinel states before its terminal move,
