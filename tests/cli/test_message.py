@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.runtime.hanks import codon, write_hank
 
 from weft.cli import main
 from weft.cli.attach import Keys
@@ -56,6 +57,19 @@ def test_weft_message_without_a_run_says_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["message", str(tmp_path), "hello", "--urgent"]) == 2
-    assert "not an execution directory" in capsys.readouterr().err
+    assert "not an execution (no .weft/ inside)" in capsys.readouterr().err
     assert main(["message", str(tmp_path), "  "]) == 2
     assert "the message is empty" in capsys.readouterr().err
+
+
+def test_weft_message_names_its_execution_as_every_command_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hank means its latest execution; with only the text, ./hank.json's.
+    hank = write_hank(tmp_path / "project", codon("a"))
+    monkeypatch.setenv("WEFT_RUNTIME_EXECUTION_BASE_DIR", str(tmp_path / "managed"))
+    assert main(["message", str(hank), "hello"]) == 2
+    assert "has no execution under" in capsys.readouterr().err
+    monkeypatch.chdir(hank.parent)
+    assert main(["message", "hello"]) == 2
+    assert "has no execution yet" in capsys.readouterr().err

@@ -4,6 +4,10 @@ Sent over the execution's WebSocket server (``codon.message``, read-write).
 Without ``--urgent`` it joins the next prompt built (the next resume of the
 session, or the next codon's prompt); with it, the running session is
 interrupted and resumed with the message at once.
+
+The execution is named as every command names one (:mod:`weft.cli.resolve`): a
+directory, an id, a hank (its latest execution), or nothing (the current folder,
+else the latest execution of ``./hank.json``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import uvloop
 
 from weft.cli.attach import AttachError, Target, find_target
+from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.client import ClientError, CommandError
 from weft.client import connect as client_connect
 from weft.terminal import printable_lines
@@ -31,9 +36,7 @@ def register(commands: Any) -> None:
             "prompt. --urgent: the agent is interrupted and resumes its session with it."
         ),
     )
-    parser.add_argument(
-        "execution", nargs="?", default=".", type=Path, help="execution directory (default: .)"
-    )
+    parser.add_argument("execution", nargs="?", default=None, help=EXECUTION_HELP)
     parser.add_argument("text", help="the message")
     parser.add_argument("--urgent", action="store_true", help="interrupt the agent now")
     parser.add_argument("--url", help="connect to this server instead (ws://host:port)")
@@ -55,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
         print("weft: error: the message is empty", file=sys.stderr)
         return 2
     try:
-        target = find_target(args.execution, url=args.url, token=args.token, readonly=False)
+        # With --url the execution is not needed (and may be on another machine).
+        execution = Path() if args.url else resolve_execution(args.execution)
+        target = find_target(execution, url=args.url, token=args.token, readonly=False)
     except AttachError as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2
