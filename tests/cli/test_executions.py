@@ -23,6 +23,7 @@ from weft.agents.fake.claude_session import sanitize_cwd
 from weft.cli.clean import candidates, duration
 from weft.cli.resolve import ResolveError, resolve_execution, scan
 from weft.store.lock import LOCK
+from weft.web.listing import read_execution
 
 TIMEOUT = 60.0
 
@@ -315,6 +316,7 @@ def test_a_rolled_back_execution_is_not_completed_and_clean_keeps_it(
     assert "next codon: b" in thread.stdout
     (info,) = scan()
     assert info.state == "rolled-back"
+    assert read_execution(world["execution"]).state == "rolled-back"  # weft ui's list too
     listed = weft("ls", "--state", "rolled-back", env=world["env"], cwd=world["project"])
     assert "rolled-back" in listed.stdout.splitlines()[1]
     dry = weft("clean", "--dry-run", env=world["env"], cwd=world["project"])

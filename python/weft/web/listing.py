@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weft.cli.resolve import codon_cost
+from weft.cli.resolve import codon_cost, execution_state
 from weft.runtime.layout import META_FILE, WEFT_DIR
 from weft.store.execution import DATABASE
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -40,8 +40,9 @@ class ExecutionEntry:
     path: Path
     hank: str
     state: str
-    """``live`` while a run holds the lock, else the newest run's status
-    (``completed``, ``failed``, ``crashed``...), ``new`` before any run."""
+    """``live`` while a run holds the lock, else the state ``weft ls`` shows
+    (``completed``, ``failed``, ``crashed``, ``rolled-back``, ``incomplete``), ``new``
+    before any run."""
     cost: float
     codons: int
     updated: float
@@ -82,7 +83,8 @@ def read_execution(path: Path) -> ExecutionEntry | None:
     weft_dir = path / WEFT_DIR
     if not weft_dir.is_dir():
         return None
-    state = _json(weft_dir / STATE_FILE)
+    raw = _bytes(weft_dir / STATE_FILE)
+    state = _parse(raw)
     runs: list[dict[str, Any]] = list(state.get("runs", [])) if state else []
     cost = sum(codon_cost(c) for run in runs for c in run.get("codons", []))
     codons = sum(len(run.get("codons", [])) for run in runs)
@@ -90,7 +92,9 @@ def read_execution(path: Path) -> ExecutionEntry | None:
     if port is not None:
         status = "live"
     elif runs:
-        status = str(runs[-1].get("status", "unknown"))
+        # As `weft ls` says it: a rolled-back or stopped execution with codons left
+        # is not "completed" though its newest run is.
+        status = execution_state(raw, runs)
         # A run the snapshot calls running while nobody holds the lock died.
         status = "crashed" if status == "running" else status
     else:
@@ -129,12 +133,23 @@ def _hank_name(weft_dir: Path) -> str:
     return str(name) if name else Path(hank_path).parent.name or hank_path
 
 
-def _json(path: Path) -> dict[str, Any] | None:
+def _bytes(path: Path) -> bytes:
     try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    return _parse(_bytes(path))
 
 
 def _mtime(path: Path) -> float:
