@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.batch.support import EXAMPLE_FINAL_STATES, final_states
+from tests.batch.support import EXAMPLE_FINAL_STATES, assert_audit_within_workers, final_states
 from tests.runtime.hanks import subprocess_environment
+
+from weft.batch.store import BatchStore
 
 REQUIRE_RAY = os.environ.get("WEFT_REQUIRE_RAY") == "1"
 """CI installs the `ray` extra and sets WEFT_REQUIRE_RAY=1 (Makefile `test`): there
@@ -46,3 +48,5 @@ def test_the_example_on_ray_reaches_the_local_engines_final_states(tmp_path: Pat
     assert summary["total_cost_usd"] > 0
     breakers = {b["tool"]: b["state"] for b in summary["breakers"]}
     assert breakers["upstream"] == "OPEN"
+    with BatchStore.open(summary["state_dir"], writer=False) as store:
+        assert_audit_within_workers(store.transitions(), 2)
