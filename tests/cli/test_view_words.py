@@ -7,10 +7,12 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from tests.cli.view.test_view import T0, fold, full_run, restamp
 
 from weft.cli.view import HeadlessView, LiveView, RunSummary, render_progress
+from weft.cli.view.format import format_wait
 from weft.cli.view.notes import Note, is_waiting, waiting_words, word
 from weft.cli.view.summary import title
 from weft.events.stream import CodonRetryEvent, RigSetupCompletedEvent, ServerIdleEvent
@@ -43,7 +45,7 @@ def test_a_retry_gives_its_reason_when_no_failure_said_it() -> None:
     retry = CodonRetryEvent(codon_id="x", attempt=2, max_attempts=3, delay_ms=0, reason="timeout")
     note = word(RunProgress(), retry, T0, "x")
     assert note is not None
-    assert note.text == "x: retry 2/3 in <1s: timeout"
+    assert note.text == "x: retry 2/3 in 0s: timeout"
 
 
 def test_nothing_to_do_is_said_once() -> None:
@@ -128,3 +130,12 @@ def test_a_long_summary_title_is_not_cut_mid_word() -> None:
     inside = " ".join(line.strip("│ ") for line in lines[1:])
     assert " ".join(message.split()) in " ".join(inside.split())
     assert lines[-1].endswith(": weft run --execution /x")  # whole, below the panel
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.3, "0.3s"), (1.5, "1.5s"), (2, "2s"), (9.96, "10s"), (65, "1m 05s")],
+)
+def test_a_wait_under_ten_seconds_is_shown_to_the_tenth(seconds: float, text: str) -> None:
+    # A 1.5 s Retry-After used to read "cooling down 1s".
+    assert format_wait(seconds) == text

@@ -149,7 +149,7 @@ async def test_failures_across_codons_open_the_breaker_and_a_probe_closes_it(
         if b is not None and b"breaker.waiting" in item.payload:
             actions.append(describe_last(b))
     assert actions == ["waiting 8s: anthropic circuit open"]
-    assert any(t.startswith("anthropic circuit breaker opened after 3 failure(s)") for t in texts)
+    assert any(t.startswith("anthropic circuit breaker opened after 3 failures") for t in texts)
     assert "b: waits 8s for anthropic: anthropic circuit is open, retry in 8 seconds" in texts
     assert "anthropic circuit breaker half-open: one probe session" in texts
     assert "anthropic circuit breaker closed (the probe session succeeded)" in texts

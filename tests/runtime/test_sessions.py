@@ -223,7 +223,7 @@ async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_appl
         await store.close()
     (build,) = status["runs"][0]["codons"]
     assert build["session"]["type"] == "session.gave-up"
-    assert "supervisor: the session supervisor gave up after 3 failure(s)" in render(status)
+    assert "supervisor: the session supervisor gave up after 3 failures" in render(status)
 
 
 @pytest.mark.parametrize("scenario", ["auth_error", "api_error,status=400"])

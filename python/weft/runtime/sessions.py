@@ -38,6 +38,7 @@ from typing import TypeAlias
 from weft._core import SessionMachine
 from weft.agents.events import ErrorClass, SessionExited
 from weft.config.runtime import RuntimeSessionSettings
+from weft.terminal import plural
 
 Sleep: TypeAlias = Callable[[float], Awaitable[None]]
 """Waits the given seconds (:func:`asyncio.sleep` unless a test injects one)."""
@@ -125,7 +126,7 @@ class SessionRetries:
         if m.state != "CoolingDown":
             return GaveUp(
                 message=(
-                    f"the session supervisor gave up after {m.total_errors} failure(s) "
+                    f"the session supervisor gave up after {plural(m.total_errors, 'failure')} "
                     f"({m.consecutive_errors} in a row): {exit.message or exit.error_class}"
                 ),
                 consecutive_errors=m.consecutive_errors,

@@ -82,6 +82,16 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
+def format_wait(seconds: float) -> str:
+    """A wait the run announces: like :func:`format_duration`, but under 10 s to
+    the tenth (``1.5s``, ``0.3s``, ``2s``), so a Retry-After of 1.5 s or a 300 ms
+    backoff is not shown as ``1s`` or ``<1s``."""
+    if seconds >= 10:
+        return format_duration(seconds)
+    tenths = f"{max(seconds, 0.0):.1f}".removesuffix(".0")
+    return f"{tenths}s"
+
+
 def clip(text: str, limit: int) -> str:
     """One line of at most ``limit`` characters, whitespace collapsed."""
     # Only the head is looked at: a message may be a whole long answer.

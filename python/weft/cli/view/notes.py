@@ -23,6 +23,7 @@ from weft.cli.view.format import (
     format_cost,
     format_duration,
     format_tokens,
+    format_wait,
     rig_label,
     run_cost,
 )
@@ -247,7 +248,7 @@ def _rig_done(p: RunProgress, event: RigSetupCompletedEvent, at: int, codon: str
 
 
 def _retry(p: RunProgress, event: CodonRetryEvent, at: int, codon: str | None) -> Note:
-    delay = format_duration(event.delay_ms / 1000)
+    delay = format_wait(event.delay_ms / 1000)
     text = f"{_where(codon)}retry {event.attempt}/{event.max_attempts} in {delay}"
     c = None if codon is None else p.codon(codon)
     failure = c.failure if c is not None else None
@@ -259,7 +260,7 @@ def _retry(p: RunProgress, event: CodonRetryEvent, at: int, codon: str | None) -
 
 
 def _cooldown(p: RunProgress, event: SessionCooldownEvent, at: int, codon: str | None) -> Note:
-    wait = format_duration(event.duration_ms / 1000)
+    wait = format_wait(event.duration_ms / 1000)
     hint = " (Retry-After)" if event.duration_ms == event.retry_after_ms else ""
     what = event.error_class + (f": {clip(event.message, 160)}" if event.message else "")
     return Note(
@@ -286,9 +287,9 @@ def _message(p: RunProgress, event: SessionMessageEvent, at: int, codon: str | N
 
 def _breaker(p: RunProgress, event: BreakerChangedEvent, at: int, codon: str | None) -> Note:
     if event.state == "open":
-        cool = format_duration(event.cooldown_ms / 1000)
+        cool = format_wait(event.cooldown_ms / 1000)
         what = (
-            f"opened after {event.consecutive_failures} failure(s) in a row; "
+            f"opened after {plural(event.consecutive_failures, 'failure')} in a row; "
             f"codons wait {cool} before one probe session"
         )
         if event.previous == "half_open":
@@ -303,7 +304,7 @@ def _breaker(p: RunProgress, event: BreakerChangedEvent, at: int, codon: str | N
 
 
 def _breaker_wait(p: RunProgress, event: BreakerWaitingEvent, at: int, codon: str | None) -> Note:
-    wait = format_duration(event.retry_in_ms / 1000)
+    wait = format_wait(event.retry_in_ms / 1000)
     return Note(
         "retry", f"{_where(codon)}waits {wait} for {event.provider}: {event.message}", codon
     )
