@@ -72,6 +72,8 @@ def test_the_top_help_has_examples_and_exit_codes() -> None:
     text = build_parser().format_help()
     assert "examples:\n  weft init demo" in text
     assert "130" in text
+    assert "141" in text
+    assert "seed 0" not in text  # the seeds are the project's documents, not the user's words
     assert "-V, --version" in text
 
 
@@ -169,3 +171,9 @@ def test_status_of_a_real_execution_loads_no_run_machinery(tmp_path: Path) -> No
     assert "a" in done.stdout  # the codon's line: the status was read
     loaded = done.stdout.rsplit("loaded:", 1)[1].strip()
     assert loaded == "", f"weft status loaded {loaded}"
+
+
+def test_run_help_says_when_a_budget_ends_it_with_1() -> None:
+    text = commands()["run"].format_help()
+    assert "budget ceiling (--max-cost" in text
+    assert "crossed with codons left to" in text

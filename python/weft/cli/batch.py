@@ -38,7 +38,7 @@ def register(commands: Any) -> None:
     """Adds the ``batch`` command and its subcommands."""
     parser = commands.add_parser(
         "batch",
-        help="run many hank executions as workstreams of steps (seed 004)",
+        help="run many hank executions as workstreams of steps",
         description="Run a batch file (TOML or JSON): workstreams of steps, each a hank run or "
         "a command, with dependencies, retries, circuit breakers and a state database.",
     )

@@ -16,12 +16,28 @@ from typing import Any
 
 __all__ = ["COMMAND_EXIT_CODES", "EXAMPLES", "EXIT_CODES", "add_epilogs", "epilog"]
 
-EXIT_CODES = """\
+_PIPE_CLOSED = """\
+  141  the reader of the output went away (weft ls | head): the command stopped
+       writing, quietly; a run goes on to its end and keeps its own code"""
+
+EXIT_CODES = f"""\
 exit codes:
   0    success
   1    the run failed, or the store cannot be used
   2    usage or configuration error (nothing was run)
   130  interrupted by Ctrl-C (SIGINT); what was saved stays saved: run again to continue
+{_PIPE_CLOSED}
+  143  stopped by SIGTERM; likewise"""
+
+_RUN_EXIT_CODES = f"""\
+exit codes:
+  0    success (also when the last codon crossed the budget ceiling)
+  1    the run failed, or the store cannot be used; or the budget ceiling (--max-cost,
+       --max-time, runtime settings, overrides.budget) was crossed with codons left to
+       run: raise it and run the same command to continue
+  2    usage or configuration error (nothing was run)
+  130  interrupted by Ctrl-C (SIGINT); what was saved stays saved: run again to continue
+{_PIPE_CLOSED}
   143  stopped by SIGTERM; likewise"""
 
 EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -140,6 +156,7 @@ exit codes:
   2    usage error, or no batch store there (run the batch first)"""
 
 COMMAND_EXIT_CODES: dict[str, str] = {
+    "run": _RUN_EXIT_CODES,
     "batch run": _BATCH_RUN_EXIT_CODES,
     "batch resume": _BATCH_RUN_EXIT_CODES,
     "batch status": """\
