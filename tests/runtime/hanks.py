@@ -312,3 +312,45 @@ class Seen:
     def moves(self, codon_id: str) -> list[str]:
         """The statuses ``codon_id`` moved through (every CodonTransitioned target)."""
         return [d["to"] for d in self.of("CodonTransitioned") if d["codonId"] == codon_id]
+
+
+# --------------------------------------------------------------------------- running
+
+
+Hook = Callable[[Any], Callable[[str, dict[str, Any]], None]]
+"""Given the :class:`Runtime`, a :class:`Seen` hook called with each item's (type, data)."""
+
+
+async def run_hank(
+    hank: Path,
+    execution: Path,
+    options: Any = None,
+    *,
+    hooks: Iterable[Hook] = (),
+    check_environment: bool = True,
+) -> tuple[Any, Seen]:
+    """Prepares (or resumes) ``execution`` for ``hank`` and runs it to the end in
+    this process; returns the :class:`RunOutcome` and every processed item.
+
+    ``options`` is a :class:`RuntimeOptions` (the runtime's defaults when None);
+    managed executions go under ``execution.parent / "managed"``.
+    """
+    import asyncio
+
+    from weft.config import load_hank
+    from weft.runtime.execution import prepare_execution
+    from weft.runtime.runtime import Runtime
+
+    loaded = load_hank(hank, check_environment=check_environment)
+    prepared = await asyncio.to_thread(
+        prepare_execution,
+        hank,
+        None,
+        execution_dir=execution,
+        interactive=False,
+        base_dir=execution.parent / "managed",
+    )
+    seen = Seen()
+    runtime = Runtime(prepared, loaded, options, listeners=(seen,))
+    seen.hooks.extend(hook(runtime) for hook in hooks)
+    return await runtime.run(), seen

@@ -12,6 +12,7 @@ from tests.runtime.hanks import (
     fake_environment,
     journal,
     loop,
+    run_hank,
     workspace_files,
     write_file,
     write_hank,
@@ -31,17 +32,7 @@ def _fake_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 async def run(hank: Path, execution: Path) -> tuple[RunOutcome, Seen]:
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen = Seen()
-    runtime = Runtime(prepared, load_hank(hank), RuntimeOptions(serve=False), listeners=(seen,))
-    return await runtime.run(), seen
+    return await run_hank(hank, execution, RuntimeOptions(serve=False))
 
 
 def files_under(folder: Path) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -13,12 +12,11 @@ from tests.runtime.hanks import (
     codon_records,
     fake_environment,
     read_state,
+    run_hank,
     write_hank,
 )
 
-from weft.config import load_hank
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.runtime import RunOutcome, RuntimeOptions
 
 
 @pytest.fixture(autouse=True)
@@ -27,17 +25,7 @@ def _fake_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 async def run(hank: Path, execution: Path) -> tuple[RunOutcome, Seen]:
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen = Seen()
-    runtime = Runtime(prepared, load_hank(hank), RuntimeOptions(serve=False), listeners=(seen,))
-    return await runtime.run(), seen
+    return await run_hank(hank, execution, RuntimeOptions(serve=False))
 
 
 def exhausting(tmp_path: Path, *, scenario: str, **fields: object) -> Path:

@@ -18,6 +18,7 @@ from tests.runtime.hanks import (
     codon_records,
     fake_environment,
     read_state,
+    run_hank,
     scenario,
     write_hank,
 )
@@ -36,18 +37,7 @@ def _fake_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 async def run(
     hank: Path, execution: Path, options: RuntimeOptions | None = None
 ) -> tuple[RunOutcome, Seen]:
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen = Seen()
-    options = options or RuntimeOptions(serve=False)
-    runtime = Runtime(prepared, load_hank(hank), options, listeners=(seen,))
-    return await runtime.run(), seen
+    return await run_hank(hank, execution, options or RuntimeOptions(serve=False))
 
 
 async def test_a_codons_name_and_description_reach_codon_started(tmp_path: Path) -> None:

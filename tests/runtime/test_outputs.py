@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,14 @@ from tests.runtime.hanks import (
     codon_records,
     fake_environment,
     read_state,
+    run_hank,
     write_file,
     write_hank,
 )
 
 from weft.cli import main
-from weft.config import load_hank
-from weft.runtime.execution import prepare_execution
 from weft.runtime.outputs import MAX_RENAME_TRIES, OutputError, free_name
-from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.runtime import RunOutcome, RuntimeOptions
 
 
 @pytest.fixture(autouse=True)
@@ -31,22 +29,7 @@ def _fake_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 async def run(hank: Path, execution: Path, **options: object) -> tuple[RunOutcome, Seen]:
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen = Seen()
-    runtime = Runtime(
-        prepared,
-        load_hank(hank),
-        RuntimeOptions(serve=False, **options),  # type: ignore[arg-type]
-        listeners=(seen,),
-    )
-    return await runtime.run(), seen
+    return await run_hank(hank, execution, RuntimeOptions(serve=False, **options))  # type: ignore[arg-type]
 
 
 def report_codon(**fields: object) -> dict[str, object]:

@@ -31,6 +31,7 @@ from tests.runtime.hanks import (
     pid_running,
     read_state,
     recorded,
+    run_hank,
     runs_oldest_first,
     scenario,
     workspace_files,
@@ -38,9 +39,7 @@ from tests.runtime.hanks import (
     write_hank,
 )
 
-from weft.config import load_hank
 from weft.config.runtime import RuntimeSessionSettings
-from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.store import ExecutionStore
 
@@ -71,20 +70,7 @@ async def run(
     hooks: tuple[Hook, ...] = (),
 ) -> tuple[RunOutcome, Seen]:
     """Prepares (or resumes) ``execution`` for ``hank`` and runs it to the end."""
-    loaded = load_hank(hank)
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen = Seen()
-    runtime = Runtime(prepared, loaded, options, listeners=(seen,))
-    seen.hooks.extend(hook(runtime) for hook in hooks)
-    outcome = await runtime.run()
-    return outcome, seen
+    return await run_hank(hank, execution, options, hooks=hooks)
 
 
 def when(

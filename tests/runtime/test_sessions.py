@@ -19,6 +19,7 @@ from tests.runtime.hanks import (
     fake_environment,
     read_state,
     recorded,
+    run_hank,
     scenario,
     subprocess_environment,
     wait_for,
@@ -57,20 +58,12 @@ class Sleeps:
 async def run(
     hank: Path, execution: Path, sessions: RuntimeSessionSettings | None = None
 ) -> tuple[RunOutcome, Seen, Sleeps]:
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen, sleeps = Seen(), Sleeps()
+    sleeps = Sleeps()
     options = RuntimeOptions(
         serve=False, sessions=sessions or RuntimeSessionSettings(), session_sleep=sleeps
     )
-    runtime = Runtime(prepared, load_hank(hank), options, listeners=(seen,))
-    return await runtime.run(), seen, sleeps
+    outcome, seen = await run_hank(hank, execution, options)
+    return outcome, seen, sleeps
 
 
 def flaky(tmp_path: Path, scenario: str) -> Path:

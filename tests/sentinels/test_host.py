@@ -7,7 +7,6 @@ the journal, the codon records and the files the sentinels wrote.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import subprocess
@@ -22,6 +21,7 @@ from tests.runtime.hanks import (
     fake_environment,
     journal,
     read_state,
+    run_hank,
     runs_oldest_first,
     scenario,
     subprocess_environment,
@@ -31,12 +31,10 @@ from tests.runtime.hanks import (
     write_hank,
 )
 
-from weft.config import load_hank
 from weft.config.runtime import RuntimeSessionSettings
 from weft.errors import StoreError
 from weft.events.stream import SENTINEL_EVENT_TYPES
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.runtime import RunOutcome, RuntimeOptions
 
 _KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
 
@@ -53,18 +51,7 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 async def run(
     hank: Path, execution: Path, options: RuntimeOptions | None = None
 ) -> tuple[RunOutcome, Seen]:
-    loaded = load_hank(hank, check_environment=False)
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen = Seen()
-    outcome = await Runtime(prepared, loaded, options, listeners=(seen,)).run()
-    return outcome, seen
+    return await run_hank(hank, execution, options, check_environment=False)
 
 
 def sentinel(ident: str, **fields: Any) -> dict[str, Any]:

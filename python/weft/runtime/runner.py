@@ -638,18 +638,7 @@ class CodonRunner:
                     if a.session_id
                     else with_messages(a.prompt.text, messages)
                 )
-                number = retries.spawning(prompt)
-                self.emit(
-                    SessionResumedEvent(
-                        codon_id=codon_id,
-                        session=number,
-                        reason="urgent",
-                        resume_session_id=a.session_id,
-                    ),
-                    req.run_id,
-                    codon_id,
-                )
-                ended = await self._respawn(a, prompt, a.session_id)
+                ended = await self._resume(a, retries, prompt, "urgent")
                 if ended is not None:
                     return ended
                 continue
@@ -692,21 +681,29 @@ class CodonRunner:
             what = decision.message or decision.error_class
             prompt = RETRY_PROMPT.format(what=what) if a.session_id else a.prompt.text
             prompt = with_messages(prompt, self._take_messages())
-            number = retries.spawning(prompt)
-            self.emit(
-                SessionResumedEvent(
-                    codon_id=codon_id,
-                    session=number,
-                    reason="retry",
-                    resume_session_id=a.session_id,
-                ),
-                req.run_id,
-                codon_id,
-            )
-            ended = await self._respawn(a, prompt, a.session_id)
+            ended = await self._resume(a, retries, prompt, "retry")
             if ended is not None:
                 return ended
         return None
+
+    async def _resume(
+        self, a: Attempt, retries: SessionRetries, prompt: str, reason: Literal["urgent", "retry"]
+    ) -> CodonResult | None:
+        """The supervisor's next session of ``a`` with ``prompt``: counted,
+        journaled as ``session.resumed`` (why: ``reason``), then started."""
+        codon_id = a.request.planned.codon_id
+        number = retries.spawning(prompt)
+        self.emit(
+            SessionResumedEvent(
+                codon_id=codon_id,
+                session=number,
+                reason=reason,
+                resume_session_id=a.session_id,
+            ),
+            a.request.run_id,
+            codon_id,
+        )
+        return await self._respawn(a, prompt, a.session_id)
 
     async def _respawn(
         self, a: Attempt, prompt: str, resume_session_id: str | None
