@@ -53,6 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HANK = ROOT / "examples" / "batch" / "hank"
 STEPS = int(os.environ.get("WEFT_BENCH_BATCH_STEPS", "12"))
 WITH_RAY = os.environ.get("WEFT_BENCH_BATCH_RAY", "1") != "0"
+pytestmark = pytest.mark.timeout(max(300, 3 * STEPS))
+"""The suite's 300 s per-test limit would end a 1,000-step loop (about 7 minutes on
+a quiet 2-core machine, twice that under load): each benchmark gets 3 s a step."""
 LOOP: dict[str, float] = {}
 """The baseline's figures, quoted beside each batch's (the summary prints no
 line for a baseline)."""
