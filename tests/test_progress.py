@@ -15,17 +15,15 @@ import pytest
 import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.runtime import hanks
 from tests.runtime.hanks import codon, fake_environment, loop, write_file, write_hank
 
 from weft import core
 from weft.cli.view import HeadlessView, format_tokens
 from weft.cli.view.notes import fold_wire
 from weft.client import Event as WireEvent
-from weft.config import load_hank
 from weft.events.stream import TokenUsageEvent, decode_event
 from weft.progress import RunProgress, nanos
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import Runtime
 from weft.server.fanout import envelope
 from weft.state import Processed, StateManager
 from weft.store import ExecutionStore
@@ -37,15 +35,7 @@ async def run_hank(tmp_path: Path, *items: dict[str, Any]) -> Path:
     """Runs a hank of ``items`` on the fake agent to its end; returns the execution."""
     hank = write_hank(tmp_path / "hank", *items)
     execution = tmp_path / "x"
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=tmp_path / "managed",
-    )
-    outcome = await Runtime(prepared, load_hank(hank)).run()
+    outcome, _ = await hanks.run_hank(hank, execution)
     assert outcome.status == "completed", outcome.message
     return execution
 

@@ -321,19 +321,22 @@ Hook = Callable[[Any], Callable[[str, dict[str, Any]], None]]
 """Given the :class:`Runtime`, a :class:`Seen` hook called with each item's (type, data)."""
 
 
-async def run_hank(
+async def runtime_for(
     hank: Path,
     execution: Path,
     options: Any = None,
     *,
-    hooks: Iterable[Hook] = (),
+    listeners: Iterable[Callable[[Any], None]] = (),
     check_environment: bool = True,
+    yes: bool = False,
 ) -> tuple[Any, Seen]:
-    """Prepares (or resumes) ``execution`` for ``hank`` and runs it to the end in
-    this process; returns the :class:`RunOutcome` and every processed item.
+    """Prepares (or resumes) ``execution`` for ``hank`` and returns its
+    in-process :class:`Runtime`, not started, with a :class:`Seen` listening
+    (before ``listeners``).
 
     ``options`` is a :class:`RuntimeOptions` (the runtime's defaults when None);
-    managed executions go under ``execution.parent / "managed"``.
+    managed executions go under ``execution.parent / "managed"``; ``yes``
+    accepts a changed hank on resume.
     """
     import asyncio
 
@@ -348,9 +351,26 @@ async def run_hank(
         None,
         execution_dir=execution,
         interactive=False,
+        yes=yes,
         base_dir=execution.parent / "managed",
     )
     seen = Seen()
-    runtime = Runtime(prepared, loaded, options, listeners=(seen,))
+    return Runtime(prepared, loaded, options, listeners=(seen, *listeners)), seen
+
+
+async def run_hank(
+    hank: Path,
+    execution: Path,
+    options: Any = None,
+    *,
+    hooks: Iterable[Hook] = (),
+    check_environment: bool = True,
+    yes: bool = False,
+) -> tuple[Any, Seen]:
+    """:func:`runtime_for`, run to the end: the :class:`RunOutcome` and every
+    processed item (``hooks`` see each as it comes)."""
+    runtime, seen = await runtime_for(
+        hank, execution, options, check_environment=check_environment, yes=yes
+    )
     seen.hooks.extend(hook(runtime) for hook in hooks)
     return await runtime.run(), seen

@@ -12,20 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runtime.hanks import Seen, codon, fake_environment, write_hank
+from tests.runtime.hanks import Seen, codon, fake_environment, runtime_for, write_hank
 
 from weft.agents.events import ErrorClass, SessionExited
 from weft.cli import main
 from weft.cli.status import render, report
 from weft.cli.view.format import describe_last
 from weft.cli.view.notes import see
-from weft.config import load_hank
 from weft.config.runtime import RuntimeBreakerSettings, RuntimeConfig, RuntimeSessionSettings
 from weft.errors import CommandRejectedError
 from weft.events.stream import BreakerChangedEvent, BreakerWaitingEvent
 from weft.progress import RunProgress
 from weft.runtime.breakers import ProviderBreakers, is_provider_failure, provider_of
-from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server.protocol import COMMANDS, BreakerResetData
 from weft.state import Processed
@@ -76,15 +74,7 @@ async def run(
 ) -> tuple[RunOutcome, Seen, Clock]:
     hank = write_hank(tmp_path / "hank", *codons)
     execution = tmp_path / "x"
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=tmp_path / "managed",
-    )
-    seen, clock = Seen(), clock or Clock()
+    clock = clock or Clock()
     processed.clear()
     options = RuntimeOptions(
         serve=serve,
@@ -93,7 +83,7 @@ async def run(
         breakers=breaker,
         breaker_clock=clock,
     )
-    runtime = Runtime(prepared, load_hank(hank), options, listeners=(seen, processed.append))
+    runtime, seen = await runtime_for(hank, execution, options, listeners=(processed.append,))
     if started is not None:
         started(runtime)
     return await runtime.run(), seen, clock

@@ -16,6 +16,7 @@ from tests.runtime.hanks import (
     fake_environment,
     journal,
     read_state,
+    run_hank,
     runs_oldest_first,
     scenario,
     workspace_files,
@@ -26,9 +27,8 @@ from tests.runtime.hanks import (
 from weft.cli import main
 from weft.config import load_hank
 from weft.plan import ExecutionPlan
-from weft.runtime.execution import prepare_execution
 from weft.runtime.rollback import possibly_started
-from weft.runtime.runtime import RunOutcome, Runtime
+from weft.runtime.runtime import RunOutcome
 from weft.store import ExecutionStore
 
 
@@ -38,17 +38,8 @@ def _fast_fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 async def run(hank: Path, execution: Path, *, changed: bool = False) -> RunOutcome:
-    loaded = load_hank(hank)
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        yes=changed,
-        base_dir=execution.parent / "managed",
-    )
-    return await Runtime(prepared, loaded).run()
+    outcome: RunOutcome = (await run_hank(hank, execution, yes=changed))[0]
+    return outcome
 
 
 def thread_of(execution: Path) -> list[tuple[str, str]]:

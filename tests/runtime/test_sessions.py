@@ -20,6 +20,7 @@ from tests.runtime.hanks import (
     read_state,
     recorded,
     run_hank,
+    runtime_for,
     scenario,
     subprocess_environment,
     wait_for,
@@ -246,16 +247,8 @@ async def test_a_fresh_codon_names_no_previous_session(tmp_path: Path) -> None:
 
 
 async def started(hank: Path, execution: Path) -> tuple[Runtime, Seen]:
-    prepared = await asyncio.to_thread(
-        prepare_execution,
-        hank,
-        None,
-        execution_dir=execution,
-        interactive=False,
-        base_dir=execution.parent / "managed",
-    )
-    seen = Seen()
-    runtime = Runtime(prepared, load_hank(hank), RuntimeOptions(serve=False), listeners=(seen,))
+    runtime: Runtime
+    runtime, seen = await runtime_for(hank, execution, RuntimeOptions(serve=False))
     return runtime, seen
 
 

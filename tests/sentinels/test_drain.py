@@ -108,7 +108,7 @@ async def test_the_first_drain_does_not_wait_for_the_move_to_be_committed(
         if state.last_seq == state.core.next_seq - 1:
             break
     persistence.gate = state.emit(InfoEvent(message="the move"), run_id="run-1", codon_id="a")
-    await asyncio.wait_for(host.drain(planned, "run-1"), 5)
+    await asyncio.wait_for(host.drain(planned, "run-1", upto=persistence.gate - 1), 5)
     log = weft_dir / "sentinels" / "outputs" / "watch" / "said.md"
     assert log.read_text() == "first\n---\nlast"
     assert persistence.committed[-1].seq < persistence.gate  # still stuck

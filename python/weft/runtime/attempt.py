@@ -68,8 +68,9 @@ class SentinelHost(Protocol):
         sentinel marked ``failCodonIfNotLoaded`` could not load."""
         ...
 
-    async def drain(self, planned: PlannedCodon, run_id: str) -> None:
-        """Lets the codon's sentinels finish their work."""
+    async def drain(self, planned: PlannedCodon, run_id: str, *, upto: int) -> None:
+        """Lets the codon's sentinels finish their work on the events up to
+        seq ``upto`` (the agent's last, before the move to ``completing-sentinels``)."""
         ...
 
     def seal(self, planned: PlannedCodon, run_id: str) -> None:
@@ -103,7 +104,7 @@ class NoSentinels:
             )
         return None
 
-    async def drain(self, planned: PlannedCodon, run_id: str) -> None:
+    async def drain(self, planned: PlannedCodon, run_id: str, *, upto: int) -> None:
         """Nothing to wait for."""
 
     def seal(self, planned: PlannedCodon, run_id: str) -> None:

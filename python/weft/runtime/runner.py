@@ -560,8 +560,10 @@ class CodonRunner:
         )
         accepted = context_exceeded and a.request.accepts_context_exceeded
         if (exit.ok or accepted or budget is not None) and a.status == "running":
+            # The sentinels wait for the agent's events, not for the move's commit.
+            upto = self.manager.core.next_seq - 1
             self._move(a, "completing-sentinels")
-            await self.sentinels.drain(a.request.planned, a.request.run_id)
+            await self.sentinels.drain(a.request.planned, a.request.run_id, upto=upto)
             copied = await self._outputs(a)
             if copied is not None:
                 return copied

@@ -181,11 +181,11 @@ class RuntimeSentinels:
             f"(failCodonIfNotLoaded is true): {listed}"
         )
 
-    async def drain(self, planned: PlannedCodon, run_id: str) -> None:
-        """Lets the codon's sentinels see every event of the agent and finish
-        their work. Called right after the codon's move to
-        ``completing-sentinels``: that move (the newest event) and what follows
-        it reach the sentinels in the second drain (:meth:`finish`)."""
+    async def drain(self, planned: PlannedCodon, run_id: str, *, upto: int) -> None:
+        """Lets the codon's sentinels see every event of the agent (up to seq
+        ``upto``, the last one before the codon's move to
+        ``completing-sentinels``) and finish their work. The move and what
+        follows it reach the sentinels in the second drain (:meth:`finish`)."""
         live = self._live
         if live is None or live.planned.codon_id != planned.codon_id or not live.manager.loaded:
             # No sentinel here (or none loaded and active), but file.updated is
@@ -193,7 +193,6 @@ class RuntimeSentinels:
             if self._before_drain is not None:
                 await self._before_drain()
             return
-        upto = self._state.core.next_seq - 2  # the last event before the move
         count = live.manager.loaded
         self._emit(run_id, planned.codon_id, InfoEvent(message=_completing(count)))
         live.draining = True
