@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.runtime.hanks import FAKE_KNOBS, codon_records, journal, read_state
+from tests.sentinels.offline import MODEL_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
-_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 
 def weft(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in FAKE_KNOBS and not any(k.endswith(key) for key in _KEYS)
+        if k not in FAKE_KNOBS and not any(k.endswith(key) for key in MODEL_KEYS)
     }
     env.update(HOME=str(home), FAKE_AGENT_LINE_DELAY_MS="0")
     env.pop("CLAUDE_CONFIG_DIR", None)

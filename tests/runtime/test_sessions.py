@@ -110,20 +110,20 @@ async def test_a_429_mid_codon_cools_down_and_resumes_the_same_session(tmp_path:
     assert finals[-1] > 0
 
 
+def weft_run(hank: Path, execution: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A real ``weft run`` process of ``hank`` in ``execution``, to its end."""
+    env = {**env, "PYTHONPATH": os.environ.get("WEFT_PYTHONPATH", os.environ.get("PYTHONPATH", ""))}
+    return subprocess.run(
+        weft_run_argv(hank, execution), env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_weft_run_with_default_settings_survives_a_429_mid_codon(tmp_path: Path) -> None:
     """The issue's case through a real ``weft run`` process (one real 2 s cool-down)."""
     hank = write_hank(tmp_path / "hank", codon("build", "Build it."), codon("after", "Then."))
     env = subprocess_environment(tmp_path)
     env["FAKE_AGENT_SCENARIO"] = "api_error,status=429,count=1,fails=1"
-    env["PYTHONPATH"] = os.environ.get("WEFT_PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        weft_run_argv(hank, tmp_path / "x"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = weft_run(hank, tmp_path / "x", env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cooling down 2s" in done.stdout or "cooling down 2.0s" in done.stdout, done.stdout
     records = codon_records(read_state(tmp_path / "x"))
@@ -162,15 +162,7 @@ def test_weft_run_waits_out_the_agent_s_retry_after_when_it_is_longer_than_the_b
         WEFT_RUNTIME_SESSION_BACKOFF_BASE_MS="100",
         WEFT_RUNTIME_SESSION_MAX_TOTAL_ERRORS="2",  # every turn fails: stop after two
     )
-    env["PYTHONPATH"] = os.environ.get("WEFT_PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        weft_run_argv(hank, tmp_path / "x"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = weft_run(hank, tmp_path / "x", env)
     assert done.returncode == 1, done.stdout + done.stderr  # it gave up, as asked
     assert "(Retry-After)" in done.stdout, done.stdout
     store = ExecutionStore.open(tmp_path / "x", readonly=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.sentinels.offline import without_model_keys
 from tests.sentinels.test_config import T0, _stream
 from tests.sentinels.test_manager import Harness
 
@@ -21,7 +22,6 @@ from weft.sentinels import AttachedSentinel, load_sentinel_config
 from weft.sentinels.checks import EVENT_FIELDS, check_trigger
 from weft.sentinels.events import SentinelError, SentinelOutput
 
-_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
 HANKWEAVE_CONFIGS = os.environ.get("WEFT_HANKWEAVE_SENTINEL_CONFIGS")
 """A folder holding Hankweave's ``tests/config/sentinel-triggers/*.json`` (they
 are not copied into this repository); the last test runs them when it is set."""
@@ -29,9 +29,7 @@ are not copied into this repository); the last test runs them when it is set."""
 
 @pytest.fixture(autouse=True)
 def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _KEYS:
-        for prefix in ("", "WEFT_SENTINEL_", "HANKWEAVE_SENTINEL_"):
-            monkeypatch.delenv(prefix + name, raising=False)
+    without_model_keys(monkeypatch)
     monkeypatch.delenv("WEFT_RUNTIME_SENTINEL_MODEL", raising=False)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from tests.runtime.hanks import codon, fake_environment, journal, write_file, write_hank
+from tests.sentinels.offline import without_model_keys
 from tests.sentinels.test_host import run, sentinel
 
 import weft.sentinels.manager as manager_module
@@ -22,16 +23,12 @@ from weft.plan import ExecutionPlan
 from weft.sentinels.host import RuntimeSentinels
 from weft.state import Processed, StateManager
 
-_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
-
 
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The fast fake agent, and no model key: nothing here may reach a network."""
     fake_environment(monkeypatch, tmp_path)
-    for name in _KEYS:
-        for prefix in ("", "WEFT_SENTINEL_", "HANKWEAVE_SENTINEL_"):
-            monkeypatch.delenv(prefix + name, raising=False)
+    without_model_keys(monkeypatch)
 
 
 class GatedPersistence:

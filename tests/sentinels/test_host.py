@@ -30,22 +30,19 @@ from tests.runtime.hanks import (
     write_file,
     write_hank,
 )
+from tests.sentinels.offline import without_model_keys
 
 from weft.config.runtime import RuntimeSessionSettings
 from weft.errors import StoreError
 from weft.events.stream import SENTINEL_EVENT_TYPES
 from weft.runtime.runtime import RunOutcome, RuntimeOptions
 
-_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
-
 
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The fast fake agent, and no model key: nothing here may reach a network."""
     fake_environment(monkeypatch, tmp_path)
-    for name in _KEYS:
-        for prefix in ("", "WEFT_SENTINEL_", "HANKWEAVE_SENTINEL_"):
-            monkeypatch.delenv(prefix + name, raising=False)
+    without_model_keys(monkeypatch)
 
 
 async def run(

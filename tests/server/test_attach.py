@@ -54,6 +54,21 @@ async def line_with(process: asyncio.subprocess.Process, text: str, lines: list[
                 return line
 
 
+async def shut_down(
+    master: int,
+    attach: asyncio.subprocess.Process,
+    run: asyncio.subprocess.Process,
+    seen: list[str],
+) -> tuple[bytes, bytes]:
+    """``x`` then ``y`` in attach: the run shuts down; both end. Their stderr."""
+    os.write(master, b"x")
+    await line_with(attach, "press y to confirm", seen)
+    os.write(master, b"y")
+    _, err = await asyncio.wait_for(attach.communicate(), 30)
+    _, run_err = await asyncio.wait_for(run.communicate(), 30)
+    return err, run_err
+
+
 async def test_attach_json_replays_the_journal_then_follows_until_the_run_ends(
     tmp_path: Path,
 ) -> None:
@@ -235,11 +250,7 @@ async def test_attach_steers_a_real_manual_run_to_the_end_and_back(tmp_path: Pat
         await line_with(attach, "rolling back to the completed checkpoint", seen)
         await line_with(attach, "rolled back: run", seen)
         await line_with(attach, "All codons completed", seen)
-        os.write(master, b"x")
-        await line_with(attach, "press y to confirm", seen)
-        os.write(master, b"y")
-        _, err = await asyncio.wait_for(attach.communicate(), 30)
-        _, run_err = await asyncio.wait_for(run.communicate(), 30)
+        err, run_err = await shut_down(master, attach, run, seen)
     finally:
         os.close(master)
         os.close(slave)
@@ -307,11 +318,7 @@ async def test_attach_rolls_a_manual_run_back_to_a_picked_checkpoint_and_it_goes
         os.write(master, b"n")  # the run goes on: polish again, from greet's files
         await line_with(attach, "waiting for next (n): draft", seen)
         assert "thank you for trying" in notes.read_text()
-        os.write(master, b"x")
-        await line_with(attach, "press y to confirm", seen)
-        os.write(master, b"y")
-        _, err = await asyncio.wait_for(attach.communicate(), 30)
-        _, run_err = await asyncio.wait_for(run.communicate(), 30)
+        err, run_err = await shut_down(master, attach, run, seen)
         # Nothing typed was echoed to the terminal (cbreak without echo).
         ready, _, _ = select.select([master], [], [], 0)
         echoed = os.read(master, 4096) if ready else b""
@@ -427,11 +434,7 @@ async def test_attach_redoes_a_codon_and_force_stops_a_running_one_in_a_manual_r
         await line_with(attach, "force stop requested", seen)
         failed = await line_with(attach, "c: FAILED", seen)
         await line_with(attach, "send codon.redo, rollback.* or server.shutdown", seen)
-        os.write(master, b"x")
-        await line_with(attach, "press y to confirm", seen)
-        os.write(master, b"y")
-        _, err = await asyncio.wait_for(attach.communicate(), 30)
-        _, run_err = await asyncio.wait_for(run.communicate(), 30)
+        err, run_err = await shut_down(master, attach, run, seen)
     finally:
         os.close(master)
         os.close(slave)
