@@ -27,9 +27,7 @@ import asyncio
 import contextlib
 import os
 import sys
-import termios
-import tty
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -39,6 +37,7 @@ import uvloop
 from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.cli.view import JsonView, RunSummary, RunView, checkpoint_list_text, make_view
 from weft.cli.view.notes import fold_wire
+from weft.cli.view.terminal import single_keys
 from weft.client import (
     Client,
     ClientError,
@@ -152,24 +151,6 @@ def find_target(execution: Path, *, url: str | None, token: str | None, readonly
 
 
 # --------------------------------------------------------------------------- keys
-
-
-@contextlib.contextmanager
-def cbreak(stream: TextIO) -> Iterator[bool]:
-    """Single keys without Enter while inside (when ``stream`` is a terminal)."""
-    try:
-        fd = stream.fileno()
-        saved = termios.tcgetattr(fd) if os.isatty(fd) else None
-    except (OSError, ValueError, termios.error):
-        saved = None
-    if saved is None:
-        yield False
-        return
-    tty.setcbreak(fd)
-    try:
-        yield True
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 Command = tuple[str, dict[str, Any] | None, str]
@@ -389,7 +370,7 @@ async def _follow(client: Client, target: Target, view: RunView, keys_from: Text
     loop = asyncio.get_running_loop()
     with contextlib.ExitStack() as stack:
         steering = False
-        if keys_from is not None and stack.enter_context(cbreak(keys_from)):
+        if keys_from is not None and stack.enter_context(single_keys(keys_from)):
             keys = Keys(client, view.note, detach)
             fd = keys_from.fileno()
             loop.add_reader(fd, lambda: keys.press(os.read(fd, 1).decode(errors="replace")))

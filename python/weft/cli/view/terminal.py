@@ -40,8 +40,7 @@ def single_keys(stream: TextIO) -> Iterator[bool]:
     terminal would stop it (SIGTTIN/SIGTTOU)."""
     try:
         fd = stream.fileno()
-        foreground = os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
-        saved = termios.tcgetattr(fd) if foreground else None
+        saved = termios.tcgetattr(fd) if os.isatty(fd) and _foreground(fd) else None
     except (OSError, ValueError, termios.error):
         saved = None
     if saved is None:
@@ -53,3 +52,13 @@ def single_keys(stream: TextIO) -> Iterator[bool]:
     finally:
         with contextlib.suppress(OSError, termios.error):
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _foreground(fd: int) -> bool:
+    """Whether this process may read and set terminal ``fd``: it is in the
+    terminal's foreground process group, or the terminal is not its controlling
+    one (a pty handed over as stdin), where job control does not apply."""
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return True
