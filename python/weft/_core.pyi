@@ -1,7 +1,9 @@
 """Type stubs of the compiled core ``weft._core`` (hand-written, checked by mypy.stubtest)."""
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, final, overload
+
+from weft.agents.events import AgentEvent, UsageDelta
 
 __all__ = [
     "BACKOFF_BASE_MS",
@@ -18,6 +20,7 @@ __all__ = [
     "BatchResult",
     "CheckpointInfo",
     "CircuitBreaker",
+    "ClaudeLineParser",
     "Core",
     "ExecutionThread",
     "Issue",
@@ -358,6 +361,44 @@ class SessionMachine:
         """``OperatorStop`` (valid in every state)."""
     def fatal_error(self, message: str) -> list[SessionEffect]:
         """``FatalError(message)`` (valid in every state)."""
+
+# ---- agent streams ----------------------------------------------------------
+
+_Prices = tuple[int, int, int, int, int]
+
+@final
+class ClaudeLineParser:
+    """The fast path of ``weft.agents.claude_parser``: the common stream-json
+    lines of a batch parsed to events, and the per-session state they share."""
+
+    def __new__(
+        cls, price_row: Callable[[str], tuple[_Prices, Sequence[tuple[int, _Prices]]] | None]
+    ) -> ClaudeLineParser: ...
+    def feed(self, lines: list[bytes], start: int, events: list[AgentEvent]) -> int:
+        """Parse ``lines[start:]`` in order, appending their events to
+        ``events``; the index of the first line the core leaves to the Python
+        path (the caller parses it, then calls again after it), or ``len(lines)``."""
+    def usage(
+        self,
+        message_id: str,
+        model: str | None,
+        input: int,
+        output: int,
+        cache_creation: int,
+        cache_read: int,
+        split: tuple[int, int] | None,
+    ) -> UsageDelta | None:
+        """Record a usage snapshot the Python path read; what it added, if anything."""
+    @property
+    def sse_message_id(self) -> str | None: ...
+    @sse_message_id.setter
+    def sse_message_id(self, value: str | None) -> None: ...
+    @property
+    def priced_model(self) -> str | None: ...
+    @property
+    def spent(self) -> tuple[int, int, int, int, int]: ...
+    @property
+    def estimate_nanos(self) -> int | None: ...
 
 # ---- seed 004: workstreams, steps, circuit breakers -------------------------
 

@@ -25,6 +25,7 @@
 pub mod machine;
 pub mod queue;
 pub mod state;
+pub mod stream;
 pub mod thread;
 
 #[cfg(feature = "python")]

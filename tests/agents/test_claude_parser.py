@@ -1,4 +1,6 @@
-"""The Claude parser's fast path against the path it replaced.
+"""The Claude parser's Python path (``core=False``) against the path it
+replaced. (The Rust core is compared with the Python path in
+``test_claude_parser_core.py``.)
 
 :class:`OldPath` is :class:`ClaudeParser` with the per-line code it had
 before the speed work (a chain of type tests after ``decode_lossy``, the
@@ -62,7 +64,7 @@ class OldPath(ClaudeParser):
     """The per-line code before the speed work (verbatim, for comparison)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(core=False, **kwargs)
         self._old_usage: dict[str, _OldMessageUsage] = {}
         self._estimate_tokens = Tokens()
 
@@ -203,7 +205,7 @@ class OldPath(ClaudeParser):
 def both(lines: list[bytes], end: ProcessEnd | None = None) -> None:
     """Feeds ``lines`` to both parsers; every line's events, the verdict and
     the counters must match."""
-    new, old = ClaudeParser(), OldPath()
+    new, old = ClaudeParser(core=False), OldPath()
     for line in lines:
         assert new.feed(line) == old.feed(line), line[:300]
     process_end = end or ProcessEnd(exit_code=0, signal=None, stderr_tail="", stopped=None)

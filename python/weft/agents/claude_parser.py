@@ -2,6 +2,16 @@
 
 :class:`ClaudeParser` turns its NDJSON stdout into :mod:`weft.agents.events`:
 
+* **The core.** By default the common lines (``assistant``, ``user`` and
+  ``stream_event``, nearly all of them) are parsed by the Rust core
+  (:class:`weft._core.ClaudeLineParser`), a batch at a time
+  (:meth:`ClaudeParser.feed_many`): it decodes only the fields the events
+  need, builds the same events and keeps the usage merge below. Whatever it
+  is not sure to read exactly as the Python path does (``system`` and
+  ``result`` lines, unknown types, odd shapes, bad UTF-8, the synthetic
+  model) it hands back, in order, to the Python path, which shares its
+  state. ``ClaudeParser(core=False)`` is the pure-Python parser, kept as the
+  reference the core is tested against.
 * **Decoding.** One msgspec decode per line into a tagged union of Structs;
   fields Weft does not use (``tool_use_result``, ``slash_commands``, ...) are
   skipped by the decoder without building Python objects. Unknown ``type``
@@ -40,12 +50,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import msgspec
 
+from weft import _core
 from weft.agents import pricing
 from weft.agents.adapter_parts import session_exited
 from weft.agents.claude_cost import result_cost
@@ -105,6 +116,8 @@ _USAGE_WINDOW = 1024
 # -- the parser ----------------------------------------------------------------------------
 
 
+_Prices: TypeAlias = tuple[int, int, int, int, int]
+_PriceNumbers: TypeAlias = tuple[_Prices, tuple[tuple[int, _Prices], ...]]
 _MessageUsage: TypeAlias = tuple[Usage, Tokens, int | None]
 """A message's latest usage snapshot, its maxima so far (§1.5) and their
 cost in nano-dollars (``None``: unpriced)."""
@@ -121,7 +134,10 @@ class ClaudeParser:
         resume_session_id: str | None = None,
         at: dt.date | None = None,
         table: pricing.PricingTable | None = None,
+        core: bool = True,
     ) -> None:
+        """``core=False``: parse every line in Python (the reference the core
+        is tested against; same events, several times slower)."""
         self._cwd = cwd
         self._config_dir = config_dir
         self._requested = resume_session_id
@@ -158,6 +174,10 @@ class ClaudeParser:
         self._context_error = False
         """An error that says the context ran out (not a compaction)."""
         self._stderr_notes: list[str] = []
+        self._core = _core.ClaudeLineParser(self._price_numbers) if core else None
+        """The fast path and the state it shares with the Python path (the
+        usage maxima, the summed tokens, the estimate, the stream's message
+        id); ``None``: the Python attributes above keep that state."""
         self._handlers: dict[type[Any], Callable[[Any], list[AgentEvent]]] = {
             Assistant: self._assistant,
             User: self._user,
@@ -171,6 +191,30 @@ class ClaudeParser:
 
     def feed(self, line: bytes) -> list[AgentEvent]:
         """Parse one stdout line."""
+        if self._core is None:
+            return self._feed_python(line)
+        return self.feed_many([line])
+
+    def feed_many(self, lines: Sequence[bytes]) -> list[AgentEvent]:
+        """Parse several stdout lines at once: the events of
+        ``[e for line in lines for e in feed(line)]``, for a fraction of the
+        cost (one call into the core per batch, decoded without the
+        interpreter's lock when the batch is large)."""
+        core = self._core
+        if core is None:
+            return [event for line in lines for event in self._feed_python(line)]
+        batch = lines if isinstance(lines, list) else list(lines)
+        events: list[AgentEvent] = []
+        end = len(batch)
+        start = 0
+        # The core stops at a line it leaves to the Python path; the lines
+        # after it wait, since that line may change what they mean.
+        while (stop := core.feed(batch, start, events)) < end:
+            events += self._feed_python(batch[stop])
+            start = stop + 1
+        return events
+
+    def _feed_python(self, line: bytes) -> list[AgentEvent]:
         if line[:1] != b"{":
             line = line.strip()
             if line[:1] != b"{":
@@ -357,7 +401,11 @@ class ClaudeParser:
                 elif kind == "thinking" and block.thinking:
                     events.append(Thinking(text=block.thinking, message_id=mid, subagent=sub))
         usage = message.usage
-        if usage is not None and mid is not None:
+        if usage is not None and mid is not None and self._core is not None:
+            core_delta = self._core_usage(mid, model, usage)
+            if core_delta is not None:
+                events.append(core_delta)
+        elif usage is not None and mid is not None:
             entry = self._usage.get(mid)
             if entry is None:
                 delta = self._first_usage(mid, model, usage)
@@ -370,6 +418,40 @@ class ClaudeParser:
             if delta is not None:
                 events.append(delta)
         return events
+
+    def _core_usage(self, mid: str, model: str | None, usage: Usage) -> UsageDelta | None:
+        """The usage merge of a line the core left to this path, made in the
+        core, whose state it is."""
+        assert self._core is not None
+        split = usage.cache_creation
+        try:
+            return self._core.usage(
+                mid,
+                model,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_creation_input_tokens,
+                usage.cache_read_input_tokens,
+                None
+                if split is None
+                else (split.ephemeral_5m_input_tokens, split.ephemeral_1h_input_tokens),
+            )
+        except OverflowError:
+            # Token counts past 2**63 (msgspec takes any integer; the core's
+            # are 64-bit): not a usage this parser can have seen for real.
+            self.malformed += 1
+            log.warning("usage of message %s out of range; ignored", mid)
+            return None
+
+    def _price_numbers(self, model: str) -> _PriceNumbers | None:
+        """The core's price row of ``model``: the numbers of the table's row
+        (the core applies the formula, never the table's matching rules)."""
+        row = self._table.lookup(model, self._at)
+        if row is None:
+            return None
+        return _numbers(row.prices), tuple(
+            (tier.above_prompt_tokens, _numbers(tier.prices)) for tier in row.tiers
+        )
 
     def _synthetic(self, msg: Assistant) -> None:
         content = msg.message.content
@@ -504,19 +586,23 @@ class ClaudeParser:
 
     def _stream_event(self, msg: StreamEvent) -> list[AgentEvent]:
         event = msg.event
+        core = self._core
         if event.type == "content_block_delta":
             delta = event.delta
             if delta is not None and delta.type == "text_delta" and delta.text:
                 return [
                     AssistantText(
                         text=delta.text,
-                        message_id=self._sse_message_id,
+                        message_id=self._sse_message_id if core is None else core.sse_message_id,
                         partial=True,
                         subagent=msg.parent_tool_use_id is not None,
                     )
                 ]
         elif event.type == "message_start" and event.message is not None:
-            self._sse_message_id = event.message.id
+            if core is None:
+                self._sse_message_id = event.message.id
+            else:
+                core.sse_message_id = event.message.id
         return []
 
     def _on_result(self, r: Result) -> list[AgentEvent]:
@@ -531,7 +617,7 @@ class ClaudeParser:
         cost, source, tokens, per_model = result_cost(
             r,
             model=self.model,
-            fallback_model=self._priced_model,
+            fallback_model=self._priced_model if self._core is None else self._core.priced_model,
             table=self._table,
             at=self._at,
         )
@@ -639,13 +725,31 @@ class ClaudeParser:
     # -- cost --
 
     def _estimate(self) -> tuple[float | None, CostSource, Tokens]:
+        if self._core is not None:
+            n_in, n_out, n_write, n_read, one_hour = self._core.spent
+            nanos = self._core.estimate_nanos
+        else:
+            n_in, n_out = self._spent_input, self._spent_output
+            n_write, n_read = self._spent_cache_creation, self._spent_cache_read
+            one_hour = self._spent_cache_creation_1h
+            nanos = self._estimate_nanos
         tokens = Tokens(
-            input=self._spent_input,
-            output=self._spent_output,
-            cache_creation=self._spent_cache_creation,
-            cache_read=self._spent_cache_read,
-            cache_creation_1h=self._spent_cache_creation_1h,
+            input=n_in,
+            output=n_out,
+            cache_creation=n_write,
+            cache_read=n_read,
+            cache_creation_1h=one_hour,
         )
-        if self._estimate_nanos is None:
+        if nanos is None:
             return None, CostSource.UNPRICED, tokens
-        return self._estimate_nanos / 1e9, CostSource.ESTIMATE, tokens
+        return nanos / 1e9, CostSource.ESTIMATE, tokens
+
+
+def _numbers(prices: pricing.Prices) -> _Prices:
+    return (
+        prices.input,
+        prices.cache_write_5m,
+        prices.cache_write_1h,
+        prices.cache_read,
+        prices.output,
+    )

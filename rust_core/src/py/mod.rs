@@ -9,6 +9,7 @@ mod codon;
 mod core;
 mod errors;
 mod session;
+mod stream;
 mod thread;
 mod workstream;
 
@@ -44,6 +45,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::Issue>()?;
     m.add_class::<core::StateValidation>()?;
     session::register(m)?;
+    stream::register(m)?;
     thread::register(m)?;
     workstream::register(m)?;
     Ok(())
