@@ -79,6 +79,18 @@ class ToyParser:
         ]
 
 
+class BatchToyParser(ToyParser):
+    """:class:`ToyParser` that also takes batches, recording their sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def feed_many(self, lines: list[bytes]) -> list[AgentEvent]:
+        self.batches.append(len(lines))
+        return [event for line in lines for event in self.feed(line)]
+
+
 async def start(
     code: str,
     *,
@@ -619,4 +631,29 @@ def test_the_session_works_on_the_stdlib_event_loop_too() -> None:
 
     events = asyncio.run(main())
     assert texts(events) == ["hi"]
+    assert exited(events).ok
+
+
+async def test_a_batch_parser_gets_the_lines_of_a_read_in_one_call() -> None:
+    parser = BatchToyParser()
+    code = (
+        "import sys; sys.stdout.write('init\\n' + "
+        "''.join(f'line {i}\\n' for i in range(200)) + 'result\\n')"
+    )
+    events = await run(code, parser=parser)
+    assert texts(events) == [f"line {i}" for i in range(200)]
+    assert max(parser.batches) > 1
+    assert exited(events).ok
+
+
+async def test_a_batch_parser_failure_drops_that_batch_only() -> None:
+    parser = BatchToyParser()
+    code = (
+        "import sys, time; sys.stdout.write('init\\na\\nboom\\n'); sys.stdout.flush(); "
+        "time.sleep(0.2); sys.stdout.write('b\\nresult\\n')"
+    )
+    events = await run(code, parser=parser)
+    # The batch with the failing line is lost (whichever lines it held); the
+    # session goes on.
+    assert texts(events)[-1] == "b"
     assert exited(events).ok

@@ -11,16 +11,19 @@
   ``result`` lines, unknown types, odd shapes, bad UTF-8, the synthetic
   model) it hands back, in order, to the Python path, which shares its
   state. ``ClaudeParser(core=False)`` is the pure-Python parser, kept as the
-  reference the core is tested against.
-* **Decoding.** One msgspec decode per line into a tagged union of Structs;
+  reference the core is tested against. One difference: token counts past
+  2**63, which msgspec decodes and the core cannot hold, make the line
+  malformed there.
+* **Decoding** (the Python path). One msgspec decode per line into a tagged
+  union of Structs;
   fields Weft does not use (``tool_use_result``, ``slash_commands``, ...) are
   skipped by the decoder without building Python objects. Unknown ``type``
   values are counted, corrupt lines counted and logged, never fatal. A line
   is dispatched on its Struct's class (``stream_event``, ``assistant`` and
   ``user``, nearly every line, by identity; the rest by a dict look-up); the
   rare odd line (bad UTF-8, unknown type, wrong shape) takes a slower path
-  that says why. The decode alone is most of the time (the benchmark's
-  decode floor): every call saved per line counts.
+  that says why. The decode alone is most of this path's time (the
+  benchmark's decode floor): every call saved per line counts.
 * **Session ids** come only from the top-level ``session_id`` of ``system/init``
   and ``result`` lines, never from nested content an agent could write. With
   ``--resume`` the canonical id follows the alias rule of §1.6, checking which

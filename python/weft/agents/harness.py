@@ -21,7 +21,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from weft.agents.events import AgentEvent, ErrorClass, SessionExited
 from weft.errors import WeftError
@@ -145,6 +145,17 @@ class StreamParser(Protocol):
     def finish(self, end: ProcessEnd) -> list[AgentEvent]:
         """The process ended: return the closing events, the last of which is
         a :class:`SessionExited` with the verdict."""
+        ...
+
+
+@runtime_checkable
+class BatchStreamParser(StreamParser, Protocol):
+    """A :class:`StreamParser` that can also take several lines at once,
+    which the process layer then prefers (one call per read from the pipe;
+    the Claude parser hands such a batch to the Rust core)."""
+
+    def feed_many(self, lines: list[bytes]) -> list[AgentEvent]:
+        """The events of ``feed(line)`` for each line, in order."""
         ...
 
 

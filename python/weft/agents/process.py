@@ -12,9 +12,11 @@ harness only supplies the argv, the environment and a sans-I/O
   what it spawned is ended by the next run (:mod:`weft.runtime.survivors`).
 * **Pipes.** The prompt is written to stdin, which is then closed. stdout is
   read as bytes and split by :class:`LineFramer` (no cap below 64 MiB; longer
-  lines are counted and skipped, never buffered whole). stderr is drained
-  concurrently (a child never blocks on a full pipe) into a bounded tail and
-  :class:`~weft.agents.events.StderrLine` events.
+  lines are counted and skipped, never buffered whole); a parser that takes
+  batches (:class:`~weft.agents.harness.BatchStreamParser`) gets each read's
+  lines in one call. stderr is drained concurrently (a child never blocks on
+  a full pipe) into a bounded tail and :class:`~weft.agents.events.StderrLine`
+  events.
 * **Tee.** Raw stdout goes to ``log_path`` (and stderr to ``<log>.stderr``)
   through a writer thread, so disk latency never stalls the stream. A write
   that fails (a full disk) stops the session (``StopReason.LOG_FAILED``) and
@@ -69,7 +71,14 @@ from weft.agents.events import (
     SessionStarted,
     StderrLine,
 )
-from weft.agents.harness import AgentStartError, ProcessEnd, StopReason, StreamParser, Timeouts
+from weft.agents.harness import (
+    AgentStartError,
+    BatchStreamParser,
+    ProcessEnd,
+    StopReason,
+    StreamParser,
+    Timeouts,
+)
 from weft.process_group import die_with_parent, signal_group, terminate_group
 
 log = logging.getLogger(__name__)
@@ -335,6 +344,8 @@ class SubprocessSession:
         self.name = name
         self._stop_signal = stop_signal
         self._parser = parser
+        # A parser that takes a batch gets every read's lines in one call.
+        self._batch_parser = parser if isinstance(parser, BatchStreamParser) else None
         self._timeouts = timeouts
         self._loop = asyncio.get_running_loop()
         self._framer = LineFramer(max_line_bytes)
@@ -463,17 +474,29 @@ class SubprocessSession:
         self._last_output = self._loop.time()
         if self._tee is not None:
             self._tee.write(data)
-        for line in self._framer.push(data):
-            self._feed(line)
+        lines = self._framer.push(data)
+        if lines:
+            self._feed(lines)
 
-    def _feed(self, line: bytes) -> None:
-        try:
-            events = self._parser.feed(line)
-        except Exception:  # a parser bug must not take the session down
-            log.exception("%s parser failed on a line of %d bytes", self.name, len(line))
+    def _feed(self, lines: list[bytes]) -> None:
+        batch_parser = self._batch_parser
+        if batch_parser is not None and len(lines) > 1:
+            try:
+                events = batch_parser.feed_many(lines)
+            except Exception:  # a parser bug must not take the session down
+                log.exception("%s parser failed on %d lines", self.name, len(lines))
+                return
+            if events:
+                self._push(events)
             return
-        if events:
-            self._push(events)
+        for line in lines:
+            try:
+                events = self._parser.feed(line)
+            except Exception:  # a parser bug must not take the session down
+                log.exception("%s parser failed on a line of %d bytes", self.name, len(line))
+                continue
+            if events:
+                self._push(events)
 
     def _on_stderr(self, data: bytes) -> None:
         if self._stderr_tee is not None:
@@ -591,7 +614,7 @@ class SubprocessSession:
         try:
             tail = self._framer.close()
             if tail is not None:
-                self._feed(tail)
+                self._feed([tail])
             if self._stderr_buf:
                 self._stderr_line(bytes(self._stderr_buf))
                 self._stderr_buf.clear()

@@ -23,7 +23,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
-use crate::stream::claude::{decode_until_slow, AssistantBlock, Line, Stream};
+use crate::stream::claude::{AssistantBlock, Decoder, Json, Line, Stream};
 use crate::stream::usage::{Ledger, PriceRow, Prices, Snapshot, Tokens, UsageDelta};
 
 /// A batch at least this large is decoded detached from the interpreter.
@@ -50,9 +50,6 @@ struct Classes {
     tool_result: Py<PyAny>,
     usage_delta: Py<PyAny>,
     tokens: Py<PyAny>,
-    /// `msgspec.json.decode`: a tool call's input is decoded exactly as the
-    /// Python path decodes it (big integers, floats, duplicate keys).
-    decode_json: Py<PyAny>,
 }
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
@@ -96,7 +93,6 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
                     "cache_creation_1h",
                 ],
             )?,
-            decode_json: py.import("msgspec.json")?.getattr("decode")?.unbind(),
         })
     })
 }
@@ -110,6 +106,9 @@ pub struct ClaudeLineParser {
     price_row: Py<PyAny>,
     /// The id of the partial message being streamed.
     sse_message_id: Option<Py<PyString>>,
+    decoder: Decoder,
+    /// The lines of a batch, copied for the decoder (kept for its capacity).
+    scratch: Vec<u8>,
 }
 
 #[pymethods]
@@ -125,6 +124,8 @@ impl ClaudeLineParser {
             ledger: Ledger::new(),
             price_row,
             sse_message_id: None,
+            decoder: Decoder::new(),
+            scratch: Vec::new(),
         })
     }
 
@@ -150,16 +151,24 @@ impl ClaudeLineParser {
                 batch.push(line);
             }
             let slices: Vec<&[u8]> = batch.iter().map(PyBytesMethods::as_bytes).collect();
-            let decoded = if size >= DETACH_BYTES {
-                py.detach(|| decode_until_slow(&slices))
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let lines_decoder = &mut self.decoder;
+            let parsed = if size >= DETACH_BYTES {
+                py.detach(|| lines_decoder.decode_until_slow(&slices, &mut scratch))
             } else {
-                decode_until_slow(&slices)
+                lines_decoder.decode_until_slow(&slices, &mut scratch)
             };
-            for line in decoded {
+            let mut stopped = false;
+            for line in parsed {
                 if !self.build(py, classes, line, events)? {
-                    return Ok(next);
+                    stopped = true;
+                    break;
                 }
                 next += 1;
+            }
+            self.scratch = scratch;
+            if stopped {
+                return Ok(next);
             }
         }
         Ok(end)
@@ -268,13 +277,11 @@ impl ClaudeLineParser {
             Line::Skip | Line::Stream(Stream::Other) => {}
             Line::Slow => return Ok(false),
             Line::Assistant(a) => {
-                let id = a.message_id.as_deref().map(|s| PyString::new(py, s));
+                let id = a.message_id.map(|s| PyString::new(py, s));
                 let id_obj = id
                     .as_ref()
                     .map_or_else(|| py.None().into_bound(py), |s| s.clone().into_any());
                 let sub = PyBool::new(py, a.subagent);
-                // Built apart first: a tool input msgspec refuses makes the
-                // whole line slow, before anything is appended or recorded.
                 let mut built: Vec<Bound<'_, PyAny>> = Vec::with_capacity(a.blocks.len() + 1);
                 for block in &a.blocks {
                     built.push(match block {
@@ -290,22 +297,19 @@ impl ClaudeLineParser {
                             &sub,
                         ))?,
                         AssistantBlock::ToolUse { id, name, input } => {
-                            let Some(input) = tool_input(py, classes, *input)? else {
-                                return Ok(false);
-                            };
                             classes.tool_use.bind(py).call1((
                                 PyString::new(py, id),
                                 PyString::new(py, name),
-                                input,
+                                tool_input(py, input)?,
                                 &id_obj,
                                 &sub,
                             ))?
                         }
                     });
                 }
-                if let (Some(snapshot), Some(message_id)) = (a.usage, a.message_id.as_deref()) {
+                if let (Some(snapshot), Some(message_id)) = (a.usage, a.message_id) {
                     let price_row = &self.price_row;
-                    let model = a.model.as_deref();
+                    let model = a.model;
                     let delta = self
                         .ledger
                         .record(message_id, model, snapshot, |m| lookup(py, price_row, m))?;
@@ -322,7 +326,7 @@ impl ClaudeLineParser {
                 let sub = PyBool::new(py, u.subagent);
                 for result in &u.results {
                     events.append(classes.tool_result.bind(py).call1((
-                        PyString::new(py, &result.tool_use_id),
+                        PyString::new(py, result.tool_use_id),
                         PyString::new(py, &result.content),
                         result.is_error,
                         &sub,
@@ -331,14 +335,14 @@ impl ClaudeLineParser {
             }
             Line::Stream(Stream::TextDelta { text, subagent }) => {
                 events.append(classes.assistant_text.bind(py).call1((
-                    PyString::new(py, &text),
+                    PyString::new(py, text),
                     &self.sse_message_id,
                     true,
                     subagent,
                 ))?)?;
             }
             Line::Stream(Stream::MessageStart { id }) => {
-                self.sse_message_id = id.map(|id| PyString::new(py, &id).unbind());
+                self.sse_message_id = id.map(|id| PyString::new(py, id).unbind());
             }
         }
         Ok(true)
@@ -346,31 +350,44 @@ impl ClaudeLineParser {
 }
 
 /// A tool call's `input` as the Python path's `as_dict` makes it: the dict
-/// itself, `{}` for null, `{"input": value}` for anything else. `None`:
-/// msgspec refuses it (a number out of range), so the line is slow.
-fn tool_input<'py>(
-    py: Python<'py>,
-    classes: &Classes,
-    raw: Option<&str>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let Some(raw) = raw else {
-        return Ok(Some(PyDict::new(py).into_any()));
-    };
-    let Ok(value) = classes
-        .decode_json
-        .bind(py)
-        .call1((PyBytes::new(py, raw.as_bytes()),))
-    else {
-        return Ok(None);
-    };
-    if value.is_instance_of::<PyDict>() {
-        return Ok(Some(value));
+/// itself, `{}` for null, `{"input": value}` for anything else.
+fn tool_input<'py>(py: Python<'py>, input: &Json<'_>) -> PyResult<Bound<'py, PyAny>> {
+    match input {
+        Json::Object(_) => json_value(py, input),
+        Json::Null => Ok(PyDict::new(py).into_any()),
+        other => {
+            let dict = PyDict::new(py);
+            dict.set_item(intern!(py, "input"), json_value(py, other)?)?;
+            Ok(dict.into_any())
+        }
     }
-    let dict = PyDict::new(py);
-    if !value.is_none() {
-        dict.set_item(intern!(py, "input"), value)?;
-    }
-    Ok(Some(dict.into_any()))
+}
+
+/// A JSON value as msgspec decodes it into `Any` (a repeated key keeps its
+/// first place and its last value, as in a dict built key by key).
+fn json_value<'py>(py: Python<'py>, value: &Json<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Json::Null => py.None().into_bound(py),
+        Json::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Json::Int(n) => n.into_bound_py_any(py)?,
+        Json::UInt(n) => n.into_bound_py_any(py)?,
+        Json::Str(s) => PyString::new(py, s).into_any(),
+        Json::Array(items) => PyList::new(
+            py,
+            items
+                .iter()
+                .map(|item| json_value(py, item))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
+        Json::Object(pairs) => {
+            let dict = PyDict::new(py);
+            for (key, item) in pairs {
+                dict.set_item(PyString::new(py, key), json_value(py, item)?)?;
+            }
+            dict.into_any()
+        }
+    })
 }
 
 fn usage_delta<'py>(

@@ -4,10 +4,11 @@
 //!
 //! Nearly every line of a session is an `assistant`, `user` or
 //! `stream_event` line, and most of their bytes are tool results, often
-//! twice (`message.content` and `tool_use_result`). [`decode_line`] reads
-//! only the fields the parser's events need, borrowing strings from the
-//! line where they have no escapes, and skips the rest without building
-//! anything.
+//! twice (`message.content` and `tool_use_result`), full of escapes. A
+//! [`Decoder`] copies a batch of lines once into a buffer and parses each
+//! with simd-json (SIMD structural scan, strings unescaped in place), then
+//! reads only the fields the parser's events need, borrowing every string
+//! from that buffer.
 //!
 //! **The fast path must agree with the Python path line for line.** That
 //! parser decodes with msgspec into the Structs of `claude_wire.py`; a line
@@ -15,33 +16,35 @@
 //! caller hands it to the Python path, which decides as it always did. So
 //! every doubt is settled towards `Slow`:
 //!
-//! - any decode error (bad JSON, a field of the wrong type, a number out of
-//!   64-bit range, invalid UTF-8 in a field that is read, an object key
-//!   with escapes, nesting past `serde_json`'s limit), whether or not msgspec
-//!   would have accepted the line;
+//! - any parse error (bad JSON, invalid UTF-8 anywhere, a lone surrogate,
+//!   a number out of 64-bit range, nesting deeper than [`MAX_DEPTH`]),
+//!   whether or not msgspec would have accepted the line;
+//! - a field of another type than the Struct declares (an integer written
+//!   as `1.0`, an object where a list is expected, ...);
 //! - a type other than the three (`system` and `result` lines decide the
-//!   session and the verdict; they are rare, so they stay in Python);
-//! - a `\uD800`-`\uDFFF` escape anywhere: msgspec refuses a lone surrogate
-//!   even in a field it skips, `serde_json` only in a string it reads;
+//!   session and the verdict; they are rare, so they stay in Python), and a
+//!   `type` key given twice;
 //! - an assistant line of the synthetic model (an API error the verdict
-//!   reads), and a tool result whose content is neither a string, nor
-//!   null, nor a list of strings and `{"type", "text"}` parts (the Python
-//!   path formats the rest).
+//!   reads), a tool call whose input holds a float, and a tool result whose
+//!   content is neither a string, nor null, nor a list of strings and
+//!   `{"type", "text"}` parts (the Python path formats the rest).
 //!
 //! The other way round matters more: this module must refuse whatever
-//! msgspec refuses. Objects are read from JSON objects only (serde's
-//! derived structs would also take arrays), every field the Structs declare
-//! is type-checked even when the event does not need it, and a repeated key
-//! keeps its last value, as msgspec does.
+//! msgspec refuses. simd-json is as strict as msgspec about JSON itself
+//! (control characters, escapes, numbers, trailing bytes) and stricter
+//! about UTF-8; every field the Structs declare is type-checked even when
+//! the event does not need it; a repeated key keeps its last value and keys
+//! are compared unescaped, as msgspec does.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::marker::PhantomData;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
+use simd_json::{Buffers, Node, StaticNode, Tape, INPUT_PADDING};
 
 use crate::stream::usage::{Snapshot, SYNTHETIC_MODEL};
+
+/// Lines nested deeper are slow (msgspec's own limit is the interpreter's
+/// recursion limit, well above this).
+pub const MAX_DEPTH: usize = 128;
 
 /// One stdout line, as the fast path sees it.
 #[derive(Debug, PartialEq)]
@@ -63,9 +66,9 @@ pub enum Line<'a> {
 #[derive(Debug, PartialEq)]
 pub struct Assistant<'a> {
     /// `message.id`.
-    pub message_id: Option<Cow<'a, str>>,
+    pub message_id: Option<&'a str>,
     /// `message.model` (never the synthetic model: such lines are slow).
-    pub model: Option<Cow<'a, str>>,
+    pub model: Option<&'a str>,
     /// Whether `parent_tool_use_id` is set.
     pub subagent: bool,
     /// The content blocks that make events, in order.
@@ -78,19 +81,37 @@ pub struct Assistant<'a> {
 #[derive(Debug, PartialEq)]
 pub enum AssistantBlock<'a> {
     /// A `text` block (an empty text too).
-    Text(Cow<'a, str>),
+    Text(&'a str),
     /// A `thinking` block with some text.
-    Thinking(Cow<'a, str>),
-    /// A `tool_use` block. `input` is its raw JSON (`None`: missing or null),
-    /// decoded by the caller as the Python path decodes it.
+    Thinking(&'a str),
+    /// A `tool_use` block.
     ToolUse {
         /// `id`, or `""`.
-        id: Cow<'a, str>,
+        id: &'a str,
         /// `name`, or `""`.
-        name: Cow<'a, str>,
-        /// The raw JSON text of `input`.
-        input: Option<&'a str>,
+        name: &'a str,
+        /// `input` (`Json::Null` when missing).
+        input: Json<'a>,
     },
+}
+
+/// A JSON value without floats (a tool call's input).
+#[derive(Debug, PartialEq)]
+pub enum Json<'a> {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// A negative integer.
+    Int(i64),
+    /// A non-negative integer.
+    UInt(u64),
+    /// A string.
+    Str(&'a str),
+    /// An array.
+    Array(Vec<Json<'a>>),
+    /// An object's pairs in order, repeated keys included.
+    Object(Vec<(&'a str, Json<'a>)>),
 }
 
 /// The tool results of a `user` line.
@@ -106,7 +127,7 @@ pub struct User<'a> {
 #[derive(Debug, PartialEq)]
 pub struct ToolResult<'a> {
     /// `tool_use_id`, or `""`.
-    pub tool_use_id: Cow<'a, str>,
+    pub tool_use_id: &'a str,
     /// The content as text: the string itself, the parts joined by
     /// newlines (`[type]` for a part that is not text), `""` for null.
     pub content: Cow<'a, str>,
@@ -120,686 +141,542 @@ pub enum Stream<'a> {
     /// A `content_block_delta` with some `text_delta` text.
     TextDelta {
         /// The text.
-        text: Cow<'a, str>,
+        text: &'a str,
         /// Whether `parent_tool_use_id` is set.
         subagent: bool,
     },
     /// A `message_start` with a `message`: its id names the deltas after it.
     MessageStart {
         /// `event.message.id`.
-        id: Option<Cow<'a, str>>,
+        id: Option<&'a str>,
     },
     /// Anything else: no event.
     Other,
 }
 
-/// Decodes one line (without its `\n`; a trailing `\r` may remain).
-pub fn decode_line(line: &[u8]) -> Line<'_> {
-    let line = if line.first() == Some(&b'{') {
-        line
-    } else {
-        // Python's `bytes.strip()`, which the Python path applies here.
-        let trimmed = line.trim_ascii();
-        if trimmed.first() != Some(&b'{') {
-            return Line::Skip;
+/// Decodes batches of lines, keeping simd-json's buffers from one batch to
+/// the next.
+pub struct Decoder {
+    buffers: Buffers,
+    tape: Tape<'static>,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder {
+            buffers: Buffers::with_max_depth(64 * 1024, MAX_DEPTH),
+            tape: Tape::null(),
         }
-        trimmed
-    };
-    if has_surrogate_escape(line) {
-        return Line::Slow;
-    }
-    match serde_json::from_slice::<WireLine<'_>>(line) {
-        Ok(wire) => wire.classify(),
-        Err(_) => Line::Slow,
     }
 }
 
-/// Decodes lines in order up to and including the first slow one: the lines
-/// after it must wait until the Python path has read it, since it may
-/// change what they mean (a usage snapshot, a stream's message id).
-pub fn decode_until_slow<'a>(lines: &[&'a [u8]]) -> Vec<Line<'a>> {
-    let mut out = Vec::with_capacity(lines.len());
-    for line in lines {
-        let decoded = decode_line(line);
-        let slow = decoded == Line::Slow;
-        out.push(decoded);
-        if slow {
-            break;
-        }
+impl Decoder {
+    /// A new decoder.
+    pub fn new() -> Decoder {
+        Decoder::default()
     }
-    out
+
+    /// Decodes `lines` (without their `\n`; a trailing `\r` may remain) in
+    /// order, up to and including the first slow one: the lines after it
+    /// must wait until the Python path has read it, since it may change what
+    /// they mean (a usage snapshot, a stream's message id). The lines are
+    /// copied into `scratch`, where their strings are unescaped and
+    /// borrowed from.
+    pub fn decode_until_slow<'a>(
+        &mut self,
+        lines: &[&[u8]],
+        scratch: &'a mut Vec<u8>,
+    ) -> Vec<Line<'a>> {
+        // Each line gets a copy followed by simd-json's padding, so the
+        // pieces are disjoint and each line's strings can live on while the
+        // next is parsed.
+        let objects: Vec<Option<&[u8]>> = lines.iter().map(|line| object(line)).collect();
+        scratch.clear();
+        for line in objects.iter().flatten() {
+            scratch.extend_from_slice(line);
+            scratch.resize(scratch.len() + INPUT_PADDING, b' ');
+        }
+        let mut rest: &'a mut [u8] = scratch.as_mut_slice();
+        let mut tape: Tape<'a> = std::mem::replace(&mut self.tape, Tape::null()).reset();
+        let mut out = Vec::with_capacity(lines.len());
+        for line in objects {
+            let Some(line) = line else {
+                out.push(Line::Skip);
+                continue;
+            };
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(line.len() + INPUT_PADDING);
+            rest = tail;
+            let decoded = match simd_json::fill_tape_padded(
+                piece,
+                line.len(),
+                &mut self.buffers,
+                &mut tape,
+            ) {
+                Ok(()) => classify(&tape.0).unwrap_or(Line::Slow),
+                Err(_) => Line::Slow,
+            };
+            let slow = decoded == Line::Slow;
+            out.push(decoded);
+            if slow {
+                break;
+            }
+        }
+        self.tape = tape.reset();
+        out
+    }
 }
 
-/// Whether `line` may hold a `\uD800`-`\uDFFF` escape. An escaped backslash
-/// followed by `ud8..` text also answers yes, which only costs a slow line.
-fn has_surrogate_escape(line: &[u8]) -> bool {
-    memchr::memmem::find_iter(line, b"\\u").any(|at| {
-        matches!(line.get(at + 2), Some(b'd' | b'D'))
-            && matches!(
-                line.get(at + 3),
-                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
-            )
+/// The line to parse, or `None` when it is skipped: as the Python path,
+/// a line that does not start with `{` is stripped (`bytes.strip()`) and
+/// skipped unless it then does.
+fn object(line: &[u8]) -> Option<&[u8]> {
+    if line.first() == Some(&b'{') {
+        return Some(line);
+    }
+    let trimmed = line.trim_ascii();
+    (trimmed.first() == Some(&b'{')).then_some(trimmed)
+}
+
+// -- reading the tape ---------------------------------------------------------------------------
+
+/// A field of the wrong type, or a shape this module leaves to Python.
+struct Odd;
+
+type Read<T> = Result<T, Odd>;
+
+/// The nodes of one value: its first node and, for a container, the nodes
+/// inside it.
+fn span(nodes: &[Node<'_>]) -> usize {
+    match nodes.first() {
+        Some(Node::Object { count, .. } | Node::Array { count, .. }) => count + 1,
+        _ => 1,
+    }
+}
+
+/// The pairs of an object value, in order. `Err` if it is not an object.
+fn pairs<'t, 'a>(value: &'t [Node<'a>]) -> Read<Pairs<'t, 'a>> {
+    match value.first() {
+        Some(Node::Object { len, .. }) => Ok(Pairs {
+            rest: &value[1..],
+            left: *len,
+        }),
+        _ => Err(Odd),
+    }
+}
+
+struct Pairs<'t, 'a> {
+    rest: &'t [Node<'a>],
+    left: usize,
+}
+
+impl<'t, 'a> Iterator for Pairs<'t, 'a> {
+    type Item = (&'a str, &'t [Node<'a>]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let Some((Node::String(key), after)) = self.rest.split_first() else {
+            return None;
+        };
+        let (value, rest) = after.split_at(span(after));
+        self.rest = rest;
+        Some((*key, value))
+    }
+}
+
+/// The elements of an array value, in order. `Err` if it is not an array.
+fn elements<'t, 'a>(value: &'t [Node<'a>]) -> Read<Elements<'t, 'a>> {
+    match value.first() {
+        Some(Node::Array { len, .. }) => Ok(Elements {
+            rest: &value[1..],
+            left: *len,
+        }),
+        _ => Err(Odd),
+    }
+}
+
+struct Elements<'t, 'a> {
+    rest: &'t [Node<'a>],
+    left: usize,
+}
+
+impl<'t, 'a> Iterator for Elements<'t, 'a> {
+    type Item = &'t [Node<'a>];
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let (value, rest) = self.rest.split_at(span(self.rest));
+        self.rest = rest;
+        Some(value)
+    }
+}
+
+/// `str`.
+fn string<'a>(value: &[Node<'a>]) -> Read<&'a str> {
+    match value.first() {
+        Some(Node::String(s)) => Ok(s),
+        _ => Err(Odd),
+    }
+}
+
+/// `str | None`.
+fn opt_string<'a>(value: &[Node<'a>]) -> Read<Option<&'a str>> {
+    match value.first() {
+        Some(Node::String(s)) => Ok(Some(s)),
+        Some(Node::Static(StaticNode::Null)) => Ok(None),
+        _ => Err(Odd),
+    }
+}
+
+/// `int`, within 64 bits.
+fn int(value: &[Node<'_>]) -> Read<i64> {
+    match value.first() {
+        Some(Node::Static(StaticNode::I64(n))) => Ok(*n),
+        Some(Node::Static(StaticNode::U64(n))) => i64::try_from(*n).map_err(|_| Odd),
+        _ => Err(Odd),
+    }
+}
+
+/// `bool | None`.
+fn opt_bool(value: &[Node<'_>]) -> Read<Option<bool>> {
+    match value.first() {
+        Some(Node::Static(StaticNode::Bool(b))) => Ok(Some(*b)),
+        Some(Node::Static(StaticNode::Null)) => Ok(None),
+        _ => Err(Odd),
+    }
+}
+
+fn is_null(value: &[Node<'_>]) -> bool {
+    matches!(value.first(), Some(Node::Static(StaticNode::Null)))
+}
+
+/// Any JSON value but a float (whose rounding is msgspec's to decide).
+fn json<'a>(value: &[Node<'a>]) -> Read<Json<'a>> {
+    Ok(match value.first() {
+        Some(Node::String(s)) => Json::Str(s),
+        Some(Node::Static(StaticNode::Null)) => Json::Null,
+        Some(Node::Static(StaticNode::Bool(b))) => Json::Bool(*b),
+        Some(Node::Static(StaticNode::I64(n))) => Json::Int(*n),
+        Some(Node::Static(StaticNode::U64(n))) => Json::UInt(*n),
+        Some(Node::Array { .. }) => Json::Array(elements(value)?.map(json).collect::<Read<_>>()?),
+        Some(Node::Object { .. }) => Json::Object(
+            pairs(value)?
+                .map(|(k, v)| Ok((k, json(v)?)))
+                .collect::<Read<_>>()?,
+        ),
+        _ => return Err(Odd),
     })
 }
 
-// -- the wire: every field the Python Structs declare, typed as they are --------------------
-
-/// A JSON object read field by field; `field` reads the value of a key it
-/// knows and says whether it did (an unknown key's value is skipped).
-trait Object<'de>: Default {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error>;
-}
-
-struct ObjectVisitor<T>(PhantomData<T>);
-
-impl<'de, T: Object<'de>> Visitor<'de> for ObjectVisitor<T> {
-    type Value = T;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
-        let mut out = T::default();
-        // Keys with escapes fail here (a borrowed &str is required): slow.
-        while let Some(key) = map.next_key::<&'de str>()? {
-            if !out.field(key, &mut map)? {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// `Deserialize` from a JSON object only (never from an array, unlike a
-/// derived struct, which msgspec would refuse).
-macro_rules! from_object {
-    ($name:ident<'a>) => {
-        impl<'de> Deserialize<'de> for $name<'de> {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                d.deserialize_map(ObjectVisitor(PhantomData))
-            }
-        }
-    };
-    ($name:ident) => {
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                d.deserialize_map(ObjectVisitor(PhantomData))
-            }
-        }
-    };
-}
-
-/// A JSON string, borrowed from the line when it has no escapes.
-struct Str<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Str<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Str<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Str(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Str(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-fn opt_str<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Cow<'de, str>>, A::Error> {
-    Ok(map.next_value::<Option<Str<'de>>>()?.map(|s| s.0))
-}
-
-fn string<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Cow<'de, str>, A::Error> {
-    Ok(map.next_value::<Str<'de>>()?.0)
-}
+// -- from the tape to what makes events -----------------------------------------------------
 
 /// A line: the fields of `Assistant`, `User` and `StreamEvent` together, so
 /// one pass reads any of them (a field of another kind is checked too: a
 /// wrong one only makes the line slow).
-#[derive(Default)]
-struct WireLine<'a> {
-    kind: Option<Cow<'a, str>>,
-    /// msgspec refuses a second `type` key that differs from the first.
-    types: u32,
-    message: WireMessage<'a>,
-    event: Sse<'a>,
-    parent_tool_use_id: Option<Cow<'a, str>>,
-}
-from_object!(WireLine<'a>);
-
-impl<'de> Object<'de> for WireLine<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
+fn classify<'a>(nodes: &[Node<'a>]) -> Read<Line<'a>> {
+    let mut kind = None;
+    let mut types = 0;
+    let mut message = None;
+    let mut event = None;
+    let mut parent = None;
+    for (key, value) in pairs(nodes)? {
         match key {
             "type" => {
-                self.kind = opt_str(map)?;
-                self.types += 1;
+                kind = opt_string(value)?;
+                types += 1;
             }
-            "message" => self.message = map.next_value()?,
-            "event" => self.event = map.next_value()?,
-            "parent_tool_use_id" => self.parent_tool_use_id = opt_str(map)?,
+            "message" => {
+                pairs(value)?;
+                message = Some(value);
+            }
+            "event" => {
+                pairs(value)?;
+                event = Some(value);
+            }
+            "parent_tool_use_id" => parent = opt_string(value)?,
             // Read by the Python path of synthetic lines only, but typed.
-            "error" => _ = opt_str(map)?,
-            _ => return Ok(false),
+            "error" => _ = opt_string(value)?,
+            _ => {}
         }
-        Ok(true)
     }
+    // msgspec refuses a second `type` that differs from the first.
+    if types != 1 {
+        return Err(Odd);
+    }
+    let subagent = parent.is_some();
+    // Every declared field is checked, whichever kind the line is.
+    let message = message.map(Message::read).transpose()?.unwrap_or_default();
+    let event = event.map(Sse::read).transpose()?.unwrap_or_default();
+    Ok(match kind {
+        Some("assistant") => message.assistant(subagent)?,
+        Some("user") => message.user(subagent)?,
+        Some("stream_event") => Line::Stream(event.stream(subagent)),
+        _ => Line::Slow,
+    })
 }
 
 #[derive(Default)]
-struct WireMessage<'a> {
-    id: Option<Cow<'a, str>>,
-    model: Option<Cow<'a, str>>,
-    content: Content<'a>,
-    usage: Option<Usage>,
-}
-from_object!(WireMessage<'a>);
-
-impl<'de> Object<'de> for WireMessage<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "id" => self.id = opt_str(map)?,
-            "model" => self.model = opt_str(map)?,
-            "content" => self.content = map.next_value()?,
-            "usage" => self.usage = map.next_value()?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
+struct Message<'t, 'a> {
+    id: Option<&'a str>,
+    model: Option<&'a str>,
+    /// The blocks of a list content (`None`: a string content).
+    blocks: Option<Vec<Block<'t, 'a>>>,
+    usage: Option<Snapshot>,
 }
 
-/// `message.content`: a string or a list of blocks (`str | list[Block]`).
-#[derive(Default)]
-enum Content<'a> {
-    #[default]
-    Text,
-    Blocks(Vec<Block<'a>>),
-}
-
-impl<'de> Deserialize<'de> for Content<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Content<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or a list of blocks")
-            }
-            // The text of a string content makes no event on the fast path
-            // (a replayed prompt; a synthetic message's text is slow).
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Content::Text)
-            }
-            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
-                let mut blocks = Vec::new();
-                while let Some(block) = seq.next_element()? {
-                    blocks.push(block);
+impl<'t, 'a> Message<'t, 'a> {
+    fn read(value: &'t [Node<'a>]) -> Read<Self> {
+        let mut m = Message::default();
+        for (key, value) in pairs(value)? {
+            match key {
+                "id" => m.id = opt_string(value)?,
+                "model" => m.model = opt_string(value)?,
+                "content" => {
+                    m.blocks = match value.first() {
+                        // `str | list[Block]`: a string content makes no event on
+                        // the fast path (a replayed prompt; a synthetic
+                        // message's text is slow).
+                        Some(Node::String(_)) => None,
+                        _ => Some(elements(value)?.map(Block::read).collect::<Read<_>>()?),
+                    }
                 }
-                Ok(Content::Blocks(blocks))
+                "usage" => {
+                    m.usage = if is_null(value) {
+                        None
+                    } else {
+                        Some(usage(value)?)
+                    }
+                }
+                _ => {}
             }
         }
-        d.deserialize_any(V)
+        Ok(m)
+    }
+
+    fn assistant(self, subagent: bool) -> Read<Line<'a>> {
+        if self.model == Some(SYNTHETIC_MODEL) {
+            return Ok(Line::Slow);
+        }
+        let mut blocks = Vec::new();
+        for block in self.blocks.into_iter().flatten() {
+            match block.kind {
+                "text" => {
+                    if let Some(text) = block.text {
+                        blocks.push(AssistantBlock::Text(text));
+                    }
+                }
+                "tool_use" => blocks.push(AssistantBlock::ToolUse {
+                    id: block.id.unwrap_or_default(),
+                    name: block.name.unwrap_or_default(),
+                    input: block.input.map_or(Ok(Json::Null), json)?,
+                }),
+                "thinking" => {
+                    if let Some(text) = block.thinking.filter(|t| !t.is_empty()) {
+                        blocks.push(AssistantBlock::Thinking(text));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(Line::Assistant(Assistant {
+            message_id: self.id,
+            model: self.model,
+            subagent,
+            blocks,
+            usage: self.usage,
+        }))
+    }
+
+    fn user(self, subagent: bool) -> Read<Line<'a>> {
+        let mut results = Vec::new();
+        for block in self.blocks.into_iter().flatten() {
+            if block.kind != "tool_result" {
+                continue;
+            }
+            results.push(ToolResult {
+                tool_use_id: block.tool_use_id.unwrap_or_default(),
+                content: block.content.map_or(Ok(Cow::Borrowed("")), result_text)?,
+                is_error: block.is_error == Some(true),
+            });
+        }
+        Ok(Line::User(User { subagent, results }))
     }
 }
 
 #[derive(Default)]
-struct Block<'a> {
-    kind: Cow<'a, str>,
-    text: Option<Cow<'a, str>>,
-    thinking: Option<Cow<'a, str>>,
-    id: Option<Cow<'a, str>>,
-    name: Option<Cow<'a, str>>,
-    input: Option<&'a RawValue>,
-    tool_use_id: Option<Cow<'a, str>>,
-    content: ResultContent<'a>,
+struct Block<'t, 'a> {
+    kind: &'a str,
+    text: Option<&'a str>,
+    thinking: Option<&'a str>,
+    id: Option<&'a str>,
+    name: Option<&'a str>,
+    /// `input` and `content` are `Any`: read when an event needs them.
+    input: Option<&'t [Node<'a>]>,
+    tool_use_id: Option<&'a str>,
+    content: Option<&'t [Node<'a>]>,
     is_error: Option<bool>,
 }
-from_object!(Block<'a>);
 
-impl<'de> Object<'de> for Block<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "type" => self.kind = string(map)?,
-            "text" => self.text = opt_str(map)?,
-            "thinking" => self.thinking = opt_str(map)?,
-            "id" => self.id = opt_str(map)?,
-            "name" => self.name = opt_str(map)?,
-            "input" => self.input = map.next_value()?,
-            "tool_use_id" => self.tool_use_id = opt_str(map)?,
-            "content" => self.content = map.next_value()?,
-            "is_error" => self.is_error = map.next_value()?,
-            _ => return Ok(false),
+impl<'t, 'a> Block<'t, 'a> {
+    fn read(value: &'t [Node<'a>]) -> Read<Self> {
+        let mut b = Block::default();
+        for (key, value) in pairs(value)? {
+            match key {
+                "type" => b.kind = string(value)?,
+                "text" => b.text = opt_string(value)?,
+                "thinking" => b.thinking = opt_string(value)?,
+                "id" => b.id = opt_string(value)?,
+                "name" => b.name = opt_string(value)?,
+                "input" => b.input = Some(value),
+                "tool_use_id" => b.tool_use_id = opt_string(value)?,
+                "content" => b.content = Some(value),
+                "is_error" => b.is_error = opt_bool(value)?,
+                _ => {}
+            }
         }
-        Ok(true)
+        Ok(b)
     }
 }
 
-/// A block's `content` (any JSON), as the text of a tool result.
-#[derive(Default)]
-enum ResultContent<'a> {
-    /// Missing or null: `""`.
-    #[default]
-    Empty,
-    /// A string or a list of simple parts, joined.
-    Text(Cow<'a, str>),
-    /// Anything else: formatted by the Python path.
-    Other,
+/// A tool result's `content` (any JSON) as `result_text` renders it: a
+/// string as itself, null as `""`, a list of parts joined by newlines (a
+/// string part as itself, `{"type": "text", "text": s}` as `s`, missing
+/// text `""`; any other `{"type": t}` as `[t]`, missing type `[block]`).
+/// Anything else is `Err` (the Python path formats it).
+fn result_text<'a>(value: &[Node<'a>]) -> Read<Cow<'a, str>> {
+    match value.first() {
+        Some(Node::String(s)) => return Ok(Cow::Borrowed(s)),
+        Some(Node::Static(StaticNode::Null)) => return Ok(Cow::Borrowed("")),
+        _ => {}
+    }
+    let mut joined = String::new();
+    for (i, part) in elements(value)?.enumerate() {
+        if i > 0 {
+            joined.push('\n');
+        }
+        if let Some(Node::String(s)) = part.first() {
+            joined.push_str(s);
+            continue;
+        }
+        // Missing: None; present: its value (a repeated key keeps the last).
+        let mut kind = None;
+        let mut text = None;
+        for (key, value) in pairs(part)? {
+            match key {
+                "type" => kind = Some(value),
+                "text" => text = Some(value),
+                _ => {}
+            }
+        }
+        match kind.map(string).transpose()? {
+            Some("text") => joined.push_str(text.map_or(Ok(""), string)?),
+            Some(other) => {
+                joined.push('[');
+                joined.push_str(other);
+                joined.push(']');
+            }
+            None => joined.push_str("[block]"),
+        }
+    }
+    Ok(Cow::Owned(joined))
 }
 
-impl<'de> Deserialize<'de> for ResultContent<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ResultContent<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(ResultContent::Empty)
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(ResultContent::Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(ResultContent::Text(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(ResultContent::Text(Cow::Owned(v)))
-            }
-            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
-                let mut joined = String::new();
-                let mut simple = true;
-                let mut first = true;
-                while let Some(part) = seq.next_element::<Part<'de>>()? {
-                    match part {
-                        Part::Text(text) if simple => {
-                            if !first {
-                                joined.push('\n');
-                            }
-                            joined.push_str(&text);
-                            first = false;
-                        }
-                        Part::Typed(kind) if simple => {
-                            if !first {
-                                joined.push('\n');
-                            }
-                            joined.push('[');
-                            joined.push_str(&kind);
-                            joined.push(']');
-                            first = false;
-                        }
-                        _ => simple = false,
-                    }
-                }
-                Ok(if simple {
-                    ResultContent::Text(Cow::Owned(joined))
+/// `Usage`: four `int`s and `cache_creation: CacheCreation | None`.
+fn usage(value: &[Node<'_>]) -> Read<Snapshot> {
+    let mut s = Snapshot::default();
+    for (key, value) in pairs(value)? {
+        match key {
+            "input_tokens" => s.input = int(value)?,
+            "output_tokens" => s.output = int(value)?,
+            "cache_creation_input_tokens" => s.cache_creation = int(value)?,
+            "cache_read_input_tokens" => s.cache_read = int(value)?,
+            "cache_creation" => {
+                s.split = if is_null(value) {
+                    None
                 } else {
-                    ResultContent::Other
-                })
-            }
-            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
-                skip_map(map)?;
-                Ok(ResultContent::Other)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(ResultContent::Other)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(ResultContent::Other)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(ResultContent::Other)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(ResultContent::Other)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// One part of a list content, as `result_text` renders it: a string as
-/// itself, `{"type": "text", "text": s}` as `s` (missing text: `""`), any
-/// other `{"type": t}` as `[t]` (missing type: `[block]`); anything else
-/// (a non-string text or type, a number, null, a list) is `Other`.
-enum Part<'a> {
-    Text(Cow<'a, str>),
-    Typed(Cow<'a, str>),
-    Other,
-}
-
-impl<'de> Deserialize<'de> for Part<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Part<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Part::Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Part::Text(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Part::Text(Cow::Owned(v)))
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                // Missing: None; Some(None): present but not a string.
-                let mut kind: Option<Option<Cow<'de, str>>> = None;
-                let mut text: Option<Option<Cow<'de, str>>> = None;
-                while let Some(key) = map.next_key::<&'de str>()? {
-                    match key {
-                        "type" => kind = Some(map.next_value::<MaybeStr<'de>>()?.0),
-                        "text" => text = Some(map.next_value::<MaybeStr<'de>>()?.0),
-                        _ => _ = map.next_value::<IgnoredAny>()?,
+                    let (mut five_minutes, mut one_hour) = (0, 0);
+                    for (key, value) in pairs(value)? {
+                        match key {
+                            "ephemeral_5m_input_tokens" => five_minutes = int(value)?,
+                            "ephemeral_1h_input_tokens" => one_hour = int(value)?,
+                            _ => {}
+                        }
                     }
-                }
-                Ok(match (kind, text) {
-                    (Some(Some(k)), None) if k == "text" => Part::Text(Cow::Borrowed("")),
-                    (Some(Some(k)), Some(Some(t))) if k == "text" => Part::Text(t),
-                    (Some(Some(k)), Some(None)) if k == "text" => Part::Other,
-                    (Some(Some(k)), _) => Part::Typed(k),
-                    (None, _) => Part::Typed(Cow::Borrowed("block")),
-                    (Some(None), _) => Part::Other,
-                })
+                    Some((five_minutes, one_hour))
+                };
             }
-            fn visit_seq<S: SeqAccess<'de>>(self, seq: S) -> Result<Self::Value, S::Error> {
-                skip_seq(seq)?;
-                Ok(Part::Other)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(Part::Other)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Part::Other)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Part::Other)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Part::Other)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Part::Other)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Any JSON value: `Some` if it is a string.
-struct MaybeStr<'a>(Option<Cow<'a, str>>);
-
-impl<'de> Deserialize<'de> for MaybeStr<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MaybeStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(MaybeStr(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(MaybeStr(Some(Cow::Owned(v.to_owned()))))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(MaybeStr(Some(Cow::Owned(v))))
-            }
-            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
-                skip_map(map)?;
-                Ok(MaybeStr(None))
-            }
-            fn visit_seq<S: SeqAccess<'de>>(self, seq: S) -> Result<Self::Value, S::Error> {
-                skip_seq(seq)?;
-                Ok(MaybeStr(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(MaybeStr(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(MaybeStr(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(MaybeStr(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(MaybeStr(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(MaybeStr(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-fn skip_map<'de, M: MapAccess<'de>>(mut map: M) -> Result<(), M::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-fn skip_seq<'de, S: SeqAccess<'de>>(mut seq: S) -> Result<(), S::Error> {
-    while seq.next_element::<IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-#[derive(Default)]
-struct Usage {
-    input_tokens: i64,
-    output_tokens: i64,
-    cache_creation_input_tokens: i64,
-    cache_read_input_tokens: i64,
-    cache_creation: Option<CacheCreation>,
-}
-from_object!(Usage);
-
-impl<'de> Object<'de> for Usage {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "input_tokens" => self.input_tokens = map.next_value()?,
-            "output_tokens" => self.output_tokens = map.next_value()?,
-            "cache_creation_input_tokens" => self.cache_creation_input_tokens = map.next_value()?,
-            "cache_read_input_tokens" => self.cache_read_input_tokens = map.next_value()?,
-            "cache_creation" => self.cache_creation = map.next_value()?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-}
-
-impl Usage {
-    fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            input: self.input_tokens,
-            output: self.output_tokens,
-            cache_creation: self.cache_creation_input_tokens,
-            cache_read: self.cache_read_input_tokens,
-            split: self
-                .cache_creation
-                .as_ref()
-                .map(|c| (c.five_minutes, c.one_hour)),
+            _ => {}
         }
     }
-}
-
-#[derive(Default)]
-struct CacheCreation {
-    five_minutes: i64,
-    one_hour: i64,
-}
-from_object!(CacheCreation);
-
-impl<'de> Object<'de> for CacheCreation {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "ephemeral_5m_input_tokens" => self.five_minutes = map.next_value()?,
-            "ephemeral_1h_input_tokens" => self.one_hour = map.next_value()?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
+    Ok(s)
 }
 
 /// A stream event's `event`.
 #[derive(Default)]
 struct Sse<'a> {
-    kind: Cow<'a, str>,
-    delta: Option<Delta<'a>>,
+    kind: &'a str,
+    /// `delta`: (`type`, `text`).
+    delta: Option<(&'a str, Option<&'a str>)>,
+    /// `message`: its id, when the event has a message.
     message: Option<SseMessage<'a>>,
 }
-from_object!(Sse<'a>);
 
-impl<'de> Object<'de> for Sse<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "type" => self.kind = string(map)?,
-            "delta" => self.delta = map.next_value()?,
-            "message" => self.message = map.next_value()?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-}
-
-#[derive(Default)]
-struct Delta<'a> {
-    kind: Cow<'a, str>,
-    text: Option<Cow<'a, str>>,
-}
-from_object!(Delta<'a>);
-
-impl<'de> Object<'de> for Delta<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "type" => self.kind = string(map)?,
-            "text" => self.text = opt_str(map)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-}
-
-#[derive(Default)]
+/// A stream event's `message` (`SseMessage`).
 struct SseMessage<'a> {
-    id: Option<Cow<'a, str>>,
-}
-from_object!(SseMessage<'a>);
-
-impl<'de> Object<'de> for SseMessage<'de> {
-    fn field<A: MapAccess<'de>>(&mut self, key: &'de str, map: &mut A) -> Result<bool, A::Error> {
-        match key {
-            "id" => self.id = opt_str(map)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-}
-
-// -- from the wire to what makes events -------------------------------------------------------
-
-impl<'a> WireLine<'a> {
-    fn classify(self) -> Line<'a> {
-        let subagent = self.parent_tool_use_id.is_some();
-        if self.types != 1 {
-            return Line::Slow;
-        }
-        match self.kind.as_deref() {
-            Some("assistant") => self.message.assistant(subagent),
-            Some("user") => self.message.user(subagent),
-            Some("stream_event") => Line::Stream(self.event.stream(subagent)),
-            _ => Line::Slow,
-        }
-    }
-}
-
-impl<'a> WireMessage<'a> {
-    fn assistant(self, subagent: bool) -> Line<'a> {
-        if self.model.as_deref() == Some(SYNTHETIC_MODEL) {
-            return Line::Slow;
-        }
-        let mut blocks = Vec::new();
-        if let Content::Blocks(content) = self.content {
-            for block in content {
-                match &*block.kind {
-                    "text" => {
-                        if let Some(text) = block.text {
-                            blocks.push(AssistantBlock::Text(text));
-                        }
-                    }
-                    "tool_use" => blocks.push(AssistantBlock::ToolUse {
-                        id: block.id.unwrap_or_default(),
-                        name: block.name.unwrap_or_default(),
-                        input: block.input.map(RawValue::get),
-                    }),
-                    "thinking" => {
-                        if let Some(text) = block.thinking.filter(|t| !t.is_empty()) {
-                            blocks.push(AssistantBlock::Thinking(text));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Line::Assistant(Assistant {
-            message_id: self.id,
-            model: self.model,
-            subagent,
-            blocks,
-            usage: self.usage.as_ref().map(Usage::snapshot),
-        })
-    }
-
-    fn user(self, subagent: bool) -> Line<'a> {
-        let mut results = Vec::new();
-        if let Content::Blocks(content) = self.content {
-            for block in content {
-                if block.kind != "tool_result" {
-                    continue;
-                }
-                let content = match block.content {
-                    ResultContent::Empty => Cow::Borrowed(""),
-                    ResultContent::Text(text) => text,
-                    ResultContent::Other => return Line::Slow,
-                };
-                results.push(ToolResult {
-                    tool_use_id: block.tool_use_id.unwrap_or_default(),
-                    content,
-                    is_error: block.is_error == Some(true),
-                });
-            }
-        }
-        Line::User(User { subagent, results })
-    }
+    id: Option<&'a str>,
 }
 
 impl<'a> Sse<'a> {
-    fn stream(self, subagent: bool) -> Stream<'a> {
-        match &*self.kind {
-            "content_block_delta" => match self.delta {
-                Some(Delta {
-                    kind,
-                    text: Some(text),
-                }) if kind == "text_delta" && !text.is_empty() => {
-                    Stream::TextDelta { text, subagent }
+    fn read(value: &[Node<'a>]) -> Read<Self> {
+        let mut e = Sse::default();
+        for (key, value) in pairs(value)? {
+            match key {
+                "type" => e.kind = string(value)?,
+                "delta" => {
+                    e.delta = if is_null(value) {
+                        None
+                    } else {
+                        let (mut kind, mut text) = ("", None);
+                        for (key, value) in pairs(value)? {
+                            match key {
+                                "type" => kind = string(value)?,
+                                "text" => text = opt_string(value)?,
+                                _ => {}
+                            }
+                        }
+                        Some((kind, text))
+                    };
                 }
-                _ => Stream::Other,
-            },
-            "message_start" => match self.message {
-                Some(message) => Stream::MessageStart { id: message.id },
-                None => Stream::Other,
-            },
+                "message" => {
+                    e.message = if is_null(value) {
+                        None
+                    } else {
+                        let mut id = None;
+                        for (key, value) in pairs(value)? {
+                            if key == "id" {
+                                id = opt_string(value)?;
+                            }
+                        }
+                        Some(SseMessage { id })
+                    };
+                }
+                _ => {}
+            }
+        }
+        Ok(e)
+    }
+
+    fn stream(self, subagent: bool) -> Stream<'a> {
+        match (self.kind, self.delta, self.message) {
+            ("content_block_delta", Some(("text_delta", Some(text))), _) if !text.is_empty() => {
+                Stream::TextDelta { text, subagent }
+            }
+            ("message_start", _, Some(SseMessage { id })) => Stream::MessageStart { id },
             _ => Stream::Other,
         }
     }
@@ -809,30 +686,23 @@ impl<'a> Sse<'a> {
 mod tests {
     use super::*;
 
-    fn user_results(line: &str) -> Vec<(String, String, bool)> {
-        match decode_line(line.as_bytes()) {
-            Line::User(u) => u
-                .results
-                .into_iter()
-                .map(|r| {
-                    (
-                        r.tool_use_id.into_owned(),
-                        r.content.into_owned(),
-                        r.is_error,
-                    )
-                })
-                .collect(),
-            other => panic!("not a user line: {other:?}"),
-        }
+    fn decode(line: &[u8]) -> String {
+        let mut scratch = Vec::new();
+        let parsed = Decoder::new().decode_until_slow(&[line], &mut scratch);
+        format!("{:?}", parsed[0])
+    }
+
+    fn slow(line: &[u8]) -> bool {
+        decode(line) == "Slow"
     }
 
     #[test]
     fn blank_and_text_lines_are_skipped_and_whitespace_stripped() {
-        assert_eq!(decode_line(b""), Line::Skip);
-        assert_eq!(decode_line(b"[SandboxDebug] x"), Line::Skip);
-        assert_eq!(decode_line(b"  \x0b"), Line::Skip);
+        assert_eq!(decode(b""), "Skip");
+        assert_eq!(decode(b"[SandboxDebug] x"), "Skip");
+        assert_eq!(decode(b"  \x0b"), "Skip");
         let padded = br#"  {"type":"stream_event","event":{"type":"ping"}}  "#;
-        assert_eq!(decode_line(padded), Line::Stream(Stream::Other));
+        assert_eq!(decode(padded), "Stream(Other)");
     }
 
     #[test]
@@ -842,33 +712,45 @@ mod tests {
             {"type":"thinking","thinking":"plan"},
             {"type":"text","text":"caf\u00e9 \"q\""},
             {"type":"text"},
-            {"type":"tool_use","id":"t1","name":"Read","input":{"file_path":"/a"}},
+            {"type":"tool_use","id":"t1","name":"Read","input":{"file_path":"/a","n":[1,-2,true,null]}},
             {"type":"tool_use","input":null},
             {"type":"image","text":"ignored"}],
             "usage":{"input_tokens":3,"output_tokens":2,"cache_creation":{"ephemeral_1h_input_tokens":4},"service_tier":"x"}},
             "parent_tool_use_id":"toolu_p","session_id":"s","tool_use_result":{"x":[1,2.5,null]}}"#;
-        let Line::Assistant(a) = decode_line(line.as_bytes()) else {
-            panic!()
+        let mut scratch = Vec::new();
+        let lines = Decoder::new().decode_until_slow(&[line.as_bytes()], &mut scratch);
+        let [Line::Assistant(a)] = &lines[..] else {
+            panic!("{lines:?}")
         };
-        assert_eq!(a.message_id.as_deref(), Some("msg_1"));
+        assert_eq!(a.message_id, Some("msg_1"));
         assert!(a.subagent);
-        assert_eq!(a.blocks.len(), 4);
-        assert_eq!(a.blocks[0], AssistantBlock::Thinking("plan".into()));
-        assert_eq!(a.blocks[1], AssistantBlock::Text("café \"q\"".into()));
-        let AssistantBlock::ToolUse { id, name, input } = &a.blocks[2] else {
-            panic!()
-        };
         assert_eq!(
-            (&**id, &**name, *input),
-            ("t1", "Read", Some(r#"{"file_path":"/a"}"#))
-        );
-        assert_eq!(
-            a.blocks[3],
-            AssistantBlock::ToolUse {
-                id: "".into(),
-                name: "".into(),
-                input: None
-            }
+            a.blocks,
+            vec![
+                AssistantBlock::Thinking("plan"),
+                AssistantBlock::Text("café \"q\""),
+                AssistantBlock::ToolUse {
+                    id: "t1",
+                    name: "Read",
+                    input: Json::Object(vec![
+                        ("file_path", Json::Str("/a")),
+                        (
+                            "n",
+                            Json::Array(vec![
+                                Json::UInt(1),
+                                Json::Int(-2),
+                                Json::Bool(true),
+                                Json::Null
+                            ])
+                        ),
+                    ]),
+                },
+                AssistantBlock::ToolUse {
+                    id: "",
+                    name: "",
+                    input: Json::Null
+                },
+            ]
         );
         let usage = a.usage.unwrap();
         assert_eq!(
@@ -884,12 +766,22 @@ mod tests {
             {"type":"tool_result","content":[{"type":"text","text":"x"},"raw",{"type":"image"},{"text":"no type"},{"type":"text"}]},
             {"type":"tool_result","content":null,"is_error":null},
             {"type":"text","text":"not a result"}]}}"#;
+        let mut scratch = Vec::new();
+        let lines = Decoder::new().decode_until_slow(&[line.as_bytes()], &mut scratch);
+        let [Line::User(u)] = &lines[..] else {
+            panic!("{lines:?}")
+        };
+        let got: Vec<(&str, &str, bool)> = u
+            .results
+            .iter()
+            .map(|r| (r.tool_use_id, &*r.content, r.is_error))
+            .collect();
         assert_eq!(
-            user_results(line),
+            got,
             vec![
-                ("a".into(), "one\nstring".into(), true),
-                (String::new(), "x\nraw\n[image]\n[block]\n".into(), false),
-                (String::new(), String::new(), false),
+                ("a", "one\nstring", true),
+                ("", "x\nraw\n[image]\n[block]\n", false),
+                ("", "", false),
             ]
         );
         for content in [
@@ -904,31 +796,23 @@ mod tests {
             let line = format!(
                 r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","content":{content}}}]}}}}"#
             );
-            assert_eq!(decode_line(line.as_bytes()), Line::Slow, "{content}");
+            assert!(slow(line.as_bytes()), "{content}");
         }
     }
 
     #[test]
     fn stream_events_give_text_deltas_and_message_starts() {
-        let delta = r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"hi"}}}"#;
+        let delta = br#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"hi"}}}"#;
         assert_eq!(
-            decode_line(delta.as_bytes()),
-            Line::Stream(Stream::TextDelta {
-                text: "hi".into(),
-                subagent: false
-            })
+            decode(delta),
+            r#"Stream(TextDelta { text: "hi", subagent: false })"#
         );
-        let empty = r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":""}}}"#;
-        assert_eq!(decode_line(empty.as_bytes()), Line::Stream(Stream::Other));
-        let start = r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"m1","usage":{}}}}"#;
-        assert_eq!(
-            decode_line(start.as_bytes()),
-            Line::Stream(Stream::MessageStart {
-                id: Some("m1".into())
-            })
-        );
-        let bare = r#"{"type":"stream_event","event":{"type":"message_start","message":null}}"#;
-        assert_eq!(decode_line(bare.as_bytes()), Line::Stream(Stream::Other));
+        let empty = br#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":""}}}"#;
+        assert_eq!(decode(empty), "Stream(Other)");
+        let start = br#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"m1","usage":{}}}}"#;
+        assert_eq!(decode(start), r#"Stream(MessageStart { id: Some("m1") })"#);
+        let bare = br#"{"type":"stream_event","event":{"type":"message_start","message":null}}"#;
+        assert_eq!(decode(bare), "Stream(Other)");
     }
 
     #[test]
@@ -939,6 +823,7 @@ mod tests {
             r#"{"type":"brand_new"}"#,
             r#"{"message":{}}"#,
             r#"{"type":5}"#,
+            r#"{"type":"user","type":"user"}"#,
             r#"{"type":"assistant","message":{"model":"<synthetic>","content":"API Error"}}"#,
             r#"{"type":"assistant","message":null}"#,
             r#"{"type":"assistant","message":["id","model"]}"#,
@@ -948,39 +833,50 @@ mod tests {
             r#"{"type":"assistant","message":{"usage":{"input_tokens":9223372036854775808}}}"#,
             r#"{"type":"assistant","message":{"usage":{"cache_creation":{"ephemeral_5m_input_tokens":"1"}}}}"#,
             r#"{"type":"assistant","message":{"content":[{"type":"text","is_error":"no"}]}}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","input":{"t":0.5}}]}}"#,
             r#"{"type":"assistant","error":5}"#,
-            r#"{"typ\u0065":"user"}"#,
+            r#"{"type":"stream_event","event":[]}"#,
             r#"{"type":"user","x":"\ud800"}"#,
             r#"{"type":"user","x":"\uDE00"}"#,
             r#"{"type":"user","x":"\x"}"#,
+            r#"{"type":"user","x":1e400}"#,
             "{\"type\":\"user\",\"x\":\"\x01\"}",
             r#"{"type":"user"} x"#,
             r#"{"type":"user""#,
         ] {
-            assert_eq!(decode_line(line.as_bytes()), Line::Slow, "{line}");
+            assert!(slow(line.as_bytes()), "{line}");
         }
-        assert_eq!(
-            decode_line(b"{\"type\":\"user\",\"message\":{\"content\":\"caf\xe9\"}}"),
-            Line::Slow
+        assert!(slow(b"{\"type\":\"user\",\"x\":\"caf\xe9\"}"));
+        let deep = format!(
+            r#"{{"type":"user","x":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
         );
+        assert!(slow(deep.as_bytes()));
     }
 
     #[test]
-    fn a_repeated_key_keeps_its_last_value_as_msgspec_does() {
-        assert_eq!(decode_line(br#"{"type":"user","type":"user"}"#), Line::Slow);
-        let line = r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a","text":"b"}}}"#;
+    fn a_repeated_key_keeps_its_last_value_and_keys_are_unescaped_as_msgspec_does() {
+        let line = br#"{"typ\u0065":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a","text":"b"}}}"#;
         assert_eq!(
-            decode_line(line.as_bytes()),
-            Line::Stream(Stream::TextDelta {
-                text: "b".into(),
-                subagent: false
-            })
+            decode(line),
+            r#"Stream(TextDelta { text: "b", subagent: false })"#
         );
     }
 
     #[test]
     fn decoding_stops_after_the_first_slow_line() {
-        let lines: Vec<&[u8]> = vec![b"", br#"{"type":"system"}"#, br#"{"type":"user"}"#];
-        assert_eq!(decode_until_slow(&lines), vec![Line::Skip, Line::Slow]);
+        let lines: Vec<&[u8]> = vec![
+            b"",
+            br#"{"type":"stream_event","event":{}}"#,
+            br#"{"type":"system"}"#,
+            br#"{"type":"user"}"#,
+        ];
+        let mut scratch = Vec::new();
+        let decoded = Decoder::new().decode_until_slow(&lines, &mut scratch);
+        assert_eq!(
+            decoded,
+            vec![Line::Skip, Line::Stream(Stream::Other), Line::Slow]
+        );
     }
 }
