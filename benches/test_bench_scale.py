@@ -69,23 +69,37 @@ class _EditingHarness:
 
     async def start(self, spec: SessionSpec) -> _ReplaySession:
         self._count += 1
-        (spec.cwd / "src").mkdir(exist_ok=True)
-        (spec.cwd / "src" / "work.py").write_text(f"step = {self._count}\n" * 20)
+        # The agent's edit, made as cheaply as an edit can be (the same number
+        # of bytes rewritten in place): it is the agent's work, not Weft's, and
+        # truncating a file makes ext4 flush it at close (auto_da_alloc).
+        work = spec.cwd / "src" / "work.py"
+        body = f"step = {self._count:08d}\n".encode() * 20
+        try:
+            fd = os.open(work, os.O_WRONLY)
+        except FileNotFoundError:
+            work.parent.mkdir(exist_ok=True)
+            fd = os.open(work, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, body, 0)
+        finally:
+            os.close(fd)
         return _ReplaySession(self._lines)
 
 
 class _Ends:
-    """Wall clock and RSS at each codon's end (its ``state.snapshot``)."""
+    """Wall clock (and, with ``rss``, the RSS) at each codon's end (its ``state.snapshot``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, rss: bool = True) -> None:
         self.times: list[float] = []
         self.rss: list[int] = []
         self.seqs: list[int] = []
+        self._read_rss = rss
 
     def __call__(self, item: Processed) -> None:
         if item.stream is not None and item.stream.type == "state.snapshot":
             self.times.append(time.perf_counter())
-            self.rss.append(_rss())
+            if self._read_rss:
+                self.rss.append(_rss())
             self.seqs.append(item.seq)
 
 

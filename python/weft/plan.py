@@ -108,6 +108,31 @@ def _omit_unset(value: Any, built: Any) -> Any:
     return built
 
 
+_CONFIGS: dict[int, tuple[Codon, dict[str, Any]]] = {}
+_CONFIGS_MAX = 4096
+
+
+def _config_of(codon: Codon) -> dict[str, Any]:
+    """``codon`` as the state document holds it, built once per config object.
+
+    A loop's iterations plan the same config again and again; one shared
+    document each keeps a long run's memory flat (the progress fold keeps
+    each entry's) and spares re-encoding it at every iteration.
+    """
+    hit = _CONFIGS.get(id(codon))
+    if hit is not None and hit[0] is codon:
+        return hit[1]
+    config: dict[str, Any] = _to_json(codon)
+    if config.get("env"):
+        # Journaled and sent to clients: the names are kept, never the values.
+        config["env"] = dict.fromkeys(config["env"], REDACTED)
+    if len(_CONFIGS) >= _CONFIGS_MAX:
+        _CONFIGS.clear()
+    # The config itself is kept with its document, so its id cannot be reused.
+    _CONFIGS[id(codon)] = (codon, config)
+    return config
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedCodon:
     """One entry of the plan: a runtime codon id, its resolved config, its loop position.
@@ -121,19 +146,24 @@ class PlannedCodon:
     loop_context: LoopContext | None = None
 
     def to_state(self) -> dict[str, Any]:
-        """The entry as it appears in the state document's ``executionPlan``."""
-        codon = _to_json(self.codon)
-        if codon.get("env"):
-            # Journaled and sent to clients: the names are kept, never the values.
-            codon["env"] = dict.fromkeys(codon["env"], REDACTED)
+        """The entry as it appears in the state document's ``executionPlan``
+        (a document of its own: the caller may change it)."""
+        own: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(_config_of(self.codon)))
+        return self._document(own)
+
+    def _document(self, codon: dict[str, Any]) -> dict[str, Any]:
         entry: dict[str, Any] = {"codonId": self.codon_id, "codon": codon}
         if self.loop_context is not None:
             entry["loopContext"] = msgspec.to_builtins(self.loop_context)
         return entry
 
     def to_entry(self) -> PlanEntry:
-        """The entry as a transition Struct (for ``RunStarted`` and ``PlanExtended``)."""
-        state = self.to_state()
+        """The entry as a transition Struct (for ``RunStarted`` and ``PlanExtended``).
+
+        Its ``codon`` is shared by every entry of the same config (a loop's
+        iterations; the progress fold keeps it): read it, never change it.
+        """
+        state = self._document(_config_of(self.codon))
         return PlanEntry(
             codon=state["codon"], codon_id=self.codon_id, loop_context=state.get("loopContext")
         )

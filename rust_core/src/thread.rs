@@ -512,7 +512,7 @@ mod tests {
             execution_plan: plan
                 .iter()
                 .map(|id| PlanEntry {
-                    codon: serde_json::json!({}),
+                    codon: std::sync::Arc::new(serde_json::json!({})),
                     codon_id: (*id).to_owned(),
                     loop_context: None,
                 })

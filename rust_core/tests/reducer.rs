@@ -3536,6 +3536,52 @@ fn plan_extended_inserts_the_entries_right_after_the_anchor() {
 }
 
 #[test]
+fn a_loops_iterations_share_one_codon_config() {
+    let mut s = with_loop_plan();
+    for i in 1..4 {
+        ok(
+            &mut s,
+            &plan_extended(
+                "r1",
+                &format!("step#{}", i - 1),
+                json!([loop_entry("step", i)]),
+            ),
+        );
+    }
+    let step = |i: usize| &s.execution_plan[1 + i].codon;
+    for i in 1..4 {
+        assert!(
+            std::sync::Arc::ptr_eq(step(0), step(i)),
+            "step#{i} has its own copy"
+        );
+    }
+    // Different codons keep their own configs.
+    assert!(!std::sync::Arc::ptr_eq(&s.execution_plan[0].codon, step(0)));
+    // A reloaded state shares them again (reindex runs after a load).
+    let text = serde_json::to_string(&s).unwrap();
+    let mut reloaded: State = serde_json::from_str(&text).unwrap();
+    reloaded.reindex();
+    assert!(std::sync::Arc::ptr_eq(
+        &reloaded.execution_plan[1].codon,
+        &reloaded.execution_plan[4].codon
+    ));
+    assert_eq!(serde_json::to_string(&reloaded).unwrap(), text);
+}
+
+#[test]
+fn equal_ids_with_different_configs_are_not_shared() {
+    let mut s = with_loop_plan();
+    let mut changed = loop_entry("step", 1);
+    changed["codon"]["model"] = json!("other");
+    ok(&mut s, &plan_extended("r1", "step#0", json!([changed])));
+    assert!(!std::sync::Arc::ptr_eq(
+        &s.execution_plan[1].codon,
+        &s.execution_plan[2].codon
+    ));
+    assert_eq!(s.execution_plan[2].codon["model"], json!("other"));
+}
+
+#[test]
 fn plan_extended_survives_a_save_and_reload() {
     let mut s = with_loop_plan();
     ok(

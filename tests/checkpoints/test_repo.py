@@ -278,6 +278,7 @@ def test_maintenance_merges_packs_and_work_goes_on(repo: CheckpointRepo, workspa
     for i in range(6):
         write(workspace, f"notes/{i}.md", str(i))
         shas.append(snap(repo, ["notes/**"], codon=f"c{i}"))
+        repo.sync()  # one pack per checkpoint, as the log would write for large ones
     pack_dir = repo.git_dir / "objects/pack"
     before = len(list(pack_dir.glob("*.idx")))
     assert repo.maintain(over=10) == 0

@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.checkpoints.helpers import covered_state, file_state, snap, tree_state, write
 
 import weft.checkpoints.scan as scan_module
@@ -151,3 +153,68 @@ def test_unreadable_files_fail_the_checkpoint_with_a_hint(
     path.chmod(0)
     with pytest.raises(CheckpointError, match=r"cannot read secret.txt .*'!secret.txt'"):
         snap(repo, ["*.txt"])
+
+
+_PATHS = ("a/x.txt", "a/y.txt", "a/sub/w.txt", "b/z.txt", "top.txt")
+_BODIES = (b"", b"one", b"two", b"one\n" * 50)
+_EDIT = st.tuples(
+    st.sampled_from(("write", "touch", "chmod", "delete", "link", "dir")),
+    st.sampled_from(_PATHS),
+    st.sampled_from(_BODIES),
+)
+
+
+def _edit(workspace: Path, op: str, rel: str, body: bytes) -> None:
+    path = workspace / rel
+    if op != "write" and not path.exists() and not path.is_symlink():
+        return
+    if op in ("write", "link", "dir") and path.parent.exists() and not path.parent.is_dir():
+        path.parent.unlink()  # a file stands where the folder should be
+    if op in ("write", "link", "dir") and (path.is_dir() and not path.is_symlink()):
+        shutil.rmtree(path)
+    elif op in ("link", "dir") and (path.exists() or path.is_symlink()):
+        path.unlink()
+    if op == "write":
+        if path.is_symlink():
+            path.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+    elif op == "touch":
+        os.utime(path, follow_symlinks=False)
+    elif op == "chmod" and path.is_file() and not path.is_symlink():
+        path.chmod(path.stat().st_mode ^ 0o111)
+    elif op == "delete":
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    elif op == "link":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(body.decode() or "nowhere")
+    elif op == "dir":
+        path.mkdir(parents=True)
+        (path / "inner.txt").write_bytes(body)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.lists(_EDIT, min_size=1, max_size=3), min_size=1, max_size=6))
+def test_any_edits_are_checkpointed_exactly_with_and_without_hints(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[list[tuple[str, str, bytes]]]
+) -> None:
+    """Edits of every kind (same bytes again, a touch, a mode, links, a file
+    becoming a folder): each checkpoint holds exactly the covered files, whether
+    the watcher's hints are used or every file is compared."""
+    patterns = ["a/**", "top.txt"]
+    for watch in (True, False):
+        base = tmp_path_factory.mktemp("edits")
+        workspace = base / "agentRoot"
+        workspace.mkdir()
+        repo = CheckpointRepo.open_or_create(base / "git", workspace, watch=watch)
+        try:
+            for step in steps:
+                for op, rel, body in step:
+                    _edit(workspace, op, rel, body)
+                sha = snap(repo, patterns)
+                assert tree_state(repo, sha) == covered_state(workspace, patterns), (watch, step)
+        finally:
+            repo.close()

@@ -170,6 +170,14 @@ async def test_three_codons_fresh_then_continue_previous_then_fresh(tmp_path: Pa
     started = [d["codonId"] for d in seen.of("CodonStarted")]
     assert started == ["a", "b", "c"]
     assert seen.types()[-3:] == ["RunCompleted", "state.snapshot", "server.idle"]
+    # The files an agent wrote are reported before its codon goes on.
+    for name, file in (("a", "notes.md"), ("b", "more.md"), ("c", "review.md")):
+        updated = [
+            i for i, (_, kind, data, _) in enumerate(seen.items)
+            if kind == "file.updated" and data.get("path") == file
+        ]  # fmt: skip
+        assert updated, f"no file.updated for {file}"
+        assert updated[0] < seen.position("CodonTransitioned", name, to="completed"), name
 
 
 async def test_checkpoints_hold_exactly_the_covered_files_deletions_included(

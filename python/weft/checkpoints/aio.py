@@ -5,8 +5,8 @@ keeps git work off the event loop, serialises mutations (a restore submitted
 before a snapshot finishes before the snapshot starts), and keeps each libgit2
 handle on a single thread. While the repository is open, a background task
 drains the change watcher's kernel queue once a second (so that a busy agent
-does not overflow it between checkpoints) and merges the small per-checkpoint
-packs when enough have accumulated.
+does not overflow it between checkpoints), moves the checkpoint log into git
+and merges the small packs when enough have accumulated.
 """
 
 from __future__ import annotations
@@ -49,14 +49,18 @@ class AsyncCheckpointRepo:
         *,
         watch: bool = True,
         drain_every: float | None = DRAIN_EVERY,
+        writer: bool = True,
     ) -> AsyncCheckpointRepo:
-        """Opens (creating or repairing) the repository on the worker thread."""
+        """Opens (creating or repairing) the repository on the worker thread
+        (``writer``: see :meth:`CheckpointRepo.open_or_create`)."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-checkpoints")
         loop = asyncio.get_running_loop()
         try:
             repo = await loop.run_in_executor(
                 executor,
-                functools.partial(CheckpointRepo.open_or_create, git_dir, workspace, watch=watch),
+                functools.partial(
+                    CheckpointRepo.open_or_create, git_dir, workspace, watch=watch, writer=writer
+                ),
             )
         except BaseException:
             executor.shutdown(wait=False)

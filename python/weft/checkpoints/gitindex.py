@@ -31,6 +31,7 @@ _BASE_FLAGS = int(
 _RECURSE_FLAGS = _BASE_FLAGS | int(DiffOption.RECURSE_UNTRACKED_DIRS)
 _GIT_ENOTFOUND = -3
 _MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
+_MODE_BYTES = {v: k for k, v in _MODE_INT.items()}
 _ZERO_STAT = os.stat_result((0,) * 10)
 
 
@@ -74,6 +75,14 @@ class StatIndex:
         for i in range(C.git_index_entrycount(index)):
             out.append(os.fsdecode(ffi.string(C.git_index_get_byindex(index, i).path)))
         return out
+
+    def entry(self, path: str) -> Entry | None:
+        """The checkpoint's entry for ``path`` (a file or a link), or None."""
+        found = C.git_index_get_bypath(self.index._index, os.fsencode(path), 0)
+        if found == ffi.NULL:
+            return None
+        mode = _MODE_BYTES.get(found.mode)
+        return None if mode is None else (mode, bytes(ffi.buffer(found.id.id, 20)))
 
     def add(self, path: str, value: Entry, st: os.stat_result) -> None:
         """Records ``path`` as ``value`` with the stat data it had when it was read."""

@@ -8,6 +8,14 @@ can vouch for them; otherwise every covered path), hashes just those, builds
 the few trees on their paths in memory, writes the new objects as one pack and
 commits with an explicit parent. Unchanged files are never read.
 
+The repository that owns the run (``writer``: it holds the runtime lock)
+appends each checkpoint's objects and branch move to the checkpoint log
+(:mod:`weft.checkpoints.pending`) and moves them into git every
+:data:`FLUSH_EVERY` checkpoints, before any other operation, and when it
+closes: one write per checkpoint instead of three file creations. Opening
+replays what a crash left in the log. A read-only opener (beside a live run)
+writes straight into git and sees the log's branch tips.
+
 All public methods are serialised by one lock; blocking callers in async code
 should use :class:`weft.checkpoints.aio.AsyncCheckpointRepo`.
 
@@ -59,6 +67,7 @@ from weft.checkpoints.packs import (
     write_pack,
 )
 from weft.checkpoints.patterns import PatternSet, is_excluded
+from weft.checkpoints.pending import LOG_NAME, CheckpointLog, Obj, read_log
 from weft.checkpoints.scan import Scan, WorkspaceScanner
 from weft.checkpoints.storage import (
     MAIN_BRANCH,
@@ -79,6 +88,14 @@ from weft.clock import utc_now_iso
 #: The index is written back after this many snapshots, or sooner after many changes.
 INDEX_WRITE_EVERY = 16
 INDEX_WRITE_CHANGES = 512
+#: The checkpoint log is moved into git after this many checkpoints, or sooner
+#: once its objects hold :data:`FLUSH_BYTES`; the index is written at the same
+#: moments (HEAD may only name a commit git has).
+FLUSH_EVERY = INDEX_WRITE_EVERY
+FLUSH_BYTES = 4 << 20
+#: A checkpoint whose new objects are larger than this goes to git at once, as
+#: a pack of its own, and only its branch move is logged.
+LOG_OBJECTS_MAX = 1 << 20
 
 _HEX = re.compile(r"[0-9a-f]{4,40}")
 _FULL_HEX = re.compile(r"[0-9a-f]{40}")
@@ -88,6 +105,7 @@ _FULL_HEX = re.compile(r"[0-9a-f]{40}")
 _Paths = list[str]
 _Checkpoints = list[Checkpoint]
 _Found = list[tuple[int, int, Checkpoint]]
+_Objects = list[Obj]
 
 
 def run_branch(run_id: str) -> str:
@@ -125,6 +143,7 @@ class CheckpointRepo:
         repairs: list[str],
         created: bool,
         watch: bool,
+        writer: bool = True,
     ) -> None:
         self.git_dir = git_dir
         self.workspace = workspace
@@ -138,7 +157,13 @@ class CheckpointRepo:
         self._root = os.fsdecode(workspace)
         self._pack_dir = git_dir / "objects" / "pack"
         self._lock = threading.RLock()
-        self._editor = TreeEditor(repo)
+        self._log: CheckpointLog | None = None
+        self._overlay: dict[str, str] = {}
+        """A read-only opener's view of the branch moves still in the log."""
+        self._disk_tips: dict[str, str | None] = {}
+        """Branch tips read from git (the writer's cache: no one else moves them)."""
+        pending = self._replay(writer)
+        self._editor = TreeEditor(repo, pending)
         self._patterns: dict[tuple[str, ...], PatternSet] = {}
         self._synced: PatternSet | None = None
         self._snapshots_unsaved = 0
@@ -174,15 +199,59 @@ class CheckpointRepo:
 
     # ----------------------------------------------------------------- opening
 
+    def _replay(self, writer: bool) -> dict[bytes, tuple[int, bytes]]:
+        """Puts what the checkpoint log holds into git (its objects; a writer
+        also moves the branches and empties the log); returns the writer's log
+        objects not yet in git (always empty here: kept for the tree editor)."""
+        path = self.git_dir / LOG_NAME
+        replayed = read_log(path)
+        if replayed.torn:
+            self.repairs.append(
+                f"ignored {replayed.torn} bytes of a checkpoint cut short in {path}"
+                if writer
+                else f"{path} ends in a record being written ({replayed.torn} bytes)"
+            )
+        try:
+            if replayed.objects:
+                write_pack(
+                    self._pack_dir, [(k, sha, body) for sha, (k, body) in replayed.objects.items()]
+                )
+            if not writer:
+                self._overlay = dict(replayed.tips)
+                return {}
+            for refname, sha in replayed.tips.items():
+                self._repo.references.create(refname, pygit2.Oid(hex=sha), force=True)
+            if replayed.records:
+                self.repairs.append(
+                    f"moved {replayed.records} checkpoint(s) from the checkpoint log into git"
+                )
+            replayed.objects.clear()
+            replayed.tips.clear()
+            replayed.end = 0
+            self._log = CheckpointLog(path, replayed)
+        except (OSError, pygit2.GitError) as exc:
+            raise CheckpointStorageError(
+                f"could not replay the checkpoint log {path}: {exc}. Check free disk space "
+                "and the folder's permissions; the log is kept for the next try."
+            ) from exc
+        return self._log.objects
+
     @classmethod
     def open_or_create(
-        cls, git_dir: Path | str, workspace: Path | str, *, watch: bool = True
+        cls,
+        git_dir: Path | str,
+        workspace: Path | str,
+        *,
+        watch: bool = True,
+        writer: bool = True,
     ) -> CheckpointRepo:
         """Opens (creating, repairing or rebuilding as needed) the shadow repository.
 
         ``watch`` enables the inotify change hints (Linux); without them every
-        snapshot compares all covered files. ``repairs`` on the result lists
-        anything that had to be fixed.
+        snapshot compares all covered files. ``writer`` is for the process that
+        holds the runtime lock: it logs checkpoints (see the module docstring);
+        an opener beside a live run passes ``False``. ``repairs`` on the result
+        lists anything that had to be fixed.
         """
         git_dir = Path(os.path.abspath(git_dir))
         workspace = Path(os.path.abspath(workspace))
@@ -216,6 +285,7 @@ class CheckpointRepo:
             repairs=opened.repairs,
             created=opened.created,
             watch=watch,
+            writer=writer,
         )
 
     def _load_index(self) -> pygit2.Index:
@@ -234,11 +304,13 @@ class CheckpointRepo:
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
             if self._watcher is not None:
                 self._watcher.close()
-            with contextlib.suppress(pygit2.GitError, OSError):
+            with contextlib.suppress(pygit2.GitError, OSError, CheckpointError):
                 self._save_index(force=True)
+            self._closed = True
+            if self._log is not None:
+                self._log.close()
             self._repo.free()
 
     def __enter__(self) -> CheckpointRepo:
@@ -248,8 +320,19 @@ class CheckpointRepo:
         self.close()
 
     def git_env(self) -> dict[str, str]:
-        """Environment for running the git CLI on this repository (isolated config)."""
+        """Environment for running the git CLI on this repository (isolated config).
+
+        The checkpoint log is moved into git first, so the CLI sees every checkpoint.
+        """
+        self.sync()
         return git_environment(self.git_dir, self.workspace)
+
+    def sync(self) -> None:
+        """Moves every logged checkpoint into git's own files (objects, branches,
+        HEAD, index) now, for readers that do not go through this object."""
+        with self._lock:
+            if not self._closed:  # closing synced it
+                self._save_index(force=True)
 
     def drain_changes(self) -> None:
         """Reads pending change notifications (call now and then to keep the queue short)."""
@@ -266,6 +349,7 @@ class CheckpointRepo:
         """
         with self._lock:
             self._check_open()
+            self._flush()
             if self._packs_unmerged <= over:
                 return 0
             self._save_index(force=True)
@@ -282,7 +366,8 @@ class CheckpointRepo:
                 ) from exc
             self._repo.workdir = self._root
             self._stat = StatIndex(self._repo, self._repo.index, self._root)
-            self._editor = TreeEditor(self._repo)
+            self._editor = TreeEditor(self._repo, {} if self._log is None else self._log.objects)
+            self._disk_tips.clear()
             self._packs_unmerged = 0
             return merged
 
@@ -302,8 +387,8 @@ class CheckpointRepo:
         """The SHA at the tip of branch ``name`` (``run-…``, ``main``, ``recovery/…``), or None."""
         with self._lock:
             self._check_open()
-            ref = self._lookup_branch(name)
-            return None if ref is None else str(ref)
+            self._flush()
+            return self._lookup_branch(name)
 
     def exists(self, sha: str) -> bool:
         """Whether ``sha`` (40 hex digits) is a checkpoint commit present in the repository."""
@@ -314,6 +399,7 @@ class CheckpointRepo:
         tree and file they reach (a checkpoint that could be restored whole)."""
         with self._lock:
             self._check_open()
+            self._flush()
             present: set[str] = set()
             for sha in shas:
                 if not isinstance(sha, str) or not _FULL_HEX.fullmatch(sha):
@@ -354,6 +440,7 @@ class CheckpointRepo:
             )
         with self._lock:
             self._check_open()
+            self._flush()
             found = sorted(sha for sha in self._all_commits() if sha.startswith(text))
             if not found and len(text) == 40 and self.exists(text):
                 found = [text]
@@ -376,12 +463,14 @@ class CheckpointRepo:
         """The checkpoints of one run, or of every run; newest first."""
         with self._lock:
             self._check_open()
+            self._flush()
             if run_id is not None:
                 branches = [run_branch(run_id)]
             else:
+                names = dict.fromkeys([*self._repo.listall_references(), *self._overlay])
                 branches = [
                     name[len("refs/heads/") :]
-                    for name in self._repo.listall_references()
+                    for name in names
                     if name.startswith("refs/heads/run-")
                 ]
             found: _Found = []
@@ -410,6 +499,7 @@ class CheckpointRepo:
         """The files of checkpoint ``sha`` as path -> content (symlinks give their target)."""
         with self._lock:
             self._check_open()
+            self._flush()
             tree = self._commit(sha).tree_id.raw
             out: dict[str, bytes] = {}
             for path, (_mode, blob_sha) in self._editor.walk(tree):
@@ -492,6 +582,7 @@ class CheckpointRepo:
         """
         with self._lock:
             self._check_open()
+            self._flush()
             pset = self._compile(patterns)
             full = self.resolve(sha) if not _FULL_HEX.fullmatch(sha) else sha
             target_commit = self._commit(full)
@@ -551,12 +642,22 @@ class CheckpointRepo:
             )
         return refname
 
-    def _lookup_branch(self, branch: str) -> pygit2.Oid | None:
-        ref = self._repo.references.get(f"refs/heads/{branch}")
-        if ref is None:
-            return None
-        target = ref.resolve().target
-        return target if isinstance(target, pygit2.Oid) else None
+    def _lookup_branch(self, branch: str) -> str | None:
+        refname = f"refs/heads/{branch}"
+        if self._log is not None:
+            logged = self._log.tips.get(refname)
+            if logged is not None:
+                return logged
+            if refname in self._disk_tips:
+                return self._disk_tips[refname]
+        elif refname in self._overlay:
+            return self._overlay[refname]
+        ref = self._repo.references.get(refname)
+        target = None if ref is None else ref.resolve().target
+        tip = str(target) if isinstance(target, pygit2.Oid) else None
+        if self._log is not None:
+            self._disk_tips[refname] = tip
+        return tip
 
     def _commit(self, sha: str) -> pygit2.Commit:
         if not isinstance(sha, str) or not _FULL_HEX.fullmatch(sha):
@@ -584,8 +685,8 @@ class CheckpointRepo:
 
     def _check_tip(self, branch: str, expected: str) -> None:
         tip = self._lookup_branch(branch)
-        if tip is not None and str(tip) != expected:
-            raise self._conflict(branch, expected, str(tip))
+        if tip is not None and tip != expected:
+            raise self._conflict(branch, expected, tip)
 
     @staticmethod
     def _conflict(branch: str, expected: str, actual: str | None) -> CheckpointConflictError:
@@ -622,21 +723,18 @@ class CheckpointRepo:
             objects = [*objects, *trees]
         body = _commit_body(tree, parent, message, moment)
         sha = object_id(OBJ_COMMIT, body)
-        try:
-            write_pack(self._pack_dir, [*objects, (OBJ_COMMIT, sha, body)])
-            self._packs_unmerged += 1
-        except OSError as exc:
-            raise CheckpointStorageError(
-                f"could not write checkpoint objects to {self._pack_dir}: "
-                f"{exc.strerror or exc}. Check free disk space."
-            ) from exc
+        commit = sha.hex()
+        objects = [*objects, (OBJ_COMMIT, sha, body)]
+        if self._log is not None:
+            self._log_checkpoint(objects, refname, branch, parent, commit)
+        else:
+            self._write_objects(objects)
         # The objects are in place: the index now describes this commit's tree.
         for path, value in scan.changes.items():
             if value is None:
                 self._stat.remove(path)
             else:
                 self._stat.add(path, value, scan.stats[path])
-        commit = sha.hex()
         self._base_tree = tree
         self._synced = pset
         self._head = commit
@@ -644,9 +742,61 @@ class CheckpointRepo:
         self._known.add(commit)
         self._changes_unsaved += len(scan.changes)
         self._snapshots_unsaved += 1
-        self._move_branch(refname, branch, parent, commit)
+        if self._log is None:
+            self._move_branch(refname, branch, parent, commit)
         self._save_index()
         return commit
+
+    def _write_objects(self, objects: _Objects) -> None:
+        try:
+            if write_pack(self._pack_dir, objects) is not None:
+                self._packs_unmerged += 1
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"could not write checkpoint objects to {self._pack_dir}: "
+                f"{exc.strerror or exc}. Check free disk space."
+            ) from exc
+
+    def _log_checkpoint(
+        self, objects: _Objects, refname: str, branch: str, parent: str, commit: str
+    ) -> None:
+        """Appends the checkpoint to the log (its objects go to git at once when large)."""
+        assert self._log is not None
+        tip = self._lookup_branch(branch)
+        if tip is not None and tip != parent:
+            raise self._conflict(branch, parent, tip)
+        if sum(len(body) for _kind, _sha, body in objects) > LOG_OBJECTS_MAX:
+            self._write_objects(objects)
+            objects = []
+        try:
+            self._log.append(objects, [(refname, commit)])
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"could not write the checkpoint log {self._log.path}: "
+                f"{exc.strerror or exc}. Check free disk space."
+            ) from exc
+
+    def _flush(self) -> None:
+        """Moves what the checkpoint log holds into git: one pack, each branch once."""
+        log = self._log
+        if log is None or not log.records:
+            return
+        self._write_objects([(kind, sha, body) for sha, (kind, body) in log.objects.items()])
+        for refname, commit in log.tips.items():
+            try:
+                self._repo.references.create(refname, pygit2.Oid(hex=commit), force=True)
+            except pygit2.GitError as exc:
+                raise CheckpointStorageError(
+                    f"could not move {refname} to checkpoint {commit}: {exc}. "
+                    f"Check the disk and {self.git_dir}; the checkpoint log keeps it."
+                ) from exc
+            self._disk_tips[refname] = commit
+        try:
+            log.clear()
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"could not empty the checkpoint log {log.path}: {exc.strerror or exc}"
+            ) from exc
 
     def _move_branch(self, refname: str, branch: str, parent: str, commit: str) -> None:
         oid = pygit2.Oid(hex=commit)
@@ -661,8 +811,8 @@ class CheckpointRepo:
                 ref.set_target(oid)
         except (pygit2.AlreadyExistsError, pygit2.GitError) as exc:
             tip = self._lookup_branch(branch)
-            if tip is not None and str(tip) != parent:
-                raise self._conflict(branch, parent, str(tip)) from exc
+            if tip is not None and tip != parent:
+                raise self._conflict(branch, parent, tip) from exc
             raise CheckpointStorageError(
                 f"could not move branch {branch} to checkpoint {commit}: {exc}. "
                 f"Check the disk and {self.git_dir}."
@@ -704,11 +854,15 @@ class CheckpointRepo:
         After a crash they may lag; opening notices HEAD's tree and the index
         disagree and rebuilds the index from HEAD, which is always correct.
         """
+        log = self._log
         if not force and (
             self._snapshots_unsaved < INDEX_WRITE_EVERY
             and self._changes_unsaved < INDEX_WRITE_CHANGES
+            and (log is None or (log.records < FLUSH_EVERY and log.size < FLUSH_BYTES))
         ):
             return
+        # HEAD and the index may name only objects git has.
+        self._flush()
         self._stat.write()
         if self._head_unsaved:
             self._repo.set_head(pygit2.Oid(hex=self._head))
@@ -717,12 +871,13 @@ class CheckpointRepo:
         self._changes_unsaved = 0
 
     def _all_commits(self) -> set[str]:
-        tips = [
+        tips: list[pygit2.Oid | str] = [
             ref.target
             for name in self._repo.listall_references()
             if (ref := self._repo.references.get(name)) is not None
             and isinstance(ref.target, pygit2.Oid)
         ]
+        tips.extend(self._overlay.values())
         seen: set[str] = set()
         if not tips:
             return seen

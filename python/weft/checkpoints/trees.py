@@ -52,9 +52,15 @@ def serialize(entries: Mapping[bytes, Entry]) -> bytes:
 class TreeEditor:
     """Builds new trees over an object database, caching parsed trees by SHA."""
 
-    def __init__(self, repo: pygit2.Repository) -> None:
+    def __init__(
+        self,
+        repo: pygit2.Repository,
+        pending: Mapping[bytes, tuple[int, bytes]] | None = None,
+    ) -> None:
         self._repo = repo
         self._cache: dict[bytes, dict[bytes, Entry]] = {}
+        # Objects of the checkpoint log not yet in git (see weft.checkpoints.pending).
+        self._pending: Mapping[bytes, tuple[int, bytes]] = {} if pending is None else pending
 
     def read(self, sha: bytes) -> dict[bytes, Entry]:
         """The entries of tree ``sha`` (a fresh dict the caller may change)."""
@@ -63,10 +69,16 @@ class TreeEditor:
         cached = self._cache.get(sha)
         if cached is not None:
             return dict(cached)
-        try:
-            kind, data = self._repo.odb.read(pygit2.Oid(raw=sha))
-        except (KeyError, pygit2.GitError) as exc:
-            raise TreeError(f"tree {sha.hex()} is missing from the checkpoint repository") from exc
+        logged = self._pending.get(sha)
+        if logged is not None:
+            kind, data = logged
+        else:
+            try:
+                kind, data = self._repo.odb.read(pygit2.Oid(raw=sha))
+            except (KeyError, pygit2.GitError) as exc:
+                raise TreeError(
+                    f"tree {sha.hex()} is missing from the checkpoint repository"
+                ) from exc
         if kind != pygit2.enums.ObjectType.TREE:
             raise TreeError(f"object {sha.hex()} is not a tree")
         entries: dict[bytes, Entry] = {}

@@ -110,7 +110,10 @@ async def _confirmed(store: ExecutionStore, state: dict[str, Any]) -> set[str]:
     layout = ExecutionLayout(store.weft_dir.parent)
     if not layout.checkpoints.exists():
         return set()
-    repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)
+    # Perhaps beside a live run: it owns the checkpoint log.
+    repo = await AsyncCheckpointRepo.open(
+        layout.checkpoints, layout.workspace, watch=False, writer=False
+    )
     try:
         return await repo.verify(rollback.recorded_shas(state))
     finally:
@@ -286,7 +289,9 @@ async def _save_beside_live(execution: Path) -> None:
         store.journal.close()
     layout = ExecutionLayout(store.weft_dir.parent)
     plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
-    repo = await AsyncCheckpointRepo.open(layout.checkpoints, layout.workspace, watch=False)
+    repo = await AsyncCheckpointRepo.open(
+        layout.checkpoints, layout.workspace, watch=False, writer=False
+    )
     try:
         await _save_uncheckpointed(repo, rollback.all_patterns(plan))
     finally:

@@ -49,6 +49,7 @@ __all__ = [
     "PromptMetadata",
     "TextSource",
     "assemble_prompt",
+    "prompt_reads_files",
     "render_text",
     "split_front_matter",
     "template_variables",
@@ -394,6 +395,16 @@ class _Reader:
         if text is not None:
             return self.text(text, f"{prefix}Text")
         return self.files(files, f"{prefix}File")
+
+
+def prompt_reads_files(codon: Codon, hank: Hank | None = None) -> bool:
+    """Whether :func:`assemble_prompt` reads files for ``codon`` (else it is
+    cheap enough to call on the event loop)."""
+    return bool(
+        (codon.prompt_text is None and codon.prompt_file)
+        or codon.append_system_prompt_file
+        or (hank is not None and hank.global_system_prompt_file)
+    )
 
 
 def assemble_prompt(

@@ -41,6 +41,7 @@ from weft.events.transitions import (
     TransitionMetadata,
 )
 from weft.runtime.attempt import Attempt, builtins_of, move, shorten, token_usage_event, usage_of
+from weft.runtime.file_updates import WRITE_TOOLS
 from weft.state import StateManager
 
 
@@ -133,6 +134,8 @@ class AgentEvents:
         if event.subagent:
             return
         a.tools[event.tool_use_id] = (event.name, time.monotonic())
+        if event.name in WRITE_TOOLS:
+            a.wrote_files = True
         action = AssistantActionEvent(
             codon_id=a.request.planned.codon_id,
             action="tool_use",

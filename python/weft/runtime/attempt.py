@@ -68,9 +68,12 @@ class SentinelHost(Protocol):
         sentinel marked ``failCodonIfNotLoaded`` could not load."""
         ...
 
-    async def drain(self, planned: PlannedCodon, run_id: str, *, upto: int) -> None:
+    async def drain(
+        self, planned: PlannedCodon, run_id: str, *, upto: int, files_written: bool = True
+    ) -> None:
         """Lets the codon's sentinels finish their work on the events up to
-        seq ``upto`` (the agent's last, before the move to ``completing-sentinels``)."""
+        seq ``upto`` (the agent's last, before the move to ``completing-sentinels``);
+        ``files_written``: the agent called a file-writing tool."""
         ...
 
     def seal(self, planned: PlannedCodon, run_id: str) -> None:
@@ -104,7 +107,9 @@ class NoSentinels:
             )
         return None
 
-    async def drain(self, planned: PlannedCodon, run_id: str, *, upto: int) -> None:
+    async def drain(
+        self, planned: PlannedCodon, run_id: str, *, upto: int, files_written: bool = True
+    ) -> None:
         """Nothing to wait for."""
 
     def seal(self, planned: PlannedCodon, run_id: str) -> None:
@@ -240,6 +245,8 @@ class Attempt:
         self.harness = ""
         """The prompt (once assembled), the model and the harness (once the agent starts)."""
         self.messages: set[str] = set()
+        self.wrote_files = False
+        """Whether the agent called a file-writing tool (``file.updated`` may follow)."""
         self.tools: dict[str, tuple[str, float]] = {}
         self.interrupt: Interrupt | None = None
         self.rig: asyncio.Task[RigResult] | None = None

@@ -53,7 +53,12 @@ from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.errors import CheckpointError
 from weft.config.loader import LoadedHank
-from weft.config.prompt import AssembledPrompt, assemble_prompt, template_variables
+from weft.config.prompt import (
+    AssembledPrompt,
+    assemble_prompt,
+    prompt_reads_files,
+    template_variables,
+)
 from weft.config.runtime import RuntimeSessionSettings
 from weft.errors import ConfigError, PersistenceError, StorageFullError, UnsafePathError
 from weft.events.stream import (
@@ -360,9 +365,18 @@ class CodonRunner:
         if refused is not None:
             return await self._fail(a, "sentinel_load_failure", False, refused)
         try:
-            a.prompt = await asyncio.to_thread(
-                assemble_prompt, codon, self.hank.directory, self._variables, hank=self.hank.hank
-            )
+            if prompt_reads_files(codon, self.hank.hank):
+                a.prompt = await asyncio.to_thread(
+                    assemble_prompt,
+                    codon,
+                    self.hank.directory,
+                    self._variables,
+                    hank=self.hank.hank,
+                )
+            else:  # text only: a thread hop would cost more than the work
+                a.prompt = assemble_prompt(
+                    codon, self.hank.directory, self._variables, hank=self.hank.hank
+                )
         except ConfigError as exc:
             return await self._fail(a, "config", False, str(exc))
         if self._inbox:  # queued messages join the next codon's prompt
@@ -563,7 +577,9 @@ class CodonRunner:
             # The sentinels wait for the agent's events, not for the move's commit.
             upto = self.manager.core.next_seq - 1
             self._move(a, "completing-sentinels")
-            await self.sentinels.drain(a.request.planned, a.request.run_id, upto=upto)
+            await self.sentinels.drain(
+                a.request.planned, a.request.run_id, upto=upto, files_written=a.wrote_files
+            )
             copied = await self._outputs(a)
             if copied is not None:
                 return copied

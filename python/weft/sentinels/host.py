@@ -181,16 +181,23 @@ class RuntimeSentinels:
             f"(failCodonIfNotLoaded is true): {listed}"
         )
 
-    async def drain(self, planned: PlannedCodon, run_id: str, *, upto: int) -> None:
+    async def drain(
+        self, planned: PlannedCodon, run_id: str, *, upto: int, files_written: bool = True
+    ) -> None:
         """Lets the codon's sentinels see every event of the agent (up to seq
         ``upto``, the last one before the codon's move to
         ``completing-sentinels``) and finish their work. The move and what
-        follows it reach the sentinels in the second drain (:meth:`finish`)."""
+        follows it reach the sentinels in the second drain (:meth:`finish`).
+        ``files_written``: whether the agent called a file-writing tool, so
+        ``file.updated`` events may be due before the codon goes on."""
         live = self._live
         if live is None or live.planned.codon_id != planned.codon_id or not live.manager.loaded:
-            # No sentinel here (or none loaded and active), but file.updated is
-            # journaled all the same.
-            if self._before_drain is not None:
+            # No sentinel here (or none loaded and active), but the file.updated
+            # of the agent's writes are journaled before the codon's end all the
+            # same: the tool results must be dispatched first (an agent that
+            # wrote nothing has none to wait for).
+            if self._before_drain is not None and files_written:
+                await self._state.wait_dispatched(upto)
                 await self._before_drain()
             return
         count = live.manager.loaded

@@ -8,6 +8,8 @@
 //! ([`crate::state::validate`]), and the reducer only ever produces records
 //! that pass that check.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 use serde::de::Deserializer;
 use serde::ser::Serializer;
@@ -163,8 +165,10 @@ pub enum ContinuationReason {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanEntry {
-    /// Resolved codon configuration.
-    pub codon: serde_json::Value,
+    /// Resolved codon configuration. The entries of a loop's iterations share
+    /// one (see [`share_configs`]): a 10,000-iteration loop would otherwise
+    /// hold 10,000 copies of the same few kilobytes.
+    pub codon: Arc<serde_json::Value>,
     /// Runtime id; `<id>#<n>` inside loops.
     pub codon_id: String,
     /// Present for codons inside a loop.
@@ -529,9 +533,11 @@ impl State {
         self.run(run_id)?.latest(codon_id).map(CodonExecution::cost)
     }
 
-    /// Rebuilds every index and cached cost from the records; run after
-    /// loading a document.
+    /// Rebuilds every index and cached cost from the records, and shares
+    /// equal codon configurations between plan entries; run after loading a
+    /// document.
     pub fn reindex(&mut self) {
+        share_configs(&mut self.execution_plan, 0);
         self.run_index.clear();
         self.total_cost = Money::ZERO;
         for (i, run) in self.runs.iter_mut().enumerate() {
@@ -567,4 +573,26 @@ fn de_newest_first<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Run>, D::Error
     let mut runs = Vec::<Run>::deserialize(d)?;
     runs.reverse();
     Ok(runs)
+}
+
+/// How far back [`share_configs`] looks for an equal configuration: a loop's
+/// previous iteration sits right before the next one, so a short window
+/// finds it for any loop of up to this many codons.
+const SHARE_WINDOW: usize = 64;
+
+/// Makes each entry of `plan[from..]` share the configuration of an earlier
+/// entry (up to [`SHARE_WINDOW`] back) that has the same `id` and is equal.
+pub fn share_configs(plan: &mut [PlanEntry], from: usize) {
+    for i in from..plan.len() {
+        let start = i.saturating_sub(SHARE_WINDOW);
+        let (before, rest) = plan.split_at_mut(i);
+        let entry = &mut rest[0];
+        let id = entry.codon.get("id");
+        if let Some(same) = before[start..].iter().rev().find(|e| {
+            Arc::ptr_eq(&e.codon, &entry.codon)
+                || (e.codon.get("id") == id && e.codon == entry.codon)
+        }) {
+            entry.codon = Arc::clone(&same.codon);
+        }
+    }
 }

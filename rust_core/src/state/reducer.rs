@@ -25,7 +25,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::machine::codon::{check_metadata, CodonStatus, InvalidTransition, TransitionError};
 use crate::state::model::{
-    CodonExecution, FailureReason, Run, RunStatus, Sentinels, StartingConditions, State,
+    share_configs, CodonExecution, FailureReason, Run, RunStatus, Sentinels, StartingConditions,
+    State,
 };
 use crate::state::money::Money;
 use crate::state::record::{enter, settle};
@@ -118,6 +119,7 @@ fn run_started(state: &mut State, d: RunStarted<'_>) -> Result<Applied, Rejectio
     let run_id = d.run_id.into_owned();
     if let Some(plan) = d.execution_plan {
         state.execution_plan = plan;
+        share_configs(&mut state.execution_plan, 0);
     }
     state.run_index.insert(run_id.clone(), state.runs.len());
     state.current_run_id = Some(run_id.clone());
@@ -432,7 +434,9 @@ fn codon_final_cost_set(state: &mut State, d: CodonFinalCostSet<'_>) -> Result<A
 /// Inserts a loop's next iteration after the entry that ended the last one.
 fn plan_extended(state: &mut State, d: PlanExtended<'_>) -> Result<Applied, Rejection> {
     let at = check_plan_extension(state, &d)?;
+    let added = d.entries.len();
     state.execution_plan.splice(at + 1..=at, d.entries);
+    share_configs(&mut state.execution_plan[..at + 1 + added], at + 1);
     Ok(Applied::default())
 }
 
