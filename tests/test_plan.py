@@ -622,3 +622,23 @@ def test_without_early_termination_every_iteration_limit_loop_runs_its_limit(han
         if isinstance(item, Loop) and isinstance(item.terminate_on, IterationLimit):
             ran = [e for e in executed if e.loop_context and e.loop_context.loop_id == item.id]
             assert len(ran) == item.terminate_on.limit * len(item.codons)
+
+
+@settings(max_examples=60, deadline=None)
+@given(picks=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), max_size=30))
+def test_every_plan_of_a_line_answers_lookups_as_its_own_entries(
+    picks: list[tuple[int, int]],
+) -> None:
+    """Plans made from one another share their id index; an older plan used
+    again (looked up, or changed: a branch) still answers for its own entries."""
+    plans = [ExecutionPlan.from_hank(REFINE)]
+    for which, entry in picks:
+        plan = plans[which % len(plans)]
+        finished = plan.entries[entry % len(plan)]
+        plans.append(plan.on_codon_finished(finished.codon_id).plan)
+        for older in (plans[which % len(plans)], plans[-1], plans[0]):
+            for at, e in enumerate(older.entries):
+                assert older.index(e.codon_id) == at
+                assert older.get(e.codon_id) is e
+                assert e.codon_id in older
+            assert "write#999" not in older

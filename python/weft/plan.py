@@ -169,6 +169,17 @@ class PlannedCodon:
         )
 
 
+class _Positions:
+    """An id index shared along a line of plans: only ``owner`` (the newest)
+    reads it; an older plan that is used again builds its own (O(plan), once)."""
+
+    __slots__ = ("owner", "table")
+
+    def __init__(self, table: dict[str, int], owner: ExecutionPlan) -> None:
+        self.table = table
+        self.owner = owner
+
+
 @dataclass(frozen=True, slots=True)
 class PlanChange:
     """What finishing one codon did to the plan.
@@ -203,10 +214,12 @@ class ExecutionPlan:
     """The ordered codons of an execution, with lazy loop expansion.
 
     Immutable: every change returns a new plan. Lookups by runtime codon id are
-    O(1); a change is O(plan length).
+    O(1); a change costs O(the entries from the change on) plus a copy of the
+    entries' tuple: the id index passes from a plan to the plan made from it
+    (see :class:`_Positions`).
     """
 
-    __slots__ = ("_entries", "_firsts", "_index", "_loops")
+    __slots__ = ("_entries", "_firsts", "_loops", "_positions")
 
     def __init__(self, entries: Sequence[PlannedCodon], loops: Mapping[str, Loop]) -> None:
         """A plan of ``entries``; ``loops`` are the loop definitions, by loop id.
@@ -216,7 +229,7 @@ class ExecutionPlan:
         """
         self._entries: tuple[PlannedCodon, ...] = tuple(entries)
         self._loops: dict[str, Loop] = dict(loops)
-        self._index: dict[str, int] = {e.codon_id: i for i, e in enumerate(self._entries)}
+        self._positions = _Positions({e.codon_id: i for i, e in enumerate(self._entries)}, self)
         self._firsts: list[tuple[int, str]] | None = None
         """(position, pattern): where each checkpointed-file pattern first
         appears, in plan order; made on first use, then carried by changes."""
@@ -259,7 +272,7 @@ class ExecutionPlan:
         return plan
 
     def _check_unique(self, file: str) -> None:
-        if len(self._index) == len(self._entries):
+        if len(self._table()) == len(self._entries):
             return
         seen: set[str] = set()
         for at, entry in enumerate(self._entries):
@@ -296,7 +309,7 @@ class ExecutionPlan:
         return iter(self._entries)
 
     def __contains__(self, codon_id: object) -> bool:
-        return codon_id in self._index
+        return codon_id in self._table()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExecutionPlan):
@@ -312,13 +325,13 @@ class ExecutionPlan:
     def index(self, codon_id: str) -> int:
         """The position of ``codon_id``; raises KeyError if it is not in the plan."""
         try:
-            return self._index[codon_id]
+            return self._table()[codon_id]
         except KeyError:
             raise KeyError(f"no codon {codon_id!r} in the execution plan") from None
 
     def get(self, codon_id: str) -> PlannedCodon | None:
         """The entry of ``codon_id``, or None."""
-        at = self._index.get(codon_id)
+        at = self._table().get(codon_id)
         return None if at is None else self._entries[at]
 
     def __getitem__(self, codon_id: str) -> PlannedCodon:
@@ -448,18 +461,31 @@ class ExecutionPlan:
             )
         return True
 
+    def _table(self) -> dict[str, int]:
+        """Codon id -> position in this plan."""
+        positions = self._positions
+        if positions.owner is not self:
+            # A plan used again after a newer one was made from it: its own index.
+            positions = self._positions = _Positions(
+                {e.codon_id: i for i, e in enumerate(self._entries)}, self
+            )
+        return positions.table
+
     def _replace(self, start: int, stop: int, new: Sequence[PlannedCodon]) -> ExecutionPlan:
         # O(what moved), not O(plan): a loop's plan grows at every iteration.
         entries = self._entries[:start] + tuple(new) + self._entries[stop:]
         plan: ExecutionPlan = object.__new__(ExecutionPlan)
         plan._entries = entries
         plan._loops = self._loops  # never mutated
-        index = self._index.copy()
+        # The index passes to the new plan, changed in place: copying it made
+        # every iteration of a long loop cost O(plan).
+        table = self._table()
         for gone in self._entries[start:stop]:
-            del index[gone.codon_id]
+            del table[gone.codon_id]
         for at in range(start, len(entries)):
-            index[entries[at].codon_id] = at
-        plan._index = index
+            table[entries[at].codon_id] = at
+        self._positions.owner = plan
+        plan._positions = self._positions
         plan._firsts = (
             None
             if self._firsts is None

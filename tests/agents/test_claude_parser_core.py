@@ -12,7 +12,9 @@ same events in the same order, the same verdict and the same counters.
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +223,20 @@ def test_the_core_is_the_default_and_feed_many_takes_any_sequence() -> None:
     assert parser._core is not None
     line = _stream("delta", None, "hi", False)
     assert parser.feed_many((line, line)) == ClaudeParser(core=False).feed_many([line, line])
+
+
+def test_a_finished_parser_is_freed() -> None:
+    """The core object calls back into its parser (prices): a cycle the garbage
+    collector must be able to break, or every session's parser would leak."""
+    parser = ClaudeParser()
+    parser.feed_many(
+        [
+            b'{"type":"assistant","message":{"id":"m","model":"claude-sonnet-4-5",'
+            b'"content":[{"type":"text","text":"hi"}],'
+            b'"usage":{"input_tokens":3,"output_tokens":1}}}'
+        ]
+    )
+    ref = weakref.ref(parser)
+    del parser
+    gc.collect()
+    assert ref() is None

@@ -21,7 +21,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
-use pyo3::{intern, IntoPyObjectExt};
+use pyo3::{intern, IntoPyObjectExt, PyTraverseError, PyVisit};
 
 use crate::stream::claude::{AssistantBlock, Decoder, Json, Line, Stream};
 use crate::stream::usage::{Ledger, PriceRow, Prices, Snapshot, Tokens, UsageDelta};
@@ -102,8 +102,11 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
 #[pyclass(module = "weft._core")]
 pub struct ClaudeLineParser {
     ledger: Ledger,
-    /// `price_row(model)`: the model's row as numbers, or `None`.
-    price_row: Py<PyAny>,
+    /// `price_row(model)`: the model's row as numbers, or `None`. Usually a
+    /// method of the `ClaudeParser` that owns this object: a reference cycle,
+    /// which `__traverse__`/`__clear__` let the garbage collector break (one
+    /// leaked session per codon otherwise).
+    price_row: Option<Py<PyAny>>,
     /// The id of the partial message being streamed.
     sse_message_id: Option<Py<PyString>>,
     decoder: Decoder,
@@ -117,12 +120,23 @@ impl ClaudeLineParser {
     /// `(prices, tiers)`: `prices` is the five pico-dollar prices per token
     /// (input, 5-minute write, 1-hour write, read, output) and `tiers` a
     /// sequence of `(above_prompt_tokens, prices)`, ascending.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.price_row)?;
+        visit.call(&self.sse_message_id)?;
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.price_row = None;
+        self.sse_message_id = None;
+    }
+
     #[new]
     fn new(py: Python<'_>, price_row: Py<PyAny>) -> PyResult<Self> {
         classes(py)?;
         Ok(ClaudeLineParser {
             ledger: Ledger::new(),
-            price_row,
+            price_row: Some(price_row),
             sse_message_id: None,
             decoder: Decoder::new(),
             scratch: Vec::new(),
@@ -200,7 +214,7 @@ impl ClaudeLineParser {
             cache_read,
             split,
         };
-        let price_row = &self.price_row;
+        let price_row = self.price_row.as_ref();
         let delta = self
             .ledger
             .record(message_id, model, snapshot, |m| lookup(py, price_row, m))?;
@@ -308,7 +322,7 @@ impl ClaudeLineParser {
                     });
                 }
                 if let (Some(snapshot), Some(message_id)) = (a.usage, a.message_id) {
-                    let price_row = &self.price_row;
+                    let price_row = self.price_row.as_ref();
                     let model = a.model;
                     let delta = self
                         .ledger
@@ -426,8 +440,15 @@ fn int(py: Python<'_>, value: i128) -> PyResult<Bound<'_, PyAny>> {
 }
 
 /// Asks the Python pricing table for `model`'s row.
-fn lookup(py: Python<'_>, price_row: &Py<PyAny>, model: &str) -> PyResult<Option<PriceRow>> {
+fn lookup(
+    py: Python<'_>,
+    price_row: Option<&Py<PyAny>>,
+    model: &str,
+) -> PyResult<Option<PriceRow>> {
     type Five = (i64, i64, i64, i64, i64);
+    let Some(price_row) = price_row else {
+        return Ok(None); // cleared by the garbage collector: the parser is going away
+    };
     let row = price_row.call1(py, (model,))?;
     if row.is_none(py) {
         return Ok(None);
