@@ -1,6 +1,7 @@
 """Type stubs of the compiled core ``weft._core`` (hand-written, checked by mypy.stubtest)."""
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from os import PathLike
 from typing import Any, Literal, final, overload
 
 from weft.agents.events import AgentEvent, UsageDelta
@@ -174,6 +175,9 @@ class Core:
         """Move the numbering forward so the next submission gets ``next_seq``."""
     def snapshot_json(self) -> bytes:
         """The state.json snapshot: the document plus ``journalSeq``."""
+    def write_snapshot_json(self, path: str | PathLike[str]) -> int:
+        """Writes :meth:`snapshot_json`'s document to ``path`` (created or
+        truncated), fsyncs it and returns its size; streamed, never held whole."""
     @property
     def journal_seq(self) -> int | None: ...
     @property

@@ -169,15 +169,25 @@ class PlannedCodon:
         )
 
 
-class _Positions:
-    """An id index shared along a line of plans: only ``owner`` (the newest)
-    reads it; an older plan that is used again builds its own (O(plan), once)."""
+class _Line:
+    """The entries and id index shared along a line of plans, each made from
+    the one before: only ``owner`` (the newest) reads them as they are. A
+    change is made in place, and the plan it was made from keeps how to undo
+    it (its ``_undo``), so an older plan that is used again rebuilds its own
+    entries (O(plan), once): copying them at each change made every
+    iteration of a long loop cost O(plan)."""
 
-    __slots__ = ("owner", "table")
+    __slots__ = ("entries", "owner", "table")
 
-    def __init__(self, table: dict[str, int], owner: ExecutionPlan) -> None:
-        self.table = table
+    def __init__(self, entries: list[PlannedCodon], owner: ExecutionPlan) -> None:
+        self.entries = entries
+        self.table = {e.codon_id: i for i, e in enumerate(entries)}
         self.owner = owner
+
+
+_Undo: TypeAlias = tuple["ExecutionPlan", int, int, tuple[PlannedCodon, ...]]
+"""(the plan made from this one, where the change starts, how many entries it
+put there, the entries it took away)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +224,11 @@ class ExecutionPlan:
     """The ordered codons of an execution, with lazy loop expansion.
 
     Immutable: every change returns a new plan. Lookups by runtime codon id are
-    O(1); a change costs O(the entries from the change on) plus a copy of the
-    entries' tuple: the id index passes from a plan to the plan made from it
-    (see :class:`_Positions`).
+    O(1); a change costs O(the entries from the change on): the entries and
+    their index pass from a plan to the plan made from it (see :class:`_Line`).
     """
 
-    __slots__ = ("_entries", "_firsts", "_loops", "_positions")
+    __slots__ = ("_firsts", "_line", "_loops", "_undo")
 
     def __init__(self, entries: Sequence[PlannedCodon], loops: Mapping[str, Loop]) -> None:
         """A plan of ``entries``; ``loops`` are the loop definitions, by loop id.
@@ -227,9 +236,9 @@ class ExecutionPlan:
         Prefer :meth:`from_hank` and :meth:`from_state`, which check what this
         constructor trusts: ids unique, every loop context naming a known loop.
         """
-        self._entries: tuple[PlannedCodon, ...] = tuple(entries)
         self._loops: dict[str, Loop] = dict(loops)
-        self._positions = _Positions({e.codon_id: i for i, e in enumerate(self._entries)}, self)
+        self._line = _Line(list(entries), self)
+        self._undo: _Undo | None = None
         self._firsts: list[tuple[int, str]] | None = None
         """(position, pattern): where each checkpointed-file pattern first
         appears, in plan order; made on first use, then carried by changes."""
@@ -272,10 +281,10 @@ class ExecutionPlan:
         return plan
 
     def _check_unique(self, file: str) -> None:
-        if len(self._table()) == len(self._entries):
+        if len(self._table()) == len(self._list()):
             return
         seen: set[str] = set()
-        for at, entry in enumerate(self._entries):
+        for at, entry in enumerate(self._list()):
             if entry.codon_id in seen:
                 path = "hank" if file == HANK_FILE else f"executionPlan[{at}].codonId"
                 raise _error(
@@ -295,7 +304,7 @@ class ExecutionPlan:
     @property
     def entries(self) -> tuple[PlannedCodon, ...]:
         """The entries, in execution order."""
-        return self._entries
+        return tuple(self._list())
 
     @property
     def loops(self) -> Mapping[str, Loop]:
@@ -303,10 +312,10 @@ class ExecutionPlan:
         return self._loops
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._list())
 
     def __iter__(self) -> Iterator[PlannedCodon]:
-        return iter(self._entries)
+        return iter(tuple(self._list()))
 
     def __contains__(self, codon_id: object) -> bool:
         return codon_id in self._table()
@@ -314,13 +323,13 @@ class ExecutionPlan:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExecutionPlan):
             return NotImplemented
-        return self._entries == other._entries
+        return self._list() == other._list()
 
     def __hash__(self) -> int:
-        return hash(tuple(e.codon_id for e in self._entries))
+        return hash(tuple(e.codon_id for e in self._list()))
 
     def __repr__(self) -> str:
-        return f"ExecutionPlan([{', '.join(e.codon_id for e in self._entries)}])"
+        return f"ExecutionPlan([{', '.join(e.codon_id for e in self._list())}])"
 
     def index(self, codon_id: str) -> int:
         """The position of ``codon_id``; raises KeyError if it is not in the plan."""
@@ -332,25 +341,26 @@ class ExecutionPlan:
     def get(self, codon_id: str) -> PlannedCodon | None:
         """The entry of ``codon_id``, or None."""
         at = self._table().get(codon_id)
-        return None if at is None else self._entries[at]
+        return None if at is None else self._list()[at]
 
     def __getitem__(self, codon_id: str) -> PlannedCodon:
-        return self._entries[self.index(codon_id)]
+        return self._list()[self.index(codon_id)]
 
     def next_codon(self, after: str | None = None) -> PlannedCodon | None:
         """The codon to run after ``after`` (the first one for None); None at the end."""
         at = 0 if after is None else self.index(after) + 1
-        return self._entries[at] if at < len(self._entries) else None
+        entries = self._list()
+        return entries[at] if at < len(entries) else None
 
     def previous_codon(self, codon_id: str) -> PlannedCodon | None:
         """The codon before ``codon_id`` (whose session ``continue-previous`` resumes)."""
         at = self.index(codon_id)
-        return self._entries[at - 1] if at > 0 else None
+        return self._list()[at - 1] if at > 0 else None
 
     def remaining(self, after: str | None = None) -> tuple[PlannedCodon, ...]:
         """The codons still to run after ``after`` (all of them for None)."""
         at = 0 if after is None else self.index(after) + 1
-        return self._entries[at:]
+        return tuple(self._list()[at:])
 
     def iteration(self, loop_id: str, iteration: int) -> tuple[PlannedCodon, ...]:
         """The entries of one iteration of a loop, in order (for its summary event)."""
@@ -378,16 +388,16 @@ class ExecutionPlan:
         """
         at = self.index(codon_id)
         if self._firsts is None:
-            self._firsts = _first_patterns(self._entries, 0, [])
+            self._firsts = _first_patterns(self._list(), 0, [])
         return [pattern for first, pattern in self._firsts if first <= at]
 
     def to_state(self) -> list[dict[str, Any]]:
         """The plan as the state document's ``executionPlan`` (JSON builtins)."""
-        return [e.to_state() for e in self._entries]
+        return [e.to_state() for e in self._list()]
 
     def to_entries(self) -> list[PlanEntry]:
         """The plan as transition Structs, for the ``executionPlan`` of ``RunStarted``."""
-        return [e.to_entry() for e in self._entries]
+        return [e.to_entry() for e in self._list()]
 
     # ------------------------------------------------------------------ changing
 
@@ -402,7 +412,8 @@ class ExecutionPlan:
         outside loops never changes the plan. Raises KeyError for an unknown id.
         """
         at = self.index(codon_id)
-        entry = self._entries[at]
+        entries = self._list()
+        entry = entries[at]
         context = entry.loop_context
         if context is None:
             return PlanChange(plan=self, finished=entry)
@@ -414,9 +425,9 @@ class ExecutionPlan:
             # Everything of this loop after the finished codon goes: the rest of
             # this iteration and any later one a rerun may find already there.
             end = at + 1
-            while end < len(self._entries) and _in_loop(self._entries[end], context.loop_id):
+            while end < len(entries) and _in_loop(entries[end], context.loop_id):
                 end += 1
-            dropped = self._entries[at + 1 : end]
+            dropped = tuple(entries[at + 1 : end])
             plan = self if not dropped else self._replace(at + 1, end, ())
             return PlanChange(
                 plan=plan,
@@ -461,31 +472,46 @@ class ExecutionPlan:
             )
         return True
 
+    def _own(self) -> _Line:
+        """This plan's line, rebuilt first if a newer plan owns the shared one."""
+        line = self._line
+        if line.owner is self:
+            return line
+        # Follow the changes made since, to the owner, and undo them newest first.
+        chain: list[_Undo] = []
+        plan: ExecutionPlan = self
+        while plan._undo is not None:
+            chain.append(plan._undo)
+            plan = plan._undo[0]
+        entries = list(plan._line.entries)
+        for _next, start, added, removed in reversed(chain):
+            entries[start : start + added] = removed
+        self._line, self._undo = _Line(entries, self), None
+        return self._line
+
+    def _list(self) -> list[PlannedCodon]:
+        """The entries (never to be changed by the caller)."""
+        return self._own().entries
+
     def _table(self) -> dict[str, int]:
         """Codon id -> position in this plan."""
-        positions = self._positions
-        if positions.owner is not self:
-            # A plan used again after a newer one was made from it: its own index.
-            positions = self._positions = _Positions(
-                {e.codon_id: i for i, e in enumerate(self._entries)}, self
-            )
-        return positions.table
+        return self._own().table
 
     def _replace(self, start: int, stop: int, new: Sequence[PlannedCodon]) -> ExecutionPlan:
-        # O(what moved), not O(plan): a loop's plan grows at every iteration.
-        entries = self._entries[:start] + tuple(new) + self._entries[stop:]
-        plan: ExecutionPlan = object.__new__(ExecutionPlan)
-        plan._entries = entries
-        plan._loops = self._loops  # never mutated
-        # The index passes to the new plan, changed in place: copying it made
-        # every iteration of a long loop cost O(plan).
-        table = self._table()
-        for gone in self._entries[start:stop]:
-            del table[gone.codon_id]
+        # O(from ``start`` on), not O(plan): the line passes to the new plan.
+        line = self._own()
+        entries = line.entries
+        removed = tuple(entries[start:stop])
+        entries[start:stop] = new
+        for gone in removed:
+            del line.table[gone.codon_id]
         for at in range(start, len(entries)):
-            table[entries[at].codon_id] = at
-        self._positions.owner = plan
-        plan._positions = self._positions
+            line.table[entries[at].codon_id] = at
+        plan: ExecutionPlan = object.__new__(ExecutionPlan)
+        plan._loops = self._loops  # never mutated
+        plan._line, plan._undo = line, None
+        line.owner = plan
+        self._undo = (plan, start, len(new), removed)
         plan._firsts = (
             None
             if self._firsts is None

@@ -9,9 +9,11 @@ import tempfile
 from pathlib import Path
 
 import pygit2
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from weft.checkpoints import packs as packs_module
 from weft.checkpoints.packs import (
     OBJ_BLOB,
     OBJ_TREE,
@@ -83,6 +85,26 @@ def test_consolidation_merges_small_packs_and_keeps_every_object(tmp_path: Path)
     fresh = pygit2.Repository(str(tmp_path / "r.git"))
     for sha in shas:
         assert fresh.get(pygit2.Oid(raw=sha)) is not None
+
+
+def test_a_merge_stops_at_merge_max_bytes_and_git_reads_the_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _bare(tmp_path / "r.git")
+    pack_dir = tmp_path / "r.git/objects/pack"
+    for i in range(8):
+        body = f"blob number {i}\n".encode() * 50
+        write_pack(pack_dir, [(OBJ_BLOB, object_id(OBJ_BLOB, body), body)])
+    size = (pack_dir / next(pack_dir.glob("*.idx")).name).with_suffix(".pack").stat().st_size
+    monkeypatch.setattr(packs_module, "MERGE_MAX", 3 * size + size // 2)
+    assert consolidate_packs(repo, over=3) == 3, "only as many packs as fit MERGE_MAX"
+    repo.free()
+    assert len(list(pack_dir.glob("*.idx"))) == 6
+    verified = subprocess.run(
+        ["git", "verify-pack", "-v", *map(str, pack_dir.glob("*.idx"))],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
 
 
 def test_geometric_merge_keeps_packs_that_are_already_far_apart() -> None:

@@ -145,3 +145,31 @@ async def test_state_json_is_rewritten_by_bytes_journaled_not_once_per_codon(
     # The final snapshot is the fold of the whole journal.
     doc = json.loads(state.read_text())
     assert len(doc["runs"][0]["codons"]) == 400
+
+
+def test_the_streamed_snapshot_is_the_snapshot_document(tmp_path: Path) -> None:
+    """``write_snapshot_json`` writes exactly ``snapshot_json``'s bytes (a long
+    run's snapshot is streamed to the file, never held whole)."""
+    from weft.core import Core, encode
+
+    core = Core()
+    for event in [run_started("r1"), *(e for i in range(50) for e in lifecycle("r1", f"c{i}"))]:
+        assert core.apply(encode(event)).ok
+    path = tmp_path / "state.json.tmp"
+    size = core.write_snapshot_json(path)
+    assert path.read_bytes() == core.snapshot_json()
+    assert size == path.stat().st_size > 10_000
+
+
+def test_a_full_disk_fails_the_streamed_snapshot_with_enospc(tmp_path: Path) -> None:
+    from weft.core import Core, encode
+
+    core = Core()
+    for event in [run_started("r1"), *(e for i in range(3000) for e in lifecycle("r1", f"c{i}"))]:
+        assert core.apply(encode(event)).ok
+    with small_disk(tmp_path / "disk") as mounted:
+        if not mounted:
+            pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+        with pytest.raises(OSError) as caught:
+            core.write_snapshot_json(tmp_path / "disk" / "state.json.tmp")
+        assert caught.value.errno == 28  # ENOSPC

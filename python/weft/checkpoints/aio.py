@@ -6,7 +6,8 @@ before a snapshot finishes before the snapshot starts), and keeps each libgit2
 handle on a single thread. While the repository is open, a background task
 drains the change watcher's kernel queue once a second (so that a busy agent
 does not overflow it between checkpoints), moves the checkpoint log into git
-and merges the small packs when enough have accumulated.
+and merges the small packs when enough have accumulated and no checkpoint was
+taken for a second (or when very many wait).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class AsyncCheckpointRepo:
             await asyncio.sleep(every)
             try:
                 await self._run(self.repo.drain_changes)
-                await self._run(self.repo.maintain)
+                await self._run(self.repo.maintain, quiet_for=every)
             except CheckpointError as exc:
                 # Housekeeping only: the next checkpoint reports the problem to its caller.
                 log.warning("checkpoint maintenance stopped: %s", exc)

@@ -32,6 +32,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +94,9 @@ INDEX_WRITE_CHANGES = 512
 #: moments (HEAD may only name a commit git has).
 FLUSH_EVERY = INDEX_WRITE_EVERY
 FLUSH_BYTES = 4 << 20
+#: :meth:`CheckpointRepo.maintain` merges packs while checkpoints keep coming
+#: only once this many wait (a run whose codons take no time at all).
+MAINTAIN_ANYWAY = 256
 #: A checkpoint whose new objects are larger than this goes to git at once, as
 #: a pack of its own, and only its branch move is logged.
 LOG_OBJECTS_MAX = 1 << 20
@@ -170,6 +174,8 @@ class CheckpointRepo:
         self._changes_unsaved = 0
         self._head_unsaved = False
         self._packs_unmerged = len(small_packs(self._pack_dir))
+        self._last_snapshot = 0.0
+        """When the last snapshot ended (``time.monotonic``), for :meth:`maintain`."""
         self._closed = False
         index = self._load_index()
         self._stat = StatIndex(repo, index, self._root)
@@ -340,17 +346,23 @@ class CheckpointRepo:
         if watcher is not None:
             watcher.drain()
 
-    def maintain(self, *, over: int = CONSOLIDATE_OVER) -> int:
-        """Merges the small per-checkpoint packs once more than ``over`` accumulated.
+    def maintain(self, *, over: int = CONSOLIDATE_OVER, quiet_for: float = 0.0) -> int:
+        """Merges the small packs once more than ``over`` accumulated.
 
-        Meant for idle moments (the async wrapper calls it between operations):
-        it takes a fraction of a second per hundred checkpoints. Returns how
-        many packs were merged.
+        Meant for idle moments (the async wrapper calls it once a second):
+        a merge takes up to a fraction of a second, which a checkpoint asked
+        for meanwhile would wait. With ``quiet_for``, it merges only when no
+        snapshot was taken for that many seconds (an agent at work), unless
+        more than :data:`MAINTAIN_ANYWAY` packs wait (codons that take no
+        time at all). Returns how many packs were merged.
         """
         with self._lock:
             self._check_open()
             self._flush()
             if self._packs_unmerged <= over:
+                return 0
+            busy = time.monotonic() - self._last_snapshot < quiet_for
+            if busy and self._packs_unmerged <= MAINTAIN_ANYWAY:
                 return 0
             self._save_index(force=True)
             merged = consolidate_packs(self._repo, over=over)
@@ -745,6 +757,7 @@ class CheckpointRepo:
         if self._log is None:
             self._move_branch(refname, branch, parent, commit)
         self._save_index()
+        self._last_snapshot = time.monotonic()
         return commit
 
     def _write_objects(self, objects: _Objects) -> None:

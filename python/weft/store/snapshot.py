@@ -13,6 +13,7 @@ state.json is unusable.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,15 +55,23 @@ def _keep_backup(weft_dir: Path, state: Path) -> None:
     os.replace(link, weft_dir / BACKUP)
 
 
-def write_snapshot(weft_dir: Path, data: bytes) -> None:
-    """Replaces ``state.json`` with ``data`` atomically, keeping the previous as ``.bak``."""
+def write_snapshot(weft_dir: Path, data: bytes | Callable[[Path], int]) -> int:
+    """Replaces ``state.json`` with ``data`` atomically, keeping the previous as
+    ``.bak``; returns its size. ``data`` may be a function that writes and
+    fsyncs the file at the path it is given and returns its size (the core's
+    ``write_snapshot_json``, which streams a large state)."""
     state = weft_dir / STATE
     if state.exists():
         _keep_backup(weft_dir, state)
     temp = weft_dir / TEMP
-    _write_synced(temp, data)
+    if callable(data):
+        size = data(temp)
+    else:
+        _write_synced(temp, data)
+        size = len(data)
     os.replace(temp, state)
     _sync_dir(weft_dir)
+    return size
 
 
 @dataclass(frozen=True, slots=True)

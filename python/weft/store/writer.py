@@ -135,8 +135,7 @@ class StoreWriter:
         """Writes state.json now (on the calling thread)."""
         started = time.monotonic()
         try:
-            data = self._core.snapshot_json()
-            write_snapshot(self._weft_dir, data)
+            size = write_snapshot(self._weft_dir, self._core.write_snapshot_json)
         except OSError as exc:
             # The journal holds everything the snapshot would: nothing is lost,
             # but a run that cannot keep its snapshot fresh stops here.
@@ -145,7 +144,7 @@ class StoreWriter:
             raise
         self._last_snapshot = time.monotonic()
         self._last_cost = self._last_snapshot - started
-        self._last_size = len(data)
+        self._last_size = size
         self._tail = 0
         self.snapshots += 1
 

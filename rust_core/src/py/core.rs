@@ -6,9 +6,12 @@
 //! drainers cannot interleave and the processing order is the submission
 //! order. Locks are taken with the interpreter released while waiting.
 
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::sync::MutexExt;
@@ -394,6 +397,38 @@ impl Core {
             })
             .map_err(|e| PyRuntimeError::new_err(format!("cannot serialise the state: {e}")))?;
         Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Writes the state.json snapshot (as [`Self::snapshot_json`] gives it)
+    /// to the file at `path` (created or truncated) and fsyncs it; returns
+    /// its size. Streamed through a small buffer: a long run's state is tens
+    /// of megabytes, which the bytes of `snapshot_json` and their copy in
+    /// Python held at once at every snapshot (the run's peak memory).
+    fn write_snapshot_json(&self, py: Python<'_>, path: PathBuf) -> PyResult<u64> {
+        let state = self.state(py)?;
+        let st: &State = &state;
+        py.detach(|| -> std::io::Result<u64> {
+            let file = File::create(&path)?;
+            let mut out = BufWriter::with_capacity(1 << 16, file);
+            serde_json::to_writer(
+                &mut out,
+                &Snapshot {
+                    state: st,
+                    journal_seq: st.journal_seq.unwrap_or(0),
+                },
+            )
+            .map_err(std::io::Error::from)?;
+            let file = out
+                .into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?;
+            file.sync_all()?;
+            Ok(file.metadata()?.len())
+        })
+        .map_err(|e| match e.raw_os_error() {
+            // With its errno, as Python's own writes report a full disk.
+            Some(code) => PyOSError::new_err((code, e.to_string())),
+            None => PyOSError::new_err(e.to_string()),
+        })
     }
 
     /// Transitions waiting to be applied.

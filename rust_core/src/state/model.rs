@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::de::Deserializer;
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
@@ -45,6 +45,11 @@ pub struct State {
     /// runId -> position in `runs`.
     #[serde(skip)]
     pub(crate) run_index: FxHashMap<String, usize>,
+    /// The codon ids of `execution_plan`, kept in step with it: a loop's
+    /// next iteration must be new to the plan, and collecting the ids at
+    /// every iteration made a long loop cost O(plan) per codon.
+    #[serde(skip)]
+    pub(crate) plan_ids: FxHashSet<String>,
     /// Sum of every codon record's cost over every run.
     #[serde(skip)]
     pub(crate) total_cost: Money,
@@ -538,6 +543,7 @@ impl State {
     /// document.
     pub fn reindex(&mut self) {
         share_configs(&mut self.execution_plan, 0);
+        self.index_plan();
         self.run_index.clear();
         self.total_cost = Money::ZERO;
         for (i, run) in self.runs.iter_mut().enumerate() {
@@ -545,6 +551,15 @@ impl State {
             self.run_index.insert(run.run_id.clone(), i);
             self.total_cost += run.cost;
         }
+    }
+
+    /// Rebuilds the plan's id set from `execution_plan`.
+    pub(crate) fn index_plan(&mut self) {
+        self.plan_ids = self
+            .execution_plan
+            .iter()
+            .map(|e| e.codon_id.clone())
+            .collect();
     }
 
     /// Number of codon records over all runs.

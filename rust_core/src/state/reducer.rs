@@ -120,6 +120,7 @@ fn run_started(state: &mut State, d: RunStarted<'_>) -> Result<Applied, Rejectio
     if let Some(plan) = d.execution_plan {
         state.execution_plan = plan;
         share_configs(&mut state.execution_plan, 0);
+        state.index_plan();
     }
     state.run_index.insert(run_id.clone(), state.runs.len());
     state.current_run_id = Some(run_id.clone());
@@ -435,6 +436,9 @@ fn codon_final_cost_set(state: &mut State, d: CodonFinalCostSet<'_>) -> Result<A
 fn plan_extended(state: &mut State, d: PlanExtended<'_>) -> Result<Applied, Rejection> {
     let at = check_plan_extension(state, &d)?;
     let added = d.entries.len();
+    state
+        .plan_ids
+        .extend(d.entries.iter().map(|e| e.codon_id.clone()));
     state.execution_plan.splice(at + 1..=at, d.entries);
     share_configs(&mut state.execution_plan[..at + 1 + added], at + 1);
     Ok(Applied::default())
@@ -451,22 +455,25 @@ fn check_plan_extension(state: &State, d: &PlanExtended<'_>) -> Result<usize, Re
             "entries must not be empty".to_owned(),
         ));
     }
-    let Some(at) = state
-        .execution_plan
-        .iter()
-        .position(|e| e.codon_id == d.after_codon_id)
-    else {
+    // The first entry of that id. A loop's next iteration follows its last
+    // entry, near the plan's end: searched from there when the ids are unique
+    // (a fresh plan may repeat one; the set then holds fewer ids than entries).
+    let plan = &state.execution_plan;
+    let found = if state.plan_ids.len() == plan.len() {
+        plan.iter().rposition(|e| e.codon_id == d.after_codon_id)
+    } else {
+        plan.iter().position(|e| e.codon_id == d.after_codon_id)
+    };
+    let Some(at) = found else {
         return Err(conflict(
             "unknown_plan_entry",
             format!("No plan entry '{}' to extend after", d.after_codon_id),
         ));
     };
-    // Plans hold tens to a few thousand entries and grow once per loop
-    // iteration, so a scan is cheaper than keeping an index in step.
-    let mut seen: FxHashSet<&str> = planned_ids(state);
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
     for entry in &d.entries {
         non_empty("codonId", &entry.codon_id)?;
-        if !seen.insert(&entry.codon_id) {
+        if state.plan_ids.contains(entry.codon_id.as_str()) || !seen.insert(&entry.codon_id) {
             return Err(conflict(
                 "plan_conflict",
                 format!("The plan already has an entry '{}'", entry.codon_id),
@@ -485,8 +492,11 @@ fn plan_trimmed(state: &mut State, d: PlanTrimmed<'_>) -> Result<Applied, Reject
             "codonIds must not be empty".to_owned(),
         ));
     }
-    let planned = planned_ids(state);
-    if let Some(missing) = d.codon_ids.iter().find(|id| !planned.contains(id.as_str())) {
+    if let Some(missing) = d
+        .codon_ids
+        .iter()
+        .find(|id| !state.plan_ids.contains(id.as_str()))
+    {
         return Err(conflict(
             "unknown_plan_entry",
             format!("No plan entry '{missing}' to remove"),
@@ -496,15 +506,10 @@ fn plan_trimmed(state: &mut State, d: PlanTrimmed<'_>) -> Result<Applied, Reject
     state
         .execution_plan
         .retain(|e| !gone.contains(e.codon_id.as_str()));
+    for id in &d.codon_ids {
+        state.plan_ids.remove(id.as_str());
+    }
     Ok(Applied::default())
-}
-
-fn planned_ids(state: &State) -> FxHashSet<&str> {
-    state
-        .execution_plan
-        .iter()
-        .map(|e| e.codon_id.as_str())
-        .collect()
 }
 
 // -------------------------------------------------------------- helpers
