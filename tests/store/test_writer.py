@@ -170,6 +170,6 @@ def test_a_full_disk_fails_the_streamed_snapshot_with_enospc(tmp_path: Path) -> 
     with small_disk(tmp_path / "disk") as mounted:
         if not mounted:
             pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-        with pytest.raises(OSError) as caught:
+        with pytest.raises(OSError, match="space") as caught:
             core.write_snapshot_json(tmp_path / "disk" / "state.json.tmp")
         assert caught.value.errno == 28  # ENOSPC
