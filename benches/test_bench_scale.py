@@ -25,6 +25,7 @@ import asyncio
 import os
 import sqlite3
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,11 @@ class _Ends:
     """Wall clock (and, with ``rss``, the RSS) at each codon's end (its ``state.snapshot``)."""
 
     def __init__(self, *, rss: bool = True) -> None:
-        self.times: list[float] = []
-        self.rss: list[int] = []
-        self.seqs: list[int] = []
+        # Arrays, not lists: 24 bytes a codon instead of ~100, which would
+        # count in the RSS growth this benchmark measures.
+        self.times = array("d")
+        self.rss = array("q")
+        self.seqs = array("q")
         self._read_rss = rss
 
     def __call__(self, item: Processed) -> None:

@@ -94,6 +94,8 @@ INDEX_WRITE_CHANGES = 512
 #: moments (HEAD may only name a commit git has).
 FLUSH_EVERY = INDEX_WRITE_EVERY
 FLUSH_BYTES = 4 << 20
+#: How many commits made or checked here are remembered as existing.
+KNOWN_COMMITS = 256
 #: :meth:`CheckpointRepo.maintain` merges packs while checkpoints keep coming
 #: only once this many wait (a run whose codons take no time at all).
 MAINTAIN_ANYWAY = 256
@@ -193,7 +195,9 @@ class CheckpointRepo:
             repo.set_head(head.id)
             lags = True
         self._head = str(head.id)
-        self._known: set[str] = {self._head, initial_sha}
+        self._known: dict[str, None] = dict.fromkeys((self._head, initial_sha))
+        """Commits known to exist: the latest made or checked here (a snapshot's
+        parent is nearly always the one before), bounded by :data:`KNOWN_COMMITS`."""
         self._base_tree: bytes = head.tree_id.raw
         self._complete: set[pygit2.Oid] = set()
         """Trees known to have every object they reach (see :meth:`verify`)."""
@@ -688,11 +692,18 @@ class CheckpointRepo:
             )
         return obj
 
+    def _remember(self, sha: str) -> None:
+        known = self._known
+        known[sha] = None
+        if len(known) > KNOWN_COMMITS:
+            # Oldest first: the set must not grow with the run.
+            del known[next(iter(known))]
+
     def _known_commit(self, sha: str) -> str:
         """``sha`` if it names a commit; commits made here are not looked up again."""
         if sha not in self._known:
             self._commit(sha)
-            self._known.add(sha)
+            self._remember(sha)
         return sha
 
     def _check_tip(self, branch: str, expected: str) -> None:
@@ -751,7 +762,7 @@ class CheckpointRepo:
         self._synced = pset
         self._head = commit
         self._head_unsaved = True
-        self._known.add(commit)
+        self._remember(commit)
         self._changes_unsaved += len(scan.changes)
         self._snapshots_unsaved += 1
         if self._log is None:

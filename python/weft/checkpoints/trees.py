@@ -28,7 +28,9 @@ EMPTY_TREE = object_id(OBJ_TREE, b"")
 Entry = tuple[bytes, bytes]
 
 _TREE_ENTRY = re.compile(rb"(\d{5,6}) ([^\x00]+)\x00(.{20})", re.DOTALL)
-_CACHE_LIMIT = 8_192
+_CACHE_LIMIT = 2_048
+"""Parsed trees kept (then the cache starts over): a run makes new trees at
+every checkpoint, so a larger cache only grows a long run's memory."""
 
 
 class TreeError(CheckpointStorageError):

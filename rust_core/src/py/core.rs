@@ -405,30 +405,31 @@ impl Core {
     /// of megabytes, which the bytes of `snapshot_json` and their copy in
     /// Python held at once at every snapshot (the run's peak memory).
     fn write_snapshot_json(&self, py: Python<'_>, path: PathBuf) -> PyResult<u64> {
-        let state = self.state(py)?;
-        let st: &State = &state;
+        let file = {
+            // The state stays locked only while it is written into the page
+            // cache (the loop's next drain waits for it): the fsync comes after.
+            let state = self.state(py)?;
+            let st: &State = &state;
+            py.detach(|| -> std::io::Result<File> {
+                let mut out = BufWriter::with_capacity(1 << 16, File::create(&path)?);
+                serde_json::to_writer(
+                    &mut out,
+                    &Snapshot {
+                        state: st,
+                        journal_seq: st.journal_seq.unwrap_or(0),
+                    },
+                )
+                .map_err(std::io::Error::from)?;
+                out.into_inner()
+                    .map_err(std::io::IntoInnerError::into_error)
+            })
+            .map_err(os_error)?
+        };
         py.detach(|| -> std::io::Result<u64> {
-            let file = File::create(&path)?;
-            let mut out = BufWriter::with_capacity(1 << 16, file);
-            serde_json::to_writer(
-                &mut out,
-                &Snapshot {
-                    state: st,
-                    journal_seq: st.journal_seq.unwrap_or(0),
-                },
-            )
-            .map_err(std::io::Error::from)?;
-            let file = out
-                .into_inner()
-                .map_err(std::io::IntoInnerError::into_error)?;
             file.sync_all()?;
             Ok(file.metadata()?.len())
         })
-        .map_err(|e| match e.raw_os_error() {
-            // With its errno, as Python's own writes report a full disk.
-            Some(code) => PyOSError::new_err((code, e.to_string())),
-            None => PyOSError::new_err(e.to_string()),
-        })
+        .map_err(os_error)
     }
 
     /// Transitions waiting to be applied.
@@ -568,5 +569,14 @@ impl Core {
                  so the order stays the submission order",
             )
         })
+    }
+}
+
+/// An I/O error as Python's `OSError`, with its errno when it has one (as
+/// Python's own writes report a full disk).
+fn os_error(e: std::io::Error) -> PyErr {
+    match e.raw_os_error() {
+        Some(code) => PyOSError::new_err((code, e.to_string())),
+        None => PyOSError::new_err(e.to_string()),
     }
 }
