@@ -402,12 +402,17 @@ def test_made_up_streams_give_the_same_events(lines: list[bytes]) -> None:
     both(lines)
 
 
-def test_a_long_stream_evicts_old_messages_alike() -> None:
-    """More messages than the usage window keeps (1024), each seen twice."""
+def evicting_stream() -> list[bytes]:
+    """More messages than the usage window keeps (1024), each seen twice; then
+    an evicted one comes back (it counts again)."""
     lines = []
     for i in range(1500):
         usage = {"input_tokens": i, "output_tokens": 1, "cache_read_input_tokens": 7}
         line = _assistant(f"msg_{i}", "claude-sonnet-4-5-20250929", usage, [])
         lines += [line, line]
-    lines.append(lines[0])  # an evicted message comes back: it counts again in both
-    both(lines)
+    lines.append(lines[0])
+    return lines
+
+
+def test_a_long_stream_evicts_old_messages_alike() -> None:
+    both(evicting_stream())

@@ -26,6 +26,7 @@ from tests.agents.test_claude_parser import (
     _assistant_lines,
     _other_lines,
     _user_lines,
+    evicting_stream,
 )
 
 from weft.agents.claude_parser import SYNTHETIC_MODEL, ClaudeParser
@@ -198,12 +199,7 @@ def test_line_by_line_feeding_gives_the_same_events(lines: list[bytes]) -> None:
 def test_a_long_stream_evicts_old_messages_alike() -> None:
     """More messages than the usage window keeps (1024), each seen twice, in
     one large batch (decoded without the interpreter's lock)."""
-    lines = []
-    for i in range(1500):
-        usage = {"input_tokens": i, "output_tokens": 1, "cache_read_input_tokens": 7}
-        line = _assistant(f"msg_{i}", "claude-sonnet-4-5-20250929", usage, [])
-        lines += [line, line]
-    lines.append(lines[0])  # an evicted message comes back: it counts again in both
+    lines = evicting_stream()
     lines.append(b'{"type":"user","message":{"content":"x"},"pad":"' + b"y" * 100_000 + b'"}')
     both_paths(lines, [])
 

@@ -133,3 +133,20 @@ def test_a_long_run_rewrites_each_object_about_log_n_times(per_round: int, round
     objects = sum(sizes.values())
     assert rewritten <= objects * (2 + 2 * math.log2(objects))
     assert len(sizes) <= per_round + 2 + 2 * math.log2(objects)
+
+
+def test_writing_the_same_pack_again_is_a_no_op_even_without_root(tmp_path: Path) -> None:
+    """A replayed checkpoint log writes a pack git may already have (named by its
+    content; read-only files, which only root could truncate)."""
+    _bare(tmp_path / "r.git")
+    pack_dir = tmp_path / "r.git/objects/pack"
+    body = b"the same objects\n"
+    objects = [(OBJ_BLOB, object_id(OBJ_BLOB, body), body)]
+    name = write_pack(pack_dir, objects)
+    assert name is not None
+    before = {p.name: p.stat().st_mtime_ns for p in pack_dir.iterdir()}
+    assert write_pack(pack_dir, objects) == name
+    assert {p.name: p.stat().st_mtime_ns for p in pack_dir.iterdir()} == before
+    (pack_dir / f"{name}.idx").unlink()  # a pack cut short before its index
+    assert write_pack(pack_dir, objects) == name
+    assert (pack_dir / f"{name}.idx").exists()

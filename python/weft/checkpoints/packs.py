@@ -92,8 +92,11 @@ def write_pack(
     pack_bytes = body + pack_sha
 
     name = "pack-" + pack_sha.hex()
+    if (pack_dir / f"{name}.idx").exists():
+        return name  # named by its content: these objects are there already (a replay)
     # Readers discover packs by their .idx, so the pack may be written in place; the
     # index appears atomically, last. A pack left without an index is swept at open.
+    (pack_dir / f"{name}.pack").unlink(missing_ok=True)  # read-only, and cut short
     _write_file(pack_dir / f"{name}.pack", pack_bytes)
     _write_index(pack_dir, name, seen, pack_sha)
     return name

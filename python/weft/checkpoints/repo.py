@@ -211,8 +211,9 @@ class CheckpointRepo:
 
     def _replay(self, writer: bool) -> dict[bytes, tuple[int, bytes]]:
         """Puts what the checkpoint log holds into git (its objects; a writer
-        also moves the branches and empties the log); returns the writer's log
-        objects not yet in git (always empty here: kept for the tree editor)."""
+        also moves the branches and empties the log). Returns the mapping of
+        logged objects not yet in git that the tree editor reads: the writer's
+        log fills it from now on; a read-only opener's stays empty."""
         path = self.git_dir / LOG_NAME
         replayed = read_log(path)
         if replayed.torn:

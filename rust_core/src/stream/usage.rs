@@ -302,16 +302,7 @@ impl Ledger {
             Some(m) => self.cost_nanos(m, &tokens, lookup)?,
         };
         self.insert(key, snapshot, tokens, cost);
-        match (cost, self.estimate_nanos.as_mut()) {
-            (None, _) => self.estimate_nanos = None,
-            (Some(c), Some(total)) => *total += c,
-            (Some(_), None) => {}
-        }
-        self.spent.add(&tokens);
-        Ok(Some(UsageDelta {
-            tokens,
-            cost_nanos: cost,
-        }))
+        Ok(Some(self.report(tokens, cost)))
     }
 
     /// A changed snapshot of a known message: max-merged into its maxima.
@@ -349,16 +340,19 @@ impl Ledger {
             (Some(c), Some(o)) => Some(c - o),
             _ => None,
         };
-        match (delta, self.estimate_nanos.as_mut()) {
+        Ok(Some(self.report(tokens, delta)))
+    }
+
+    /// Counts a request's growth (its tokens, and its cost in the running
+    /// estimate, which an unpriced request makes unknown) and reports it.
+    fn report(&mut self, tokens: Tokens, cost_nanos: Option<i128>) -> UsageDelta {
+        match (cost_nanos, self.estimate_nanos.as_mut()) {
             (None, _) => self.estimate_nanos = None,
-            (Some(d), Some(total)) => *total += d,
+            (Some(c), Some(total)) => *total += c,
             (Some(_), None) => {}
         }
         self.spent.add(&tokens);
-        Ok(Some(UsageDelta {
-            tokens,
-            cost_nanos: delta,
-        }))
+        UsageDelta { tokens, cost_nanos }
     }
 
     fn insert(&mut self, key: Box<str>, last: Snapshot, max: Tokens, cost: Option<i128>) {
