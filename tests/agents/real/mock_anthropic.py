@@ -282,6 +282,7 @@ class AnthropicHandler(Handler):
                     if "cut" in keys:
                         req.outcome = "cut"
                         req.partial = dataclasses.replace(billed, output=1)
+                        req.partial_full = billed
                         self.cut()
                         return
                     if pause:

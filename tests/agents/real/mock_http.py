@@ -72,6 +72,9 @@ class Request:
     partial: Billed | None = None
     """A cut stream's usage as its ``message_start`` reported it (the CLI may or
     may not count it, depending on whether it read that event before the cut)."""
+    partial_full: Billed | None = None
+    """The cut message's whole usage: the CLI may count as many of its output
+    tokens as it read text before the cut (seen under load)."""
     outcome: str = ""
 
 
