@@ -18,7 +18,7 @@ from tests.checkpoints.helpers import covered_state, git, snap, tree_state, writ
 from weft.checkpoints import CheckpointRepo, CheckpointStorageError, run_branch
 from weft.checkpoints import pending as pending_module
 from weft.checkpoints.packs import OBJ_BLOB, object_id
-from weft.checkpoints.pending import LOG_NAME, CheckpointLog, Replayed, read_log
+from weft.checkpoints.pending import LOG_NAME, CheckpointLog, read_log
 from weft.checkpoints.repo import FLUSH_EVERY
 
 BRANCH = run_branch("r1")
@@ -199,7 +199,7 @@ def test_any_cut_of_the_log_reads_as_its_whole_records(
     tmp_path_factory: pytest.TempPathFactory, bodies: list[bytes], cut: int
 ) -> None:
     path = tmp_path_factory.mktemp("log") / LOG_NAME
-    log = CheckpointLog(path, Replayed())
+    log = CheckpointLog(path)
     ends = []
     for i, body in enumerate(bodies):
         sha = object_id(OBJ_BLOB, body)

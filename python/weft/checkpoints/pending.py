@@ -16,8 +16,9 @@ recorded is never lost to a batch not yet written.
 
 Record: ``b"WCL1"``, the payload's length and CRC-32 (big-endian u32 each),
 then the payload, msgpack ``[[[kind, sha, data], ...], [[refname, sha], ...]]``.
-A record cut short by a crash (or a full disk) fails its length or CRC; it and
-anything after it are ignored, and the next write starts over at that offset.
+A record cut short by a crash fails its length or CRC; it and anything after
+it are ignored, and the owner empties the log once it has replayed the rest.
+An append that fails (a full disk) cuts its partial record off again.
 """
 
 from __future__ import annotations
@@ -88,22 +89,21 @@ def read_log(path: Path) -> Replayed:
 
 
 class CheckpointLog:
-    """The owner's open log: appends records and remembers what they hold until taken."""
+    """The owner's open log, emptied when opened (the opener replayed it first):
+    appends records and remembers what they hold until taken."""
 
-    def __init__(self, path: Path, replayed: Replayed) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
         #: Objects appended and not yet in git, by binary SHA.
-        self.objects: dict[bytes, tuple[int, bytes]] = dict(replayed.objects)
+        self.objects: dict[bytes, tuple[int, bytes]] = {}
         #: Branch tips moved and not yet in git, by refname.
-        self.tips: dict[str, str] = dict(replayed.tips)
-        self.records = replayed.records
+        self.tips: dict[str, str] = {}
+        self.records = 0
         #: Payload bytes held (objects' bodies), for the flush threshold.
-        self.size = sum(len(body) for _kind, body in self.objects.values())
+        self.size = 0
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        # A torn tail is cut off, so the next record starts on a record boundary.
-        os.ftruncate(self._fd, replayed.end)
-        os.lseek(self._fd, replayed.end, os.SEEK_SET)
-        self._offset = replayed.end
+        self._offset = 0
+        self.clear()
 
     def append(self, objects: list[Obj], refs: list[tuple[str, str]]) -> None:
         """Adds one record (one ``write``); raises ``OSError`` with nothing kept on failure."""

@@ -236,10 +236,7 @@ class CheckpointRepo:
                 self.repairs.append(
                     f"moved {replayed.records} checkpoint(s) from the checkpoint log into git"
                 )
-            replayed.objects.clear()
-            replayed.tips.clear()
-            replayed.end = 0
-            self._log = CheckpointLog(path, replayed)
+            self._log = CheckpointLog(path)
         except (OSError, pygit2.GitError) as exc:
             raise CheckpointStorageError(
                 f"could not replay the checkpoint log {path}: {exc}. Check free disk space "
@@ -750,7 +747,7 @@ class CheckpointRepo:
         commit = sha.hex()
         objects = [*objects, (OBJ_COMMIT, sha, body)]
         if self._log is not None:
-            self._log_checkpoint(objects, refname, branch, parent, commit)
+            self._log_checkpoint(objects, refname, commit)
         else:
             self._write_objects(objects)
         # The objects are in place: the index now describes this commit's tree.
@@ -782,14 +779,11 @@ class CheckpointRepo:
                 f"{exc.strerror or exc}. Check free disk space."
             ) from exc
 
-    def _log_checkpoint(
-        self, objects: _Objects, refname: str, branch: str, parent: str, commit: str
-    ) -> None:
-        """Appends the checkpoint to the log (its objects go to git at once when large)."""
+    def _log_checkpoint(self, objects: _Objects, refname: str, commit: str) -> None:
+        """Appends the checkpoint to the log (its objects go to git at once when
+        large). The branch's tip was checked under the same lock: only this
+        repository moves a logged branch."""
         assert self._log is not None
-        tip = self._lookup_branch(branch)
-        if tip is not None and tip != parent:
-            raise self._conflict(branch, parent, tip)
         if sum(len(body) for _kind, _sha, body in objects) > LOG_OBJECTS_MAX:
             self._write_objects(objects)
             objects = []
