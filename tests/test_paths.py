@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from weft.errors import UnsafePathError
 from weft.paths import component, contains, inside
@@ -39,3 +41,37 @@ def test_contains_resolves_dotdot(tmp_path: Path) -> None:
     assert contains(tmp_path, tmp_path / "a" / "b")
     assert not contains(tmp_path / "a", tmp_path / "a" / ".." / "b")
     assert not contains(tmp_path / "a", tmp_path / "ab")
+
+
+_NAMES = st.sampled_from(["a", "b", "in", "out", "..", ".", "f"])
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    parts=st.lists(_NAMES, min_size=1, max_size=5),
+    absolute=st.booleans(),
+)
+def test_inside_agrees_with_resolving_every_link(
+    tmp_path: Path, parts: list[str], absolute: bool
+) -> None:
+    """The shortcut for plain names under no link judges as the full resolution does."""
+    root = tmp_path / "root"
+    if not root.exists():
+        (tmp_path / "outside" / "a").mkdir(parents=True)
+        (root / "a" / "b").mkdir(parents=True)
+        (root / "f").write_text("file")
+        (root / "a" / "in").symlink_to(root / "a" / "b")
+        (root / "a" / "out").symlink_to(tmp_path / "outside")
+        (root / "out").symlink_to(tmp_path / "outside" / "a")
+        (root / "b").symlink_to("a/out")
+    rel = "/".join(parts)
+    path = f"{root}/{rel}" if absolute else rel
+    expected = contains(root, root / path)
+    try:
+        inside(root, path, what="a path")
+    except UnsafePathError:
+        assert not expected, path
+    else:
+        assert expected, path

@@ -12,6 +12,7 @@ message saying what, where and how to fix it) before anything is written.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from weft.errors import UnsafePathError
@@ -30,6 +31,34 @@ def contains(outer: str | os.PathLike[str], inner: str | os.PathLike[str]) -> bo
     """Whether ``inner`` is ``outer`` or lies inside it, links and ``..`` resolved."""
     real_outer, real_inner = _real(outer), _real(inner)
     return real_inner == real_outer or real_inner.startswith(real_outer.rstrip(os.sep) + os.sep)
+
+
+def _plainly_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """True when ``root / path`` is inside ``root`` without resolving every link:
+    ``path`` is relative, made of plain names, and none of them that exists
+    under ``root`` is a link. Then resolving it gives ``realpath(root)``
+    followed by those names, so it cannot leave; anything else (``..``, an
+    absolute path, a link on the way) gets the full check. The runtime builds
+    such paths at every codon, and the full check lstats every component of
+    the absolute path (about 13 calls per codon).
+    """
+    rel = os.fspath(path)
+    if not rel or rel.startswith(os.sep):
+        return False
+    names = [n for n in rel.split(os.sep) if n and n != "."]
+    if not names or ".." in names:
+        return False
+    current = os.fspath(root)
+    for name in names:
+        current = os.path.join(current, name)
+        try:
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return False
+        except FileNotFoundError:
+            return True  # nothing below exists: judged by name, as realpath would
+        except OSError:
+            return False
+    return True
 
 
 def component(name: str, *, what: str) -> str:
@@ -62,7 +91,7 @@ def inside(root: str | os.PathLike[str], path: str | os.PathLike[str], *, what: 
             path=text,
             root=os.fspath(root),
         )
-    if not contains(root, candidate):
+    if not _plainly_inside(root, path) and not contains(root, candidate):
         raise UnsafePathError(
             f"{printable(what)} ({printable(text)}) would be outside {printable(os.fspath(root))}; "
             "ids and paths in a hank must stay inside the execution (run `weft validate`)",
