@@ -24,6 +24,7 @@ __all__ = [
     "ClaudeLineParser",
     "Core",
     "ExecutionThread",
+    "FileStat",
     "Issue",
     "Outcome",
     "SessionEffect",
@@ -40,6 +41,7 @@ __all__ = [
     "circuit_open_message",
     "find_continuation_session_id",
     "is_terminal",
+    "read_blob",
     "retry_delay_ms",
     "validate_state",
     "validate_transition",
@@ -403,6 +405,41 @@ class ClaudeLineParser:
     def spent(self) -> tuple[int, int, int, int, int]: ...
     @property
     def estimate_nanos(self) -> int | None: ...
+
+# ---- checkpoints: a work-tree file read as a git blob ---------------------
+
+@final
+class FileStat:
+    """The stat data a checkpoint keeps of a file, taken before it was read."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+    @property
+    def st_dev(self) -> int: ...
+    @property
+    def st_uid(self) -> int: ...
+    @property
+    def st_gid(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_ctime_ns(self) -> int: ...
+
+def read_blob(
+    path: str | PathLike[str], max_size: int
+) -> tuple[
+    Literal["file", "link", "dir", "other", "missing"],
+    FileStat | None,
+    bytes | None,
+    bytes | None,
+]:
+    """Read the file at ``path`` as a checkpoint stores it, detached from the
+    interpreter: ``(kind, stat, data, sha)``; ``data`` and ``sha`` are None
+    for a file over ``max_size`` and for kinds git does not hold."""
 
 # ---- seed 004: workstreams, steps, circuit breakers -------------------------
 

@@ -8,7 +8,7 @@ the rest of the package never touches cffi.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Protocol
 
 import pygit2
 from pygit2.enums import DiffOption
@@ -33,6 +33,28 @@ _GIT_ENOTFOUND = -3
 _MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
 _MODE_BYTES = {v: k for k, v in _MODE_INT.items()}
 _ZERO_STAT = os.stat_result((0,) * 10)
+
+
+class StatData(Protocol):
+    """The stat fields the index keeps: an ``os.stat_result`` or a
+    :class:`weft._core.FileStat`."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+    @property
+    def st_dev(self) -> int: ...
+    @property
+    def st_uid(self) -> int: ...
+    @property
+    def st_gid(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_ctime_ns(self) -> int: ...
 
 
 def _i32(value: int) -> int:
@@ -84,7 +106,7 @@ class StatIndex:
         mode = _MODE_BYTES.get(found.mode)
         return None if mode is None else (mode, bytes(ffi.buffer(found.id.id, 20)))
 
-    def add(self, path: str, value: Entry, st: os.stat_result) -> None:
+    def add(self, path: str, value: Entry, st: StatData) -> None:
         """Records ``path`` as ``value`` with the stat data it had when it was read."""
         entry: Any = ffi.new("git_index_entry *")
         # Truncated as libgit2 does (git's index keeps 32-bit fields).

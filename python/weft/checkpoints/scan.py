@@ -10,18 +10,21 @@ can reach inside them, and ignored files stay out, as with ``git add``.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pygit2
 from pygit2.enums import DeltaStatus
 
+from weft._core import FileStat, read_blob
 from weft.checkpoints.errors import CheckpointError
-from weft.checkpoints.gitindex import StatIndex
-from weft.checkpoints.packs import OBJ_BLOB, object_id
+from weft.checkpoints.gitindex import StatData, StatIndex
+from weft.checkpoints.packs import OBJ_BLOB
 from weft.checkpoints.patterns import PatternSet, is_excluded
 from weft.checkpoints.trees import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
+
+BlobRead = tuple[str, FileStat | None, bytes | None, bytes | None]
+"""What :func:`weft._core.read_blob` returns: kind, stat, content, blob id."""
 
 #: Files larger than this are hashed and stored by libgit2 as loose objects, not read here.
 LARGE_FILE = 32 * 1024 * 1024
@@ -35,7 +38,7 @@ class Scan:
     #: The new blobs to store, as ``(kind, sha, data)`` (when content is kept).
     blobs: list[tuple[int, bytes, bytes]] = field(default_factory=list)
     #: The stat data of each changed file, taken before it was read.
-    stats: dict[str, os.stat_result] = field(default_factory=dict)
+    stats: dict[str, StatData] = field(default_factory=dict)
 
 
 class WorkspaceScanner:
@@ -80,16 +83,12 @@ class WorkspaceScanner:
         held = self._index.entry(path)
         if held is None or not self._pset.matches(path):
             return False
-        try:
-            st = os.lstat(os.path.join(self._root, path))
-        except (FileNotFoundError, NotADirectoryError):
-            self._scan.changes[path] = None
-            return True
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        found = self._read(path)
+        if found[0] in ("dir", "other"):
             return False
         scan = self._scan
         blobs = len(scan.blobs)
-        self._stage(path)
+        self._stage(path, found)
         if scan.changes.get(path) == held:
             # Same content (the watcher saw a write of the same bytes, or a
             # touch): no change, but the index learns the new stat data, as
@@ -153,38 +152,31 @@ class WorkspaceScanner:
                 elif self._pset.matches(rel) and not self._repo.path_is_ignored(rel):
                     self._stage(rel)
 
-    def _stage(self, path: str) -> None:
-        scan = self._scan
-        full = os.path.join(self._root, path)
+    def _read(self, path: str) -> BlobRead:
         try:
-            # Stat before reading: a write after this shows up as a stat change next time.
-            st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode):
-                data: bytes | None = os.fsencode(os.readlink(full))
-                mode = MODE_LINK
-            elif stat.S_ISREG(st.st_mode):
-                mode = MODE_EXEC if st.st_mode & 0o100 else MODE_FILE
-                if st.st_size > LARGE_FILE:
-                    data = None
-                else:
-                    with open(full, "rb") as fh:
-                        data = fh.read()
-            else:
-                scan.changes[path] = None  # sockets, fifos, devices: git cannot hold them
-                return
-        except (FileNotFoundError, NotADirectoryError):
-            scan.changes[path] = None
-            return
+            # One call, detached from the interpreter (see weft._core.read_blob);
+            # the stat comes first, so a write after it shows at the next checkpoint.
+            return read_blob(os.path.join(self._root, path), LARGE_FILE)
         except OSError as exc:
             raise CheckpointError(
                 f"cannot read {path} for the checkpoint: {exc.strerror or exc}. Make it "
                 f"readable, or exclude it from checkpointedFiles with '!{path}'."
             ) from exc
-        if data is None:
-            sha = self._repo.create_blob_fromdisk(full).raw
-        else:
-            sha = object_id(OBJ_BLOB, data)
-            if self._keep:
-                scan.blobs.append((OBJ_BLOB, sha, data))
+
+    def _stage(self, path: str, found: BlobRead | None = None) -> None:
+        scan = self._scan
+        kind, st, data, sha = self._read(path) if found is None else found
+        if st is None or kind in ("missing", "dir", "other"):
+            # Gone, or a kind git cannot hold (sockets, fifos, devices; a folder's
+            # files are found on their own).
+            scan.changes[path] = None
+            return
+        executable = MODE_EXEC if st.st_mode & 0o100 else MODE_FILE
+        mode = MODE_LINK if kind == "link" else executable
+        if sha is None:
+            # Larger than LARGE_FILE: libgit2 stores it without holding it in memory.
+            sha = self._repo.create_blob_fromdisk(os.path.join(self._root, path)).raw
+        elif self._keep and data is not None:
+            scan.blobs.append((OBJ_BLOB, sha, data))
         scan.changes[path] = (mode, sha)
         scan.stats[path] = st

@@ -329,11 +329,19 @@ def _refs(value: str | Sequence[str] | None) -> list[str]:
 class _Reader:
     """Reads and renders the pieces of one codon's prompts."""
 
-    root: Path
+    hank_dir: str | os.PathLike[str]
     variables: Mapping[str, str]
     codon_path: str | None
     codon_label: str
     sources: list[str]
+    _root: Path | None = None
+
+    @property
+    def root(self) -> Path:
+        """The hank's folder, resolved on first use: an inline prompt reads no file."""
+        if self._root is None:
+            self._root = Path(self.hank_dir).resolve()
+        return self._root
 
     def field(self, name: str, index: int | None = None) -> TextSource:
         """Where a field of the codon (or, for ``global...``, of the hank root) is."""
@@ -428,7 +436,7 @@ def assemble_prompt(
     front-matter and comments are removed.
     """
     path, where = _locate(hank, codon.id)
-    reader = _Reader(Path(hank_dir).resolve(), variables, path, where, [])
+    reader = _Reader(hank_dir, variables, path, where, [])
     label = f'codon "{codon.id}"'
 
     metadata: PromptMetadata | None = None

@@ -574,9 +574,15 @@ impl Core {
 
 /// An I/O error as Python's `OSError`, with its errno when it has one (as
 /// Python's own writes report a full disk).
-fn os_error(e: std::io::Error) -> PyErr {
+/// An `OSError` (the subclass its errno maps to) with the system's message,
+/// as Python's own would read: `strerror` without Rust's "(os error N)".
+pub(crate) fn os_error(e: std::io::Error) -> PyErr {
     match e.raw_os_error() {
-        Some(code) => PyOSError::new_err((code, e.to_string())),
+        Some(code) => {
+            let text = e.to_string();
+            let strerror = text.split(" (os error ").next().unwrap_or(&text).to_owned();
+            PyOSError::new_err((code, strerror))
+        }
         None => PyOSError::new_err(e.to_string()),
     }
 }

@@ -5,6 +5,7 @@
 //! Python objects walked field by field, and calls that may take long
 //! (batches, state serialisation) detach from the interpreter.
 
+mod blob;
 mod codon;
 mod core;
 mod errors;
@@ -44,6 +45,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::BatchResult>()?;
     m.add_class::<core::Issue>()?;
     m.add_class::<core::StateValidation>()?;
+    blob::register(m)?;
     session::register(m)?;
     stream::register(m)?;
     thread::register(m)?;

@@ -1,0 +1,96 @@
+"""weft._core.read_blob: a work-tree file read as the checkpoint stores it."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pygit2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from weft._core import read_blob
+
+BIG = 1 << 20
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.binary(max_size=9000))
+def test_a_file_reads_whole_with_git_s_blob_id_and_its_stat(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    kind, stat, got, sha = read_blob(path, BIG)
+    assert kind == "file"
+    assert got == data
+    assert sha == pygit2.hash(data).raw
+    assert stat is not None
+    real = os.lstat(path)
+    for field in ("st_mode", "st_ino", "st_dev", "st_uid", "st_gid", "st_size"):
+        assert getattr(stat, field) == getattr(real, field), field
+    assert (stat.st_mtime_ns, stat.st_ctime_ns) == (real.st_mtime_ns, real.st_ctime_ns)
+
+
+def test_a_link_is_its_target_not_what_it_points_to(tmp_path: Path) -> None:
+    (tmp_path / "target.txt").write_text("content")
+    (tmp_path / "link").symlink_to("target.txt")
+    (tmp_path / "dangling").symlink_to("nowhere/at/all")
+    kind, stat, data, sha = read_blob(tmp_path / "link", BIG)
+    assert (kind, data, sha) == ("link", b"target.txt", pygit2.hash(b"target.txt").raw)
+    assert stat is not None
+    assert stat.st_mode & 0o170000 == 0o120000
+    assert read_blob(tmp_path / "dangling", BIG)[:1] == ("link",)
+
+
+def test_the_executable_bit_shows_in_the_mode(tmp_path: Path) -> None:
+    path = tmp_path / "run.sh"
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    _kind, stat, _data, _sha = read_blob(path, BIG)
+    assert stat is not None
+    assert stat.st_mode & 0o100
+
+
+def test_what_git_cannot_hold_and_what_is_gone(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("x")
+    assert read_blob(tmp_path / "dir", BIG)[0] == "dir"
+    kind, stat, data, sha = read_blob(tmp_path / "fifo", BIG)  # never opened: it would block
+    assert (kind, data, sha) == ("other", None, None)
+    assert stat is not None
+    assert read_blob(tmp_path / "missing", BIG) == ("missing", None, None, None)
+    # A parent that is a file: gone too, as a deleted folder's files are.
+    assert read_blob(tmp_path / "file" / "below", BIG) == ("missing", None, None, None)
+
+
+def test_a_file_over_the_limit_is_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "large.bin"
+    path.write_bytes(b"x" * 100)
+    kind, stat, data, sha = read_blob(path, 99)
+    assert (kind, data, sha) == ("file", None, None)
+    assert stat is not None
+    assert stat.st_size == 100
+    assert read_blob(path, 100)[2] == b"x" * 100
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_an_unreadable_file_raises_the_os_error(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_text("x")
+    path.chmod(0)
+    with pytest.raises(PermissionError) as caught:
+        read_blob(path, BIG)
+    assert caught.value.errno == errno.EACCES
+    assert caught.value.strerror == "Permission denied"
+
+
+def test_other_errors_keep_their_errno_and_the_system_s_words(tmp_path: Path) -> None:
+    name = tmp_path / ("n" * 300)  # longer than a file name may be
+    with pytest.raises(OSError, match="too long") as caught:
+        read_blob(name, BIG)
+    assert caught.value.errno == errno.ENAMETOOLONG
+    assert caught.value.strerror == os.strerror(errno.ENAMETOOLONG)
