@@ -353,3 +353,73 @@ def test_the_repository_config_is_pinned_at_every_open(git_dir: Path, workspace:
     config.write_bytes(b"[core\x00garbage")
     with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
         assert any("unreadable repository config" in r for r in repo.repairs)
+
+
+def test_an_opener_beside_a_live_run_sweeps_merges_and_writes_nothing_of_the_owner_s(
+    git_dir: Path, workspace: Path
+) -> None:
+    """``weft thread`` or a live rollback's save opens beside the run that owns the
+    repository: the owner's locks and packs in progress are not debris."""
+    owner = CheckpointRepo.open_or_create(git_dir, workspace)
+    try:
+        write(workspace, "a.md", "a")
+        tip = snap(owner, ["*.md"])
+        owner.sync()
+        for i in range(CONSOLIDATE_OVER + 2):
+            write(workspace, "a.md", f"v{i}")
+            tip = snap(owner, ["*.md"])
+            owner.sync()  # one pack per checkpoint: enough for a merge on open
+        in_progress = [
+            git_dir / "index.lock",
+            git_dir / "HEAD.lock",
+            git_dir / "refs/heads/run-r1.lock",
+            git_dir / "objects/pack/pack-0123.pack",
+            git_dir / "objects/pack/tmp_pack-0123_99.idx",
+        ]
+        for path in in_progress:
+            path.write_bytes(b"being written")
+        temp = git_dir.parent / ".weftcheckpoints.tmp-1-2"
+        (temp / "objects").mkdir(parents=True)
+        packs = sorted(p.name for p in (git_dir / "objects/pack").glob("*.idx"))
+        kept = {p: p.stat().st_mtime_ns for p in (git_dir / "index", git_dir / "HEAD")}
+
+        with CheckpointRepo.open_or_create(git_dir, workspace, writer=False) as reader:
+            assert reader.repairs == []
+            assert reader.exists(tip)
+            write(workspace, "b.md", "beside")
+            snap(reader, ["*.md"], run="beside")
+            assert reader.maintain(over=0) == 0
+
+        for path in in_progress:
+            assert path.read_bytes() == b"being written", path
+        assert temp.is_dir()
+        now = {p.name for p in (git_dir / "objects/pack").glob("*.idx")}
+        assert set(packs) <= now, "a pack of the owner was merged away"
+        for path, mtime in kept.items():
+            assert path.stat().st_mtime_ns == mtime, f"{path.name} was rewritten"
+    finally:
+        for path in (
+            git_dir / "index.lock",
+            git_dir / "HEAD.lock",
+            git_dir / "refs/heads/run-r1.lock",
+        ):
+            path.unlink(missing_ok=True)
+        owner.close()
+
+
+def test_an_opener_beside_a_live_run_reports_damage_and_leaves_it(
+    git_dir: Path, workspace: Path
+) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
+        write(workspace, "a.md", "a")
+        snap(repo, ["*.md"])
+    (git_dir / "refs/heads/main").write_text("0" * 40 + "\n")
+    with pytest.raises(CheckpointStorageError) as caught:
+        CheckpointRepo.open_or_create(git_dir, workspace, writer=False)
+    message = str(caught.value)
+    assert "left alone" in message
+    assert "weft run" in message
+    assert "\n" not in message
+    assert not list(git_dir.parent.glob(".weftcheckpoints-quarantine-*"))
+    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
+        assert any("quarantine" in r for r in repo.repairs)  # the owner repairs it

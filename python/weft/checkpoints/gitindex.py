@@ -64,10 +64,15 @@ def _i32(value: int) -> int:
 class StatIndex:
     """A repository's index: which files a checkpoint holds, and how they looked on disk."""
 
-    def __init__(self, repo: pygit2.Repository, index: pygit2.Index, root: str) -> None:
+    def __init__(
+        self, repo: pygit2.Repository, index: pygit2.Index, root: str, *, owned: bool = True
+    ) -> None:
         self.repo = repo
         self.index = index
         self.root = root
+        # libgit2 saves the index file when a diff refreshes its stat data: only
+        # the repository's owner may (beside a live run it is the run's file).
+        self._refresh = 0 if owned else int(DiffOption.UPDATE_INDEX)
 
     def diff(self, paths: list[str] | None, *, recurse: bool) -> pygit2.Diff:
         """Index against workspace: for the literal ``paths`` (and what is under them), or all.
@@ -79,7 +84,7 @@ class StatIndex:
         """
         copts = ffi.new("git_diff_options *")
         check_error(C.git_diff_options_init(copts, 1))
-        copts.flags = _RECURSE_FLAGS if recurse else _BASE_FLAGS
+        copts.flags = (_RECURSE_FLAGS if recurse else _BASE_FLAGS) & ~self._refresh
         cdiff = ffi.new("git_diff **")
         with StrArray(paths) as arr:
             if paths is not None:

@@ -163,6 +163,9 @@ class CheckpointRepo:
         self._root = os.fsdecode(workspace)
         self._pack_dir = git_dir / "objects" / "pack"
         self._lock = threading.RLock()
+        self._writer = writer
+        """Whether this opener owns the repository (a run's); others beside a
+        live run write commits, packs and branches, never its index or HEAD."""
         self._log: CheckpointLog | None = None
         self._overlay: dict[str, str] = {}
         """A read-only opener's view of the branch moves still in the log."""
@@ -180,7 +183,7 @@ class CheckpointRepo:
         """When the last snapshot ended (``time.monotonic``), for :meth:`maintain`."""
         self._closed = False
         index = self._load_index()
-        self._stat = StatIndex(repo, index, self._root)
+        self._stat = StatIndex(repo, index, self._root, owned=writer)
         head = repo.head.peel(pygit2.Commit)
         try:
             lags = len(head.tree.diff_to_index(index)) != 0
@@ -192,7 +195,8 @@ class CheckpointRepo:
                 f"the initial checkpoint {initial_sha[:10]}"
             )
             head = repo[initial_sha].peel(pygit2.Commit)
-            repo.set_head(head.id)
+            if writer:
+                repo.set_head(head.id)
             lags = True
         self._head = str(head.id)
         self._known: dict[str, None] = dict.fromkeys((self._head, initial_sha))
@@ -204,7 +208,8 @@ class CheckpointRepo:
         if lags:
             # The index was saved lazily and lags HEAD (a crash): rebuild it from HEAD.
             index.read_tree(head.tree)
-            index.write()
+            if writer:
+                index.write()
         self._watcher = ChangeWatcher.start(workspace, skip=is_excluded) if watch else None
 
     # ----------------------------------------------------------------- opening
@@ -272,7 +277,7 @@ class CheckpointRepo:
         if not workspace.is_dir():
             raise CheckpointStorageError(f"workspace {workspace} is not a folder")
         try:
-            opened = open_storage(git_dir)
+            opened = open_storage(git_dir, repair=writer)
         except OSError as exc:
             raise CheckpointStorageError(
                 f"checkpoint storage could not be read: {exc.filename or git_dir}: "
@@ -299,8 +304,13 @@ class CheckpointRepo:
     def _load_index(self) -> pygit2.Index:
         try:
             index: pygit2.Index = self._repo.index
-        except pygit2.GitError:
+        except pygit2.GitError as exc:
             path = self.git_dir / "index"
+            if not self._writer:
+                raise CheckpointStorageError(
+                    f"the checkpoint index {path} cannot be read ({exc}); it was left alone. "
+                    "The run that owns it rebuilds it when it next starts (`weft run`)."
+                ) from exc
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             self.repairs.append(f"removed the unreadable index {path}; it is rebuilt from HEAD")
@@ -361,8 +371,8 @@ class CheckpointRepo:
         with self._lock:
             self._check_open()
             self._flush()
-            if self._packs_unmerged <= over:
-                return 0
+            if not self._writer or self._packs_unmerged <= over:
+                return 0  # merging is the owner's: its libgit2 knows the packs
             busy = time.monotonic() - self._last_snapshot < quiet_for
             if busy and self._packs_unmerged <= MAINTAIN_ANYWAY:
                 return 0
@@ -379,7 +389,7 @@ class CheckpointRepo:
                     f"merging packs ({exc}); restart Weft to repair it"
                 ) from exc
             self._repo.workdir = self._root
-            self._stat = StatIndex(self._repo, self._repo.index, self._root)
+            self._stat = StatIndex(self._repo, self._repo.index, self._root, owned=self._writer)
             self._editor = TreeEditor(self._repo, {} if self._log is None else self._log.objects)
             self._disk_tips.clear()
             self._packs_unmerged = 0
@@ -882,6 +892,10 @@ class CheckpointRepo:
             return
         # HEAD and the index may name only objects git has.
         self._flush()
+        if not self._writer:
+            # The owner keeps them (its own, in memory): writing ours would
+            # take their lock files from under it and could fail its checkpoint.
+            return
         self._stat.write()
         if self._head_unsaved:
             self._repo.set_head(pygit2.Oid(hex=self._head))

@@ -156,8 +156,14 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
-def open_storage(git_dir: Path) -> OpenedStorage:
-    """Opens the shadow repository at ``git_dir``, creating, repairing or rebuilding it."""
+def open_storage(git_dir: Path, *, repair: bool = True) -> OpenedStorage:
+    """Opens the shadow repository at ``git_dir``, creating, repairing or rebuilding it.
+
+    With ``repair=False`` (an opener beside a live run, which owns the
+    repository) nothing is swept, set aside, merged or rebuilt: the owner's
+    lock files, temporary and unfinished packs are work in progress, not
+    debris. A repository that would need repair is reported instead.
+    """
     isolate_libgit2()
     git_dir = Path(os.path.abspath(git_dir))
     repairs: list[str] = []
@@ -169,13 +175,22 @@ def open_storage(git_dir: Path) -> OpenedStorage:
             f"checkpoint storage could not be created: {parent}: {exc.strerror or exc}. "
             "Check that the execution folder is writable."
         ) from exc
-    _sweep_temp_dirs(git_dir, repairs)
+    if repair:
+        _sweep_temp_dirs(git_dir, repairs)
     if not git_dir.exists() and not git_dir.is_symlink():
         _create(git_dir)
         opened = _open_healthy(git_dir, repairs)
         opened.created = True
         return opened
     _check_readable(git_dir)
+    if not repair:
+        try:
+            return _open_healthy(git_dir, repairs, repair=False)
+        except _UnhealthyError as exc:
+            raise CheckpointStorageError(
+                f"checkpoint repository {git_dir} cannot be read as it is ({exc}); it was "
+                "left alone. The run that owns it repairs it when it next starts (`weft run`)."
+            ) from exc
     _sweep_locks(git_dir, repairs)
     _set_aside_damaged_objects(git_dir, repairs)
     problem = _structural_problem(git_dir, repairs)
@@ -383,9 +398,10 @@ def _whole_loose_object(path: Path) -> bool:
     return inflater.eof and header is not None and len(body) - header.end() == int(header.group(2))
 
 
-def _open_healthy(git_dir: Path, repairs: list[str]) -> OpenedStorage:
-    _write_text(git_dir / "info" / "exclude", _EXCLUDE)
-    _write_text(git_dir / "info" / "attributes", _ATTRIBUTES)
+def _open_healthy(git_dir: Path, repairs: list[str], *, repair: bool = True) -> OpenedStorage:
+    if repair:
+        _write_text(git_dir / "info" / "exclude", _EXCLUDE)
+        _write_text(git_dir / "info" / "attributes", _ATTRIBUTES)
     try:
         repo = pygit2.Repository(str(git_dir), RepositoryOpenFlag.NO_SEARCH)
     except pygit2.GitError as exc:
@@ -402,9 +418,11 @@ def _open_healthy(git_dir: Path, repairs: list[str]) -> OpenedStorage:
             head = repo.head.peel(pygit2.Commit)
             repo[head.tree_id]
         except (KeyError, ValueError, pygit2.GitError):
+            if not repair:
+                raise _UnhealthyError("its HEAD does not resolve") from None
             repo.set_head(main.target)
             repairs.append(f"HEAD of {git_dir} did not resolve; reset it to {MAIN_BRANCH}")
-        if consolidate_packs(repo):
+        if repair and consolidate_packs(repo):
             repo.free()
             repo = pygit2.Repository(str(git_dir), RepositoryOpenFlag.NO_SEARCH)
     except _UnhealthyError:
