@@ -30,6 +30,7 @@ from tests.agents.test_claude_parser import (
 )
 
 from weft.agents.claude_parser import SYNTHETIC_MODEL, ClaudeParser
+from weft.agents.claude_wire import System
 from weft.agents.events import AgentEvent, ToolResult, ToolUse, UsageDelta
 from weft.agents.harness import ProcessEnd
 
@@ -236,3 +237,22 @@ def test_a_finished_parser_is_freed() -> None:
     del parser
     gc.collect()
     assert ref() is None
+
+
+def test_a_line_the_python_path_fails_on_loses_only_itself(monkeypatch: Any) -> None:
+    """The process hands whole reads to ``feed_many``; a bug on one odd line
+    (read by the Python path: here every ``system`` line) used to drop every
+    event of that read."""
+    lines = [line for line in (GOLDEN / "compact_auto.jsonl").read_bytes().splitlines() if line]
+
+    def events_with(handler: Any) -> list[AgentEvent]:
+        parser = ClaudeParser()
+        monkeypatch.setitem(parser._handlers, System, handler)
+        return parser.feed_many(lines)
+
+    def broken(msg: object) -> list[AgentEvent]:
+        raise RuntimeError("a parser bug")
+
+    got = events_with(broken)
+    assert got == events_with(lambda msg: [])
+    assert any(isinstance(event, UsageDelta) for event in got)

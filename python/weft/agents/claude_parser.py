@@ -213,7 +213,10 @@ class ClaudeParser:
         # The core stops at a line it leaves to the Python path; the lines
         # after it wait, since that line may change what they mean.
         while (stop := core.feed(batch, start, events)) < end:
-            events += self._feed_python(batch[stop])
+            try:
+                events += self._feed_python(batch[stop])
+            except Exception:  # a bug on one odd line must not lose the batch's others
+                log.exception("claude parser failed on a line of %d bytes", len(batch[stop]))
             start = stop + 1
         return events
 
