@@ -9,9 +9,10 @@ recorded Claude stream, so a few hundred codons take a second or two.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgspec
@@ -23,8 +24,12 @@ from weft.agents.harness import ProcessEnd, SessionSpec, StopReason
 from weft.config import load_hank
 from weft.events.completed import digest, fold
 from weft.events.stream import CodonSummary, StateSnapshotEvent
+from weft.plan import ExecutionPlan
 from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import Runtime, RuntimeOptions
+from weft.state import Processed
+
+Listener = Callable[[Processed], None]
 
 GOLDEN = Path(__file__).parent.parent / "agents" / "golden" / "claude" / "tool_round.jsonl"
 CODONS = 150
@@ -78,7 +83,7 @@ class ReplayHarness:
         return ReplaySession(self._lines)
 
 
-def run_loop(tmp: Path, iterations: int) -> Path:
+def run_loop(tmp: Path, iterations: int, listeners: tuple[Listener, ...] = ()) -> Path:
     """Runs a one-codon loop ``iterations`` times; returns the journal's path."""
     hank = {
         "hank": [
@@ -105,7 +110,7 @@ def run_loop(tmp: Path, iterations: int) -> Path:
     prepared = prepare_execution(
         path, None, interactive=False, base_dir=tmp / "managed", execution_dir=tmp / "exec"
     )
-    runtime = Runtime(prepared, load_hank(path), RuntimeOptions(serve=False))
+    runtime = Runtime(prepared, load_hank(path), RuntimeOptions(serve=False), listeners=listeners)
     harness = ReplayHarness([line for line in GOLDEN.read_bytes().splitlines() if line.strip()])
     runtime._harness = lambda model: (harness, "sonnet")  # type: ignore[method-assign]
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -140,3 +145,22 @@ def test_each_codon_adds_the_same_journal_bytes_and_no_event_grows(tmp_path: Pat
             finished = fold(finished, msgspec.convert(data, StateSnapshotEvent))
     assert [c.codon_id for c in finished] == [f"c#{i}" for i in range(CODONS)]
     assert data["completedDigest"] == digest(finished)
+
+
+def test_a_long_loop_keeps_no_old_plan_alive(tmp_path: Path) -> None:
+    """Each plan keeps how to undo the change that made the next one: a
+    reference to the first plan, held for the whole run, kept every plan alive
+    (three objects per codon)."""
+    alive: dict[int, int] = {}
+    ends = 0
+
+    def count_plans(item: Processed) -> None:
+        nonlocal ends
+        if item.stream is not None and item.stream.type == "state.snapshot":
+            ends += 1
+            if ends in (10, 70):
+                gc.collect()
+                alive[ends] = sum(isinstance(o, ExecutionPlan) for o in gc.get_objects())
+
+    run_loop(tmp_path, 70, listeners=(count_plans,))
+    assert alive[70] <= alive[10] + 2, alive

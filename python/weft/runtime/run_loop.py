@@ -65,6 +65,8 @@ class RunLoop(RuntimeState):
             # a continue-previous codon added after what ran would find no
             # predecessor in its plan, hence no session to continue.
             _, self._thread, _ = await rollback.analyze(manager, self._checkpoints)
+        # Read once, here: its plan would keep every later plan alive (see _execute).
+        self._replan = None
         outcome = RunOutcome("completed", 0, cursor.run_id, "")
         idle: IdleReason = "startup"
         while not self._stopping and self._fatal is None:

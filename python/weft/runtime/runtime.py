@@ -275,6 +275,10 @@ class Runtime(Steering, Recovery, RunLoop):
             breakers=self.breakers,
         )
         self._cursor = Cursor(run_id, plan, current, parent)
+        # Each plan keeps how to undo the change that made the next one, so a
+        # reference to this first plan, held by this frame for the whole run,
+        # kept every plan since alive: three objects per codon, forever.
+        del plan, start
         await self._read_thread(manager)
         try:
             return await self._drive(manager, self._runner)
