@@ -69,12 +69,19 @@ class StreamEvent:
 _last_stamp: tuple[int, str] = (-1, "")
 
 
-def _stamp(ms: int) -> str:
+def stamp(ms: int) -> str:
     """ISO-8601 UTC for a millisecond; consecutive events mostly share one."""
     global _last_stamp
-    if _last_stamp[0] != ms:
-        _last_stamp = (ms, iso_from_ms(ms))
-    return _last_stamp[1]
+    last = _last_stamp  # one read: another thread may replace it meanwhile
+    if last[0] != ms:
+        last = _last_stamp = (ms, iso_from_ms(ms))
+    return last[1]
+
+
+def event_id(seq: int, time_ns: int) -> str:
+    """The event id: ``<13-digit ms>-<9 hex digits of the seq>``, unique per journal
+    (the reference's ``<13 digits>-<9 of [a-z0-9]>`` shape)."""
+    return f"{time_ns // 1_000_000:013d}-{seq:09x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +113,13 @@ class Processed:
 
     @property
     def id(self) -> str:
-        """The event id: ``<13-digit ms>-<9 hex digits of the seq>``, unique per journal
-        (the reference's ``<13 digits>-<9 of [a-z0-9]>`` shape)."""
-        return f"{self.time_ns // 1_000_000:013d}-{self.seq:09x}"
+        """The event id (see :func:`event_id`)."""
+        return event_id(self.seq, self.time_ns)
 
     @property
     def timestamp(self) -> str:
         """ISO-8601 UTC submission time, to the millisecond."""
-        return _stamp(self.time_ns // 1_000_000)
+        return stamp(self.time_ns // 1_000_000)
 
 
 class Persistence(Protocol):

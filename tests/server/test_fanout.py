@@ -208,3 +208,39 @@ async def test_seeding_puts_journal_events_in_front_only_when_they_join_up() -> 
     assert [s for s, _ in fanout.last(8)] == [9, 10]
     fanout.seed([(3, b"3")])  # does not join the ring: ignored
     assert [s for s, _ in fanout.last(8)] == [9, 10]
+
+
+@given(steps=st.lists(st.sampled_from(["event", "join", "leave"]), max_size=60))
+def test_the_ring_serves_the_same_envelopes_whether_or_not_a_client_was_live(
+    steps: list[str],
+) -> None:
+    """With no live client the ring keeps what makes an envelope and makes it on
+    demand; a client that joins later must read exactly the eager envelopes."""
+
+    async def scenario() -> None:
+        manager = StateManager()
+        fanout = Fanout(0, ring_size=16)
+        manager.add_listener(fanout.on_processed)
+        made: dict[int, bytes] = {}
+        manager.add_listener(lambda item: made.__setitem__(item.seq, envelope(item)))
+        live: list[Sink] = []
+        for n, step in enumerate(steps):
+            if step == "event":
+                manager.emit(InfoEvent(message=f"m{n}"))
+                await manager.flush()
+                await asyncio.sleep(0)
+            elif step == "join":
+                sink = Sink(cursor=fanout.head)
+                fanout.add(sink)
+                live.append(sink)
+            elif live:
+                fanout.remove(live.pop())
+            for after in range(max(fanout.head - 16, 0), fanout.head + 1):
+                got = fanout.since(after)
+                assert got == [(seq, made[seq]) for seq in range(after + 1, fanout.head + 1)]
+            assert fanout.last(3) == [
+                (s, made[s]) for s in range(max(fanout.head - 2, 1), fanout.head + 1)
+            ]
+        await manager.close()
+
+    asyncio.run(scenario())

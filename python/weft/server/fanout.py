@@ -27,10 +27,10 @@ import logging
 import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from weft.server.protocol import live_batch
-from weft.state import Processed
+from weft.state import Processed, event_id, stamp
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +43,29 @@ def envelope(item: Processed) -> bytes:
     A refused transition goes out as the journal records it, an ``error``
     event: the StateManager encoded that once, and these are its bytes.
     """
-    payload = item.payload
+    return _wire(item.seq, item.payload, item.time_ns)
+
+
+def _wire(seq: int, payload: bytes, time_ns: int) -> bytes:
     if payload[:1] != b"{":
         payload = payload.lstrip(_WS)
     return b'{"id":"%s","seq":%d,"timestamp":"%s",%s' % (
-        item.id.encode(),
-        item.seq,
-        item.timestamp.encode(),
+        event_id(seq, time_ns).encode(),
+        seq,
+        stamp(time_ns // 1_000_000).encode(),
         payload[1:],
     )
+
+
+_Held: TypeAlias = "tuple[int, bytes] | tuple[int, bytes, int]"
+"""A ring entry: ``(seq, envelope)``, or ``(seq, payload, time_ns)`` for an
+event seen while no client was live (its envelope is made if one asks)."""
+
+
+def _envelope_of(entry: _Held) -> tuple[int, bytes]:
+    if len(entry) == 2:
+        return entry
+    return entry[0], _wire(*entry)
 
 
 def frame_header(length: int) -> bytes:
@@ -102,7 +116,7 @@ class Fanout:
         self.head = head
         """The newest seq the fan-out has seen (all older ones are journaled)."""
         self.send_limit = send_limit
-        self._ring: deque[tuple[int, bytes]] = deque(maxlen=max(ring_size, 1))
+        self._ring: deque[_Held] = deque(maxlen=max(ring_size, 1))
         self._pending: list[bytes] = []
         self._subscribers: dict[Subscriber, None] = {}
         self._scheduled = False
@@ -113,9 +127,14 @@ class Fanout:
 
     def on_processed(self, item: Processed) -> None:
         """The StateManager listener: called in seq order, after commit."""
-        env = envelope(item)
         self.head = item.seq
         self.events += 1
+        if not self._subscribers:
+            # No one is live (the usual `weft run`): keep what makes the
+            # envelope, and make it only if a client asks for history.
+            self._ring.append((item.seq, item.payload, item.time_ns))
+            return
+        env = envelope(item)
         self._ring.append((item.seq, env))
         self._pending.append(env)
         if not self._scheduled:
@@ -133,7 +152,8 @@ class Fanout:
         oldest = self._ring[0][0] if self._ring else self.head + 1
         if rows[-1][0] != oldest - 1 or len(self._ring) == self._ring.maxlen:
             return
-        self._ring = deque(itertools.chain(rows, self._ring), maxlen=self._ring.maxlen)
+        held: Iterable[_Held] = itertools.chain(rows, self._ring)
+        self._ring = deque(held, maxlen=self._ring.maxlen)
 
     # -- reading the ring --------------------------------------------------
 
@@ -146,14 +166,14 @@ class Fanout:
         if not self._ring or self._ring[0][0] > after + 1:
             return None
         start = after + 1 - self._ring[0][0]
-        return list(itertools.islice(self._ring, start, start + upto - after))
+        return [_envelope_of(e) for e in itertools.islice(self._ring, start, start + upto - after)]
 
     def last(self, n: int) -> list[tuple[int, bytes]]:
         """The ``n`` newest events in the ring, oldest first."""
         if n <= 0:
             return []
         size = len(self._ring)
-        return list(itertools.islice(self._ring, max(size - n, 0), size))
+        return [_envelope_of(e) for e in itertools.islice(self._ring, max(size - n, 0), size)]
 
     # -- subscribers -------------------------------------------------------
 
