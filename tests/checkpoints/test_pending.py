@@ -168,6 +168,37 @@ def test_a_reader_beside_the_writer_sees_the_logged_checkpoints(
         writer.close()
 
 
+def test_a_reader_beside_the_writer_starts_from_its_newest_checkpoint(
+    git_dir: Path, workspace: Path
+) -> None:
+    """The save before a live rollback lists what differs from the run's newest
+    checkpoint: whether the log still holds it or it went into git (an idle run's
+    housekeeping), a reader must see it as the head, not HEAD as last saved."""
+    writer = CheckpointRepo.open_or_create(git_dir, workspace, watch=False)
+    try:
+        shas = _chain(writer, workspace, 3)
+        for moved in (False, True):
+            if moved:
+                writer.maintain()  # the idle loop: the log goes into git
+                assert read_log(git_dir / LOG_NAME).records == 0
+            else:
+                assert read_log(git_dir / LOG_NAME).records == 3
+            reader = CheckpointRepo.open_or_create(git_dir, workspace, watch=False, writer=False)
+            try:
+                head = reader.head()
+                assert head == shas[-1], moved
+                write(workspace, "notes/mine.md", "not checkpointed")
+                saved = reader.recovery_snapshot(["notes/**"], reason="beside a live run")
+                before, now = reader.files(head), reader.files(saved.sha)
+                changed = {p for p in before.keys() | now.keys() if before.get(p) != now.get(p)}
+                assert changed == {"notes/mine.md"}, moved
+            finally:
+                reader.close()
+            (workspace / "notes/mine.md").unlink()
+    finally:
+        writer.close()
+
+
 def test_a_full_disk_while_logging_keeps_the_log_whole(
     repo: CheckpointRepo, git_dir: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

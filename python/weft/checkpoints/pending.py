@@ -52,6 +52,8 @@ class Replayed:
     objects: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)
     tips: dict[str, str] = field(default_factory=dict)
     records: int = 0
+    #: The commit of the last whole record: the owner's newest checkpoint (its HEAD).
+    head: str | None = None
     #: Bytes of a record cut short (or damaged) at the end, ignored.
     torn: int = 0
     #: Where the last whole record ends.
@@ -81,6 +83,7 @@ def read_log(path: Path) -> Replayed:
             out.objects[sha] = (kind, obj)
         for refname, sha in refs:
             out.tips[refname] = sha
+            out.head = sha
         out.records += 1
         offset += _HEADER.size + size
     out.end = offset

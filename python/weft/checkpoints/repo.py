@@ -169,6 +169,8 @@ class CheckpointRepo:
         self._log: CheckpointLog | None = None
         self._overlay: dict[str, str] = {}
         """A read-only opener's view of the branch moves still in the log."""
+        self._logged_head: str | None = None
+        """A read-only opener's view of the owner's HEAD while the log holds checkpoints."""
         self._disk_tips: dict[str, str | None] = {}
         """Branch tips read from git (the writer's cache: no one else moves them)."""
         pending = self._replay(writer)
@@ -199,6 +201,11 @@ class CheckpointRepo:
                 repo.set_head(head.id)
             lags = True
         self._head = str(head.id)
+        if self._logged_head is not None:
+            # Beside a live run: HEAD on disk is saved with the log's move into
+            # git, so while the log holds checkpoints the newest is the owner's.
+            # (The base tree stays HEAD's: the index describes that one.)
+            self._head = self._logged_head
         self._known: dict[str, None] = dict.fromkeys((self._head, initial_sha))
         """Commits known to exist: the latest made or checked here (a snapshot's
         parent is nearly always the one before), bounded by :data:`KNOWN_COMMITS`."""
@@ -234,6 +241,7 @@ class CheckpointRepo:
                 )
             if not writer:
                 self._overlay = dict(replayed.tips)
+                self._logged_head = replayed.head
                 return {}
             for refname, sha in replayed.tips.items():
                 self._repo.references.create(refname, pygit2.Oid(hex=sha), force=True)
@@ -806,10 +814,16 @@ class CheckpointRepo:
             ) from exc
 
     def _flush(self) -> None:
-        """Moves what the checkpoint log holds into git: one pack, each branch once."""
+        """Moves what the checkpoint log holds into git: one pack, each branch
+        once; then saves the index and HEAD, so that git's files alone (read
+        by an opener beside the run, or the git CLI) name the newest checkpoint."""
         log = self._log
         if log is None or not log.records:
             return
+        self._move_log(log)
+        self._save_cache()
+
+    def _move_log(self, log: CheckpointLog) -> None:
         self._write_objects([(kind, sha, body) for sha, (kind, body) in log.objects.items()])
         for refname, commit in log.tips.items():
             try:
@@ -891,7 +905,13 @@ class CheckpointRepo:
         ):
             return
         # HEAD and the index may name only objects git has.
-        self._flush()
+        log = self._log
+        if log is not None and log.records:
+            self._move_log(log)
+        self._save_cache()
+
+    def _save_cache(self) -> None:
+        """Writes the index and HEAD (the owner's only)."""
         if not self._writer:
             # The owner keeps them (its own, in memory): writing ours would
             # take their lock files from under it and could fail its checkpoint.
