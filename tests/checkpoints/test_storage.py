@@ -243,23 +243,30 @@ def test_a_torn_init_without_a_commit_is_rebuilt(git_dir: Path, workspace: Path)
         assert repo.branch_tip("main") == repo.initial_sha
 
 
-def test_stale_locks_temp_folders_and_unfinished_packs_are_swept(
-    git_dir: Path, workspace: Path
-) -> None:
-    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
-        write(workspace, "a.md", "a")
-        snap(repo, ["*.md"])
-    leftovers = [
+def _plant_leftovers(git_dir: Path, content: bytes) -> tuple[list[Path], Path]:
+    """What a writer leaves while it works (or after a crash): lock files, a
+    pack without its index, a temporary pack, an unfinished repository."""
+    files = [
         git_dir / "index.lock",
         git_dir / "HEAD.lock",
         git_dir / "refs/heads/run-r1.lock",
         git_dir / "objects/pack/pack-0123.pack",
         git_dir / "objects/pack/tmp_pack-0123_99.idx",
     ]
-    for path in leftovers:
-        path.write_bytes(b"stale")
+    for path in files:
+        path.write_bytes(content)
     temp = git_dir.parent / ".weftcheckpoints.tmp-1-2"
     (temp / "objects").mkdir(parents=True)
+    return files, temp
+
+
+def test_stale_locks_temp_folders_and_unfinished_packs_are_swept(
+    git_dir: Path, workspace: Path
+) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
+        write(workspace, "a.md", "a")
+        snap(repo, ["*.md"])
+    leftovers, temp = _plant_leftovers(git_dir, b"stale")
     with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
         for path in leftovers:
             assert not path.exists(), path
@@ -369,17 +376,7 @@ def test_an_opener_beside_a_live_run_sweeps_merges_and_writes_nothing_of_the_own
             write(workspace, "a.md", f"v{i}")
             tip = snap(owner, ["*.md"])
             owner.sync()  # one pack per checkpoint: enough for a merge on open
-        in_progress = [
-            git_dir / "index.lock",
-            git_dir / "HEAD.lock",
-            git_dir / "refs/heads/run-r1.lock",
-            git_dir / "objects/pack/pack-0123.pack",
-            git_dir / "objects/pack/tmp_pack-0123_99.idx",
-        ]
-        for path in in_progress:
-            path.write_bytes(b"being written")
-        temp = git_dir.parent / ".weftcheckpoints.tmp-1-2"
-        (temp / "objects").mkdir(parents=True)
+        in_progress, temp = _plant_leftovers(git_dir, b"being written")
         packs = sorted(p.name for p in (git_dir / "objects/pack").glob("*.idx"))
         kept = {p: p.stat().st_mtime_ns for p in (git_dir / "index", git_dir / "HEAD")}
 
@@ -398,12 +395,8 @@ def test_an_opener_beside_a_live_run_sweeps_merges_and_writes_nothing_of_the_own
         for path, mtime in kept.items():
             assert path.stat().st_mtime_ns == mtime, f"{path.name} was rewritten"
     finally:
-        for path in (
-            git_dir / "index.lock",
-            git_dir / "HEAD.lock",
-            git_dir / "refs/heads/run-r1.lock",
-        ):
-            path.unlink(missing_ok=True)
+        for path in git_dir.glob("**/*.lock"):
+            path.unlink()  # the owner's own, planted: it closes next
         owner.close()
 
 

@@ -8,7 +8,7 @@ the rest of the package never touches cffi.
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, TypeAlias
 
 import pygit2
 from pygit2.enums import DiffOption
@@ -16,6 +16,7 @@ from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
 
+from weft._core import FileStat
 from weft.checkpoints.trees import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
 
 _BASE_FLAGS = int(
@@ -35,26 +36,8 @@ _MODE_BYTES = {v: k for k, v in _MODE_INT.items()}
 _ZERO_STAT = os.stat_result((0,) * 10)
 
 
-class StatData(Protocol):
-    """The stat fields the index keeps: an ``os.stat_result`` or a
-    :class:`weft._core.FileStat`."""
-
-    @property
-    def st_mode(self) -> int: ...
-    @property
-    def st_ino(self) -> int: ...
-    @property
-    def st_dev(self) -> int: ...
-    @property
-    def st_uid(self) -> int: ...
-    @property
-    def st_gid(self) -> int: ...
-    @property
-    def st_size(self) -> int: ...
-    @property
-    def st_mtime_ns(self) -> int: ...
-    @property
-    def st_ctime_ns(self) -> int: ...
+StatData: TypeAlias = "os.stat_result | FileStat"
+"""The stat fields the index keeps, from ``os.lstat`` or from :func:`weft._core.read_blob`."""
 
 
 def _i32(value: int) -> int:
