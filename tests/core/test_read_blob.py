@@ -94,3 +94,11 @@ def test_other_errors_keep_their_errno_and_the_system_s_words(tmp_path: Path) ->
         read_blob(name, BIG)
     assert caught.value.errno == errno.ENAMETOOLONG
     assert caught.value.strerror == os.strerror(errno.ENAMETOOLONG)
+
+
+def test_a_name_that_is_not_utf8_is_read(tmp_path: Path) -> None:
+    path = os.path.join(tmp_path, os.fsdecode(b"caf\xe9.txt"))  # Latin-1 on disk
+    with open(path, "wb") as fh:
+        fh.write(b"hi")
+    assert read_blob(path, BIG)[:1] == ("file",)
+    assert read_blob(path, BIG)[2] == b"hi"
