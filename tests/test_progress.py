@@ -15,6 +15,7 @@ import pytest
 import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.builders import lifecycle, run_started
 from tests.runtime import hanks
 from tests.runtime.hanks import codon, fake_environment, loop, write_file, write_hank
 
@@ -22,7 +23,7 @@ from weft import core
 from weft.cli.view import HeadlessView, format_tokens
 from weft.cli.view.notes import fold_wire
 from weft.client import Event as WireEvent
-from weft.events.stream import TokenUsageEvent, decode_event
+from weft.events.stream import BudgetExceededEvent, ErrorEvent, TokenUsageEvent, decode_event
 from weft.progress import RunProgress, nanos
 from weft.server.fanout import envelope
 from weft.state import Processed, StateManager
@@ -311,3 +312,44 @@ def test_a_usage_without_a_cost_marks_the_codon_unpriced() -> None:
     assert codon is not None
     assert codon.unpriced
     assert progress.unpriced == 1
+
+
+def _ended(*events: Any) -> str | None:
+    """The run status the fold gives after ``events`` and a ``RunFailed``."""
+    progress = RunProgress()
+    for n, event in enumerate(
+        [run_started(RUN), *events, core.RunFailed(run_id=RUN, end_time="t")]
+    ):
+        progress.fold(event, n, n + 1, None)
+    return progress.run_status
+
+
+def _failed(codon_id: str, kind: str) -> list[Any]:
+    started = core.CodonStarted(run_id=RUN, codon_id=codon_id, start_time="t")
+    reason = core.FailureReason(kind=kind, retriable=False, message="m")
+    return [started, move(codon_id, "preparing", "failed", failure_reason=reason)]
+
+
+def test_a_stopped_run_is_interrupted_and_a_failed_one_failed() -> None:
+    """The state records both as failed; the views say what ``weft run`` says."""
+    done = lifecycle(RUN, "a")
+    # Stopped between codons, or while one ran (its failure is the stop's).
+    assert _ended(*done) == "interrupted"
+    assert _ended(*done, *_failed("b", "interrupted")) == "interrupted"
+    # Ended by a codon's own failure, a fatal error, or the run's budget.
+    assert _ended(*done, *_failed("b", "error_result")) == "failed"
+    assert _ended(*done, *_failed("b", "force_stopped")) == "failed"
+    assert _ended(*done, ErrorEvent(message="disk", fatal=True, severity="fatal")) == "failed"
+    run_budget = BudgetExceededEvent(
+        scope="run",
+        scope_id="run",
+        limit_kind="dollars",
+        limit=1.0,
+        used=1.2,
+        on_exceeded="complete",
+        message="Budget exceeded",
+    )
+    assert _ended(*done, run_budget) == "failed"
+    # A failure its codon's onFailure ignored: the next codon started, then a stop.
+    assert _ended(*_failed("a", "error_result"), *lifecycle(RUN, "b")) == "interrupted"
+    assert _ended(*_failed("a", "error_result"), *_failed("a", "interrupted")) == "interrupted"

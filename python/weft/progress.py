@@ -247,7 +247,9 @@ class RunProgress:
         self._order: list[str] = []
         self.run_id: str | None = None
         self.run_status: str | None = None
-        """``running``, ``completed``, ``failed`` or ``crashed``; None before RunStarted."""
+        """``running``, ``completed``, ``failed``, ``interrupted`` or ``crashed``; None
+        before RunStarted. ``interrupted`` is a run the state records as failed that
+        nothing failed: it was stopped (Ctrl-C, ``q``, a shutdown), as ``weft run`` says."""
         self.started_ns: int | None = None
         self.ended_ns: int | None = None
         self.continuation: str | None = None
@@ -268,6 +270,9 @@ class RunProgress:
         self.budget: BudgetSummaryEvent | None = None
         """The run's ``budget.summary``, once emitted."""
         self._active: str | None = None
+        self._stopped_by: str | None = None
+        """What ends the run as failed if it ends now: the newest codon's own
+        failure, a fatal error, the run's budget; None when only a stop would."""
         self._replace_plan(plan)
 
     @classmethod
@@ -422,6 +427,8 @@ class RunProgress:
         c = self._get(event.codon_id)
         c._new_attempt(at)
         self._active = c.codon_id
+        if self._stopped_by is not None and self._stopped_by.startswith("codon"):
+            self._stopped_by = None  # its failure was ignored: the run went on
 
     def _checkpoint(self, event: CheckpointCreated, at: int, _: str | None) -> None:
         self._get(event.codon_id).checkpoint = event.sha
@@ -447,6 +454,10 @@ class RunProgress:
             c.failure = f"{reason.kind}: {reason.message}" if reason.message else reason.kind
         c.failed_during = meta.failed_during if meta is not None else None
         self.failures.append((c.codon_id, c.failure))
+        if reason is None or reason.kind != "interrupted":
+            # Interrupted is the codon a stop ended; any other failure ends the
+            # run as failed (unless the codon's onFailure ignores it).
+            self._stopped_by = f"codon {c.codon_id}"
 
     def _run_started(self, event: RunStarted, at: int, _: str | None) -> None:
         if self.run_id is not None:
@@ -461,6 +472,7 @@ class RunProgress:
         self.budget_exceeded = []
         self.budget = None
         self._active = None
+        self._stopped_by = None
         if event.execution_plan is not None:
             self._replace_plan(event.execution_plan)
         self.continuation = None
@@ -473,7 +485,9 @@ class RunProgress:
         self._run_ended("completed", at)
 
     def _run_failed(self, event: RunFailed, at: int, _: str | None) -> None:
-        self._run_ended("failed", at)
+        # The state knows completed, failed and crashed runs; a run that was
+        # stopped is failed there, and interrupted to the person who stopped it.
+        self._run_ended("failed" if self._stopped_by else "interrupted", at)
 
     def _run_crashed(self, event: RunCrashed, at: int, _: str | None) -> None:
         if event.run_id != self.run_id:
@@ -549,12 +563,16 @@ class RunProgress:
 
     def _budget_exceeded(self, event: BudgetExceededEvent, at: int, _: str | None) -> None:
         self.budget_exceeded.append(event)
+        if event.scope == "run":
+            self._stopped_by = "budget"
 
     def _budget_summary(self, event: BudgetSummaryEvent, at: int, _: str | None) -> None:
         self.budget = event
 
     def _error(self, event: ErrorEvent, at: int, _: str | None) -> None:
         self.errors += 1
+        if event.fatal:
+            self._stopped_by = "error"
 
     def _rejected(self, event: RejectedTransition, at: int, _: str | None) -> None:
         self.rejected += 1

@@ -39,6 +39,7 @@ _STYLES = {
     "completing-sentinels": "cyan",
     "completed": "green",
     "failed": "bold red",
+    "interrupted": "bold yellow",
     "skipped": "magenta",
 }
 _ICONS = {PENDING: "·", "completed": "✓", "failed": "✗", "skipped": "↷"}
