@@ -419,6 +419,45 @@ def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
         page.save_screenshot(str(artifacts_dir() / "dashboard-sentinels-budget.png"))
 
 
+def test_a_stopped_run_is_interrupted_and_a_failed_one_failed(page: Any, tmp_path: Path) -> None:
+    """The state records both as failed (RunFailed); the page says what `weft run` said."""
+    stopped, failed = "1795255200000-aaaaa", "1795255300000-bbbbb"
+
+    def run(run_id: str, failure: str | None) -> list[tuple[str, str, dict[str, Any]]]:
+        start = {
+            "runId": run_id,
+            "runFolder": "/r",
+            "gitBranch": "b",
+            "startingConditions": {"type": "fresh"},
+            "serverPid": 1,
+            "startTime": "2026-11-21T10:00:00.000Z",
+            "executionPlan": [],
+        }
+        codon = {"runId": run_id, "codonId": "c", "startTime": "2026-11-21T10:00:00.000Z"}
+        end: dict[str, Any] = {
+            "runId": run_id,
+            "codonId": "c",
+            "from": "running",
+            "to": "failed",
+            "timestamp": "2026-11-21T10:00:01.000Z",
+            "metadata": {"failureReason": {"kind": failure, "retriable": False, "message": "m"}},
+        }
+        return [("transition", "RunStarted", start), ("transition", "CodonStarted", codon),
+                ("transition", "CodonTransitioned", end),
+                ("transition", "RunFailed", {"runId": run_id, "endTime": "t"})]  # fmt: skip
+
+    events = run(stopped, "interrupted") + run(failed, "error_result")
+    with replayed(tmp_path, stopped, events) as url:
+        page.get(url)
+        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+        wait_for(lambda: stats(page)["lastSeq"] == len(events), "every event")
+        statuses = page.execute_script(
+            "const runs = window.weftDashboard.state.runs;"
+            "return Object.fromEntries([...runs.values()].map((r) => [r.runId, r.status]));"
+        )
+        assert statuses == {stopped: "interrupted", failed: "failed"}
+
+
 @contextlib.contextmanager
 def replayed(
     tmp_path: Path, run_id: str, events: list[tuple[str, str, dict[str, Any]]]

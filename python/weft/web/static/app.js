@@ -40,7 +40,8 @@ const S = {
   stats: { events: 0, duplicates: 0, gaps: 0, connects: 0 },
   time: { parse: 0, apply: 0, render: 0 }, // ms spent on each (benchmarks read them)
   mode: null,
-  runs: new Map(), // runId -> {runId, reason, status, start, keys: []}
+  runs: new Map(), // runId -> {runId, reason, status, start, keys: [], stoppedBy}
+  currentRun: null, // the newest RunStarted's runId (stream events carry none)
   codons: new Map(), // runId/codonId -> codon record
   order: [], // codon keys in the order they started
   plan: new Map(), // codonId -> {name, loop, files}
@@ -162,19 +163,29 @@ const ON = {
   RunStarted(d, ev) {
     const cond = d.startingConditions || {};
     const reason = cond.reason ? `${cond.type}: ${cond.reason}` : cond.type || "";
+    // stoppedBy: what ends the run as failed if it ends now (the newest codon's own
+    // failure, a fatal error, the run's budget); a run ended with none was stopped.
     S.runs.set(d.runId, { runId: d.runId, reason, status: "running",
-      start: ev.timestamp, keys: [] });
+      start: ev.timestamp, keys: [], stoppedBy: null });
+    S.currentRun = d.runId;
     planEntries(d.executionPlan);
     dirty.timeline = true;
   },
   RunCompleted(d) { endRun(d.runId, "completed"); },
-  RunFailed(d) { endRun(d.runId, "failed"); },
+  RunFailed(d) {
+    const run = S.runs.get(d.runId);
+    endRun(d.runId, !run || run.stoppedBy ? "failed" : "interrupted");
+  },
   RunCrashed(d, ev) {
     endRun(d.runId, "crashed");
     note("recovery", ev.timestamp, `Run ${d.runId} crashed (its last codon was ${d.lastCodonStatus || "?"}); detected ${d.detectedAt || ""}`);
   },
   PlanExtended(d) { planEntries(d.entries); },
-  CodonStarted(d, ev) { codonRecord(d.runId, d.codonId, d.startTime || ev.timestamp); },
+  CodonStarted(d, ev) {
+    codonRecord(d.runId, d.codonId, d.startTime || ev.timestamp);
+    const run = S.runs.get(d.runId);
+    if (run && run.stoppedBy === "codon") run.stoppedBy = null; // its failure was ignored
+  },
   CodonTransitioned(d, ev) {
     const rec = codonRecord(d.runId, d.codonId, ev.timestamp);
     rec.status = d.to;
@@ -182,6 +193,7 @@ const ON = {
     const meta = d.metadata || {};
     if (meta.checkpointSha) addCheckpoint(meta.checkpointSha, CHECKPOINT_TYPES[d.to] || d.to, d.codonId, d.runId, ev.timestamp);
     if (d.to === "failed" && meta.failureReason) rec.failure = `failed: ${meta.failureReason}`;
+    if (d.to === "failed" && (meta.failureReason || {}).kind !== "interrupted") stoppedBy("codon");
     touch(rec);
     dirty.timeline = true;
   },
@@ -229,6 +241,7 @@ const ON = {
     note("recovery", ev.timestamp, `Rollback completed: run ${d.toRun} continues from ${d.codonId || "?"}`);
   },
   error(d, ev) {
+    if (d.fatal) stoppedBy("error");
     note("error", ev.timestamp, d.message || JSON.stringify(d));
     const rec = codonOf(d);
     if (rec) keep(rec, ev);
@@ -351,6 +364,11 @@ function lastAction(rec) {
     : d.action === "thinking" ? "thinking" : (d.content || "").slice(0, 80);
 }
 
+function stoppedBy(what) {
+  const run = S.runs.get(S.currentRun);
+  if (run) run.stoppedBy = what;
+}
+
 function endRun(runId, status) {
   const run = S.runs.get(runId);
   if (run) run.status = status;
@@ -386,7 +404,10 @@ function apply(ev) {
   try {
     if (handler) handler(ev.data || {}, ev);
     else if (ev.type.startsWith("sentinel.")) sentinel(ev);
-    else if (ev.type.startsWith("budget")) budget(ev);
+    else if (ev.type.startsWith("budget")) {
+      if (ev.type === "budget.exceeded" && (ev.data || {}).scope === "run") stoppedBy("budget");
+      budget(ev);
+    }
   } catch (err) {
     note("error", ev.timestamp, `the dashboard could not show event ${ev.seq} (${ev.type}): ${err}`);
   }
