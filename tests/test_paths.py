@@ -52,9 +52,10 @@ _NAMES = st.sampled_from(["a", "b", "in", "out", "..", ".", "f"])
 @given(
     parts=st.lists(_NAMES, min_size=1, max_size=5),
     absolute=st.booleans(),
+    via=st.sampled_from(["root", "root/missing/..", "alias", "alias/f/..", "root/./a/.."]),
 )
 def test_inside_agrees_with_resolving_every_link(
-    tmp_path: Path, parts: list[str], absolute: bool
+    tmp_path: Path, parts: list[str], absolute: bool, via: str
 ) -> None:
     """The shortcut for plain names under no link judges as the full resolution does."""
     root = tmp_path / "root"
@@ -66,12 +67,25 @@ def test_inside_agrees_with_resolving_every_link(
         (root / "a" / "out").symlink_to(tmp_path / "outside")
         (root / "out").symlink_to(tmp_path / "outside" / "a")
         (root / "b").symlink_to("a/out")
+        (tmp_path / "alias").symlink_to(root)
+    start = tmp_path / via  # the root as a caller may spell it
     rel = "/".join(parts)
-    path = f"{root}/{rel}" if absolute else rel
-    expected = contains(root, root / path)
+    path = f"{start}/{rel}" if absolute else rel
+    expected = contains(start, start / path)
     try:
-        inside(root, path, what="a path")
+        inside(start, path, what="a path")
     except UnsafePathError:
         assert not expected, path
     else:
         assert expected, path
+
+
+def test_a_root_through_a_missing_folder_and_dotdot_gets_the_full_check(tmp_path: Path) -> None:
+    """The kernel finds nothing under ``r/missing/..``; realpath reads it as ``r``,
+    where ``out`` is a link out: the shortcut must not judge it by name."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "out").symlink_to(tmp_path / "outside")
+    root = tmp_path / "r" / "missing" / ".."
+    with pytest.raises(UnsafePathError):
+        inside(root, "out/x", what="a path")
