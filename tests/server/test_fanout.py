@@ -18,7 +18,7 @@ from websockets.streams import StreamReader
 from weft.events.stream import AssistantActionEvent, InfoEvent
 from weft.server.fanout import Fanout, envelope, frames, text_frame
 from weft.server.history import JournalHistory
-from weft.state import StateManager
+from weft.state import Processed, StateManager
 from weft.store import ExecutionStore
 
 
@@ -244,3 +244,26 @@ def test_the_ring_serves_the_same_envelopes_whether_or_not_a_client_was_live(
         await manager.close()
 
     asyncio.run(scenario())
+
+
+async def test_a_client_leaving_before_the_flush_leaves_no_stale_pending_events() -> None:
+    """Found in review: events pending for a client that left, then one seen with no
+    one live, made ``add`` count the pending ones as not yet flushed, so a client
+    at an older cursor was accepted and never sent the newest event."""
+
+    def item(seq: int) -> Processed:
+        return Processed(seq, b'{"type":"info","data":{"message":"m"}}', None, None, 10**18 + seq)  # type: ignore[arg-type]
+
+    fanout = Fanout(9, ring_size=8)
+    first = Sink(cursor=9)
+    fanout.add(first)
+    fanout.on_processed(item(10))  # pending for the next loop turn's flush
+    fanout.remove(first)  # the client leaves before it
+    fanout.on_processed(item(11))  # no one live
+    with pytest.raises(ValueError, match=r"would miss events 11\.\.11"):
+        fanout.add(Sink(cursor=10))
+    late = Sink(cursor=fanout.head)
+    fanout.add(late)
+    fanout.on_processed(item(12))
+    await asyncio.sleep(0)
+    assert late.seqs() == [12]

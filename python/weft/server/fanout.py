@@ -131,8 +131,11 @@ class Fanout:
         self.events += 1
         if not self._subscribers:
             # No one is live (the usual `weft run`): keep what makes the
-            # envelope, and make it only if a client asks for history.
+            # envelope, and make it only if a client asks for history. What
+            # waited for a client that left goes too: no one needs it, and
+            # add() counts it as not yet flushed.
             self._ring.append((item.seq, item.payload, item.time_ns))
+            self._pending.clear()
             return
         env = envelope(item)
         self._ring.append((item.seq, env))
