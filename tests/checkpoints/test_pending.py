@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pygit2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -195,6 +196,34 @@ def test_a_reader_beside_the_writer_starts_from_its_newest_checkpoint(
             finally:
                 reader.close()
             (workspace / "notes/mine.md").unlink()
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("lock", ["index.lock", "HEAD.lock"])
+def test_a_locked_head_or_index_delays_their_save_and_loses_nothing(
+    git_dir: Path, workspace: Path, lock: str
+) -> None:
+    """Found in review: reads move the log into git and save HEAD and the index; a
+    git command holding their lock made the reads fail, and a HEAD left unsaved
+    after the log was emptied hid the newest checkpoint from a reader."""
+    writer = CheckpointRepo.open_or_create(git_dir, workspace, watch=False)
+    try:
+        shas = _chain(writer, workspace, 2)
+        (git_dir / lock).write_text("")  # `git status` through git_env(), say
+        assert writer.verify(shas) == set(shas)
+        assert writer.branch_tip(BRANCH) == shas[-1]
+        assert writer.maintain() == 0
+        reader = CheckpointRepo.open_or_create(git_dir, workspace, watch=False, writer=False)
+        try:
+            assert reader.head() == shas[-1]
+        finally:
+            reader.close()
+        (git_dir / lock).unlink()
+        more = _chain(writer, workspace, 1, parent=shas[-1])
+        writer.sync()
+        assert read_log(git_dir / LOG_NAME).records == 0
+        assert str(pygit2.Repository(str(git_dir)).head.target) == more[-1]
     finally:
         writer.close()
 

@@ -29,6 +29,7 @@ visible in one place.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -85,6 +86,8 @@ from weft.checkpoints.trees import (
 from weft.checkpoints.watch import ChangeWatcher
 from weft.checkpoints.worktree import remove_files, write_file
 from weft.clock import utc_now_iso
+
+log = logging.getLogger(__name__)
 
 #: The index is written back after this many snapshots, or sooner after many changes.
 INDEX_WRITE_EVERY = 16
@@ -817,15 +820,23 @@ class CheckpointRepo:
         """Moves what the checkpoint log holds into git: one pack, each branch
         once; then saves the index and HEAD, so that git's files alone (read
         by an opener beside the run, or the git CLI) name the newest checkpoint."""
-        log = self._log
-        if log is None or not log.records:
+        pending = self._log
+        if pending is None or not pending.records:
             return
-        self._move_log(log)
-        self._save_cache()
+        # Before reads and in idle moments: a HEAD or index another process has
+        # locked (the git CLI) is saved later, not reported as a failed read.
+        if self._move_log(pending, quiet=True):
+            try:
+                self._save_cache()
+            except CheckpointStorageError as exc:
+                log.warning("%s; it is saved with the next move into git", exc)
 
-    def _move_log(self, log: CheckpointLog) -> None:
-        self._write_objects([(kind, sha, body) for sha, (kind, body) in log.objects.items()])
-        for refname, commit in log.tips.items():
+    def _move_log(self, pending: CheckpointLog, *, quiet: bool = False) -> bool:
+        """Puts the log's objects and branch moves into git, saves HEAD, empties the
+        log. False, with the log kept whole, when HEAD could not be saved and ``quiet``:
+        an opener beside the run then still finds the newest checkpoint in the log."""
+        self._write_objects([(kind, sha, body) for sha, (kind, body) in pending.objects.items()])
+        for refname, commit in pending.tips.items():
             try:
                 self._repo.references.create(refname, pygit2.Oid(hex=commit), force=True)
             except pygit2.GitError as exc:
@@ -835,11 +846,19 @@ class CheckpointRepo:
                 ) from exc
             self._disk_tips[refname] = commit
         try:
-            log.clear()
+            self._save_head()
+        except CheckpointStorageError as exc:
+            if not quiet:
+                raise
+            log.warning("%s; the checkpoint log keeps the checkpoints meanwhile", exc)
+            return False
+        try:
+            pending.clear()
         except OSError as exc:
             raise CheckpointStorageError(
-                f"could not empty the checkpoint log {log.path}: {exc.strerror or exc}"
+                f"could not empty the checkpoint log {pending.path}: {exc.strerror or exc}"
             ) from exc
+        return True
 
     def _move_branch(self, refname: str, branch: str, parent: str, commit: str) -> None:
         oid = pygit2.Oid(hex=commit)
@@ -897,29 +916,45 @@ class CheckpointRepo:
         After a crash they may lag; opening notices HEAD's tree and the index
         disagree and rebuilds the index from HEAD, which is always correct.
         """
-        log = self._log
+        pending = self._log
         if not force and (
             self._snapshots_unsaved < INDEX_WRITE_EVERY
             and self._changes_unsaved < INDEX_WRITE_CHANGES
-            and (log is None or (log.records < FLUSH_EVERY and log.size < FLUSH_BYTES))
+            and (pending is None or (pending.records < FLUSH_EVERY and pending.size < FLUSH_BYTES))
         ):
             return
         # HEAD and the index may name only objects git has.
-        log = self._log
-        if log is not None and log.records:
-            self._move_log(log)
+        if pending is not None and pending.records:
+            self._move_log(pending)
         self._save_cache()
 
+    def _save_head(self) -> None:
+        """Writes HEAD if it moved (the owner's only)."""
+        if not self._writer or not self._head_unsaved:
+            return
+        try:
+            self._repo.set_head(pygit2.Oid(hex=self._head))
+        except (pygit2.GitError, OSError) as exc:
+            raise CheckpointStorageError(
+                f"could not save HEAD of {self.git_dir} ({exc}); if no git command is "
+                f"running there, remove {self.git_dir / 'HEAD.lock'}"
+            ) from exc
+        self._head_unsaved = False
+
     def _save_cache(self) -> None:
-        """Writes the index and HEAD (the owner's only)."""
+        """Writes HEAD and the index (the owner's only)."""
         if not self._writer:
             # The owner keeps them (its own, in memory): writing ours would
             # take their lock files from under it and could fail its checkpoint.
             return
-        self._stat.write()
-        if self._head_unsaved:
-            self._repo.set_head(pygit2.Oid(hex=self._head))
-            self._head_unsaved = False
+        self._save_head()
+        try:
+            self._stat.write()
+        except (pygit2.GitError, OSError) as exc:
+            raise CheckpointStorageError(
+                f"could not save the index of {self.git_dir} ({exc}); if no git command is "
+                f"running there, remove {self.git_dir / 'index.lock'}"
+            ) from exc
         self._snapshots_unsaved = 0
         self._changes_unsaved = 0
 
