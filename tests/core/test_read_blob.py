@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
@@ -102,3 +103,61 @@ def test_a_name_that_is_not_utf8_is_read(tmp_path: Path) -> None:
         fh.write(b"hi")
     assert read_blob(path, BIG)[:1] == ("file",)
     assert read_blob(path, BIG)[2] == b"hi"
+
+
+def test_a_path_changing_kind_while_read_never_blocks_and_reads_whole(tmp_path: Path) -> None:
+    """Found in review: a fifo (or a link to one) put in a file's place between its
+    stat and its open made a plain open wait for a writer for ever, hanging the
+    checkpoint. Another thread swaps a file, a fifo, a link and a folder into the
+    path while it is read: every read ends, and gives one of them whole."""
+    import threading
+
+    path = tmp_path / "swapped"
+    content = b"whole file content\n" * 100
+    kinds = []
+    for n in range(4):
+        spare = tmp_path / f"spare{n}"
+        kinds.append(spare)
+    stop = threading.Event()
+
+    def swap() -> None:
+        n = 0
+        while not stop.is_set():
+            spare = kinds[n % 4]
+            for leftover in (spare,):
+                if leftover.is_dir() and not leftover.is_symlink():
+                    leftover.rmdir()
+                elif leftover.exists() or leftover.is_symlink():
+                    leftover.unlink()
+            if n % 4 == 0:
+                spare.write_bytes(content)
+            elif n % 4 == 1:
+                os.mkfifo(spare)
+            elif n % 4 == 2:
+                spare.symlink_to(tmp_path / "spare1")
+            else:
+                spare.mkdir()
+            with contextlib.suppress(OSError):  # a folder cannot replace a file by rename
+                os.replace(spare, path)
+            n += 1
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    results: list[tuple[str, bytes | None]] = []
+
+    def read_many() -> None:
+        for _ in range(3000):
+            kind, _stat, data, _sha = read_blob(path, BIG)
+            results.append((kind, data))
+
+    reader = threading.Thread(target=read_many, daemon=True)
+    swapper.start()
+    reader.start()
+    reader.join(60)
+    stop.set()
+    swapper.join(10)
+    assert not reader.is_alive(), "a read blocked"
+    assert len(results) == 3000
+    for kind, data in results:
+        assert kind in ("file", "link", "dir", "other", "missing")
+        if kind == "file":
+            assert data == content

@@ -12,7 +12,7 @@
 use std::fs;
 use std::io::{ErrorKind, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
@@ -70,13 +70,23 @@ enum Found {
     Other,
 }
 
+/// How many times a path that changed kind between its stat and its opening
+/// (a file replaced by a link, a fifo or a folder) is looked at again.
+const ATTEMPTS: usize = 3;
+
 fn read(path: &PathBuf, max_size: u64) -> std::io::Result<(Found, Option<FileStat>)> {
-    let meta = match fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if is_gone(&e) => return Ok((Found::Missing, None)),
-        Err(e) => return Err(e),
-    };
-    let stat = FileStat {
+    for _ in 1..ATTEMPTS {
+        if let Some(found) = read_once(path, max_size)? {
+            return Ok(found);
+        }
+    }
+    // Still changing kind: whatever it is now, checkpointed as "other" (not
+    // held); the next checkpoint sees it again.
+    Ok(read_once(path, max_size)?.unwrap_or((Found::Other, None)))
+}
+
+fn stat_of(meta: &fs::Metadata) -> FileStat {
+    FileStat {
         st_mode: meta.mode(),
         st_ino: meta.ino(),
         st_dev: meta.dev(),
@@ -85,7 +95,17 @@ fn read(path: &PathBuf, max_size: u64) -> std::io::Result<(Found, Option<FileSta
         st_size: meta.size(),
         st_mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
         st_ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+    }
+}
+
+/// One look at `path`; None when it changed kind between the stat and the open.
+fn read_once(path: &PathBuf, max_size: u64) -> std::io::Result<Option<(Found, Option<FileStat>)>> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if is_gone(&e) => return Ok(Some((Found::Missing, None))),
+        Err(e) => return Err(e),
     };
+    let mut stat = stat_of(&meta);
     let kind = meta.file_type();
     let found = if kind.is_symlink() {
         match fs::read_link(path) {
@@ -93,15 +113,23 @@ fn read(path: &PathBuf, max_size: u64) -> std::io::Result<(Found, Option<FileSta
                 target: target.as_os_str().as_bytes().to_vec(),
             },
             Err(e) if is_gone(&e) => Found::Missing,
+            // EINVAL: not a link any more.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
             Err(e) => return Err(e),
         }
     } else if kind.is_file() {
         if meta.size() > max_size {
             Found::File { data: None }
         } else {
-            match read_all(path, meta.size()) {
-                Ok(data) => Found::File { data: Some(data) },
+            match read_file(path, meta.size()) {
+                Ok(Some((data, opened))) => {
+                    // The stat of what was opened (taken before it was read).
+                    stat = stat_of(&opened);
+                    Found::File { data: Some(data) }
+                }
+                Ok(None) => return Ok(None),
                 Err(e) if is_gone(&e) => Found::Missing,
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
@@ -113,22 +141,30 @@ fn read(path: &PathBuf, max_size: u64) -> std::io::Result<(Found, Option<FileSta
         );
         Found::Other
     };
-    Ok((found, Some(stat)))
+    Ok(Some((found, Some(stat))))
 }
 
-fn read_all(path: &PathBuf, size_hint: u64) -> std::io::Result<Vec<u8>> {
-    let mut file = fs::File::open(path)?;
+/// The content of the regular file at `path` and its stat, or None when it is
+/// not one any more: opened without following a link and without waiting (a
+/// fifo put in its place would block a plain open for ever), then checked.
+fn read_file(path: &PathBuf, size_hint: u64) -> std::io::Result<Option<(Vec<u8>, fs::Metadata)>> {
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let opened = file.metadata()?;
+    if !opened.is_file() {
+        return Ok(None);
+    }
     // One read for a file that did not grow since its stat; more if it did.
     let mut data = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0) + 1);
     file.read_to_end(&mut data)?;
-    Ok(data)
+    Ok(Some((data, opened)))
 }
 
-/// `ENOTDIR` (the same number on Linux and macOS): a parent is a file.
-const ENOTDIR: i32 = 20;
-
 fn is_gone(e: &std::io::Error) -> bool {
-    e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(ENOTDIR)
+    // ENOTDIR: a parent is a file now (a folder replaced by one).
+    e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
 /// The git object id of a blob holding `data`.
