@@ -245,14 +245,15 @@ def test_a_line_the_python_path_fails_on_loses_only_itself(monkeypatch: Any) -> 
     event of that read."""
     lines = [line for line in (GOLDEN / "compact_auto.jsonl").read_bytes().splitlines() if line]
 
-    def events_with(handler: Any) -> list[AgentEvent]:
-        parser = ClaudeParser()
+    def events_with(handler: Any, *, core: bool) -> list[AgentEvent]:
+        parser = ClaudeParser(core=core)
         monkeypatch.setitem(parser._handlers, System, handler)
         return parser.feed_many(lines)
 
     def broken(msg: object) -> list[AgentEvent]:
         raise RuntimeError("a parser bug")
 
-    got = events_with(broken)
-    assert got == events_with(lambda msg: [])
-    assert any(isinstance(event, UsageDelta) for event in got)
+    for core in (True, False):
+        got = events_with(broken, core=core)
+        assert got == events_with(lambda msg: [], core=core)
+        assert any(isinstance(event, UsageDelta) for event in got)

@@ -204,21 +204,28 @@ class ClaudeParser:
         cost (one call into the core per batch, decoded without the
         interpreter's lock when the batch is large)."""
         core = self._core
-        if core is None:
-            return [event for line in lines for event in self._feed_python(line)]
-        batch = lines if isinstance(lines, list) else list(lines)
         events: list[AgentEvent] = []
+        if core is None:
+            for line in lines:
+                self._feed_one(line, events)
+            return events
+        batch = lines if isinstance(lines, list) else list(lines)
         end = len(batch)
         start = 0
         # The core stops at a line it leaves to the Python path; the lines
         # after it wait, since that line may change what they mean.
         while (stop := core.feed(batch, start, events)) < end:
-            try:
-                events += self._feed_python(batch[stop])
-            except Exception:  # a bug on one odd line must not lose the batch's others
-                log.exception("claude parser failed on a line of %d bytes", len(batch[stop]))
+            self._feed_one(batch[stop], events)
             start = stop + 1
         return events
+
+    def _feed_one(self, line: bytes, events: list[AgentEvent]) -> None:
+        """The Python path for one line of a batch: a bug on one odd line must
+        not lose the batch's other events."""
+        try:
+            events += self._feed_python(line)
+        except Exception:
+            log.exception("claude parser failed on a line of %d bytes", len(line))
 
     def _feed_python(self, line: bytes) -> list[AgentEvent]:
         if line[:1] != b"{":
