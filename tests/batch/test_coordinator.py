@@ -129,6 +129,31 @@ def test_an_end_is_stamped_when_the_engine_saw_it(tmp_path: Path) -> None:
     assert_audit_within_workers(store.transitions(), 1)
 
 
+def test_a_launch_that_ends_at_once_never_ends_before_it_started(tmp_path: Path) -> None:
+    """Seen in CI on Ray: a step failing at once ended, in the audit, before its
+    S_RUNNING, which was stamped at its commit, a later clock reading than the
+    launch decision its end is kept after."""
+    store = _open(
+        tmp_path, {"workstreams": [{"id": f"w{i}", "steps": [command_step("a")]} for i in range(3)]}
+    )
+    reading = [wall_clock_ms()]
+
+    def clock() -> int:
+        reading[0] += 7  # every reading later than the one before
+        return reading[0]
+
+    class Instant(RacyEngine):
+        def _end(self, key: str) -> None:
+            if key in self.in_flight:
+                self.in_flight.remove(key)
+                # Its exit file's time: before the coordinator got round to it.
+                outcome = Outcome(exit_code=3, ended_at_ms=reading[0] - 100)
+                self.completions.put_nowait((key, outcome))
+
+    _run(Coordinator(store, Instant(random.Random(2)), workers=2, clock=clock))
+    assert_audit_within_workers(store.transitions(), 2)
+
+
 @st.composite
 def batches(draw: st.DrawFn) -> tuple[dict[str, object], dict[str, list[int]]]:
     """Workstreams of small random DAGs, some steps failing a few times, with

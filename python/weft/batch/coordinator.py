@@ -246,7 +246,11 @@ class Coordinator:
             with self.busy():
                 tick = self.scheduler.tick(now, self.free_slots())
             self.waiting = tick.waiting
-            self.commit(tick.changes)
+            # Stamped when they were decided: a launch's S_RUNNING then carries the
+            # time its row's started_at_ms holds, which the launch's end is kept
+            # after (committing stamped a later clock reading, and a step that
+            # failed within the same millisecond or two could end before it started).
+            self.commit(tick.changes, now)
             for key in tick.launches:
                 await self._launch(key)
             for key in tick.cancels:
