@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -215,10 +215,16 @@ async def test_real_and_fake_agree(
     billed = [r.billed for r in session if r.billed is not None]
     # A stream cut after its message_start: 2.1.330 counts that partial's usage
     # when it read the event before noticing the cut, and not otherwise; under
-    # load it has read some of the text too and counts its output tokens (up to
-    # the whole message's). Each is the CLI's own figure, which Weft passes through.
+    # load it has read some of the text too and counts output tokens for it: its
+    # own estimate from the text, not the message's declared usage (seen: 34
+    # tokens for a message declaring 25), so up to twice the declared count is
+    # allowed. Each is the CLI's own figure, which Weft passes through.
     partials = [r.partial for r in session if r.partial is not None]
-    fulls = [r.partial_full for r in session if r.partial_full is not None]
+    fulls = [
+        replace(r.partial_full, output=2 * r.partial_full.output)
+        for r in session
+        if r.partial_full is not None
+    ]
     cost = round(real.exited.cost_usd or 0.0, 9)
     low, high = billed_usd(MODEL, billed + partials), billed_usd(MODEL, billed + fulls)
     counted = round(low, 9) <= cost <= round(high, 9)
