@@ -66,18 +66,6 @@ class StreamEvent:
     codon_id: str | None = None
 
 
-_last_stamp: tuple[int, str] = (-1, "")
-
-
-def stamp(ms: int) -> str:
-    """ISO-8601 UTC for a millisecond; consecutive events mostly share one."""
-    global _last_stamp
-    last = _last_stamp  # one read: another thread may replace it meanwhile
-    if last[0] != ms:
-        last = _last_stamp = (ms, iso_from_ms(ms))
-    return last[1]
-
-
 def event_id(seq: int, time_ns: int) -> str:
     """The event id: ``<13-digit ms>-<9 hex digits of the seq>``, unique per journal
     (the reference's ``<13 digits>-<9 of [a-z0-9]>`` shape)."""
@@ -119,7 +107,7 @@ class Processed:
     @property
     def timestamp(self) -> str:
         """ISO-8601 UTC submission time, to the millisecond."""
-        return stamp(self.time_ns // 1_000_000)
+        return iso_from_ms(self.time_ns // 1_000_000)
 
 
 class Persistence(Protocol):

@@ -61,9 +61,6 @@ _WATCH_MASK = (
     | IN_DONT_FOLLOW
     | IN_EXCL_UNLINK
 )
-_READ_SIZE = 1 << 16
-_EVENT_MAX = 16 + 255 + 1
-"""The largest inotify event: its header, a NAME_MAX name and the NUL."""
 _EVENT = struct.Struct("iIII")
 
 #: More watched directories than this and the watcher gives up (full scans instead).
@@ -210,7 +207,7 @@ class ChangeWatcher:
             return
         while True:
             try:
-                buf = os.read(self._fd, _READ_SIZE)
+                buf = os.read(self._fd, 1 << 16)
             except BlockingIOError:
                 return
             except OSError:
@@ -219,12 +216,6 @@ class ChangeWatcher:
             if not buf:
                 return
             self._parse(buf)
-            if len(buf) <= _READ_SIZE - _EVENT_MAX:
-                # inotify fills a read with every queued event that fits: room
-                # for one more means the queue was empty. Each read from the
-                # checkpoint thread gives the interpreter up and waits to get
-                # it back, so the usual second read (EAGAIN) is worth skipping.
-                return
 
     def _parse(self, buf: bytes) -> None:
         offset = 0

@@ -29,8 +29,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeAlias
 
+from weft.clock import iso_from_ms
 from weft.server.protocol import live_batch
-from weft.state import Processed, event_id, stamp
+from weft.state import Processed, event_id
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def _wire(seq: int, payload: bytes, time_ns: int) -> bytes:
     return b'{"id":"%s","seq":%d,"timestamp":"%s",%s' % (
         event_id(seq, time_ns).encode(),
         seq,
-        stamp(time_ns // 1_000_000).encode(),
+        iso_from_ms(time_ns // 1_000_000).encode(),
         payload[1:],
     )
 
