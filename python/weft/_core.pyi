@@ -29,6 +29,7 @@ __all__ = [
     "Outcome",
     "SessionEffect",
     "SessionMachine",
+    "StatCache",
     "StateValidation",
     "Step",
     "ThreadCodon",
@@ -428,6 +429,9 @@ class FileStat:
     def st_mtime_ns(self) -> int: ...
     @property
     def st_ctime_ns(self) -> int: ...
+    @property
+    def taken_ns(self) -> int:
+        """The wall-clock time (ns) just before the stat was taken."""
 
 def read_blob(
     path: str | PathLike[str], max_size: int
@@ -440,6 +444,36 @@ def read_blob(
     """Read the file at ``path`` as a checkpoint stores it, detached from the
     interpreter: ``(kind, stat, data, sha)``; ``data`` and ``sha`` are None
     for a file over ``max_size`` and for kinds git does not hold."""
+
+@final
+class StatCache:
+    """The checkpoint index's stat data, kept in the core for the full
+    comparison of the work tree (a walk by folder descriptor on threads)."""
+
+    def __init__(self) -> None: ...
+    def __len__(self) -> int: ...
+    def load(
+        self,
+        entries: list[tuple[bytes, int, bytes, int, int, int, int, int, int]],
+        taken_ns: int,
+    ) -> None:
+        """Replace the contents with index entries ``(path, mode, sha, ino,
+        size, mtime_s, mtime_ns, ctime_s, ctime_ns)`` whose stat data was taken
+        at or before ``taken_ns``."""
+    def set(
+        self, path: bytes, mode: int, sha: bytes, stat: tuple[int, int, int, int], taken_ns: int
+    ) -> None:
+        """Record ``path`` as ``(mode, sha)`` with ``stat`` = (inode, size,
+        mtime ns, ctime ns) taken at or before ``taken_ns``."""
+    def remove(self, path: bytes) -> None:
+        """Forget ``path`` (nothing if it is not held)."""
+    def racy_paths(self) -> list[str]:
+        """The held paths whose stat alone cannot vouch for their content."""
+    def scan(
+        self, root: str, roots: list[bytes], threads: int
+    ) -> tuple[list[str], list[str], list[str], list[str]]:
+        """Compare the work tree at ``root`` under ``roots`` (``b""`` is all):
+        ``(changed, gone, untracked, untracked_dirs)``."""
 
 # ---- seed 004: workstreams, steps, circuit breakers -------------------------
 

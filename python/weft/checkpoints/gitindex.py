@@ -2,12 +2,17 @@
 
 pygit2 does not expose what a fast checkpoint needs: a workdir diff limited to a
 list of literal paths, and index entries carrying stat data. Both are here, so
-the rest of the package never touches cffi.
+the rest of the package never touches cffi. The full comparison of the work
+tree goes through a copy of the index's stat data in the core
+(:class:`weft._core.StatCache`), kept in step by :meth:`StatIndex.add` and
+:meth:`StatIndex.remove`: it walks the tree on threads, by folder descriptor,
+where libgit2's diff stats each file by its full path on one thread.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, TypeAlias
 
 import pygit2
@@ -16,7 +21,7 @@ from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
 
-from weft._core import FileStat
+from weft._core import FileStat, StatCache
 from weft.checkpoints.trees import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
 
 _BASE_FLAGS = int(
@@ -34,6 +39,8 @@ _GIT_ENOTFOUND = -3
 _MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
 _MODE_BYTES = {v: k for k, v in _MODE_INT.items()}
 _ZERO_STAT = os.stat_result((0,) * 10)
+#: Threads the full comparison reads the work tree with (stat calls are CPU-bound in the kernel).
+SCAN_THREADS = max(1, min(os.cpu_count() or 1, 4))
 
 
 StatData: TypeAlias = "os.stat_result | FileStat"
@@ -56,6 +63,54 @@ class StatIndex:
         # libgit2 saves the index file when a diff refreshes its stat data: only
         # the repository's owner may (beside a live run it is the run's file).
         self._refresh = 0 if owned else int(DiffOption.UPDATE_INDEX)
+        self._cache: StatCache | None = None
+        """The index's stat data in the core, made at the first full comparison."""
+
+    def scan(self, roots: list[str] | None) -> tuple[list[str], list[str], list[str], list[str]]:
+        """Compares the work tree under ``roots`` (``None``: all) with the index.
+
+        Returns ``(changed, gone, untracked, untracked_dirs)``: indexed paths
+        whose kind, mode or stat differ (or whose content does, where the stat
+        alone cannot vouch for it), indexed paths not found, files nothing
+        indexes, and folders under which nothing is indexed (not entered).
+        Ignore rules are not applied. Raises ``OSError`` naming the path that
+        could not be read.
+        """
+        cache = self._cache
+        if cache is None:
+            cache = self._cache = self._load_cache()
+        encoded = [b""] if roots is None else [os.fsencode(r) for r in roots]
+        return cache.scan(self.root, encoded, SCAN_THREADS)
+
+    def _load_cache(self) -> StatCache:
+        index = self.index._index
+        try:
+            # As git does: an entry older than the index file is trusted by its
+            # stat (libgit2 smudged the newer ones when it wrote the file, and
+            # :meth:`write` the ones the cache could not vouch for).
+            taken = os.stat(os.path.join(self.repo.path, "index")).st_mtime_ns
+        except OSError:
+            taken = 0
+        buffer = ffi.buffer
+        entries = []
+        for i in range(C.git_index_entrycount(index)):
+            e = C.git_index_get_byindex(index, i)
+            entries.append(
+                (
+                    ffi.string(e.path),
+                    e.mode,
+                    bytes(buffer(e.id.id, 20)),
+                    e.ino,
+                    e.file_size,
+                    e.mtime.seconds,
+                    e.mtime.nanoseconds,
+                    e.ctime.seconds,
+                    e.ctime.nanoseconds,
+                )
+            )
+        cache = StatCache()
+        cache.load(entries, taken)
+        return cache
 
     def diff(self, paths: list[str] | None, *, recurse: bool) -> pygit2.Diff:
         """Index against workspace: for the literal ``paths`` (and what is under them), or all.
@@ -94,8 +149,21 @@ class StatIndex:
         mode = _MODE_BYTES.get(found.mode)
         return None if mode is None else (mode, bytes(ffi.buffer(found.id.id, 20)))
 
-    def add(self, path: str, value: Entry, st: StatData) -> None:
-        """Records ``path`` as ``value`` with the stat data it had when it was read."""
+    def add(self, path: str, value: Entry, st: StatData, taken_ns: int | None = None) -> None:
+        """Records ``path`` as ``value`` with the stat data it had when it was read.
+
+        ``taken_ns`` is the wall-clock time at or before the stat (a
+        :class:`FileStat` carries its own; without one, the next full
+        comparison reads the file again before it trusts the stat).
+        """
+        self._set(path, value, st)
+        if self._cache is not None:
+            if taken_ns is None:
+                taken_ns = st.taken_ns if isinstance(st, FileStat) else 0
+            stat = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            self._cache.set(os.fsencode(path), _MODE_INT[value[0]], value[1], stat, taken_ns)
+
+    def _set(self, path: str, value: Entry, st: StatData) -> None:
         entry: Any = ffi.new("git_index_entry *")
         # Truncated as libgit2 does (git's index keeps 32-bit fields).
         entry.ctime.seconds = _i32(st.st_ctime_ns // 1_000_000_000)
@@ -115,18 +183,37 @@ class StatIndex:
 
     def add_from_disk(self, path: str, value: Entry) -> None:
         """Records ``path`` as ``value`` with the stat data the file has now."""
+        taken = time.time_ns()
         try:
             st = os.lstat(os.path.join(self.root, path))
         except OSError:
             st = _ZERO_STAT  # no stat data: the next comparison hashes the file
-        self.add(path, value, st)
+        self.add(path, value, st, taken)
 
     def remove(self, path: str) -> None:
         """Forgets ``path`` (no error if it is not there)."""
         err = C.git_index_remove(self.index._index, os.fsencode(path), 0)
         if err < 0 and err != _GIT_ENOTFOUND:
             check_error(err)
+        if self._cache is not None:
+            self._cache.remove(os.fsencode(path))
 
     def write(self) -> None:
-        """Saves the index file."""
+        """Saves the index file.
+
+        The entries whose stat the cache cannot vouch for yet are saved with
+        size 0 (git's "smudge"), so a later opening, which trusts entries older
+        than the index file, compares their content.
+        """
+        if self._cache is not None:
+            index = self.index._index
+            for path in self._cache.racy_paths():
+                found = C.git_index_get_bypath(index, os.fsencode(path), 0)
+                if found != ffi.NULL and found.file_size != 0:
+                    entry: Any = ffi.new("git_index_entry *")
+                    ffi.memmove(entry, found, ffi.sizeof("git_index_entry"))
+                    cpath = ffi.new("char[]", os.fsencode(path))
+                    entry.path = cpath
+                    entry.file_size = 0
+                    check_error(C.git_index_add(index, entry))
         self.index.write()

@@ -1,9 +1,9 @@
 """Finding what changed in the workspace since the last checkpoint, for the covered files.
 
-libgit2 compares the index (the last checkpoint, with each file's stat data)
-against the workspace: every covered path, or only the paths the change
-watcher reported. Changed and new covered files are read and hashed here;
-unchanged ones never are. Untracked folders are entered only when a pattern
+The index (the last checkpoint, with each file's stat data) is compared with
+the workspace: every covered path by a walk in the core, or only the paths the
+change watcher reported, by libgit2. Changed and new covered files are read
+and hashed here; unchanged ones never are. Untracked folders are entered only when a pattern
 can reach inside them, and ignored files stay out, as with ``git add``.
 """
 
@@ -55,13 +55,40 @@ class WorkspaceScanner:
         self._keep = keep_content
 
     def compare_all(self) -> None:
-        """Compares every path a pattern can cover."""
-        roots = self._pset.scan_roots()
-        if roots is None:
-            # Untracked folders come back whole and are entered only if covered.
-            self._collect(self._index.diff(None, recurse=False))
-        elif roots:
-            self._collect(self._index.diff(roots, recurse=True))
+        """Compares every path a pattern can cover.
+
+        The walk (in the core, see :meth:`StatIndex.scan`) answers which
+        indexed files may have changed and what is new; the ignore rules and
+        the patterns are applied here. A new folder is entered only if a
+        pattern can reach inside it and it is not ignored.
+        """
+        pset = self._pset
+        roots = pset.scan_roots()
+        if roots == []:
+            return
+        try:
+            changed, gone, untracked, new_dirs = self._index.scan(roots)
+        except OSError as exc:
+            where = exc.filename or "the workspace"
+            raise CheckpointError(
+                f"cannot read {where} for the checkpoint: {exc.strerror or exc}. Make it "
+                f"readable, or exclude it from checkpointedFiles with '!{where}/**'."
+            ) from exc
+        changes = self._scan.changes
+        for path in gone:
+            changes[path] = None
+        for path in changed:
+            if not pset.matches(path):
+                changes[path] = None  # held under patterns no longer in force
+            elif not self._compare_tracked(path):
+                self._stage(path)  # now a folder or a kind git cannot hold
+        ignored = self._repo.path_is_ignored
+        for path in untracked:
+            if pset.matches(path) and not ignored(path):
+                self._stage(path)
+        for directory in new_dirs:
+            if pset.could_cover_under(directory) and not ignored(directory):
+                self._collect_untracked_dir(directory)
 
     def compare_paths(self, paths: Iterable[str]) -> None:
         """Compares only ``paths`` (and what is under them).

@@ -14,6 +14,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -49,6 +50,11 @@ pub struct FileStat {
     st_mtime_ns: i128,
     #[pyo3(get)]
     st_ctime_ns: i128,
+    /// The wall-clock time (ns since the epoch) just before the stat was
+    /// taken: a write after it is stamped no earlier than a clock tick
+    /// before it (see `StatCache`).
+    #[pyo3(get)]
+    taken_ns: i64,
 }
 
 #[pymethods]
@@ -85,8 +91,16 @@ fn read(path: &PathBuf, max_size: u64) -> std::io::Result<(Found, Option<FileSta
     Ok(read_once(path, max_size)?.unwrap_or((Found::Other, None)))
 }
 
-fn stat_of(meta: &fs::Metadata) -> FileStat {
+/// The wall-clock time in nanoseconds since the epoch.
+pub(crate) fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn stat_of(meta: &fs::Metadata, taken_ns: i64) -> FileStat {
     FileStat {
+        taken_ns,
         st_mode: meta.mode(),
         st_ino: meta.ino(),
         st_dev: meta.dev(),
@@ -100,12 +114,13 @@ fn stat_of(meta: &fs::Metadata) -> FileStat {
 
 /// One look at `path`; None when it changed kind between the stat and the open.
 fn read_once(path: &PathBuf, max_size: u64) -> std::io::Result<Option<(Found, Option<FileStat>)>> {
+    let taken_ns = now_ns();
     let meta = match fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if is_gone(&e) => return Ok(Some((Found::Missing, None))),
         Err(e) => return Err(e),
     };
-    let mut stat = stat_of(&meta);
+    let mut stat = stat_of(&meta, taken_ns);
     let kind = meta.file_type();
     let found = if kind.is_symlink() {
         match fs::read_link(path) {
@@ -124,7 +139,7 @@ fn read_once(path: &PathBuf, max_size: u64) -> std::io::Result<Option<(Found, Op
             match read_file(path, meta.size()) {
                 Ok(Some((data, opened))) => {
                     // The stat of what was opened (taken before it was read).
-                    stat = stat_of(&opened);
+                    stat = stat_of(&opened, taken_ns);
                     Found::File { data: Some(data) }
                 }
                 Ok(None) => return Ok(None),
@@ -168,7 +183,7 @@ fn is_gone(e: &std::io::Error) -> bool {
 }
 
 /// The git object id of a blob holding `data`.
-fn blob_id(data: &[u8]) -> [u8; 20] {
+pub(crate) fn blob_id(data: &[u8]) -> [u8; 20] {
     let mut hasher = Sha1::new();
     hasher.update(format!("blob {}\0", data.len()).as_bytes());
     hasher.update(data);

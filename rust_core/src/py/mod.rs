@@ -10,6 +10,7 @@ mod codon;
 mod core;
 mod errors;
 mod session;
+mod statcache;
 mod stream;
 mod thread;
 mod workstream;
@@ -47,6 +48,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::StateValidation>()?;
     blob::register(m)?;
     session::register(m)?;
+    statcache::register(m)?;
     stream::register(m)?;
     thread::register(m)?;
     workstream::register(m)?;
