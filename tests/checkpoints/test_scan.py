@@ -100,6 +100,21 @@ def test_ignored_untracked_files_stay_out_until_the_rules_change(
     assert set(tree_state(repo, second)) == {".gitignore", "app.py", "debug.log"}
 
 
+def test_many_new_files_beside_ignored_ones(repo: CheckpointRepo, workspace: Path) -> None:
+    """Past 64 new files, the ignore rules are applied in one libgit2 pass."""
+    write(workspace, ".gitignore", "*.o\n")
+    write(workspace, "src/main.c", "int main;")
+    snap(repo, ["src/**"])
+    for i in range(100):
+        write(workspace, f"src/m{i}.c", f"int m{i};")
+        write(workspace, f"src/m{i}.o", "object")
+    sha = snap(repo, ["src/**"])
+    assert set(tree_state(repo, sha)) == {"src/main.c", *(f"src/m{i}.c" for i in range(100))}
+    assert tree_state(repo, sha) == {
+        p: v for p, v in covered_state(workspace, ["src/**"]).items() if not p.endswith(".o")
+    }
+
+
 def test_nested_git_repositories_contribute_their_files(
     repo: CheckpointRepo, workspace: Path
 ) -> None:

@@ -26,6 +26,10 @@ from weft.checkpoints.trees import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
 BlobRead = tuple[str, FileStat | None, bytes | None, bytes | None]
 """What :func:`weft._core.read_blob` returns: kind, stat, content, blob id."""
 
+#: Up to this many new covered files are checked against the ignore rules one
+#: by one; more go through one libgit2 diff.
+_IGNORE_ONE_BY_ONE = 64
+
 #: Files larger than this are hashed and stored by libgit2 as loose objects, not read here.
 LARGE_FILE = 32 * 1024 * 1024
 
@@ -83,9 +87,15 @@ class WorkspaceScanner:
             elif not self._compare_tracked(path):
                 self._stage(path)  # now a folder or a kind git cannot hold
         ignored = self._repo.path_is_ignored
-        for path in untracked:
-            if pset.matches(path) and not ignored(path):
-                self._stage(path)
+        covered = [p for p in untracked if pset.matches(p)]
+        if len(covered) > _IGNORE_ONE_BY_ONE:
+            # Many new files (build output beside the sources, say): one libgit2
+            # pass applies the ignore rules to all of them.
+            self._collect(self._index.diff(covered, recurse=True))
+        else:
+            for path in covered:
+                if not ignored(path):
+                    self._stage(path)
         for directory in new_dirs:
             if pset.could_cover_under(directory) and not ignored(directory):
                 self._collect_untracked_dir(directory)
