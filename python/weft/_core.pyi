@@ -459,12 +459,12 @@ class StatCache:
     ) -> None:
         """Replace the contents with index entries ``(path, mode, sha, ino,
         size, mtime_s, mtime_ns, ctime_s, ctime_ns)`` whose stat data was taken
-        at or before ``taken_ns``."""
+        at or after ``taken_ns``."""
     def set(
         self, path: bytes, mode: int, sha: bytes, stat: tuple[int, int, int, int], taken_ns: int
     ) -> None:
         """Record ``path`` as ``(mode, sha)`` with ``stat`` = (inode, size,
-        mtime ns, ctime ns) taken at or before ``taken_ns``."""
+        mtime ns, ctime ns) taken at or after ``taken_ns``."""
     def remove(self, path: bytes) -> None:
         """Forget ``path`` (nothing if it is not held)."""
     def racy_paths(self) -> list[str]:
@@ -472,7 +472,8 @@ class StatCache:
     def scan(
         self, root: str, roots: list[bytes], threads: int
     ) -> tuple[list[str], list[str], list[str], list[str]]:
-        """Compare the work tree at ``root`` under ``roots`` (``b""`` is all):
+        """Compare the work tree at ``root`` under ``roots`` (``b""`` is all;
+        empty parts and nested roots are dropped):
         ``(changed, gone, untracked, untracked_dirs)``."""
 
 # ---- seed 004: workstreams, steps, circuit breakers -------------------------

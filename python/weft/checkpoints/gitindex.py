@@ -152,7 +152,7 @@ class StatIndex:
     def add(self, path: str, value: Entry, st: StatData, taken_ns: int | None = None) -> None:
         """Records ``path`` as ``value`` with the stat data it had when it was read.
 
-        ``taken_ns`` is the wall-clock time at or before the stat (a
+        ``taken_ns`` is a wall-clock time at or before the moment of the stat (a
         :class:`FileStat` carries its own; without one, the next full
         comparison reads the file again before it trusts the stat).
         """

@@ -96,7 +96,7 @@ struct Held {
     mode: u32,
     sha: [u8; 20],
     stat: Stat,
-    /// The wall-clock time (ns) at or before which `stat` was taken.
+    /// A wall-clock time (ns) at or before the moment `stat` was taken.
     taken_ns: i64,
     /// The scan that last found this path (to find the ones gone).
     seen: AtomicU32,
@@ -423,7 +423,7 @@ impl StatCache {
         ) {
             Ok(fd) => Arc::new(fd),
             Err(e) => {
-                found.fail(b"", e);
+                found.fail(root, e);
                 return found;
             }
         };
@@ -523,6 +523,28 @@ fn start_root(
     }
 }
 
+/// `roots` without empty parts (`a//b/` is `a/b`) and without the roots
+/// inside others, so each path is found once.
+fn normal_roots(roots: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut clean: Vec<Vec<u8>> = roots
+        .iter()
+        .map(|r| {
+            r.split(|b| *b == b'/')
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join(&b'/')
+        })
+        .collect();
+    clean.sort_unstable();
+    let mut kept: Vec<Vec<u8>> = Vec::with_capacity(clean.len());
+    for root in clean {
+        if !kept.iter().any(|k| under(&root, k)) {
+            kept.push(root);
+        }
+    }
+    kept
+}
+
 fn os(paths: Vec<Vec<u8>>) -> Vec<OsString> {
     paths.into_iter().map(OsString::from_vec).collect()
 }
@@ -539,7 +561,7 @@ impl StatCache {
     }
 
     /// Replaces the contents with index entries (see `_core.pyi`), whose
-    /// stat data was taken at or before `taken_ns`.
+    /// stat data was taken at or after `taken_ns`.
     fn load(&mut self, entries: Vec<LoadEntry>, taken_ns: i64) -> PyResult<()> {
         self.entries.clear();
         self.dirs.clear();
@@ -559,7 +581,7 @@ impl StatCache {
     }
 
     /// Records `path` as `(mode, sha)` with `stat` = (inode, size, mtime ns,
-    /// ctime ns), taken at or before `taken_ns`.
+    /// ctime ns), taken at or after `taken_ns`.
     fn set(
         &mut self,
         path: &[u8],
@@ -611,7 +633,8 @@ impl StatCache {
     }
 
     /// Compares the work tree under `root` with the cache, for the paths
-    /// under `roots` (`b""` is all), on up to `threads` threads.
+    /// under `roots` (`b""` is all; empty parts and nested roots are
+    /// dropped), on up to `threads` threads.
     ///
     /// Returns `(changed, gone, untracked, untracked_dirs)`: held paths whose
     /// kind, mode or stat differ, or whose content differs when the stat
@@ -628,6 +651,7 @@ impl StatCache {
         threads: usize,
     ) -> PyResult<ScanResult> {
         let root = root.into_vec();
+        let roots = normal_roots(&roots);
         let (found, gone) = py.detach(|| {
             let found = self.walk(&root, &roots, threads);
             let generation = self.generation;
