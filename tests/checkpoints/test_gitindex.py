@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pygit2
+from pygit2.ffi import C, ffi
 from tests.checkpoints.helpers import write
 
+from weft._core import read_blob
 from weft.checkpoints.gitindex import StatIndex
 from weft.checkpoints.trees import MODE_FILE
 
 
 def _index(tmp_path: Path) -> StatIndex:
+    # As the shadow repository is opened (weft.checkpoints.storage): the blobs
+    # recorded here are never stored.
+    pygit2.settings.enable_strict_object_creation(False)
     repo = pygit2.init_repository(str(tmp_path / "g.git"), bare=True)
     (tmp_path / "ws").mkdir()
     repo.workdir = str(tmp_path / "ws")
@@ -45,3 +51,58 @@ def test_a_path_list_finds_new_files_next_to_recorded_ones(tmp_path: Path) -> No
     index.remove("notes/a.md")
     index.remove("never/there")
     assert index.paths() == []
+
+
+def _record(index: StatIndex, root: Path, rel: str) -> None:
+    """Records ``rel`` as a checkpoint does: its stat taken by read_blob before the read."""
+    kind, st, _data, sha = read_blob(root / rel, 1 << 20)
+    assert kind == "file"
+    assert st is not None
+    assert sha is not None
+    index.add(rel, (MODE_FILE, sha), st)
+
+
+def _saved_size(index: StatIndex, path: str) -> int:
+    """The size the saved index file holds for ``path`` (0: smudged)."""
+    fresh = pygit2.Index(os.path.join(index.repo.path, "index"))
+    entry = C.git_index_get_bypath(fresh._index, path.encode(), 0)
+    assert entry != ffi.NULL
+    return int(entry.file_size)
+
+
+def test_the_full_comparison_follows_adds_and_removes(tmp_path: Path) -> None:
+    index = _index(tmp_path)
+    ws = tmp_path / "ws"
+    write(ws, "notes/a.md", "a")
+    _record(index, ws, "notes/a.md")
+    time.sleep(0.05)  # older than the margin: the stat vouches for it from now on
+    assert index.scan(None) == ([], [], [], [])
+    write(ws, "notes/b.md", "b")
+    write(ws, "other/c.md", "c")
+    assert index.scan(None) == ([], [], ["notes/b.md"], ["other"])
+    _record(index, ws, "notes/b.md")
+    index.remove("notes/a.md")
+    assert index.scan(["notes"]) == ([], [], ["notes/a.md"], [])
+    (ws / "notes/b.md").write_text("bb")
+    assert index.scan(["notes"]) == (["notes/b.md"], [], ["notes/a.md"], [])
+
+
+def test_a_saved_index_smudges_what_its_stat_cannot_vouch_for(tmp_path: Path) -> None:
+    """An entry written too close to its stat is saved with size 0, so a later
+    opening (which trusts entries older than the index file) reads it again."""
+    index = _index(tmp_path)
+    ws = tmp_path / "ws"
+    write(ws, "old.md", "old")
+    time.sleep(0.05)  # recorded well after its last change: trusted by its stat
+    _record(index, ws, "old.md")
+    index.scan(None)  # the comparison now runs on the core's copy
+    write(ws, "fresh.md", "fresh")
+    _record(index, ws, "fresh.md")
+    index.write()
+    assert _saved_size(index, "old.md") == 3
+    assert _saved_size(index, "fresh.md") == 0
+    # Opened again: the smudged entry is compared by content, the other by stat.
+    reopened = StatIndex(
+        index.repo, pygit2.Index(os.path.join(index.repo.path, "index")), index.root
+    )
+    assert reopened.scan(None) == (["fresh.md"], [], [], [])
