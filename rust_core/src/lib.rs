@@ -16,9 +16,11 @@
 //! arguments, so replaying a journal reproduces a state exactly and every
 //! test is deterministic. Python bindings live only in `py/` behind the
 //! `python` feature; plain `cargo test` needs no Python.
-//! Two bindings do I/O for Python, where holding the interpreter's lock
-//! around it costs more than the work: streaming state.json to its file, and
-//! reading a checkpoint's changed file as a git blob (`py/blob.rs`).
+//! Three bindings do I/O for Python, where holding the interpreter's lock
+//! around it costs more than the work: streaming state.json to its file,
+//! reading a checkpoint's changed file as a git blob (`py/blob.rs`), and
+//! comparing the whole work tree with the checkpoint index's stat data
+//! (`py/statcache.rs`).
 //!
 //! The other engines of the seeds, the agent-session supervisor
 //! ([`machine::session`]) and the workstream, step and circuit-breaker

@@ -37,13 +37,16 @@ _PLACEHOLDER_ROOT = "/agentRoot"
 
 def preflight(loaded: LoadedHank, *, file: str) -> list[ConfigProblem]:
     """The prompt problems the run would meet when a codon starts (see the module docstring)."""
-    from weft.config.prompt import assemble_prompt, template_variables
+    from weft.config.prompt import ReadFiles, assemble_prompt, template_variables
 
     problems: list[ConfigProblem] = []
     variables = template_variables(_PLACEHOLDER_ROOT)
+    read_before = ReadFiles()
     for codon, _loop in loaded.codons():
         try:
-            assemble_prompt(codon, loaded.directory, variables, hank=loaded.hank)
+            assemble_prompt(
+                codon, loaded.directory, variables, hank=loaded.hank, read_before=read_before
+            )
         except ConfigError as e:
             # Named as the loader names the hank file (its display path).
             problems.extend(

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -303,18 +303,36 @@ def render_text(text: str, variables: Mapping[str, str], source: TextSource) -> 
     return _TOKENS.sub(replace, text)
 
 
+def _places(hank: Hank) -> dict[str, tuple[str, str]]:
+    """Each codon id's JSON path in the hank (``hank[1].codons[0]``) and label prefix."""
+    places: dict[str, tuple[str, str]] = {}
+    for i, item in enumerate(hank.hank):
+        if isinstance(item, Loop):
+            for j, inner in enumerate(item.codons):
+                places.setdefault(inner.id, (f"hank[{i}].codons[{j}]", f'loop "{item.id}" > '))
+        else:
+            places.setdefault(item.id, (f"hank[{i}]", ""))
+    return places
+
+
+_last_places: tuple[Hank, dict[str, tuple[str, str]]] | None = None
+"""The places of the last hank looked in: a run or a check assembles every codon
+of one hank, and searching the hank for each codon made 1,000 codons cost 1M steps."""
+
+
 def _locate(hank: Hank | None, codon_id: str) -> tuple[str | None, str]:
     """The codon's JSON path in the hank (``hank[1].codons[0]``) and its label."""
+    global _last_places
     label = f'codon "{codon_id}"'
-    if hank is not None:
-        for i, item in enumerate(hank.hank):
-            if isinstance(item, Loop):
-                for j, inner in enumerate(item.codons):
-                    if inner.id == codon_id:
-                        return f"hank[{i}].codons[{j}]", f'loop "{item.id}" > {label}'
-            elif item.id == codon_id:
-                return f"hank[{i}]", label
-    return None, label
+    if hank is None:
+        return None, label
+    cached = _last_places
+    if cached is None or cached[0] is not hank:
+        cached = _last_places = (hank, _places(hank))
+    found = cached[1].get(codon_id)
+    if found is None:
+        return None, label
+    return found[0], found[1] + label
 
 
 def _refs(value: str | Sequence[str] | None) -> list[str]:
@@ -326,6 +344,16 @@ def _refs(value: str | Sequence[str] | None) -> list[str]:
 
 
 @dataclass(slots=True)
+class ReadFiles:
+    """What one pass over the prompts of one hank has read (see :func:`assemble_prompt`)."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+    """Each file read and checked so far, by ref."""
+    root: Path | None = None
+    """The hank's folder, resolved."""
+
+
+@dataclass(slots=True)
 class _Reader:
     """Reads and renders the pieces of one codon's prompts."""
 
@@ -334,13 +362,20 @@ class _Reader:
     codon_path: str | None
     codon_label: str
     sources: list[str]
+    read_before: ReadFiles | None = None
     _root: Path | None = None
 
     @property
     def root(self) -> Path:
         """The hank's folder, resolved on first use: an inline prompt reads no file."""
         if self._root is None:
-            self._root = Path(self.hank_dir).resolve()
+            shared = self.read_before
+            if shared is None:
+                self._root = Path(self.hank_dir).resolve()
+            else:
+                if shared.root is None:
+                    shared.root = Path(self.hank_dir).resolve()
+                self._root = shared.root
         return self._root
 
     def field(self, name: str, index: int | None = None) -> TextSource:
@@ -357,6 +392,10 @@ class _Reader:
 
     def read(self, ref: str, field: TextSource) -> str:
         """The text of the file ``ref`` names (checked like the loader checks refs)."""
+        known = None if self.read_before is None else self.read_before.texts
+        if known is not None and ref in known:
+            self.sources.append(ref)
+            return known[ref]
         problem = check_ref(ref, self.root, self.root, "file")
         if problem is not None:
             raise field.error(problem.message, code="bad_ref", hint=problem.hint)
@@ -369,7 +408,7 @@ class _Reader:
                 f"cannot read {path}: {exc.strerror}", code="bad_ref", hint="check permissions"
             ) from None
         try:
-            return data.decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TextSource(ref).error(
                 "the file is not UTF-8 text",
@@ -377,6 +416,9 @@ class _Reader:
                 hint="save the file as UTF-8",
                 line=data.count(b"\n", 0, exc.start),
             ) from None
+        if known is not None:
+            known[ref] = text
+        return text
 
     def files(self, value: str | Sequence[str] | None, name: str) -> str | None:
         """The rendered files of a ``...File`` field, joined; None when there are none."""
@@ -421,6 +463,7 @@ def assemble_prompt(
     variables: Mapping[str, str],
     *,
     hank: Hank | None = None,
+    read_before: ReadFiles | None = None,
 ) -> AssembledPrompt:
     """Builds what ``codon`` sends to its agent.
 
@@ -429,6 +472,9 @@ def assemble_prompt(
     :func:`template_variables` of the codon's agent root; ``hank`` is the hank
     the codon belongs to: its global system prompt comes first in the
     system-prompt append, and errors name the codon's place in it.
+    ``read_before``, kept by the caller for one pass over one hank, holds
+    what was read so far: a check of every codon reads and checks each
+    shared prompt file once.
 
     Raises ConfigError, naming the file (or the hank field) and the line, for a
     missing or unsafe file reference, a file that is not UTF-8, bad
@@ -436,7 +482,7 @@ def assemble_prompt(
     front-matter and comments are removed.
     """
     path, where = _locate(hank, codon.id)
-    reader = _Reader(hank_dir, variables, path, where, [])
+    reader = _Reader(hank_dir, variables, path, where, [], read_before)
     label = f'codon "{codon.id}"'
 
     metadata: PromptMetadata | None = None
