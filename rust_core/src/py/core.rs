@@ -572,17 +572,22 @@ impl Core {
     }
 }
 
-/// An I/O error as Python's `OSError`, with its errno when it has one (as
-/// Python's own writes report a full disk).
-/// An `OSError` (the subclass its errno maps to) with the system's message,
-/// as Python's own would read: `strerror` without Rust's "(os error N)".
+/// An I/O error as Python's `OSError` (the subclass its errno maps to, as
+/// Python's own writes report a full disk), with the system's message:
+/// `strerror` without Rust's "(os error N)".
 pub(crate) fn os_error(e: std::io::Error) -> PyErr {
     match e.raw_os_error() {
-        Some(code) => {
-            let text = e.to_string();
-            let strerror = text.split(" (os error ").next().unwrap_or(&text).to_owned();
-            PyOSError::new_err((code, strerror))
-        }
+        Some(code) => PyOSError::new_err((code, strerror(&e))),
         None => PyOSError::new_err(e.to_string()),
     }
+}
+
+/// [`os_error`] naming the file it is about (`OSError.filename`).
+pub(crate) fn os_error_at(e: &std::io::Error, path: std::ffi::OsString) -> PyErr {
+    PyOSError::new_err((e.raw_os_error().unwrap_or(0), strerror(e), path))
+}
+
+fn strerror(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    text.split(" (os error ").next().unwrap_or(&text).to_owned()
 }

@@ -31,6 +31,7 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::blob::{blob_id, now_ns};
+use super::core::os_error_at;
 
 /// Adds `StatCache` to `m`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -668,14 +669,7 @@ impl StatCache {
             (found, gone)
         });
         if let Some((path, e)) = found.error {
-            let code = e.raw_os_error().unwrap_or(0);
-            let text = e.to_string();
-            let strerror = text.split(" (os error ").next().unwrap_or(&text).to_owned();
-            return Err(pyo3::exceptions::PyOSError::new_err((
-                code,
-                strerror,
-                OsString::from_vec(path),
-            )));
+            return Err(os_error_at(&e, OsString::from_vec(path)));
         }
         let Found {
             mut changed,
