@@ -416,3 +416,14 @@ def test_an_opener_beside_a_live_run_reports_damage_and_leaves_it(
     assert not list(git_dir.parent.glob(".weftcheckpoints-quarantine-*"))
     with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
         assert any("quarantine" in r for r in repo.repairs)  # the owner repairs it
+
+
+def test_an_opener_beside_a_run_creates_nothing(tmp_path: Path) -> None:
+    """A reader that finds no repository says so: making one (or the workspace)
+    would race the run that is about to."""
+    git_dir = tmp_path / ".weft/checkpoints/.weftcheckpoints"
+    workspace = tmp_path / "agentRoot"
+    with pytest.raises(CheckpointStorageError, match=r"no checkpoint repository at .*weft run"):
+        CheckpointRepo.open_or_create(git_dir, workspace, writer=False)
+    assert not (tmp_path / ".weft").exists()
+    assert not workspace.exists()

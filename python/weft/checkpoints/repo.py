@@ -279,6 +279,13 @@ class CheckpointRepo:
         """
         git_dir = Path(os.path.abspath(git_dir))
         workspace = Path(os.path.abspath(workspace))
+        if not writer and not git_dir.exists():
+            # Beside a live run, creating the run's repository (or its
+            # workspace) would race the run doing the same.
+            raise CheckpointStorageError(
+                f"there is no checkpoint repository at {git_dir} to read; nothing was "
+                "created. It is made when a run of this execution starts (`weft run`)."
+            )
         try:
             workspace.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -289,9 +289,14 @@ async def _save_beside_live(execution: Path) -> None:
         store.journal.close()
     layout = ExecutionLayout(store.weft_dir.parent)
     plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
-    repo = await AsyncCheckpointRepo.open(
-        layout.checkpoints, layout.workspace, watch=False, writer=False
-    )
+    from weft.checkpoints.errors import CheckpointError
+
+    try:
+        repo = await AsyncCheckpointRepo.open(
+            layout.checkpoints, layout.workspace, watch=False, writer=False
+        )
+    except CheckpointError as e:
+        raise _save_failed(e) from e
     try:
         await _save_uncheckpointed(repo, rollback.all_patterns(plan))
     finally:
@@ -300,6 +305,13 @@ async def _save_beside_live(execution: Path) -> None:
 
 CHANGES_SHOWN = 20
 """Changed paths a rollback lists before it says how many more there are."""
+
+
+def _save_failed(e: Exception) -> rollback.RollbackError:
+    return rollback.RollbackError(
+        f"cannot save the uncheckpointed changes before rolling back ({e}); pass --discard "
+        "to roll back anyway and lose them"
+    )
 
 
 async def _save_uncheckpointed(repo: AsyncCheckpointRepo, patterns: list[str]) -> None:
@@ -314,10 +326,7 @@ async def _save_uncheckpointed(repo: AsyncCheckpointRepo, patterns: list[str]) -
         before = await asyncio.to_thread(repo.repo.files, head)
         now = await asyncio.to_thread(repo.repo.files, saved.sha)
     except CheckpointError as e:
-        raise rollback.RollbackError(
-            f"cannot save the uncheckpointed changes before rolling back ({e}); pass --discard "
-            "to roll back anyway and lose them"
-        ) from e
+        raise _save_failed(e) from e
     changed = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
     if not changed:
         return
