@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import subprocess
@@ -274,3 +275,38 @@ def test_any_cut_of_the_log_reads_as_its_whole_records(
     assert read.end == (ends[whole - 1] if whole else 0)
     assert read.torn == min(cut, len(data)) - read.end
     assert set(read.tips) == {f"refs/heads/b{i}" for i in range(whole)}
+
+
+def _packed(git_dir: Path) -> int:
+    return sum(p.stat().st_size for p in (git_dir / "objects/pack").glob("*.pack"))
+
+
+@pytest.mark.parametrize("lock", ["index.lock", "HEAD.lock"])
+def test_a_locked_head_or_index_fails_no_checkpoint(
+    git_dir: Path, workspace: Path, lock: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The periodic move of the log into git saves HEAD and the index: a git
+    command holding their lock made every 16th checkpoint fail, though it was
+    saved (in the log and then in git). While it holds it, each object is still
+    packed once."""
+    n = 3 * FLUSH_EVERY + 2
+    free_dir, free_ws = git_dir.parent / "free", workspace.parent / "free-ws"
+    with CheckpointRepo.open_or_create(free_dir, free_ws, watch=False) as free:
+        _chain(free, free_ws, n)
+        free.sync()
+    writer = CheckpointRepo.open_or_create(git_dir, workspace, watch=False)
+    try:
+        (git_dir / lock).write_text("")
+        with caplog.at_level(logging.WARNING, logger="weft.checkpoints.repo"):
+            shas: list[str] = []
+            for _ in range(n // 2):  # reads between checkpoints try the move too
+                shas += _chain(writer, workspace, 2, parent=shas[-1] if shas else None)
+                assert writer.verify(shas[-2:]) == set(shas[-2:])
+        assert writer.verify(shas) == set(shas)
+        assert any(lock in r.getMessage() for r in caplog.records), caplog.text
+        (git_dir / lock).unlink()
+        writer.sync()
+        assert str(pygit2.Repository(str(git_dir)).head.target) == shas[-1]
+        assert _packed(git_dir) < 1.5 * _packed(free_dir), "objects were packed again"
+    finally:
+        writer.close()

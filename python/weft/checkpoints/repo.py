@@ -182,6 +182,11 @@ class CheckpointRepo:
         self._synced: PatternSet | None = None
         self._snapshots_unsaved = 0
         self._changes_unsaved = 0
+        self._moved_objects: set[bytes] = set()
+        """Objects of the log already put into git by a move whose HEAD save failed."""
+        self._retry_move_at: tuple[int, int] | None = None
+        """After HEAD could not be saved (a git command held its lock): the log's
+        records and bytes at which its move into git is tried again."""
         self._head_unsaved = False
         self._packs_unmerged = len(small_packs(self._pack_dir))
         self._last_snapshot = 0.0
@@ -842,7 +847,11 @@ class CheckpointRepo:
         """Puts the log's objects and branch moves into git, saves HEAD, empties the
         log. False, with the log kept whole, when HEAD could not be saved and ``quiet``:
         an opener beside the run then still finds the newest checkpoint in the log."""
-        self._write_objects([(kind, sha, body) for sha, (kind, body) in pending.objects.items()])
+        moved = self._moved_objects
+        objects = [(kind, sha, body) for sha, (kind, body) in pending.objects.items()]
+        self._write_objects([o for o in objects if o[1] not in moved])
+        # Until the log is emptied (HEAD saved), a later move packs only what is new.
+        moved.update(o[1] for o in objects)
         for refname, commit in pending.tips.items():
             try:
                 self._write_ref(refname, commit)
@@ -859,6 +868,7 @@ class CheckpointRepo:
                 raise
             log.warning("%s; the checkpoint log keeps the checkpoints meanwhile", exc)
             return False
+        moved.clear()
         try:
             pending.clear()
         except OSError as exc:
@@ -924,16 +934,34 @@ class CheckpointRepo:
         disagree and rebuilds the index from HEAD, which is always correct.
         """
         pending = self._log
-        if not force and (
-            self._snapshots_unsaved < INDEX_WRITE_EVERY
-            and self._changes_unsaved < INDEX_WRITE_CHANGES
-            and (pending is None or (pending.records < FLUSH_EVERY and pending.size < FLUSH_BYTES))
-        ):
-            return
+        records, size = (0, 0) if pending is None else (pending.records, pending.size)
+        if not force:
+            retry = self._retry_move_at
+            if records and retry is not None and records < retry[0] and size < retry[1]:
+                return  # HEAD was locked: not at every checkpoint
+            if (
+                self._snapshots_unsaved < INDEX_WRITE_EVERY
+                and self._changes_unsaved < INDEX_WRITE_CHANGES
+                and records < FLUSH_EVERY
+                and size < FLUSH_BYTES
+            ):
+                return
         # HEAD and the index may name only objects git has.
-        if pending is not None and pending.records:
-            self._move_log(pending)
-        self._save_cache()
+        if pending is not None and records:
+            # Inside a snapshot, a HEAD a git command holds locked fails nothing: the
+            # checkpoint is in the log (and now in git); the move is tried again once
+            # the log has doubled.
+            if not self._move_log(pending, quiet=not force):
+                self._retry_move_at = (2 * records, max(FLUSH_BYTES, 2 * size))
+                return
+            self._retry_move_at = None
+        if force:
+            self._save_cache()
+            return
+        try:
+            self._save_cache()
+        except CheckpointStorageError as exc:
+            log.warning("%s; it is saved at the next try", exc)
 
     def _save_head(self) -> None:
         """Writes HEAD if it moved (the owner's only)."""
