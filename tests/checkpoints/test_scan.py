@@ -5,6 +5,7 @@ Checked through the public snapshot API, reading the result back with the git CL
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from tests.checkpoints.helpers import covered_state, file_state, snap, tree_stat
 
 import weft.checkpoints.scan as scan_module
 from weft.checkpoints import CheckpointError, CheckpointRepo
+from weft.checkpoints.gitindex import StatIndex
 
 
 def test_modes_symlinks_empty_and_binary_files(repo: CheckpointRepo, workspace: Path) -> None:
@@ -168,6 +170,34 @@ def test_unreadable_files_fail_the_checkpoint_with_a_hint(
     path.chmod(0)
     with pytest.raises(CheckpointError, match=r"cannot read secret.txt .*'!secret.txt'"):
         snap(repo, ["*.txt"])
+
+
+def test_a_folder_the_walk_cannot_read_fails_the_checkpoint_with_a_hint(
+    repo: CheckpointRepo, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root reads every folder, so the walk's refusal is played by the index."""
+    write(workspace, "notes/a.md", "a")
+    write(workspace, "top.md", "t")
+
+    def refuse(self: object, roots: object) -> None:
+        raise OSError(errno.EACCES, "Permission denied", refused)
+
+    monkeypatch.setattr(StatIndex, "scan", refuse)
+    refused = "notes"
+    with pytest.raises(CheckpointError, match=r"cannot read notes .*'!notes/\*\*'"):
+        snap(repo, ["**"])
+    refused = "top.md"
+    with pytest.raises(CheckpointError, match=r"cannot read top.md .*'!top.md'\."):
+        snap(repo, ["**"])
+
+
+def test_a_workspace_that_is_gone_fails_the_full_comparison_plainly(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    write(workspace, "a.md", "a")
+    shutil.rmtree(workspace)
+    with pytest.raises(CheckpointError, match=r"cannot read the workspace .* is readable"):
+        snap(repo, ["*.md"])
 
 
 _PATHS = ("a/x.txt", "a/y.txt", "a/sub/w.txt", "b/z.txt", "top.txt")

@@ -3,8 +3,9 @@
 The index (the last checkpoint, with each file's stat data) is compared with
 the workspace: every covered path by a walk in the core, or only the paths the
 change watcher reported, by libgit2. Changed and new covered files are read
-and hashed here; unchanged ones never are. Untracked folders are entered only when a pattern
-can reach inside them, and ignored files stay out, as with ``git add``.
+and hashed here; unchanged ones never are. Untracked folders are entered only
+when a pattern can reach inside them, and ignored files stay out, as with
+``git add``.
 """
 
 from __future__ import annotations
@@ -73,11 +74,7 @@ class WorkspaceScanner:
         try:
             changed, gone, untracked, new_dirs = self._index.scan(roots)
         except OSError as exc:
-            where = exc.filename or "the workspace"
-            raise CheckpointError(
-                f"cannot read {where} for the checkpoint: {exc.strerror or exc}. Make it "
-                f"readable, or exclude it from checkpointedFiles with '!{where}/**'."
-            ) from exc
+            raise self._unreadable(exc) from exc
         changes = self._scan.changes
         for path in gone:
             changes[path] = None
@@ -99,6 +96,21 @@ class WorkspaceScanner:
         for directory in new_dirs:
             if pset.could_cover_under(directory) and not ignored(directory):
                 self._collect_untracked_dir(directory)
+
+    def _unreadable(self, exc: OSError) -> CheckpointError:
+        """The error for a folder or file the walk could not read (``exc.filename``)."""
+        reason = exc.strerror or str(exc)
+        where = os.fsdecode(exc.filename or self._root)
+        if os.path.isabs(where):
+            return CheckpointError(
+                f"cannot read the workspace {where} for the checkpoint: {reason}. "
+                "Check that it exists and is readable."
+            )
+        pattern = f"!{where}/**" if os.path.isdir(os.path.join(self._root, where)) else f"!{where}"
+        return CheckpointError(
+            f"cannot read {where} for the checkpoint: {reason}. Make it readable, or "
+            f"exclude it from checkpointedFiles with '{pattern}'."
+        )
 
     def compare_paths(self, paths: Iterable[str]) -> None:
         """Compares only ``paths`` (and what is under them).
