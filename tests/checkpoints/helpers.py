@@ -19,7 +19,12 @@ FileState = tuple[str, str]
 def git(repo: CheckpointRepo, *args: str, check: bool = True) -> str:
     """Runs the git CLI on the shadow repository with its isolated environment."""
     result = subprocess.run(
-        ["git", *args], env=repo.git_env(), capture_output=True, text=True, check=False
+        ["git", *args],
+        env=repo.git_env(),
+        capture_output=True,
+        text=True,
+        errors="surrogateescape",  # names as the file system has them (os.fsdecode)
+        check=False,
     )
     if check and result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")

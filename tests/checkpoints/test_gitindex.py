@@ -106,3 +106,28 @@ def test_a_saved_index_smudges_what_its_stat_cannot_vouch_for(tmp_path: Path) ->
         index.repo, pygit2.Index(os.path.join(index.repo.path, "index")), index.root
     )
     assert reopened.scan(None) == (["fresh.md"], [], [], [])
+
+
+def test_a_file_gone_before_its_stat_is_recorded_without_one(tmp_path: Path) -> None:
+    """Found in review: the stand-in stat had no nanosecond times and raised."""
+    index = _index(tmp_path)
+    index.add_from_disk("gone.md", (MODE_FILE, pygit2.hash(b"gone").raw))
+    assert index.paths() == ["gone.md"]
+    assert index.scan(None) == ([], ["gone.md"], [], [])
+
+
+def test_a_comparison_never_saves_the_index(tmp_path: Path) -> None:
+    """Every save goes through write(), which smudges what the stat cannot vouch
+    for: libgit2 refreshing stat data during a diff saved the file behind it."""
+    index = _index(tmp_path)
+    ws = tmp_path / "ws"
+    write(ws, "notes/a.md", "a")
+    _record(index, ws, "notes/a.md")
+    index.write()
+    saved = os.path.join(index.repo.path, "index")
+    before = os.stat(saved).st_mtime_ns
+    time.sleep(0.01)
+    os.utime(ws / "notes/a.md")  # a stat change, the same content
+    write(ws, "notes/b.md", "b")
+    assert _changes(index, ["notes"]) == [("?", "notes/b.md")]  # a.md hashed: the same
+    assert os.stat(saved).st_mtime_ns == before

@@ -117,6 +117,42 @@ def test_many_new_files_beside_ignored_ones(repo: CheckpointRepo, workspace: Pat
     }
 
 
+def test_names_that_are_not_utf8_are_checkpointed_and_ignored_alike(
+    repo: CheckpointRepo, workspace: Path
+) -> None:
+    """Found in review: pygit2 encodes names as strict UTF-8, so a Latin-1 name
+    made every full comparison fail."""
+    root = os.fsencode(workspace)
+    write(workspace, ".gitignore", "*.o\n")
+    write(workspace, "d/a.txt", "a")
+    snap(repo, ["**"])
+
+    def put(rel: bytes, body: bytes) -> None:
+        os.makedirs(os.path.dirname(root + b"/" + rel), exist_ok=True)
+        with open(root + b"/" + rel, "wb") as fh:
+            fh.write(body)
+
+    put(b"d/caf\xe9.txt", b"x")
+    put(b"top\xff.txt", b"y")
+    put(b"d/skip\xe9.o", b"ignored")
+    put(b"new\xe9/inner.txt", b"z")
+    second = snap(repo, ["**"])
+    names = {os.fsencode(p) for p in tree_state(repo, second)}
+    assert names == {
+        b".gitignore",
+        b"d/a.txt",
+        b"d/caf\xe9.txt",
+        b"top\xff.txt",
+        b"new\xe9/inner.txt",
+    }
+    for i in range(70):  # past the one-by-one ignore checks
+        put(b"many/f%d\xe9.txt" % i, b"m")
+        put(b"many/f%d\xe9.o" % i, b"o")
+    third = snap(repo, ["**"])
+    many = {p for p in map(os.fsencode, tree_state(repo, third)) if p.startswith(b"many/")}
+    assert many == {b"many/f%d\xe9.txt" % i for i in range(70)}
+
+
 def test_nested_git_repositories_contribute_their_files(
     repo: CheckpointRepo, workspace: Path
 ) -> None:

@@ -863,3 +863,22 @@ def test_names_that_are_not_utf8_come_back_as_the_file_system_decodes_them(
     )
     assert got[2][1] == "caf\udce9.txt"
     assert cache.scan(str(root), [held], 1)[0] == [os.fsdecode(held)]
+
+
+def test_a_large_racy_file_is_hashed_without_holding_it(tmp_path: Path) -> None:
+    """Found in review: a racily clean file was read whole into memory (a 64 GiB
+    sparse file aborted the process); it is hashed a block at a time."""
+    import resource
+
+    size = 512 << 20
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as fh:
+        fh.truncate(size)  # sparse: no disk, and reading it costs little
+    st = os.lstat(path)
+    cache = StatCache()
+    stat = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    cache.set(b"big.bin", MODE_FILE, WRONG_SHA, stat, st.st_mtime_ns)  # racy
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert cache.scan(str(tmp_path), ALL, 2) == (["big.bin"], [], [], [])
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 64 * 1024, f"peak memory grew by {grown_kib} KiB"

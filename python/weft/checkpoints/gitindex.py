@@ -27,7 +27,6 @@ from weft.checkpoints.trees import MODE_EXEC, MODE_FILE, MODE_LINK, Entry
 _BASE_FLAGS = int(
     DiffOption.INCLUDE_UNTRACKED
     | DiffOption.DISABLE_PATHSPEC_MATCH
-    | DiffOption.UPDATE_INDEX
     | DiffOption.INCLUDE_TYPECHANGE
     | DiffOption.SKIP_BINARY_CHECK
     | DiffOption.IGNORE_SUBMODULES
@@ -38,13 +37,26 @@ _RECURSE_FLAGS = _BASE_FLAGS | int(DiffOption.RECURSE_UNTRACKED_DIRS)
 _GIT_ENOTFOUND = -3
 _MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
 _MODE_BYTES = {v: k for k, v in _MODE_INT.items()}
-_ZERO_STAT = os.stat_result((0,) * 10)
+# With the nanosecond fields (ten items leave st_mtime_ns and st_ctime_ns None).
+_ZERO_STAT = os.stat_result((0,) * 16)
 #: Threads the full comparison reads the work tree with (stat calls are CPU-bound in the kernel).
 SCAN_THREADS = max(1, min(os.cpu_count() or 1, 4))
 
 
 StatData: TypeAlias = "os.stat_result | FileStat"
 """The stat fields the index keeps, from ``os.lstat`` or from :func:`weft._core.read_blob`."""
+
+
+class _FsPath:
+    """A path that hands libgit2 its file-system bytes (``os.fsencode``)."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, path: str) -> None:
+        self._raw = os.fsencode(path)
+
+    def __fspath__(self) -> bytes:
+        return self._raw
 
 
 def _i32(value: int) -> int:
@@ -60,11 +72,18 @@ class StatIndex:
         self.repo = repo
         self.index = index
         self.root = root
-        # libgit2 saves the index file when a diff refreshes its stat data: only
-        # the repository's owner may (beside a live run it is the run's file).
-        self._refresh = 0 if owned else int(DiffOption.UPDATE_INDEX)
-        self._cache: StatCache | None = None
-        """The index's stat data in the core, made at the first full comparison."""
+        # The index file's time when this index was read: an entry older than it
+        # is trusted by its stat, as git does. Every save of the index by an owner
+        # smudges the entries its stat cache could not vouch for (see write()),
+        # and libgit2 is never let to save it (no UPDATE_INDEX in the diffs).
+        try:
+            self._stamp = os.stat(os.path.join(repo.path, "index")).st_mtime_ns
+        except OSError:
+            self._stamp = 0
+        self._cache: StatCache | None = self._load_cache() if owned else None
+        """The index's stat data in the core: the owner's from the start (every
+        change and save of the index goes through it); a reader's at its first
+        full comparison (it changes nothing)."""
 
     def scan(self, roots: list[str] | None) -> tuple[list[str], list[str], list[str], list[str]]:
         """Compares the work tree under ``roots`` (``None``: all) with the index.
@@ -82,15 +101,15 @@ class StatIndex:
         encoded = [b""] if roots is None else [os.fsencode(r) for r in roots]
         return cache.scan(self.root, encoded, SCAN_THREADS)
 
+    def reset(self, tree: pygit2.Tree) -> None:
+        """Makes the index ``tree``'s, with no stat data (the next full comparison
+        hashes every file once)."""
+        self.index.read_tree(tree)
+        if self._cache is not None:
+            self._cache = self._load_cache()
+
     def _load_cache(self) -> StatCache:
         index = self.index._index
-        try:
-            # As git does: an entry older than the index file is trusted by its
-            # stat (libgit2 smudged the newer ones when it wrote the file, and
-            # :meth:`write` the ones the cache could not vouch for).
-            taken = os.stat(os.path.join(self.repo.path, "index")).st_mtime_ns
-        except OSError:
-            taken = 0
         buffer = ffi.buffer
         entries = []
         for i in range(C.git_index_entrycount(index)):
@@ -109,22 +128,25 @@ class StatIndex:
                 )
             )
         cache = StatCache()
-        cache.load(entries, taken)
+        cache.load(entries, self._stamp)
         return cache
 
     def diff(self, paths: list[str] | None, *, recurse: bool) -> pygit2.Diff:
         """Index against workspace: for the literal ``paths`` (and what is under them), or all.
 
-        Untracked files are included; ignored ones are not. Files whose stat
-        data changed but whose content did not get their stat data refreshed.
-        ``recurse`` lists untracked directories file by file (never for ``None``,
-        where a whole untracked folder comes back as one ``dir/`` entry).
+        Untracked files are included; ignored ones are not. Nothing in the
+        index changes (libgit2 may not save it: see ``__init__``). ``recurse``
+        lists untracked directories file by file (never for ``None``, where a
+        whole untracked folder comes back as one ``dir/`` entry).
         """
         copts = ffi.new("git_diff_options *")
         check_error(C.git_diff_options_init(copts, 1))
-        copts.flags = (_RECURSE_FLAGS if recurse else _BASE_FLAGS) & ~self._refresh
+        copts.flags = _RECURSE_FLAGS if recurse else _BASE_FLAGS
         cdiff = ffi.new("git_diff **")
-        with StrArray(paths) as arr:
+        # As bytes: pygit2 encodes a str strictly as UTF-8, and a name need not be
+        # (StrArray takes any path-like object; its annotation says str only).
+        raw: Any = None if paths is None else [_FsPath(p) for p in paths]
+        with StrArray(raw) as arr:
             if paths is not None:
                 arr.assign_to(copts.pathspec)
             check_error(

@@ -222,7 +222,7 @@ class CheckpointRepo:
         """Trees known to have every object they reach (see :meth:`verify`)."""
         if lags:
             # The index was saved lazily and lags HEAD (a crash): rebuild it from HEAD.
-            index.read_tree(head.tree)
+            self._stat.reset(head.tree)
             if writer:
                 index.write()
         self._watcher = ChangeWatcher.start(workspace, skip=is_excluded) if watch else None
@@ -869,6 +869,7 @@ class CheckpointRepo:
             log.warning("%s; the checkpoint log keeps the checkpoints meanwhile", exc)
             return False
         moved.clear()
+        self._retry_move_at = None
         try:
             pending.clear()
         except OSError as exc:
@@ -947,14 +948,12 @@ class CheckpointRepo:
             ):
                 return
         # HEAD and the index may name only objects git has.
-        if pending is not None and records:
-            # Inside a snapshot, a HEAD a git command holds locked fails nothing: the
-            # checkpoint is in the log (and now in git); the move is tried again once
-            # the log has doubled.
-            if not self._move_log(pending, quiet=not force):
-                self._retry_move_at = (2 * records, max(FLUSH_BYTES, 2 * size))
-                return
-            self._retry_move_at = None
+        # Inside a snapshot, a HEAD a git command holds locked fails nothing: the
+        # checkpoint is in the log (and now in git); the move is tried again once
+        # the log has doubled.
+        if pending is not None and records and not self._move_log(pending, quiet=not force):
+            self._retry_move_at = (2 * records, max(FLUSH_BYTES, 2 * size))
+            return
         if force:
             self._save_cache()
             return

@@ -83,7 +83,6 @@ class WorkspaceScanner:
                 changes[path] = None  # held under patterns no longer in force
             elif not self._compare_tracked(path):
                 self._stage(path)  # now a folder or a kind git cannot hold
-        ignored = self._repo.path_is_ignored
         covered = [p for p in untracked if pset.matches(p)]
         if len(covered) > _IGNORE_ONE_BY_ONE:
             # Many new files (build output beside the sources, say): one libgit2
@@ -91,11 +90,21 @@ class WorkspaceScanner:
             self._collect(self._index.diff(covered, recurse=True))
         else:
             for path in covered:
-                if not ignored(path):
+                if not self._ignored(path):
                     self._stage(path)
         for directory in new_dirs:
-            if pset.could_cover_under(directory) and not ignored(directory):
+            # (libgit2's diff of the folder leaves ignored files out on its own.)
+            if pset.could_cover_under(directory) and not self._ignored(directory):
                 self._collect_untracked_dir(directory)
+
+    def _ignored(self, path: str) -> bool:
+        """Whether the untracked ``path`` is ignored by the repository's rules."""
+        try:
+            return bool(self._repo.path_is_ignored(path))
+        except UnicodeEncodeError:
+            # pygit2 takes only UTF-8 names here; a diff of that one path leaves
+            # it out when it is ignored (it lists a folder's files only when recursing).
+            return len(self._index.diff([path], recurse=True)) == 0
 
     def _unreadable(self, exc: OSError) -> CheckpointError:
         """The error for a folder or file the walk could not read (``exc.filename``)."""
@@ -140,8 +149,8 @@ class WorkspaceScanner:
         self._stage(path, found)
         if scan.changes.get(path) == held:
             # Same content (the watcher saw a write of the same bytes, or a
-            # touch): no change, but the index learns the new stat data, as
-            # libgit2's UPDATE_INDEX would, so it is not hashed again.
+            # touch): no change, but the index learns the new stat data, so it
+            # is not hashed again.
             del scan.changes[path]
             new_stat = scan.stats.pop(path)
             del scan.blobs[blobs:]
@@ -196,9 +205,9 @@ class WorkspaceScanner:
                 except OSError:
                     continue
                 if is_dir:
-                    if self._pset.could_cover_under(rel) and not self._repo.path_is_ignored(rel):
+                    if self._pset.could_cover_under(rel) and not self._ignored(rel):
                         stack.append(rel)
-                elif self._pset.matches(rel) and not self._repo.path_is_ignored(rel):
+                elif self._pset.matches(rel) and not self._ignored(rel):
                     self._stage(rel)
 
     def _read(self, path: str) -> BlobRead:

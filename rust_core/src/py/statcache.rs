@@ -29,6 +29,7 @@ use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
+use sha1::{Digest, Sha1};
 
 use super::blob::{blob_id, now_ns};
 use super::core::os_error_at;
@@ -42,6 +43,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 const MODE_FILE: u32 = 0o100_644;
 const MODE_EXEC: u32 = 0o100_755;
 const MODE_LINK: u32 = 0o120_000;
+
+/// The block a racily clean file is hashed in.
+const HASH_BLOCK: usize = 1 << 16;
 
 /// Below this many entries the walk stays on the calling thread (starting
 /// threads costs more than they save).
@@ -352,32 +356,48 @@ impl Walk<'_> {
 }
 
 /// Whether the file `name` in `parent`, which has `stat`, still holds the
-/// blob `held.sha`. Anything unexpected (it changed kind or stat while being
-/// read) answers false: the caller reads it again.
+/// blob `held.sha`. Anything unexpected (it changed kind, stat or length
+/// while being read) answers false: the caller reads it again. A file is
+/// hashed as it is read, a block at a time: never held whole in memory.
 fn same_content(
     parent: &OwnedFd,
     name: &CStr,
     held: &Held,
     stat: &Stat,
 ) -> rustix::io::Result<bool> {
-    let data = if held.mode == MODE_LINK {
-        rustix::fs::readlinkat(parent, name, Vec::new())?.into_bytes()
-    } else {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(parent, name, flags, Mode::empty())?;
-        let opened = rustix::fs::fstat(&fd)?;
-        if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile
-            || Stat::of(&opened) != *stat
-        {
-            return Ok(false);
-        }
-        let mut data = Vec::with_capacity(opened.st_size as usize + 1);
-        std::fs::File::from(fd)
-            .read_to_end(&mut data)
+    if held.mode == MODE_LINK {
+        let target = rustix::fs::readlinkat(parent, name, Vec::new())?;
+        return Ok(blob_id(target.as_bytes()) == held.sha);
+    }
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(parent, name, flags, Mode::empty())?;
+    let opened = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile
+        || Stat::of(&opened) != *stat
+    {
+        return Ok(false);
+    }
+    let size = u64::try_from(opened.st_size).unwrap_or(0);
+    let mut hasher = Sha1::new();
+    hasher.update(format!("blob {size}\0").as_bytes());
+    let mut file = std::fs::File::from(fd);
+    let mut block = vec![0u8; HASH_BLOCK];
+    let mut read = 0u64;
+    loop {
+        let n = file
+            .read(&mut block)
             .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
-        data
-    };
-    Ok(blob_id(&data) == held.sha)
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+        if read > size {
+            return Ok(false); // it grew while being read
+        }
+        hasher.update(&block[..n]);
+    }
+    let id: [u8; 20] = hasher.finalize().into();
+    Ok(read == size && id == held.sha)
 }
 
 /// The stat data of the checkpoint index, kept in the core for the full
