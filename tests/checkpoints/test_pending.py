@@ -281,14 +281,14 @@ def _packed(git_dir: Path) -> int:
     return sum(p.stat().st_size for p in (git_dir / "objects/pack").glob("*.pack"))
 
 
-@pytest.mark.parametrize("lock", ["index.lock", "HEAD.lock"])
+@pytest.mark.parametrize("lock", ["index.lock", "HEAD.lock", f"refs/heads/{run_branch('r1')}.lock"])
 def test_a_locked_head_or_index_fails_no_checkpoint(
     git_dir: Path, workspace: Path, lock: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The periodic move of the log into git saves HEAD and the index: a git
-    command holding their lock made every 16th checkpoint fail, though it was
-    saved (in the log and then in git). While it holds it, each object is still
-    packed once."""
+    """The periodic move of the log into git saves HEAD, the branch and the
+    index: a git command holding their lock made every 16th checkpoint fail (and,
+    for the branch, every read), though it was saved (in the log and then in
+    git). While it holds it, each object is still packed once."""
     n = 3 * FLUSH_EVERY + 2
     free_dir, free_ws = git_dir.parent / "free", workspace.parent / "free-ws"
     with CheckpointRepo.open_or_create(free_dir, free_ws, watch=False) as free:

@@ -39,8 +39,15 @@ _MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
 _MODE_BYTES = {v: k for k, v in _MODE_INT.items()}
 # With the nanosecond fields (ten items leave st_mtime_ns and st_ctime_ns None).
 _ZERO_STAT = os.stat_result((0,) * 16)
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the CPUs this process may run on
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 #: Threads the full comparison reads the work tree with (stat calls are CPU-bound in the kernel).
-SCAN_THREADS = max(1, min(os.cpu_count() or 1, 4))
+SCAN_THREADS = max(1, min(_cpus(), 4))
 
 
 StatData: TypeAlias = "os.stat_result | FileStat"

@@ -855,6 +855,16 @@ class CheckpointRepo:
         for refname, commit in pending.tips.items():
             try:
                 self._write_ref(refname, commit)
+            except FileExistsError as exc:
+                # A git command holds the branch's lock: as for HEAD below.
+                error = CheckpointStorageError(
+                    f"could not move {refname} to checkpoint {commit}: {exc}; if no git "
+                    f"command is running there, remove {exc.filename}"
+                )
+                if not quiet:
+                    raise error from exc
+                log.warning("%s; the checkpoint log keeps the checkpoints meanwhile", error)
+                return False
             except OSError as exc:
                 raise CheckpointStorageError(
                     f"could not move {refname} to checkpoint {commit}: {exc}. "
