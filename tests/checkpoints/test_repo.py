@@ -13,7 +13,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -44,6 +46,7 @@ from weft.checkpoints import (
     CheckpointNotFoundError,
     CheckpointRepo,
 )
+from weft.checkpoints.gitindex import StatIndex
 
 # ------------------------------------------------------------------ snapshot
 
@@ -333,6 +336,36 @@ def test_restore_then_snapshot_starts_from_the_restored_tree(
     after = snap(repo, ["*.md"], run="r2", parent=first)
     assert tree_state(repo, after) == covered_state(workspace, ["*.md"])
     assert set(tree_state(repo, after)) == {"a.md", "c.md"}
+
+
+def test_a_write_right_after_a_restore_is_seen(
+    repo: CheckpointRepo, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: a restored file was recorded with a stat taken after the
+    restore had finished with it, so a write in between was never checkpointed."""
+    write(workspace, "f.txt", "version-1")
+    first = snap(repo, ["*.txt"])
+    write(workspace, "f.txt", "version-2")
+    second = snap(repo, ["*.txt"])
+    # Another process writes the file once, just as the restore records it,
+    # whichever way it records it.
+    written: list[str] = []
+    for name in ("add", "add_from_disk"):
+        record = getattr(StatIndex, name)
+
+        def write_first(self: StatIndex, path: str, *args: Any, _record: Any = record) -> None:
+            if path == "f.txt" and not written:
+                written.append(path)
+                (workspace / "f.txt").write_text("CONCURRENT")
+                time.sleep(0.05)  # long enough ago that its stat alone is trusted
+            _record(self, path, *args)
+
+        monkeypatch.setattr(StatIndex, name, write_first)
+    repo.restore(first, ["*.txt"])
+    assert written
+    monkeypatch.undo()
+    after = snap(repo, ["*.txt"], parent=second)
+    assert repo.files(after)["f.txt"] == b"CONCURRENT"
 
 
 def test_restore_accepts_a_prefix_and_rejects_unknown_shas(

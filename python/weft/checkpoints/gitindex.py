@@ -39,6 +39,8 @@ _MODE_INT = {MODE_FILE: 0o100644, MODE_EXEC: 0o100755, MODE_LINK: 0o120000}
 _MODE_BYTES = {v: k for k, v in _MODE_INT.items()}
 # With the nanosecond fields (ten items leave st_mtime_ns and st_ctime_ns None).
 _ZERO_STAT = os.stat_result((0,) * 16)
+
+
 def _cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))  # the CPUs this process may run on

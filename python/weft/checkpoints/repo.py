@@ -647,13 +647,20 @@ class CheckpointRepo:
             result.removed = sorted(p for p in current if p not in target and pset.matches(p))
             result.written = sorted(p for p, v in target.items() if current.get(p) != v)
             remove_files(self._root, result.removed)
-            for path in result.written:
-                self._restore_file(path, target[path])
+            written = {path: self._restore_file(path, target[path]) for path in result.written}
             for path in base:
                 if path not in target:
                     self._stat.remove(path)
+            # Each file is recorded with the stat it had when its content was known
+            # (written here, or read by the comparison), never one taken later: a
+            # write in between would otherwise go unseen.
             for path, entry in target.items():
-                if path in result.written or base.get(path) != entry or path in scan.changes:
+                if path in written:
+                    st, taken = written[path]
+                    self._stat.add(path, entry, st, taken)
+                elif path in scan.stats:
+                    self._stat.add(path, entry, scan.stats[path])
+                elif base.get(path) != entry:
                     self._stat.add_from_disk(path, entry)
             self._base_tree = target_tree
             self._head = full
@@ -926,7 +933,7 @@ class CheckpointRepo:
             scanner.compare_paths(dirty)
         return scan
 
-    def _restore_file(self, path: str, entry: Entry) -> None:
+    def _restore_file(self, path: str, entry: Entry) -> tuple[os.stat_result, int]:
         mode, sha = entry
         blob = self._repo.get(pygit2.Oid(raw=sha))
         if not isinstance(blob, pygit2.Blob):
@@ -934,7 +941,7 @@ class CheckpointRepo:
                 f"checkpoint object {sha.hex()} for {path} is missing: the checkpoint "
                 f"repository {self.git_dir} is damaged; restart Weft to repair it"
             )
-        write_file(
+        return write_file(
             self._root, path, blob.data, executable=mode == MODE_EXEC, link=mode == MODE_LINK
         )
 

@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import stat
+import time
 import uuid
 from collections.abc import Iterable
 
@@ -45,8 +46,14 @@ def remove_files(root: str, paths: Iterable[str]) -> None:
             os.rmdir(os.path.join(root, directory))
 
 
-def write_file(root: str, path: str, data: bytes, *, executable: bool, link: bool) -> None:
-    """Writes ``path`` (relative to ``root``) with ``data``; a link's data is its target."""
+def write_file(
+    root: str, path: str, data: bytes, *, executable: bool, link: bool
+) -> tuple[os.stat_result, int]:
+    """Writes ``path`` (relative to ``root``) with ``data``; a link's data is its target.
+
+    Returns the stat of what was written, taken before it was renamed into place
+    (a later write shows as a change), and the wall-clock time just before it.
+    """
     full = os.path.join(root, path)
     _make_parents(root, path)
     if os.path.isdir(full) and not os.path.islink(full):
@@ -57,6 +64,8 @@ def write_file(root: str, path: str, data: bytes, *, executable: bool, link: boo
     try:
         if link:
             os.symlink(os.fsdecode(data), tmp)
+            taken = time.time_ns()
+            written = os.lstat(tmp)
         else:
             # The umask applies, as it does for git checkouts.
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if executable else 0o666)
@@ -64,6 +73,8 @@ def write_file(root: str, path: str, data: bytes, *, executable: bool, link: boo
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
+                taken = time.time_ns()
+                written = os.fstat(fd)
             finally:
                 os.close(fd)
         os.replace(tmp, full)
@@ -74,6 +85,7 @@ def write_file(root: str, path: str, data: bytes, *, executable: bool, link: boo
             f"restore could not write {path}: {exc.strerror or exc}; "
             "check the workspace's permissions and free space, then retry"
         ) from exc
+    return written, taken
 
 
 def _make_parents(root: str, path: str) -> None:

@@ -240,12 +240,28 @@ fn is_gone(e: Errno) -> bool {
     e == Errno::NOENT || e == Errno::NOTDIR || e == Errno::LOOP
 }
 
+/// A folder being read: whatever happens (a panic included), the queue hears
+/// that it is done, so the other workers never wait for it for ever.
+struct Reading<'q> {
+    queue: &'q Queue,
+    more: Vec<Job>,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.queue.done(std::mem::take(&mut self.more));
+    }
+}
+
 impl Walk<'_> {
     fn work(&self, queue: &Queue) -> Found {
         let mut found = Found::default();
         while let Some(job) = queue.next() {
-            let more = self.read_dir(job, &mut found);
-            queue.done(more);
+            let mut reading = Reading {
+                queue,
+                more: Vec::new(),
+            };
+            reading.more = self.read_dir(job, &mut found);
         }
         found
     }
