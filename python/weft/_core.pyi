@@ -434,7 +434,7 @@ class FileStat:
         """The wall-clock time (ns) just before the stat was taken."""
 
 def read_blob(
-    path: str | PathLike[str], max_size: int
+    path: str | PathLike[str], max_size: int, *, root: str | PathLike[str] | None = None
 ) -> tuple[
     Literal["file", "link", "dir", "other", "missing"],
     FileStat | None,
@@ -443,7 +443,9 @@ def read_blob(
 ]:
     """Read the file at ``path`` as a checkpoint stores it, detached from the
     interpreter: ``(kind, stat, data, sha)``; ``data`` and ``sha`` are None
-    for a file over ``max_size`` and for kinds git does not hold."""
+    for a file over ``max_size`` and for kinds git does not hold. With
+    ``root``, ``path`` is relative to it and no link below it is followed (a
+    parent that is one reads as ``"missing"``)."""
 
 @final
 class StatCache:

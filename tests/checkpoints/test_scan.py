@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pygit2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -299,3 +300,27 @@ def test_any_edits_are_checkpointed_exactly_with_and_without_hints(
                 assert tree_state(repo, sha) == covered_state(workspace, patterns), (watch, step)
         finally:
             repo.close()
+
+
+def test_a_folder_swapped_for_a_link_to_elsewhere_is_not_read_through(
+    repo: CheckpointRepo, workspace: Path, tmp_path: Path
+) -> None:
+    """The watcher (or the walk) saw notes/a.md; the agent then made notes a link
+    to a folder outside the workspace holding an a.md: its content must not be
+    checkpointed as notes/a.md."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "a.md").write_text("secret")
+    write(workspace, "notes/a.md", "mine")
+    snap(repo, ["**"])
+    write(workspace, "notes/a.md", "mine, edited")  # a hint for notes/a.md
+    shutil.rmtree(workspace / "notes")
+    os.symlink(outside, workspace / "notes")
+    second = snap(repo, ["**"])
+    state = tree_state(repo, second)
+    assert "notes/a.md" not in state
+    assert state["notes"][0] == "120000"
+    assert b"secret" not in repo.files(second).values()
+    repo.sync()  # the logged objects into git, to look for the secret's blob there
+    secret = pygit2.hash(b"secret")
+    assert pygit2.Repository(str(repo.git_dir)).get(secret) is None, "read through the link"

@@ -161,3 +161,26 @@ def test_a_path_changing_kind_while_read_never_blocks_and_reads_whole(tmp_path: 
         assert kind in ("file", "link", "dir", "other", "missing")
         if kind == "file":
             assert data == content
+
+
+def test_below_a_root_no_link_is_followed(tmp_path: Path) -> None:
+    """A folder the agent swapped for a link to elsewhere is not read through."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.md").write_text("secret")
+    work = tmp_path / "work"
+    (work / "real").mkdir(parents=True)
+    (work / "real" / "a.md").write_text("mine")
+    os.symlink(outside, work / "notes")
+    os.symlink("a.md", work / "real" / "link")
+
+    assert read_blob("real/a.md", BIG, root=work)[2] == b"mine"
+    assert read_blob("notes/a.md", BIG, root=work) == ("missing", None, None, None)
+    assert read_blob(work / "notes/a.md", BIG)[2] == b"secret"  # without a root: as before
+    kind, _stat, target, _sha = read_blob("real/link", BIG, root=work)  # the last part: a link
+    assert (kind, target) == ("link", b"a.md")
+    assert read_blob("notes", BIG, root=work)[0] == "link"
+    assert read_blob("gone/a.md", BIG, root=work)[0] == "missing"
+    assert read_blob("real/a.md/x", BIG, root=work)[0] == "missing"
+    with pytest.raises(OSError, match=r"\.\."):
+        read_blob("real/../../outside/a.md", BIG, root=work)

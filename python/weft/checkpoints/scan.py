@@ -214,7 +214,10 @@ class WorkspaceScanner:
         try:
             # One call, detached from the interpreter (see weft._core.read_blob);
             # the stat comes first, so a write after it shows at the next checkpoint.
-            return read_blob(os.path.join(self._root, path), LARGE_FILE)
+            # No link below the workspace is followed: a folder swapped for a
+            # link to elsewhere (after the watcher or the walk saw it) is not
+            # read through; the file then counts as gone.
+            return read_blob(path, LARGE_FILE, root=self._root)
         except OSError as exc:
             raise CheckpointError(
                 f"cannot read {path} for the checkpoint: {exc.strerror or exc}. Make it "

@@ -8,16 +8,24 @@
 //! one-file checkpoint spent about three times its CPU time waiting. Here the
 //! whole read (stat first, so a write after it shows up as a stat change at
 //! the next checkpoint) and the blob's id are one detached call.
+//!
+//! Everything is read by descriptor: the folder holding the file is opened,
+//! then the file by its name in it, never following a link at the end. Given
+//! the work tree's `root`, each folder below it is opened by name inside the
+//! one before without following a link either, so a folder the agent swapped
+//! for a link to elsewhere is never read through.
 
-use std::fs;
-use std::io::{ErrorKind, Read};
+use std::ffi::{CStr, CString};
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 use sha1::{Digest, Sha1};
 
 use super::core::os_error;
@@ -80,15 +88,15 @@ enum Found {
 /// (a file replaced by a link, a fifo or a folder) is looked at again.
 const ATTEMPTS: usize = 3;
 
-fn read(path: &PathBuf, max_size: u64) -> std::io::Result<(Found, Option<FileStat>)> {
+fn read(dir: &OwnedFd, name: &CStr, max_size: u64) -> io::Result<(Found, Option<FileStat>)> {
     for _ in 1..ATTEMPTS {
-        if let Some(found) = read_once(path, max_size)? {
+        if let Some(found) = read_once(dir, name, max_size)? {
             return Ok(found);
         }
     }
     // Still changing kind: whatever it is now, checkpointed as "other" (not
     // held); the next checkpoint sees it again.
-    Ok(read_once(path, max_size)?.unwrap_or((Found::Other, None)))
+    Ok(read_once(dir, name, max_size)?.unwrap_or((Found::Other, None)))
 }
 
 /// The wall-clock time in nanoseconds since the epoch.
@@ -98,88 +106,135 @@ pub(crate) fn now_ns() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
-fn stat_of(meta: &fs::Metadata, taken_ns: i64) -> FileStat {
+fn stat_of(st: &rustix::fs::Stat, taken_ns: i64) -> FileStat {
     FileStat {
         taken_ns,
-        st_mode: meta.mode(),
-        st_ino: meta.ino(),
-        st_dev: meta.dev(),
-        st_uid: meta.uid(),
-        st_gid: meta.gid(),
-        st_size: meta.size(),
-        st_mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        st_ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        st_mode: st.st_mode,
+        st_ino: st.st_ino,
+        st_dev: st.st_dev,
+        st_uid: st.st_uid,
+        st_gid: st.st_gid,
+        st_size: u64::try_from(st.st_size).unwrap_or(0),
+        st_mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+        st_ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
     }
 }
 
-/// One look at `path`; None when it changed kind between the stat and the open.
-fn read_once(path: &PathBuf, max_size: u64) -> std::io::Result<Option<(Found, Option<FileStat>)>> {
+/// One look at `name` in `dir`; None when it changed kind between the stat
+/// and the open.
+fn read_once(
+    dir: &OwnedFd,
+    name: &CStr,
+    max_size: u64,
+) -> io::Result<Option<(Found, Option<FileStat>)>> {
     let taken_ns = now_ns();
-    let meta = match fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if is_gone(&e) => return Ok(Some((Found::Missing, None))),
-        Err(e) => return Err(e),
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(e) if is_gone(e) => return Ok(Some((Found::Missing, None))),
+        Err(e) => return Err(e.into()),
     };
-    let mut stat = stat_of(&meta, taken_ns);
-    let kind = meta.file_type();
-    let found = if kind.is_symlink() {
-        match fs::read_link(path) {
+    let mut stat = stat_of(&st, taken_ns);
+    let found = match FileType::from_raw_mode(st.st_mode) {
+        FileType::Symlink => match rustix::fs::readlinkat(dir, name, Vec::new()) {
             Ok(target) => Found::Link {
-                target: target.as_os_str().as_bytes().to_vec(),
+                target: target.into_bytes(),
             },
-            Err(e) if is_gone(&e) => Found::Missing,
+            Err(e) if is_gone(e) => Found::Missing,
             // EINVAL: not a link any more.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
-            Err(e) => return Err(e),
-        }
-    } else if kind.is_file() {
-        if meta.size() > max_size {
-            Found::File { data: None }
-        } else {
-            match read_file(path, meta.size()) {
-                Ok(Some((data, opened))) => {
-                    // The stat of what was opened (taken before it was read).
-                    stat = stat_of(&opened, taken_ns);
-                    Found::File { data: Some(data) }
-                }
-                Ok(None) => return Ok(None),
-                Err(e) if is_gone(&e) => Found::Missing,
-                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
-                Err(e) => return Err(e),
+            Err(Errno::INVAL) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        },
+        FileType::RegularFile if stat.st_size > max_size => Found::File { data: None },
+        FileType::RegularFile => match read_file(dir, name, stat.st_size) {
+            Ok(Some((data, opened))) => {
+                // The stat of what was opened (taken before it was read).
+                stat = stat_of(&opened, taken_ns);
+                Found::File { data: Some(data) }
             }
-        }
-    } else if kind.is_dir() {
-        Found::Dir
-    } else {
-        debug_assert!(
-            kind.is_fifo() || kind.is_socket() || kind.is_block_device() || kind.is_char_device()
-        );
-        Found::Other
+            Ok(None) | Err(Errno::LOOP) => return Ok(None),
+            Err(e) if is_gone(e) => Found::Missing,
+            Err(e) => return Err(e.into()),
+        },
+        FileType::Directory => Found::Dir,
+        // Sockets, fifos, devices.
+        _ => Found::Other,
     };
     Ok(Some((found, Some(stat))))
 }
 
-/// The content of the regular file at `path` and its stat, or None when it is
-/// not one any more: opened without following a link and without waiting (a
-/// fifo put in its place would block a plain open for ever), then checked.
-fn read_file(path: &PathBuf, size_hint: u64) -> std::io::Result<Option<(Vec<u8>, fs::Metadata)>> {
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    let opened = file.metadata()?;
-    if !opened.is_file() {
+/// The content of the regular file `name` in `dir` and its stat, or None when
+/// it is not one any more: opened without following a link and without
+/// waiting (a fifo put in its place would block a plain open for ever), then
+/// checked.
+fn read_file(
+    dir: &OwnedFd,
+    name: &CStr,
+    size_hint: u64,
+) -> rustix::io::Result<Option<(Vec<u8>, rustix::fs::Stat)>> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+    let opened = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
         return Ok(None);
     }
     // One read for a file that did not grow since its stat; more if it did.
     let mut data = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0) + 1);
-    file.read_to_end(&mut data)?;
+    std::fs::File::from(fd)
+        .read_to_end(&mut data)
+        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
     Ok(Some((data, opened)))
 }
 
-fn is_gone(e: &std::io::Error) -> bool {
+fn is_gone(e: Errno) -> bool {
     // ENOTDIR: a parent is a file now (a folder replaced by one).
-    e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
+    e == Errno::NOENT || e == Errno::NOTDIR
+}
+
+/// The folder holding `path` and the name in it, or None when there is no
+/// such folder (a parent missing, a file, or, below `root`, a link).
+///
+/// Without `root` the folder is opened by its path, links and all. With it,
+/// `path` is relative to `root` and each folder below `root` is opened by name
+/// inside the one before, never following a link: a folder swapped for a link
+/// to elsewhere while a checkpoint runs is not read through.
+fn folder_of(root: Option<&Path>, path: &Path) -> io::Result<Option<(OwnedFd, CString)>> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let bytes = path.as_os_str().as_bytes();
+    let (parent, name) = match bytes.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&bytes[..i], &bytes[i + 1..]),
+        None => (&b""[..], bytes),
+    };
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let Some(root) = root else {
+        let parent: &[u8] = if parent.is_empty() && !bytes.starts_with(b"/") {
+            b"."
+        } else if parent.is_empty() {
+            b"/"
+        } else {
+            parent
+        };
+        return match rustix::fs::open(parent, flags, Mode::empty()) {
+            Ok(fd) => Ok(Some((fd, name))),
+            Err(e) if is_gone(e) || e == Errno::LOOP => Ok(None),
+            Err(e) => Err(e.into()),
+        };
+    };
+    let mut dir = rustix::fs::open(root, flags, Mode::empty())?;
+    for part in parent.split(|b| *b == b'/').filter(|p| !p.is_empty()) {
+        if part == b"." || part == b".." {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a path below the root may not hold . or ..",
+            ));
+        }
+        let part = CString::new(part).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        match rustix::fs::openat(&dir, &part, flags | OFlags::NOFOLLOW, Mode::empty()) {
+            Ok(fd) => dir = fd,
+            Err(e) if is_gone(e) || e == Errno::LOOP => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some((dir, name)))
 }
 
 /// The git object id of a blob holding `data`.
@@ -201,15 +256,25 @@ type BlobRead = (
 ///
 /// Returns `(kind, stat, data, sha)`: `kind` is `"file"`, `"link"`,
 /// `"dir"`, `"other"` (a socket, fifo or device) or `"missing"` (also when
-/// a parent is not a folder); `data` is the content (a link's target) and
-/// `sha` its blob id, both `None` for a file larger than `max_size` (the
-/// caller stores it another way) and for the kinds git does not hold. Other
-/// errors raise `OSError` with the errno.
+/// a parent is not a folder, or with `root`, a parent below it is a link);
+/// `data` is the content (a link's target) and `sha` its blob id, both `None`
+/// for a file larger than `max_size` (the caller stores it another way) and
+/// for the kinds git does not hold. With `root`, `path` is relative to it.
+/// Other errors raise `OSError` with the errno.
 #[pyfunction]
-fn read_blob(py: Python<'_>, path: PathBuf, max_size: u64) -> PyResult<BlobRead> {
+#[pyo3(signature = (path, max_size, *, root = None))]
+fn read_blob(
+    py: Python<'_>,
+    path: PathBuf,
+    max_size: u64,
+    root: Option<PathBuf>,
+) -> PyResult<BlobRead> {
     let (found, stat) = py
         .detach(|| {
-            read(&path, max_size).map(|(found, stat)| {
+            let Some((dir, name)) = folder_of(root.as_deref(), &path)? else {
+                return Ok(((Found::Missing, None), None));
+            };
+            read(&dir, &name, max_size).map(|(found, stat)| {
                 let id = match &found {
                     Found::File { data: Some(data) } => Some(blob_id(data)),
                     Found::Link { target } => Some(blob_id(target)),
