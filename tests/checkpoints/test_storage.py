@@ -23,6 +23,13 @@ from weft.checkpoints import (
 from weft.checkpoints.packs import CONSOLIDATE_OVER
 
 
+def _one_checkpoint(git_dir: Path, workspace: Path) -> str:
+    """A repository holding one checkpoint of ``a.md``, closed again; its sha."""
+    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
+        write(workspace, "a.md", "a")
+        return snap(repo, ["*.md"])
+
+
 def test_the_repository_lives_under_weft_checkpoints(tmp_path: Path) -> None:
     assert checkpoint_git_dir(tmp_path / ".weft") == tmp_path / ".weft/checkpoints/.weftcheckpoints"
 
@@ -129,9 +136,7 @@ def test_the_users_git_configuration_changes_nothing(
 
 
 def test_a_torn_head_is_rewritten_and_history_kept(git_dir: Path, workspace: Path) -> None:
-    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
-        write(workspace, "a.md", "a")
-        sha = snap(repo, ["*.md"])
+    sha = _one_checkpoint(git_dir, workspace)
     (git_dir / "HEAD").write_bytes(b"\x00\xffgarbage")
     with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
         assert any("torn HEAD" in r for r in repo.repairs)
@@ -153,9 +158,7 @@ def test_a_head_naming_a_missing_branch_is_reset_to_main(git_dir: Path, workspac
 def test_a_missing_objects_folder_is_quarantined_and_rebuilt(
     git_dir: Path, workspace: Path
 ) -> None:
-    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
-        write(workspace, "a.md", "a")
-        old = snap(repo, ["*.md"])
+    old = _one_checkpoint(git_dir, workspace)
     shutil.rmtree(git_dir / "objects")
     with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
         assert repo.created
@@ -206,9 +209,7 @@ def test_a_cut_short_loose_object_is_set_aside_instead_of_hanging_libgit2(
 def test_a_damaged_pack_is_set_aside_and_its_checkpoints_count_as_missing(
     git_dir: Path, workspace: Path, how: str
 ) -> None:
-    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
-        write(workspace, "a.md", "a")
-        first = snap(repo, ["*.md"])
+    first = _one_checkpoint(git_dir, workspace)
     packs = sorted((git_dir / "objects" / "pack").glob("*.pack"))
     (pack,) = packs
     target = pack.with_suffix(".idx") if how == "index" else pack
@@ -263,9 +264,7 @@ def _plant_leftovers(git_dir: Path, content: bytes) -> tuple[list[Path], Path]:
 def test_stale_locks_temp_folders_and_unfinished_packs_are_swept(
     git_dir: Path, workspace: Path
 ) -> None:
-    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
-        write(workspace, "a.md", "a")
-        snap(repo, ["*.md"])
+    _one_checkpoint(git_dir, workspace)
     leftovers, temp = _plant_leftovers(git_dir, b"stale")
     with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
         for path in leftovers:
@@ -277,9 +276,7 @@ def test_stale_locks_temp_folders_and_unfinished_packs_are_swept(
 
 
 def test_a_garbage_index_is_rebuilt_from_head(git_dir: Path, workspace: Path) -> None:
-    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
-        write(workspace, "a.md", "a")
-        snap(repo, ["*.md"])
+    _one_checkpoint(git_dir, workspace)
     (git_dir / "index").write_bytes(b"DIRC garbage")
     with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
         assert any("unreadable index" in r for r in repo.repairs)
@@ -403,9 +400,7 @@ def test_an_opener_beside_a_live_run_sweeps_merges_and_writes_nothing_of_the_own
 def test_an_opener_beside_a_live_run_reports_damage_and_leaves_it(
     git_dir: Path, workspace: Path
 ) -> None:
-    with CheckpointRepo.open_or_create(git_dir, workspace) as repo:
-        write(workspace, "a.md", "a")
-        snap(repo, ["*.md"])
+    _one_checkpoint(git_dir, workspace)
     (git_dir / "refs/heads/main").write_text("0" * 40 + "\n")
     with pytest.raises(CheckpointStorageError) as caught:
         CheckpointRepo.open_or_create(git_dir, workspace, writer=False)

@@ -97,7 +97,7 @@ def read_stat(pid: int) -> ProcInfo | None:
     """The process's group, start time and state; None when it is gone or unreadable."""
     try:
         # Read once per codon on the event loop: three system calls, not the
-        # five of a buffered Path.read_bytes (9 µs instead of 22).
+        # five of a buffered Path.read_bytes (2.4x faster, timed side by side).
         fd = os.open(f"{_PROC}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
         try:
             raw = os.read(fd, 4096)

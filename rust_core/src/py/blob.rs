@@ -190,6 +190,12 @@ fn is_gone(e: Errno) -> bool {
     e == Errno::NOENT || e == Errno::NOTDIR
 }
 
+/// Whether opening a folder without following a link failed because there is
+/// no folder under that name: nothing, a file, or (ELOOP) a link.
+pub(crate) fn no_folder(e: Errno) -> bool {
+    is_gone(e) || e == Errno::LOOP
+}
+
 /// The folder holding `path` and the name in it, or None when there is no
 /// such folder (a parent missing, a file, or, below `root`, a link).
 ///
@@ -215,7 +221,7 @@ fn folder_of(root: Option<&Path>, path: &Path) -> io::Result<Option<(OwnedFd, CS
         };
         return match rustix::fs::open(parent, flags, Mode::empty()) {
             Ok(fd) => Ok(Some((fd, name))),
-            Err(e) if is_gone(e) || e == Errno::LOOP => Ok(None),
+            Err(e) if no_folder(e) => Ok(None),
             Err(e) => Err(e.into()),
         };
     };
@@ -230,7 +236,7 @@ fn folder_of(root: Option<&Path>, path: &Path) -> io::Result<Option<(OwnedFd, CS
         let part = CString::new(part).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         match rustix::fs::openat(&dir, &part, flags | OFlags::NOFOLLOW, Mode::empty()) {
             Ok(fd) => dir = fd,
-            Err(e) if is_gone(e) || e == Errno::LOOP => return Ok(None),
+            Err(e) if no_folder(e) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
     }

@@ -31,7 +31,7 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use sha1::{Digest, Sha1};
 
-use super::blob::{blob_id, now_ns};
+use super::blob::{blob_id, no_folder, now_ns};
 use super::core::os_error_at;
 
 /// Adds `StatCache` to `m`.
@@ -234,12 +234,6 @@ struct Walk<'a> {
     started_ns: i64,
 }
 
-fn is_gone(e: Errno) -> bool {
-    // ENOTDIR and ELOOP: a parent or the entry itself was replaced by a file
-    // or a link, so nothing is under that name any more.
-    e == Errno::NOENT || e == Errno::NOTDIR || e == Errno::LOOP
-}
-
 /// A folder being read: whatever happens (a panic included), the queue hears
 /// that it is done, so the other workers never wait for it for ever.
 struct Reading<'q> {
@@ -270,7 +264,7 @@ impl Walk<'_> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = match rustix::fs::openat(&*job.parent, &job.name, flags, Mode::empty()) {
             Ok(fd) => Arc::new(fd),
-            Err(e) if is_gone(e) => return Vec::new(),
+            Err(e) if no_folder(e) => return Vec::new(),
             Err(e) => {
                 found.fail(&job.path, e);
                 return Vec::new();
@@ -305,7 +299,7 @@ impl Walk<'_> {
             }
             match rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => self.entry(&fd, name, path, &st, found, &mut more),
-                Err(e) if is_gone(e) => {}
+                Err(e) if no_folder(e) => {}
                 Err(e) => found.fail(&path, e),
             }
         }
@@ -542,7 +536,7 @@ fn start_root(
         };
         match rustix::fs::openat(&*dir, &name, flags, Mode::empty()) {
             Ok(fd) => dir = Arc::new(fd),
-            Err(e) if is_gone(e) => return,
+            Err(e) if no_folder(e) => return,
             Err(e) => {
                 found.fail(&path, e);
                 return;
@@ -555,7 +549,7 @@ fn start_root(
     let path = join(&path, last);
     match rustix::fs::statat(&*dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => walk.entry(&dir, &name, path, &st, found, jobs),
-        Err(e) if is_gone(e) => {}
+        Err(e) if no_folder(e) => {}
         Err(e) => found.fail(&path, e),
     }
 }
