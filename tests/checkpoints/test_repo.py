@@ -39,6 +39,7 @@ from tests.checkpoints.helpers import (
 )
 from tests.checkpoints.oracle import covered
 
+import weft.checkpoints.repo as repo_module
 from weft.checkpoints import (
     AmbiguousCheckpointError,
     CheckpointConflictError,
@@ -141,6 +142,122 @@ def test_bad_arguments_are_refused_before_anything_is_written(
     with pytest.raises(CheckpointError, match="not ISO 8601"):
         snap(repo, ["*.md"], timestamp="yesterday")
     assert repo.branch_tip("run-r1") is None
+
+
+def _now(repo: CheckpointRepo, patterns: list[str], parent: str | None = None) -> str | None:
+    """:meth:`CheckpointRepo.snapshot_now` on ``parent`` (``run-r1``'s tip)."""
+    return repo.snapshot_now(
+        patterns,
+        branch="run-r1",
+        parent_expected=parent or repo.branch_tip("run-r1") or repo.initial_sha,
+        kind="completed",
+        codon_id="c1",
+        run_id="r1",
+        codon_name="Codon c1",
+    )
+
+
+def test_a_short_checkpoint_is_taken_on_the_calling_thread(git_dir: Path, workspace: Path) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=True) as repo:
+        write(workspace, "src/a.py", "one")
+        assert _now(repo, ["src/**"]) is None, "no comparison yet: the watcher vouches for nothing"
+        snap(repo, ["src/**"])
+        write(workspace, "src/a.py", "two")
+        write(workspace, "src/b.py", "new")
+        (workspace / "outside.txt").write_text("not covered")
+        sha = _now(repo, ["src/**"])
+        assert sha is not None
+        assert repo.branch_tip("run-r1") == sha
+        assert tree_state(repo, sha) == covered_state(workspace, ["src/**"])
+        assert "src/b.py" in tree_state(repo, sha)
+        (workspace / "src" / "b.py").unlink()
+        gone = _now(repo, ["src/**"])
+        assert gone is not None
+        assert tree_state(repo, gone) == covered_state(workspace, ["src/**"])
+    # Reopened (the log replayed into git), the checkpoints are whole.
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=True) as repo:
+        assert repo.branch_tip("run-r1") == gone
+        git(repo, "fsck", "--strict")
+
+
+_LONG = {
+    "other patterns": lambda ws: None,
+    "a new folder": lambda ws: write(ws, "src/pkg/deep/x.py", "x"),
+    "new ignore rules": lambda ws: write(ws, "src/.gitignore", "*.log\n"),
+    "a large file": lambda ws: write(ws, "src/big.bin", b"b" * (repo_module.QUICK_BYTES + 1)),
+    "many files": lambda ws: [
+        write(ws, f"src/m{i}.py", str(i)) for i in range(repo_module.QUICK_PATHS + 1)
+    ],
+}
+
+
+@pytest.mark.parametrize("case", list(_LONG))
+def test_a_checkpoint_that_may_be_long_is_left_to_the_caller(
+    git_dir: Path, workspace: Path, case: str
+) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=True) as repo:
+        write(workspace, "src/a.py", "one")
+        snap(repo, ["src/**"])
+        write(workspace, "src/a.py", "two")
+        _LONG[case](workspace)
+        patterns = ["src/**", "*.md"] if case == "other patterns" else ["src/**"]
+        assert _now(repo, patterns) is None
+        # Nothing was taken: the watcher's hints are still there for the checkpoint.
+        sha = snap(repo, patterns)
+        assert tree_state(repo, sha) == covered_state(workspace, patterns)
+
+
+def test_no_short_checkpoint_without_the_watcher(git_dir: Path, workspace: Path) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=False) as repo:
+        write(workspace, "a.md", "one")
+        snap(repo, ["*.md"])
+        write(workspace, "a.md", "two")
+        assert _now(repo, ["*.md"]) is None
+
+
+def test_no_short_checkpoint_while_another_thread_uses_the_repository(
+    git_dir: Path, workspace: Path
+) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=True) as repo:
+        write(workspace, "a.md", "one")
+        tip = snap(repo, ["*.md"])
+        write(workspace, "a.md", "two")
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with repo._lock:
+                holding.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert holding.wait(10)
+            started = time.monotonic()
+            assert _now(repo, ["*.md"], tip) is None, "it must not wait for the lock"
+            assert time.monotonic() - started < 5
+        finally:
+            release.set()
+            holder.join()
+        assert _now(repo, ["*.md"]) is not None
+
+
+def test_a_checkpoint_that_moves_the_log_into_git_is_left_to_the_caller(
+    git_dir: Path, workspace: Path
+) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=True) as repo:
+        write(workspace, "a.md", "0")
+        tip = snap(repo, ["*.md"])  # moves nothing yet: the log holds one record
+        taken = []
+        # (The tip is not read back: a read moves the log into git first.)
+        for i in range(1, 2 * repo_module.FLUSH_EVERY):
+            write(workspace, "a.md", str(i))
+            sha = _now(repo, ["*.md"], tip)
+            taken.append(sha is not None)
+            tip = sha or snap(repo, ["*.md"], parent=tip)
+        # Every FLUSH_EVERY-th checkpoint moves the log (and saves HEAD and the index).
+        assert taken.count(False) == 2, taken
+        assert git(repo, "rev-parse", "HEAD").strip() == repo.head()
 
 
 # ------------------------------------------------------------------ history
@@ -484,6 +601,7 @@ class WorkspaceModel(RuleBasedStateMachine):
         self.repo: CheckpointRepo | None = None
         self.tip: str | None = None
         self.expected: dict[str, dict[str, FileState]] = {}
+        self.last_patterns: list[str] | None = None
 
     @initialize(watching=st.booleans())
     def open(self, watching: bool) -> None:
@@ -547,19 +665,25 @@ class WorkspaceModel(RuleBasedStateMachine):
         path.write_bytes(bytes([fill]) * before.st_size)
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
-    @rule(target=checkpoints, patterns=pattern_lists)
-    def snapshot(self, patterns: list[str]) -> str:
+    @rule(target=checkpoints, patterns=pattern_lists, quick=st.booleans(), again=st.booleans())
+    def snapshot(self, patterns: list[str], quick: bool, again: bool) -> str:
         assert self.repo is not None
         assert self.tip is not None
-        sha = self.repo.snapshot(
-            patterns,
-            branch="run-m",
-            parent_expected=self.tip,
-            kind="completed",
-            codon_id="c",
-            run_id="m",
-            codon_name="model",
-        )
+        if again and self.last_patterns is not None:
+            patterns = self.last_patterns  # as a loop's codon does: what may go the short way
+        self.last_patterns = patterns
+        args: dict[str, Any] = {
+            "branch": "run-m",
+            "parent_expected": self.tip,
+            "kind": "completed",
+            "codon_id": "c",
+            "run_id": "m",
+            "codon_name": "model",
+        }
+        # The short path, where it takes the checkpoint, must take the same one.
+        sha = self.repo.snapshot_now(patterns, **args) if quick else None
+        if sha is None:
+            sha = self.repo.snapshot(patterns, **args)
         self.tip = sha
         want = covered_state(self.ws, patterns)
         assert tree_state(self.repo, sha) == want

@@ -1,6 +1,8 @@
 """The runtime's asynchronous face of the checkpoint repository.
 
-Every call runs on one dedicated worker thread, in the order it was made. That
+Every call runs on one dedicated worker thread, in the order it was made, except
+a checkpoint known to be short (a few small files the change watcher names),
+which the loop takes itself when the worker has nothing queued. That
 keeps git work off the event loop, serialises mutations (a restore submitted
 before a snapshot finishes before the snapshot starts), and keeps each libgit2
 handle on a single thread. While the repository is open, a background task
@@ -41,6 +43,8 @@ class AsyncCheckpointRepo:
         self._executor = executor
         self._drainer: asyncio.Task[None] | None = None
         self._closed = False
+        self._queued = 0
+        """Calls handed to the worker thread and not yet returned to their caller."""
 
     @classmethod
     async def open(
@@ -73,7 +77,13 @@ class AsyncCheckpointRepo:
 
     async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        self._queued += 1
+        try:
+            return await loop.run_in_executor(
+                self._executor, functools.partial(fn, *args, **kwargs)
+            )
+        finally:
+            self._queued -= 1
 
     async def _idle_loop(self, every: float) -> None:
         while True:
@@ -109,7 +119,26 @@ class AsyncCheckpointRepo:
         duration_ms: int | None = None,
         timestamp: str | None = None,
     ) -> str:
-        """See :meth:`CheckpointRepo.snapshot`."""
+        """See :meth:`CheckpointRepo.snapshot`.
+
+        A short checkpoint (:meth:`CheckpointRepo.snapshot_now`) is taken here,
+        on the event loop, when nothing waits for the worker thread: calls
+        still run in the order they were made.
+        """
+        if not self._queued and not self._closed:
+            sha = self.repo.snapshot_now(
+                patterns,
+                branch=branch,
+                parent_expected=parent_expected,
+                kind=kind,
+                codon_id=codon_id,
+                run_id=run_id,
+                codon_name=codon_name,
+                duration_ms=duration_ms,
+                timestamp=timestamp,
+            )
+            if sha is not None:
+                return sha
         return await self._run(
             self.repo.snapshot,
             patterns,

@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 import threading
 import time
 import uuid
@@ -105,6 +106,13 @@ MAINTAIN_ANYWAY = 256
 #: A checkpoint whose new objects are larger than this goes to git at once, as
 #: a pack of its own, and only its branch move is logged.
 LOG_OBJECTS_MAX = 1 << 20
+#: :meth:`CheckpointRepo.snapshot_now` takes a checkpoint on the caller's thread
+#: only when the watcher names at most this many changed paths...
+QUICK_PATHS = 32
+#: ... files all, together at most this many bytes, and no move into git is due:
+#: it then costs a few hundred microseconds at most (a few ms for a megabyte),
+#: less than handing it to another thread and back.
+QUICK_BYTES = 1 << 20
 
 _HEX = re.compile(r"[0-9a-f]{4,40}")
 _FULL_HEX = re.compile(r"[0-9a-f]{40}")
@@ -599,6 +607,89 @@ class CheckpointRepo:
                 patterns=list(pset.patterns),
             )
             return self._checkpoint(pset, refname, branch, parent, message, moment)
+
+    def snapshot_now(
+        self,
+        patterns: Sequence[str],
+        *,
+        branch: str,
+        parent_expected: str,
+        kind: str,
+        codon_id: str,
+        run_id: str,
+        codon_name: str,
+        duration_ms: int | None = None,
+        timestamp: str | None = None,
+    ) -> str | None:
+        """:meth:`snapshot`, when it is known to be short; ``None`` (nothing done) otherwise.
+
+        Short means: the change watcher vouches for at most :data:`QUICK_PATHS`
+        changed files of at most :data:`QUICK_BYTES` together, the patterns are
+        those of the last checkpoint, no move of the log into git is due, and
+        no other thread is using the repository. An event loop takes such a
+        checkpoint itself: handing it to a worker thread cost more than the
+        checkpoint (the two threads contend for the interpreter), and the
+        caller waits for it either way.
+        """
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if not self._quick(patterns):
+                return None
+            return self.snapshot(
+                patterns,
+                branch=branch,
+                parent_expected=parent_expected,
+                kind=kind,
+                codon_id=codon_id,
+                run_id=run_id,
+                codon_name=codon_name,
+                duration_ms=duration_ms,
+                timestamp=timestamp,
+            )
+        finally:
+            self._lock.release()
+
+    def _quick(self, patterns: Sequence[str]) -> bool:
+        """Whether a checkpoint of ``patterns`` now is short (see :meth:`snapshot_now`)."""
+        pending = self._log
+        watcher = self._watcher
+        if (
+            self._closed
+            or pending is None
+            or watcher is None
+            or self._retry_move_at is not None
+            or self._synced is None
+            or self._compile(patterns) is not self._synced
+        ):
+            return False
+        # The counters as the checkpoint leaves them: a save it would make is not short.
+        if (
+            self._snapshots_unsaved + 1 >= INDEX_WRITE_EVERY
+            or self._changes_unsaved + QUICK_PATHS >= INDEX_WRITE_CHANGES
+            or pending.records + 1 >= FLUSH_EVERY
+            or pending.size + QUICK_BYTES >= FLUSH_BYTES
+        ):
+            return False
+        dirty = watcher.peek(QUICK_PATHS)
+        if dirty is None:
+            return False
+        size = 0
+        for path in dirty:
+            if path.rsplit("/", 1)[-1] == ".gitignore":
+                return False  # new ignore rules: a full comparison
+            try:
+                st = os.lstat(os.path.join(self._root, path))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False  # the checkpoint reports it, from the worker
+            if stat.S_ISDIR(st.st_mode):
+                return False  # a new folder may hold any number of files
+            size += st.st_size
+            if size > QUICK_BYTES:
+                return False
+        return True
 
     def recovery_snapshot(
         self, patterns: Sequence[str], *, run_id: str | None = None, reason: str = ""

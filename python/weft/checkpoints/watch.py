@@ -179,6 +179,15 @@ class ChangeWatcher:
             dirty, self._dirty = self._dirty, set()
             return dirty
 
+    def peek(self, limit: int) -> list[str] | None:
+        """The paths changed so far, left in place for :meth:`take`, if ``take``
+        would return a set of at most ``limit``; ``None`` otherwise."""
+        with self._lock:
+            self._drain_locked()
+            if self._broken or not self._complete or len(self._dirty) > limit:
+                return None
+            return list(self._dirty)
+
     def invalidate(self) -> None:
         """Makes the next :meth:`take` ask for a full comparison."""
         with self._lock:
