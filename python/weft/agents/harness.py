@@ -83,9 +83,19 @@ def session_log_path(weft_dir: Path, run_id: str, codon_id: str, harness: str) -
     ``weft_dir`` (:func:`weft.paths.component`); an id that would place the
     log elsewhere raises :class:`~weft.errors.UnsafePathError`.
     """
+    return inside(
+        weft_dir,
+        session_log_name(run_id, codon_id, harness),
+        what=f'the agent log of codon "{codon_id}"',
+    )
+
+
+def session_log_name(run_id: str, codon_id: str, harness: str) -> str:
+    """:func:`session_log_path` relative to the ``.weft`` folder
+    (``runs/<runId>/<codonId>-<harness>.log``), its two names checked."""
     run = component(run_id, what="run id")
     name = component(f"{codon_id.replace('#', '-')}-{harness}.log", what="agent log name")
-    return inside(weft_dir, Path("runs") / run / name, what=f'the agent log of codon "{codon_id}"')
+    return f"runs/{run}/{name}"
 
 
 class StopReason(enum.StrEnum):

@@ -46,7 +46,7 @@ from weft.agents.harness import (
     SessionSpec,
     StopReason,
     Timeouts,
-    session_log_path,
+    session_log_name,
 )
 from weft.budget.ledger import Slot, Verdict
 from weft.budget.watchdog import Watchdog
@@ -82,6 +82,7 @@ from weft.events.transitions import (
     FailureReason,
     TransitionMetadata,
 )
+from weft.paths import inside
 from weft.progress import NANO, nanos
 from weft.runtime.agent_events import AgentEvents
 from weft.runtime.attempt import (
@@ -119,6 +120,7 @@ DEFAULT_IDLE_TIMEOUT = 180.0
 """Seconds without agent output before the session is ended (reference default)."""
 
 
+@functools.cache
 def auto_compact_args(harness: str, auto_compact: bool) -> tuple[str, ...]:
     """Claude Code's auto-compaction, switched as the codon's ``autoCompact``
     says (off by default, as in the reference): compaction would otherwise
@@ -159,6 +161,9 @@ class CodonRunner:
         self.checkpoints = checkpoints
         self.hank = hank
         self.layout = layout
+        # Built once: a codon's spawn reads them (pathlib joins cost microseconds each).
+        self._weft_dir = layout.weft_dir
+        self._workspace = layout.workspace
         self._harness_for = harness_for
         self.sentinels = sentinels or NoSentinels(self.emit)
         self.ignore_rig_failures = ignore_rig_failures
@@ -423,14 +428,12 @@ class CodonRunner:
             req.run_id,
             planned.codon_id,
         )
-        log_path = spec.log_path
-        assert log_path is not None
         self._move(
             a,
             "initializing",
             TransitionMetadata(
                 claude_pid=a.session.pid,
-                claude_log_path=str(log_path.relative_to(self.layout.weft_dir)),
+                claude_log_path=session_log_name(req.run_id, planned.codon_id, harness.name),
                 previous_session_id=a.resumed_from,
             ),
         )
@@ -456,22 +459,24 @@ class CodonRunner:
         if getattr(harness, "fake", False):
             # The fake agents keep transcripts where the real CLIs do (~/.claude...):
             # give them the execution's own folder unless the user chose one.
-            home = self.layout.weft_dir / "fake-agents"
+            home = self._weft_dir / "fake-agents"
             for name, folder in _FAKE_HOMES.items():
                 if name not in env and name not in (self.env or os.environ):
                     env[name] = str(home / folder)
         return SessionSpec(
             prompt=prompt.text,
             model=model,
-            cwd=self.layout.workspace,
+            cwd=self._workspace,
             resume_session_id=(
                 req.previous_session_id if codon.continuation_mode == "continue-previous" else None
             ),
             append_system_prompt=prompt.system_prompt_append,
             env=env,
             extra_args=auto_compact_args(harness.name, codon.auto_compact),
-            log_path=session_log_path(
-                self.layout.weft_dir, req.run_id, req.planned.codon_id, harness.name
+            log_path=inside(
+                self._weft_dir,
+                session_log_name(req.run_id, req.planned.codon_id, harness.name),
+                what=f'the agent log of codon "{req.planned.codon_id}"',
             ),
             timeouts=Timeouts(
                 first_output=self.first_output_timeout,
