@@ -59,6 +59,11 @@ class _ReplaySession:
 
     async def events(self) -> AsyncIterator[AgentEvent]:
         parser = ClaudeParser()
+        # A real session's stream comes from a pipe, and reading it is a turn
+        # of the event loop: here the whole stream is one read, as from the
+        # fastest agent. (Without it a codon whose checkpoint is short never
+        # lets the loop run, and its events wait for the run's end.)
+        await asyncio.sleep(0)
         for line in self._lines:
             for event in parser.feed(line):
                 yield event

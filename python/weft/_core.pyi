@@ -26,6 +26,7 @@ __all__ = [
     "ExecutionThread",
     "FileStat",
     "Issue",
+    "JournalAppender",
     "Outcome",
     "SessionEffect",
     "SessionMachine",
@@ -442,10 +443,29 @@ def read_blob(
     bytes | None,
 ]:
     """Read the file at ``path`` as a checkpoint stores it, detached from the
-    interpreter: ``(kind, stat, data, sha)``; ``data`` and ``sha`` are None
+    interpreter for a file over 64 KiB: ``(kind, stat, data, sha)``; ``data`` and ``sha`` are None
     for a file over ``max_size`` and for kinds git does not hold. With
     ``root``, ``path`` is relative to it and no link below it is followed (a
     parent that is one reads as ``"missing"``)."""
+
+@final
+class JournalAppender:
+    """A write connection to a journal (already created, migrated, in WAL
+    mode) whose batches are inserted and committed detached from the
+    interpreter, through the system's SQLite library."""
+
+    def __new__(cls, path: str | PathLike[str]) -> JournalAppender: ...
+    def append(
+        self, rows: Sequence[tuple[int, str, str, str, str, str | None, str | None, str]]
+    ) -> None:
+        """Inserts ``rows`` (each payload with its CRC-32) in one transaction and
+        commits it (durable on return); raises ``sqlite3.OperationalError``."""
+    def soft_heap_limit(self, limit: int) -> int:
+        """Sets SQLite's process-wide soft heap limit; returns the limit in force."""
+    def execute_batch(self, sql: str) -> None:
+        """Runs ``sql`` (statements without results) on this connection."""
+    def close(self) -> None:
+        """Closes the connection (again: nothing)."""
 
 @final
 class StatCache:

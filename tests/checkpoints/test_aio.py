@@ -8,6 +8,7 @@ from pathlib import Path
 from tests.checkpoints.helpers import tree_state, write
 
 from weft.checkpoints import AsyncCheckpointRepo, run_branch
+from weft.checkpoints.repo import FLUSH_EVERY
 
 
 async def test_calls_run_in_the_order_they_were_made(git_dir: Path, workspace: Path) -> None:
@@ -101,3 +102,36 @@ async def test_the_event_loop_keeps_running_during_git_work(git_dir: Path, works
         done = True
         await task
         await repo.close()
+
+
+async def test_a_save_a_short_checkpoint_brings_due_runs_on_the_worker_before_later_calls(
+    git_dir: Path, workspace: Path
+) -> None:
+    repo = await AsyncCheckpointRepo.open(git_dir, workspace)
+    try:
+        tip = repo.initial_sha
+        saving = None
+        for i in range(FLUSH_EVERY + 1):
+            write(workspace, "a.md", str(i))
+            tip = await repo.snapshot(
+                ["*.md"],
+                branch="run-r1",
+                parent_expected=tip,
+                kind="completed",
+                codon_id=f"c{i}",
+                run_id="r1",
+                codon_name="n",
+            )
+            if i == FLUSH_EVERY - 1:
+                # The 16th record made the save due: queued for the worker, not
+                # awaited, so the next checkpoint queues behind it.
+                assert repo._saving is not None
+                assert not repo._saving.done()
+                assert (git_dir / "HEAD").read_text().strip() != tip
+                saving = repo._saving
+        await saving
+        assert not repo.repo.save_due
+        assert (git_dir / "HEAD").read_text().strip() != repo.initial_sha
+    finally:
+        await repo.close()
+    assert (git_dir / "HEAD").read_text().strip() == tip

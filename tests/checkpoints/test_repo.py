@@ -242,22 +242,27 @@ def test_no_short_checkpoint_while_another_thread_uses_the_repository(
         assert _now(repo, ["*.md"]) is not None
 
 
-def test_a_checkpoint_that_moves_the_log_into_git_is_left_to_the_caller(
+def test_a_short_checkpoint_leaves_the_save_it_brings_due_to_the_caller(
     git_dir: Path, workspace: Path
 ) -> None:
     with CheckpointRepo.open_or_create(git_dir, workspace, watch=True) as repo:
         write(workspace, "a.md", "0")
-        tip = snap(repo, ["*.md"])  # moves nothing yet: the log holds one record
-        taken = []
+        tip = snap(repo, ["*.md"])  # saves nothing yet: the log holds one record
         # (The tip is not read back: a read moves the log into git first.)
-        for i in range(1, 2 * repo_module.FLUSH_EVERY):
+        for i in range(1, repo_module.FLUSH_EVERY):
+            assert not repo.save_due
             write(workspace, "a.md", str(i))
-            sha = _now(repo, ["*.md"], tip)
-            taken.append(sha is not None)
-            tip = sha or snap(repo, ["*.md"], parent=tip)
-        # Every FLUSH_EVERY-th checkpoint moves the log (and saves HEAD and the index).
-        assert taken.count(False) == 2, taken
-        assert git(repo, "rev-parse", "HEAD").strip() == repo.head()
+            now = _now(repo, ["*.md"], tip)
+            assert now is not None
+            tip = now
+        assert repo.save_due
+        # (HEAD read as a file: the git CLI's environment moves the log first.)
+        assert (git_dir / "HEAD").read_text().strip() != tip, "nothing was moved yet"
+        repo.save()
+        assert not repo.save_due
+        assert (git_dir / "HEAD").read_text().strip() == tip
+        assert git(repo, "rev-parse", "refs/heads/run-r1").strip() == tip
+        git(repo, "fsck", "--strict")
 
 
 # ------------------------------------------------------------------ history

@@ -78,6 +78,22 @@ def test_a_file_over_the_limit_is_not_read(tmp_path: Path) -> None:
     assert read_blob(path, 100)[2] == b"x" * 100
 
 
+@pytest.mark.parametrize("size", [(64 << 10) - 1, 64 << 10, (64 << 10) + 1, 300_000])
+def test_files_on_both_sides_of_the_detached_read_read_the_same(tmp_path: Path, size: int) -> None:
+    # Up to 64 KiB a file is read holding the interpreter; above, looked at again detached.
+    path = tmp_path / "f.bin"
+    data = os.urandom(size)
+    path.write_bytes(data)
+    kind, stat, got, sha = read_blob(path, BIG)
+    assert (kind, got, sha) == ("file", data, pygit2.hash(data).raw)
+    assert stat is not None
+    assert stat.st_size == size
+    kind, stat, got, sha = read_blob(path, size - 1)
+    assert (kind, got, sha) == ("file", None, None)
+    assert stat is not None
+    assert stat.st_size == size
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
 def test_an_unreadable_file_raises_the_os_error(tmp_path: Path) -> None:
     path = tmp_path / "secret"

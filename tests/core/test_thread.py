@@ -228,8 +228,10 @@ def change_plan(h: History, rng: random.Random, run: str, plan_ids: list[str]) -
     """Extends the plan with a loop iteration, or trims an entry."""
     if not plan_ids:
         return plan_ids
-    if rng.random() < 0.6:
-        fresh_ids = [f"l#{n}" for n in range(1, 9) if f"l#{n}" not in plan_ids][:1]
+    fresh_ids = [f"l#{n}" for n in range(1, 9) if f"l#{n}" not in plan_ids][:1]
+    # (With every iteration id taken there is nothing to extend by: the core
+    # refuses an empty extension, so the plan is trimmed instead.)
+    if fresh_ids and rng.random() < 0.6:
         after = rng.choice(plan_ids)
         entries = [plan_entry(i) for i in fresh_ids]
         h.apply(core.PlanExtended(run_id=run, after_codon_id=after, entries=entries))

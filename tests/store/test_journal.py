@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.builders import lifecycle, move, run_started
 
+import weft.store.journal as journal_module
 from weft.errors import StoreCorruptError, StoreError
 from weft.events.stream import AssistantActionEvent
 from weft.store import ExecutionStore, Journal
+from weft.store.diskspace import is_storage_failure
+from weft.store.journal import Row, payload_crc
 
 
 async def fill(execution: Path, codons: int = 3) -> None:
@@ -109,3 +115,107 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_reading_where_there_is_no_journal_says_so(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no journal here"):
         Journal.open(tmp_path / "weft.db", readonly=True)
+
+
+# -- appends through the core (weft._core.JournalAppender) --------------------
+
+
+def _links_system_sqlite() -> bool:
+    """Whether Python's sqlite3 module uses a shared libsqlite3 (as the core does)."""
+    with open("/proc/self/maps") as maps:
+        return "libsqlite3.so" in maps.read()
+
+
+def _rows(payloads: list[str], first: int = 1) -> list[Row]:
+    return [
+        (first + i, f"id{i}", "2026-11-27T00:00:00.000Z", "event", "t", "r", None, p)
+        for i, p in enumerate(payloads)
+    ]
+
+
+def _stored(path: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_writable_journal_appends_through_the_core_when_it_shares_sqlite(
+    tmp_path: Path,
+) -> None:
+    journal = Journal.open(tmp_path / "j.db")
+    try:
+        assert journal.native == _links_system_sqlite()
+    finally:
+        journal.close()
+    readonly = Journal.open(tmp_path / "j.db", readonly=True)
+    assert not readonly.native
+    readonly.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(payloads=st.lists(st.text(max_size=300), min_size=1, max_size=40))
+def test_the_core_and_python_store_the_same_rows_and_checksums(payloads: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        stored = []
+        for native in (True, False):
+            journal_module.NATIVE_APPEND = native
+            try:
+                path = Path(tmp) / f"{native}.db"
+                journal = Journal.open(path)
+                assert journal.native == (native and _links_system_sqlite())
+                journal.append(_rows(payloads))
+                journal.close()
+            finally:
+                journal_module.NATIVE_APPEND = True
+            rows = _stored(path)
+            assert [r[8] for r in rows] == [payload_crc(p) for p in payloads]
+            stored.append(rows)
+            # Reopening checks every payload against its checksum.
+            Journal.open(path).close()
+        assert stored[0] == stored[1]
+
+
+def test_another_sqlite_in_the_core_falls_back_to_python_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A limit set on the core's side that Python does not see: two libraries.
+    monkeypatch.setattr(
+        journal_module.JournalAppender, "soft_heap_limit", lambda self, limit: limit
+    )
+    journal = Journal.open(tmp_path / "j.db")
+    try:
+        assert not journal.native
+        journal.append(_rows(["{}", "[]"]))
+        assert journal.count() == 2
+    finally:
+        journal.close()
+
+
+@pytest.mark.skipif(not _links_system_sqlite(), reason="the core cannot share this SQLite")
+def test_the_core_reports_sqlite_errors_as_python_does_and_keeps_nothing_of_the_batch(
+    tmp_path: Path,
+) -> None:
+    journal = Journal.open(tmp_path / "j.db")
+    try:
+        assert journal.native
+        journal.append(_rows(["{}"]))
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            journal.append(_rows(["{}", "{}"], first=2) + _rows(["{}"], first=1))
+        assert journal.count() == 1, "the failed batch left rows behind"
+        journal.execute_on_writers("PRAGMA max_page_count = 8")
+        with pytest.raises(sqlite3.OperationalError) as full:
+            journal.append(_rows(["x" * 4000] * 64, first=2))
+        assert is_storage_failure(full.value), full.value
+        assert journal.count() == 1
+        journal.execute_on_writers("PRAGMA max_page_count = 1073741823")
+        journal.append(_rows(["{}"], first=2))
+        assert journal.count() == 2
+    finally:
+        journal.close()
+    closed = journal_module.JournalAppender(tmp_path / "j.db")
+    closed.close()
+    closed.close()
+    with pytest.raises(ValueError, match="closed"):
+        closed.append(_rows(["{}"], first=3))

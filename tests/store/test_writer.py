@@ -69,7 +69,7 @@ async def test_a_full_disk_stops_the_run_cleanly_and_keeps_what_was_committed(
         store = ExecutionStore.open(execution)
         if not mounted:
             # SQLite's own "disk is full" path, when no filesystem can be filled.
-            store.journal._conn.execute("PRAGMA max_page_count = 64")
+            store.journal.execute_on_writers("PRAGMA max_page_count = 64")
         manager = store.state_manager(max_batch=200)
         seen: list[int] = []
         manager.add_listener(lambda p: seen.append(p.seq))

@@ -2,7 +2,8 @@
 
 Every call runs on one dedicated worker thread, in the order it was made, except
 a checkpoint known to be short (a few small files the change watcher names),
-which the loop takes itself when the worker has nothing queued. That
+which the loop takes itself when the worker has nothing queued; the save into
+git such a checkpoint brings due is then queued for the worker, not waited for. That
 keeps git work off the event loop, serialises mutations (a restore submitted
 before a snapshot finishes before the snapshot starts), and keeps each libgit2
 handle on a single thread. While the repository is open, a background task
@@ -45,6 +46,7 @@ class AsyncCheckpointRepo:
         self._closed = False
         self._queued = 0
         """Calls handed to the worker thread and not yet returned to their caller."""
+        self._saving: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -84,6 +86,22 @@ class AsyncCheckpointRepo:
             )
         finally:
             self._queued -= 1
+
+    def _save_later(self) -> None:
+        """Has the worker save the index and move the log into git, without
+        waiting for it: the checkpoint is in the log already. Later calls queue
+        behind it (a short checkpoint too: it needs the worker idle)."""
+        if self._saving is not None and not self._saving.done():
+            return
+        self._saving = asyncio.get_running_loop().create_task(self._save())
+
+    async def _save(self) -> None:
+        try:
+            await self._run(self.repo.save)
+        except CheckpointError as exc:
+            # The log keeps the checkpoints and the save stays due: the next
+            # checkpoint tries again, and reports it if it fails the same way.
+            log.warning("saving the checkpoint index failed (tried again later): %s", exc)
 
     async def _idle_loop(self, every: float) -> None:
         while True:
@@ -138,6 +156,8 @@ class AsyncCheckpointRepo:
                 timestamp=timestamp,
             )
             if sha is not None:
+                if self.repo.save_due:
+                    self._save_later()
                 return sha
         return await self._run(
             self.repo.snapshot,
@@ -195,6 +215,8 @@ class AsyncCheckpointRepo:
             self._drainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._drainer
+        if self._saving is not None:
+            await self._saving
         try:
             await self._run(self.repo.close)
         finally:

@@ -109,9 +109,9 @@ LOG_OBJECTS_MAX = 1 << 20
 #: :meth:`CheckpointRepo.snapshot_now` takes a checkpoint on the caller's thread
 #: only when the watcher names at most this many changed paths...
 QUICK_PATHS = 32
-#: ... files all, together at most this many bytes, and no move into git is due:
-#: it then costs a few hundred microseconds at most (a few ms for a megabyte),
-#: less than handing it to another thread and back.
+#: ... files all, together at most this many bytes: it then costs a few hundred
+#: microseconds at most (a few ms for a megabyte), less than handing it to
+#: another thread and back.
 QUICK_BYTES = 1 << 20
 
 _HEX = re.compile(r"[0-9a-f]{4,40}")
@@ -585,6 +585,35 @@ class CheckpointRepo:
         ``branch`` already exists its tip must be that parent, otherwise
         :class:`CheckpointConflictError` is raised and nothing is committed.
         """
+        return self._snapshot(
+            patterns,
+            branch=branch,
+            parent_expected=parent_expected,
+            kind=kind,
+            codon_id=codon_id,
+            run_id=run_id,
+            codon_name=codon_name,
+            duration_ms=duration_ms,
+            timestamp=timestamp,
+            save=True,
+        )
+
+    def _snapshot(
+        self,
+        patterns: Sequence[str],
+        *,
+        branch: str,
+        parent_expected: str,
+        kind: str,
+        codon_id: str,
+        run_id: str,
+        codon_name: str,
+        duration_ms: int | None,
+        timestamp: str | None,
+        save: bool,
+    ) -> str:
+        """:meth:`snapshot`; without ``save``, a save of the index and move of the
+        log into git that is due is left for :meth:`save` (see :attr:`save_due`)."""
         if kind not in CHECKPOINT_TYPES:
             raise CheckpointError(
                 f"unknown checkpoint type {kind!r}: use one of {', '.join(CHECKPOINT_TYPES)}"
@@ -606,7 +635,7 @@ class CheckpointRepo:
                 duration_ms=duration_ms,
                 patterns=list(pset.patterns),
             )
-            return self._checkpoint(pset, refname, branch, parent, message, moment)
+            return self._checkpoint(pset, refname, branch, parent, message, moment, save=save)
 
     def snapshot_now(
         self,
@@ -625,18 +654,20 @@ class CheckpointRepo:
 
         Short means: the change watcher vouches for at most :data:`QUICK_PATHS`
         changed files of at most :data:`QUICK_BYTES` together, the patterns are
-        those of the last checkpoint, no move of the log into git is due, and
-        no other thread is using the repository. An event loop takes such a
-        checkpoint itself: handing it to a worker thread cost more than the
-        checkpoint (the two threads contend for the interpreter), and the
-        caller waits for it either way.
+        those of the last checkpoint, and no other thread is using the
+        repository. An event loop takes such a checkpoint itself: handing it to
+        a worker thread cost more than the checkpoint (the two threads contend
+        for the interpreter), and the caller waits for it either way. A save
+        of the index and move of the log into git that comes due is not made
+        here (it creates and renames files): :attr:`save_due` says so, and the
+        caller has :meth:`save` run elsewhere.
         """
         if not self._lock.acquire(blocking=False):
             return None
         try:
             if not self._quick(patterns):
                 return None
-            return self.snapshot(
+            return self._snapshot(
                 patterns,
                 branch=branch,
                 parent_expected=parent_expected,
@@ -646,9 +677,32 @@ class CheckpointRepo:
                 codon_name=codon_name,
                 duration_ms=duration_ms,
                 timestamp=timestamp,
+                save=False,
             )
         finally:
             self._lock.release()
+
+    @property
+    def save_due(self) -> bool:
+        """Whether the index and HEAD are due to be saved (and the log moved into
+        git): a checkpoint does it itself, :meth:`snapshot_now` leaves it for :meth:`save`."""
+        pending = self._log
+        records, size = (0, 0) if pending is None else (pending.records, pending.size)
+        retry = self._retry_move_at
+        if records and retry is not None and records < retry[0] and size < retry[1]:
+            return False  # HEAD was locked: not at every checkpoint
+        return (
+            self._snapshots_unsaved >= INDEX_WRITE_EVERY
+            or self._changes_unsaved >= INDEX_WRITE_CHANGES
+            or records >= FLUSH_EVERY
+            or size >= FLUSH_BYTES
+        )
+
+    def save(self) -> None:
+        """Saves what :attr:`save_due` says is due, as a checkpoint would have."""
+        with self._lock:
+            self._check_open()
+            self._save_index()
 
     def _quick(self, patterns: Sequence[str]) -> bool:
         """Whether a checkpoint of ``patterns`` now is short (see :meth:`snapshot_now`)."""
@@ -661,14 +715,6 @@ class CheckpointRepo:
             or self._retry_move_at is not None
             or self._synced is None
             or self._compile(patterns) is not self._synced
-        ):
-            return False
-        # The counters as the checkpoint leaves them: a save it would make is not short.
-        if (
-            self._snapshots_unsaved + 1 >= INDEX_WRITE_EVERY
-            or self._changes_unsaved + QUICK_PATHS >= INDEX_WRITE_CHANGES
-            or pending.records + 1 >= FLUSH_EVERY
-            or pending.size + QUICK_BYTES >= FLUSH_BYTES
         ):
             return False
         dirty = watcher.peek(QUICK_PATHS)
@@ -859,8 +905,11 @@ class CheckpointRepo:
         parent: str,
         message: str,
         moment: datetime,
+        *,
+        save: bool = True,
     ) -> str:
-        """Synchronises with the workspace, commits on ``parent``, moves ``branch``."""
+        """Synchronises with the workspace, commits on ``parent``, moves ``branch``
+        (and, with ``save``, saves the index and moves the log into git when due)."""
         scan = self._scan(pset, keep_content=True)
         tree = self._base_tree
         objects = scan.blobs
@@ -896,7 +945,8 @@ class CheckpointRepo:
         self._snapshots_unsaved += 1
         if self._log is None:
             self._move_branch(refname, branch, parent, commit)
-        self._save_index()
+        if save:
+            self._save_index()
         self._last_snapshot = time.monotonic()
         return commit
 
@@ -1044,17 +1094,8 @@ class CheckpointRepo:
         """
         pending = self._log
         records, size = (0, 0) if pending is None else (pending.records, pending.size)
-        if not force:
-            retry = self._retry_move_at
-            if records and retry is not None and records < retry[0] and size < retry[1]:
-                return  # HEAD was locked: not at every checkpoint
-            if (
-                self._snapshots_unsaved < INDEX_WRITE_EVERY
-                and self._changes_unsaved < INDEX_WRITE_CHANGES
-                and records < FLUSH_EVERY
-                and size < FLUSH_BYTES
-            ):
-                return
+        if not force and not self.save_due:
+            return
         # HEAD and the index may name only objects git has.
         # Inside a snapshot, a HEAD a git command holds locked fails nothing: the
         # checkpoint is in the log (and now in git); the move is tried again once

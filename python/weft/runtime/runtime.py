@@ -58,6 +58,7 @@ from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
 from weft.runtime.attempt import Interrupt
 from weft.runtime.file_updates import FileUpdates
+from weft.runtime.heap import run_heap
 from weft.runtime.recovery import Recovery
 from weft.runtime.replan import PrefixChangedError, replan
 from weft.runtime.run_loop import RunLoop
@@ -99,6 +100,10 @@ class Runtime(Steering, Recovery, RunLoop):
         Raises :class:`~weft.server.ServerError` (before anything runs) when
         the WebSocket server cannot listen where it was asked to.
         """
+        with run_heap():
+            return await self._run()
+
+    async def _run(self) -> RunOutcome:
         self._started = time.monotonic()
         installed = self._install_signals()
         store = await asyncio.to_thread(ExecutionStore.open, self.layout.weft_dir)

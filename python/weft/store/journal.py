@@ -8,19 +8,26 @@ the group commit. The payload column holds the exact encoded JSON, so the
 journal, the wire and the replay all read the same bytes.
 
 The connection belongs to one thread: the store's writer thread for a
-writable journal, the caller's for a read-only one.
+writable journal, the caller's for a read-only one. A writable journal's
+batches are inserted and committed by the core (``weft._core.JournalAppender``,
+a second connection on the same thread, detached from the interpreter) when it
+uses the same SQLite library as Python; see :func:`_native_appender`.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from weft._core import JournalAppender
 from weft.errors import StoreCorruptError, StoreError
 from weft.store.schema import migrate
+
+log = logging.getLogger(__name__)
 
 Row = tuple[int, str, str, str, str, str | None, str | None, str]
 """(seq, id, timestamp, kind, type, run_id, codon_id, payload)"""
@@ -29,6 +36,10 @@ _INSERT = (
     "INSERT INTO events (seq, id, timestamp, kind, type, run_id, codon_id, payload, crc) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+NATIVE_APPEND = True
+"""Whether a writable journal appends through the core when it can (tests set it
+False to run Python's own appends)."""
 
 _CHECK_PAGE = 20_000
 """Rows read per query when verifying payload checksums at open."""
@@ -63,6 +74,8 @@ class Journal:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._conn = conn
         self.path = path
+        self._appender: JournalAppender | None = None
+        """The core's connection that appends batches (see :func:`_native_appender`)."""
 
     @classmethod
     def open(
@@ -122,16 +135,37 @@ class Journal:
             except BaseException:
                 conn.close()
                 raise
+        if not readonly and NATIVE_APPEND:
+            journal._appender = _native_appender(conn, path)
         return journal
 
     def close(self) -> None:
         """Closes the connection (checkpointing the WAL when writable)."""
-        self._conn.close()
+        try:
+            if self._appender is not None:
+                self._appender.close()
+        finally:
+            self._conn.close()
+
+    @property
+    def native(self) -> bool:
+        """Whether batches are appended by the core (:func:`_native_appender`)."""
+        return self._appender is not None
+
+    def execute_on_writers(self, sql: str) -> None:
+        """Runs ``sql`` (a ``PRAGMA``) on every connection that writes: for tests
+        that make SQLite's own limits bite."""
+        self._conn.execute(sql)
+        if self._appender is not None:
+            self._appender.execute_batch(sql)
 
     # -- writing -----------------------------------------------------------
 
     def append(self, rows: Sequence[Row]) -> None:
         """Appends a batch in one transaction: durable when this returns."""
+        if self._appender is not None:
+            self._appender.append(rows)
+            return
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -279,6 +313,37 @@ class Journal:
                         "Keep a copy of .weft/ for inspection"
                     )
             after = rows[-1][0]
+
+
+def _native_appender(conn: sqlite3.Connection, path: Path) -> JournalAppender | None:
+    """A :class:`~weft._core.JournalAppender` on ``path`` if it uses the SQLite
+    library this process's ``sqlite3`` module does; else None (Python appends).
+
+    Python's ``sqlite3`` gives the interpreter up and takes it back around every
+    row it inserts; on the writer thread each of those hand-overs held the event
+    loop up. The core inserts and commits a whole batch detached. It must be the
+    same library: two copies in one process would release each other's locks
+    on the journal's files. The soft heap limit is a setting of the library,
+    shared by all its connections: one side sets it and the other reads it.
+    """
+    try:
+        appender = JournalAppender(path)
+    except sqlite3.Error as exc:
+        log.debug("appending to %s from Python: %s", path, exc)
+        return None
+    (before,) = conn.execute("PRAGMA soft_heap_limit").fetchone()
+    probe = before + 1 if before > 0 else 1 << 40
+    try:
+        appender.soft_heap_limit(probe)
+        (seen,) = conn.execute("PRAGMA soft_heap_limit").fetchone()
+    finally:
+        appender.soft_heap_limit(before)
+        conn.execute(f"PRAGMA soft_heap_limit = {int(before)}")
+    if seen != probe:
+        log.debug("appending to %s from Python: the core links another SQLite", path)
+        appender.close()
+        return None
+    return appender
 
 
 def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:

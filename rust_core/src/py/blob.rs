@@ -1,5 +1,5 @@
 //! `read_blob`: one work-tree file read for a checkpoint, as a git blob, in a
-//! single call detached from the interpreter.
+//! single call (detached from the interpreter when the file is large).
 //!
 //! A checkpoint runs on its own thread while the event loop keeps the
 //! interpreter busy. Read from Python, a file costs six system calls (lstat,
@@ -7,7 +7,10 @@
 //! back around each; taking it back waits for the loop to let go, so a
 //! one-file checkpoint spent about three times its CPU time waiting. Here the
 //! whole read (stat first, so a write after it shows up as a stat change at
-//! the next checkpoint) and the blob's id are one detached call.
+//! the next checkpoint) and the blob's id are one call, which gives the
+//! interpreter up only for a file over 64 KiB: a short checkpoint runs on
+//! the event loop, and every time the loop lets the interpreter go, the
+//! journal's writer thread may take it for a while.
 //!
 //! Everything is read by descriptor: the folder holding the file is opened,
 //! then the file by its name in it, never following a link at the end. Given
@@ -251,6 +254,12 @@ pub(crate) fn blob_id(data: &[u8]) -> [u8; 20] {
     hasher.finalize().into()
 }
 
+/// Files up to this size are read without detaching from the interpreter.
+const DETACH_BYTES: u64 = 64 * 1024;
+
+/// What one look at a path found, its blob id, and its stat.
+type Looked = ((Found, Option<[u8; 20]>), Option<FileStat>);
+
 type BlobRead = (
     &'static str,
     Option<Py<FileStat>>,
@@ -275,21 +284,29 @@ fn read_blob(
     max_size: u64,
     root: Option<PathBuf>,
 ) -> PyResult<BlobRead> {
-    let (found, stat) = py
-        .detach(|| {
-            let Some((dir, name)) = folder_of(root.as_deref(), &path)? else {
-                return Ok(((Found::Missing, None), None));
+    let look = |limit: u64| -> io::Result<Looked> {
+        let Some((dir, name)) = folder_of(root.as_deref(), &path)? else {
+            return Ok(((Found::Missing, None), None));
+        };
+        read(&dir, &name, limit).map(|(found, stat)| {
+            let id = match &found {
+                Found::File { data: Some(data) } => Some(blob_id(data)),
+                Found::Link { target } => Some(blob_id(target)),
+                _ => None,
             };
-            read(&dir, &name, max_size).map(|(found, stat)| {
-                let id = match &found {
-                    Found::File { data: Some(data) } => Some(blob_id(data)),
-                    Found::Link { target } => Some(blob_id(target)),
-                    _ => None,
-                };
-                ((found, id), stat)
-            })
+            ((found, id), stat)
         })
-        .map_err(os_error)?;
+    };
+    // A small file is read holding the interpreter: giving it up and taking
+    // it back costs more than the read when another thread (the journal's
+    // writer) takes it meanwhile. A larger one is looked at again, detached.
+    let mut looked = look(max_size.min(DETACH_BYTES)).map_err(os_error)?;
+    if let ((Found::File { data: None }, _), Some(stat)) = &looked {
+        if stat.st_size <= max_size {
+            looked = py.detach(|| look(max_size)).map_err(os_error)?;
+        }
+    }
+    let (found, stat) = looked;
     let stat = stat.map(|s| Py::new(py, s)).transpose()?;
     let (found, id) = found;
     let sha = id.map(|id| PyBytes::new(py, &id).unbind());

@@ -9,6 +9,7 @@ mod blob;
 mod codon;
 mod core;
 mod errors;
+mod journal;
 mod session;
 mod statcache;
 mod stream;
@@ -47,6 +48,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::Issue>()?;
     m.add_class::<core::StateValidation>()?;
     blob::register(m)?;
+    journal::register(m)?;
     session::register(m)?;
     statcache::register(m)?;
     stream::register(m)?;

@@ -1,0 +1,51 @@
+"""The cyclic garbage collector while a run executes.
+
+A codon allocates a few thousand short-lived objects, so the collector runs
+every few codons, and each of its full passes walks every object in the
+process: the imported modules (pygit2, msgspec, websockets...) and whatever
+the embedding service holds, hundreds of thousands of objects that a run never
+frees. :func:`run_heap` sets the objects alive when a run starts aside for its
+duration (:func:`gc.freeze`) and gives them back to the collector when it ends
+(:func:`gc.unfreeze`), so a pass walks only what the run made. In the
+peers benchmark that was 0.13-0.2 ms of a ~1.2 ms codon (6 interleaved pairs).
+
+The collector itself stays on: cycles the run makes are collected as before.
+What is set aside cannot be collected until the run ends, so garbage cycles
+already there at the start wait until then (they are not lost). A process that
+manages freezing itself (anything frozen already) is left alone, and
+overlapping runs in one process share one freeze, lifted by the last to end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
+
+_lock = threading.Lock()
+_runs = 0
+"""Runs inside :func:`run_heap` that froze (or joined a freeze)."""
+
+
+@contextlib.contextmanager
+def run_heap() -> Iterator[None]:
+    """Sets the objects alive now aside from the collector until the block ends."""
+    global _runs
+    with _lock:
+        joined = _runs > 0 or gc.get_freeze_count() == 0
+        if joined:
+            if _runs == 0:
+                gc.freeze()
+            _runs += 1
+    try:
+        yield
+    finally:
+        if joined:
+            with _lock:
+                _runs -= 1
+                if _runs == 0:
+                    gc.unfreeze()
+
+
+__all__ = ["run_heap"]
