@@ -61,12 +61,13 @@ class _ReplaySession:
         parser = ClaudeParser()
         # A real session's stream comes from a pipe, and reading it is a turn
         # of the event loop: here the whole stream is one read, as from the
-        # fastest agent. (Without it a codon whose checkpoint is short never
-        # lets the loop run, and its events wait for the run's end.)
+        # fastest agent, and its lines are parsed as the process harness
+        # parses a read's lines (one feed_many). (Without the turn, a codon
+        # whose checkpoint is short never lets the loop run, and its events
+        # wait for the run's end.)
         await asyncio.sleep(0)
-        for line in self._lines:
-            for event in parser.feed(line):
-                yield event
+        for event in parser.feed_many(self._lines):
+            yield event
         for event in parser.finish(ProcessEnd(0, None, "", None)):
             if isinstance(event, SessionExited):
                 self._exit = event

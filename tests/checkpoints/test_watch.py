@@ -41,6 +41,20 @@ def test_file_changes_are_reported(watcher: ChangeWatcher, workspace: Path) -> N
     assert watcher.take() == {"a.txt", "old/f.txt"}
 
 
+def test_more_events_than_one_read_holds_are_all_taken(
+    watcher: ChangeWatcher, workspace: Path
+) -> None:
+    # ~230 bytes an event, several per file: far more than one 64 KiB read.
+    names = {f"{i:04d}-{'n' * 200}" for i in range(700)}
+    for name in names:
+        (workspace / name).write_text("x")
+    assert watcher.peek(len(names)) is not None
+    assert watcher.take(drain=False) == names
+    (workspace / "late.txt").write_text("after the peek")
+    assert watcher.take(drain=False) == set(), "not drained: the kernel still holds it"
+    assert watcher.take() == {"late.txt"}
+
+
 def test_new_directories_are_reported_and_watched(watcher: ChangeWatcher, workspace: Path) -> None:
     deep = workspace / "n1" / "n2"
     deep.mkdir(parents=True)

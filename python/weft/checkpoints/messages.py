@@ -10,6 +10,7 @@ reading ``git log``.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import get_args
 
@@ -44,6 +45,12 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+@functools.lru_cache(maxsize=1024)
+def _quoted(value: str | tuple[str, ...]) -> str:
+    """``value`` as JSON (a run's id and patterns recur at every checkpoint)."""
+    return json.dumps(value if isinstance(value, str) else list(value))
+
+
 def format_message(
     *,
     checkpoint_type: str,
@@ -60,15 +67,15 @@ def format_message(
         f"{checkpoint_type}:{_one_line(codon_id)} [run:{_one_line(run_id)}] {name}".rstrip(),
         "",
         f"Codon: {name}",
-        f"Codon-Id: {json.dumps(codon_id)}",
-        f"Run: {json.dumps(run_id)}",
+        f"Codon-Id: {_quoted(codon_id)}",
+        f"Run: {_quoted(run_id)}",
         f"Status: {checkpoint_type}",
         f"Timestamp: {timestamp}",
     ]
     if duration_ms is not None:
         lines.append(f"Duration: {int(duration_ms)}ms")
     if patterns is not None:
-        lines.append(f"Patterns: {json.dumps(patterns)}")
+        lines.append(f"Patterns: {_quoted(tuple(patterns))}")
     return "\n".join(lines) + "\n"
 
 

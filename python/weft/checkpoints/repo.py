@@ -635,7 +635,9 @@ class CheckpointRepo:
                 duration_ms=duration_ms,
                 patterns=list(pset.patterns),
             )
-            return self._checkpoint(pset, refname, branch, parent, message, moment, save=save)
+            return self._checkpoint(
+                pset, refname, branch, parent, message, moment, save=save, drained=not save
+            )
 
     def snapshot_now(
         self,
@@ -907,10 +909,12 @@ class CheckpointRepo:
         moment: datetime,
         *,
         save: bool = True,
+        drained: bool = False,
     ) -> str:
         """Synchronises with the workspace, commits on ``parent``, moves ``branch``
-        (and, with ``save``, saves the index and moves the log into git when due)."""
-        scan = self._scan(pset, keep_content=True)
+        (and, with ``save``, saves the index and moves the log into git when due;
+        ``drained``: the watcher's queue was just read, under the same lock)."""
+        scan = self._scan(pset, keep_content=True, drained=drained)
         tree = self._base_tree
         objects = scan.blobs
         if scan.changes:
@@ -1056,7 +1060,7 @@ class CheckpointRepo:
                 f"Check the disk and {self.git_dir}."
             ) from exc
 
-    def _scan(self, pset: PatternSet, *, keep_content: bool) -> Scan:
+    def _scan(self, pset: PatternSet, *, keep_content: bool, drained: bool = False) -> Scan:
         """What differs between the index and the workspace, for the files ``pset`` covers."""
         scan = Scan()
         synced = self._synced
@@ -1065,7 +1069,7 @@ class CheckpointRepo:
             for path in self._stat.paths():
                 if not pset.matches(path):
                     scan.changes[path] = None
-        dirty = self._watcher.take() if self._watcher is not None else None
+        dirty = self._watcher.take(drain=not drained) if self._watcher is not None else None
         scanner = WorkspaceScanner(self._stat, pset, scan, keep_content=keep_content)
         if full or dirty is None or any(p.rsplit("/", 1)[-1] == ".gitignore" for p in dirty):
             # New ignore rules can un-ignore files that raised no event: compare everything.

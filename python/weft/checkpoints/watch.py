@@ -62,6 +62,10 @@ _WATCH_MASK = (
     | IN_EXCL_UNLINK
 )
 _EVENT = struct.Struct("iIII")
+_READ = 1 << 16
+"""Bytes asked for per read of the kernel's queue."""
+_LARGEST_EVENT = _EVENT.size + 256
+"""An event with the longest name (NAME_MAX, its NUL and padding)."""
 
 #: More watched directories than this and the watcher gives up (full scans instead).
 MAX_DIRECTORIES = 50_000
@@ -162,14 +166,16 @@ class ChangeWatcher:
         """Whether the watcher still runs (false after it gave up for good)."""
         return not self._broken
 
-    def take(self) -> set[str] | None:
+    def take(self, *, drain: bool = True) -> set[str] | None:
         """The paths changed since the last call, or ``None`` if a full comparison is needed.
 
         Either way the slate is clean afterwards: the caller's comparison covers
-        everything up to this moment.
+        everything up to this moment (``drain=False``: up to the :meth:`peek`
+        just made, for a caller that peeked under its own lock a moment ago).
         """
         with self._lock:
-            self._drain_locked()
+            if drain:
+                self._drain_locked()
             if self._broken:
                 return None
             if not self._complete or len(self._dirty) > MAX_DIRTY:
@@ -216,7 +222,7 @@ class ChangeWatcher:
             return
         while True:
             try:
-                buf = os.read(self._fd, 1 << 16)
+                buf = os.read(self._fd, _READ)
             except BlockingIOError:
                 return
             except OSError:
@@ -225,6 +231,10 @@ class ChangeWatcher:
             if not buf:
                 return
             self._parse(buf)
+            if len(buf) <= _READ - _LARGEST_EVENT:
+                # Room was left for any event: the queue was empty (a read
+                # that would only say so again is a system call saved).
+                return
 
     def _parse(self, buf: bytes) -> None:
         offset = 0
