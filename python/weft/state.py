@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import msgspec
@@ -57,8 +56,7 @@ def _rejected(outcome: Outcome, payload: bytes) -> RejectedTransition:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
+class StreamEvent(msgspec.Struct, frozen=True, gc=False):
     """What a stream event (not a transition) is about."""
 
     type: str
@@ -72,10 +70,13 @@ def event_id(seq: int, time_ns: int) -> str:
     return f"{time_ns // 1_000_000:013d}-{seq:09x}"
 
 
-@dataclass(frozen=True, slots=True)
-class Processed:
+class Processed(msgspec.Struct, frozen=True, gc=False):
     """One submission after the core processed it: a transition, applied or
     rejected, or a stream event, in its journal form.
+
+    (A frozen msgspec Struct, not a frozen dataclass: one is made per event,
+    and the dataclass's ``__init__`` cost ten times as much. Not tracked by the
+    garbage collector: it refers to no container that could refer back.)
 
     ``payload`` is the exact encoded bytes, which is what the journal stores
     and clients receive, and ``event`` the typed event they encode (None only
@@ -281,12 +282,17 @@ class StateManager:
             raise self._failure
         if self._closed:
             raise RuntimeError("the StateManager is closed")
-        loop = self._bind_loop()
+        # Every event passes here: the loop checks are inline, not calls.
+        loop = self._loop if self._loop is not None else self._bind_loop()
         now = time.time_ns()
         with self._lock:
             seq = self._core.emit(payload) if stream else self._core.submit(payload)
             self._pending[seq] = (payload, event, now, stream)
-        if self._on_loop_thread(loop):
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
             self._kick()
         else:
             loop.call_soon_threadsafe(self._kick)
@@ -302,12 +308,6 @@ class StateManager:
                 ) from None
             self._wake = asyncio.Event()
         return self._loop
-
-    def _on_loop_thread(self, loop: asyncio.AbstractEventLoop) -> bool:
-        try:
-            return asyncio.get_running_loop() is loop
-        except RuntimeError:
-            return False
 
     def _kick(self) -> None:
         assert self._wake is not None
