@@ -228,3 +228,24 @@ def test_open_groups_are_the_started_ones_not_yet_ended(tmp_path: Path) -> None:
         assert [g.mark for g in open_groups(journal)] == ["b", "c"]
     finally:
         journal.close()
+
+
+def test_marks_are_unique_and_a_forked_child_draws_its_own() -> None:
+    marks = {new_mark() for _ in range(10_000)}
+    assert len(marks) == 10_000
+    assert all(len(m) == 32 and int(m, 16) >= 0 for m in marks)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next marks, to the parent
+        os.close(read)
+        os.write(write, "".join(new_mark() for _ in range(4)).encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        child = os.read(read, 1024).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    parent = "".join(new_mark() for _ in range(4))
+    assert len(child) == 128
+    assert child != parent, "the child repeats the parent's marks"

@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import functools
 import os
-import secrets
+import random
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -68,9 +68,16 @@ COMMAND_CHARS = 200
 _PROC = Path("/proc")
 
 
+_marks = random.Random(os.urandom(32))
+"""Where marks come from: seeded by the OS once per process (and again in a
+forked child), so a mark costs no system call. A mark must be unique, not
+secret: it tells Weft's own process groups from others'."""
+os.register_at_fork(after_in_child=lambda: _marks.seed(os.urandom(32)))
+
+
 def new_mark() -> str:
     """A fresh mark for one process group (128 random bits)."""
-    return secrets.token_hex(16)
+    return f"{_marks.getrandbits(128):032x}"
 
 
 @functools.cache

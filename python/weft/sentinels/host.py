@@ -341,6 +341,8 @@ class RuntimeSentinels:
     def _on_processed(self, item: Processed) -> None:
         """Feeds one committed event to the live codon's sentinels (and to a
         finished codon's, up to the last event submitted while it ran)."""
+        if self._live is None and not self._finishing:
+            return  # no codon with sentinels: the common case, at every event
         targets = [f.manager for f in self._finishing if item.seq <= f.until]
         if self._live is not None:
             targets.append(self._live.manager)
