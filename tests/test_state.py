@@ -240,6 +240,30 @@ async def test_unsubscribed_listeners_hear_nothing_more() -> None:
     assert seen == [1]
 
 
+async def test_a_listener_of_some_types_hears_only_those_in_order_with_the_others() -> None:
+    manager = StateManager()
+    heard: list[tuple[str, int]] = []
+    manager.add_listener(lambda p: heard.append(("all", p.seq)))
+    remove = manager.add_listener(
+        lambda p: heard.append(("some", p.seq)), types=("RunStarted", "error")
+    )
+    manager.add_listener(lambda p: heard.append(("last", p.seq)))
+    await manager.transition_and_wait(started())
+    await manager.transition_and_wait(core.InitialCheckpointSet(sha="abc"))
+    manager.transition(move("a", "running", "failed", exit_code=1))  # refused: an "error"
+    await manager.flush()
+    assert heard == [
+        ("all", 1), ("some", 1), ("last", 1),
+        ("all", 2), ("last", 2),
+        ("all", 3), ("some", 3), ("last", 3),
+    ]  # fmt: skip
+    remove()
+    heard.clear()
+    manager.transition(started("r2"))  # refused (r1 still runs): an "error" again
+    await manager.flush()
+    assert heard == [("all", 4), ("last", 4)]
+
+
 async def test_processed_carries_the_exact_bytes_and_event() -> None:
     manager = StateManager()
     items: list[Processed] = []

@@ -157,7 +157,10 @@ class StateManager:
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[bytes, Event | None, int, StreamEvent | None]] = {}
         self._waiters: dict[int, list[asyncio.Future[Outcome]]] = {}
-        self._listeners: list[Listener] = []
+        self._listeners: list[tuple[Listener, frozenset[str] | None]] = []
+        """Each listener with the item types it takes (None: all), in order."""
+        self._by_type: dict[str, tuple[Listener, ...]] = {}
+        """The listeners of each item type, made when first needed."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._pump_task: asyncio.Task[None] | None = None
@@ -181,15 +184,34 @@ class StateManager:
         """The sequence number of the newest transition listeners have seen."""
         return self._dispatched
 
-    def add_listener(self, listener: Listener) -> Callable[[], None]:
-        """Calls ``listener`` with every processed transition; returns an unsubscribe."""
-        self._listeners.append(listener)
+    def add_listener(
+        self, listener: Listener, *, types: Iterable[str] | None = None
+    ) -> Callable[[], None]:
+        """Calls ``listener`` with every processed transition; returns an unsubscribe.
+
+        ``types`` limits it to the items of those types (a stream event's
+        ``type``, a transition's kind; a refused transition is an ``error``):
+        the others are not handed to it at all. Listeners are called in the
+        order they were added either way.
+        """
+        entry = (listener, None if types is None else frozenset(types))
+        self._listeners.append(entry)
+        self._by_type.clear()
 
         def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            if entry in self._listeners:
+                self._listeners.remove(entry)
+                self._by_type.clear()
 
         return remove
+
+    def _listeners_of(self, kind: str) -> tuple[Listener, ...]:
+        """The listeners of items of type ``kind``, in the order they were added."""
+        found = self._by_type.get(kind)
+        if found is None:
+            found = tuple(f for f, types in self._listeners if types is None or kind in types)
+            self._by_type[kind] = found
+        return found
 
     def transition(self, event: Transition) -> int:
         """Queues ``event`` and returns its sequence number at once."""
@@ -353,7 +375,10 @@ class StateManager:
                 self._notify(item)
 
     def _notify(self, item: Processed) -> None:
-        for listener in tuple(self._listeners):
+        stream = item.stream
+        for listener in self._listeners_of(
+            stream.type if stream is not None else item.outcome.kind or ""
+        ):
             try:
                 listener(item)
             except Exception:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.builders import run_started
 from tests.runtime.hanks import (
     Seen,
     attempts,
@@ -763,3 +764,18 @@ async def test_a_new_execution_opens_its_checkpoint_repository_without_repairs(
     _, seen = await run(hank, execution)
     assert [p.name for p in (execution / ".weft").iterdir() if "quarantine" in p.name] == []
     assert not any("damaged" in d["message"] for d in seen.of("info"))
+
+
+async def test_a_refused_transition_ends_the_run_as_an_internal_error(tmp_path: Path) -> None:
+    # The runtime is the only writer: a refusal means its picture of the state
+    # is wrong. It hears refusals as "error" items (its listener takes no other).
+    hank = write_hank(tmp_path / "hank", codon("a", write_file("a.md", "a")), codon("b"))
+
+    async def refused(runtime: Runtime) -> None:
+        assert runtime._manager is not None
+        runtime._manager.transition(run_started("another"))  # one run is running already
+
+    outcome, _ = await run(hank, tmp_path / "x", hooks=(when_running("a", refused),))
+    assert outcome.status == "failed"
+    assert outcome.message is not None
+    assert outcome.message.startswith("internal error: RunStarted was refused"), outcome.message

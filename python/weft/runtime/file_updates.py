@@ -95,7 +95,9 @@ class FileUpdates:
         """Path -> the SHA-256 last reported in this codon (None: deleted)."""
         self._codon: str | None = None
         self._tail: asyncio.Task[None] | None = None
-        self._unsubscribe = state.add_listener(self._on_processed)
+        self._unsubscribe = state.add_listener(
+            self._on_processed, types=(AssistantActionEvent.TYPE, ToolResultEvent.TYPE)
+        )
 
     async def settle(self) -> None:
         """Waits until every successful call seen so far was reported."""

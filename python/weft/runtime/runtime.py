@@ -52,7 +52,7 @@ from weft.budget import BudgetBook, Ledger, Watchdog, restore_from_state
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.errors import PersistenceError, StorageFullError
 from weft.events.completed import mark_of
-from weft.events.stream import InfoEvent, StateSnapshotEvent
+from weft.events.stream import InfoEvent, SentinelOutput, SentinelUnloaded, StateSnapshotEvent
 from weft.events.transitions import InitialCheckpointSet
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
@@ -160,7 +160,7 @@ class Runtime(Steering, Recovery, RunLoop):
         warnings = await self._load_checks(store, checkpoints)
         manager = store.state_manager()
         self._manager = manager
-        manager.add_listener(self._on_processed)
+        manager.add_listener(self._on_processed, types=("error",))  # refusals
         manager.add_listener(self._progress.apply)
         for listener in self._listeners:
             manager.add_listener(listener)
@@ -303,7 +303,9 @@ class Runtime(Steering, Recovery, RunLoop):
         restore_from_state(ledger, state)
         self._budget = Watchdog(ledger, self._emit)
         if self._manager is not None:
-            self._manager.add_listener(self._budget.observe)  # sentinel spending
+            self._manager.add_listener(  # sentinel spending
+                self._budget.observe, types=(SentinelOutput.TYPE, SentinelUnloaded.TYPE)
+            )
         return self._budget
 
     def _harness(self, model: str) -> tuple[Harness, str]:

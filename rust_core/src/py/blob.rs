@@ -180,11 +180,26 @@ fn read_file(
     if FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
         return Ok(None);
     }
-    // One read for a file that did not grow since its stat; more if it did.
-    let mut data = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0) + 1);
-    std::fs::File::from(fd)
-        .read_to_end(&mut data)
-        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+    // One read for a file that did not change size since its stat: asking
+    // one byte more than its size and getting exactly its size means the end
+    // was reached, without a second read to see it. A file that grew, or a
+    // read that came back shorter (a file that shrank, or a file system that
+    // returns short reads), is read on to its end.
+    let want = usize::try_from(size_hint).unwrap_or(0) + 1;
+    let mut data = vec![0u8; want];
+    let mut file = std::fs::File::from(fd);
+    let got = loop {
+        match file.read(&mut data) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Errno::from_io_error(&e).unwrap_or(Errno::IO)),
+        }
+    };
+    data.truncate(got);
+    if got != want - 1 {
+        file.read_to_end(&mut data)
+            .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+    }
     Ok(Some((data, opened)))
 }
 
