@@ -64,6 +64,7 @@ class _EditingHarness:
     def __init__(self, lines: list[bytes]) -> None:
         self._lines = lines
         self._count = 0
+        self._work: dict[Path, str] = {}
 
     def argv(self, spec: SessionSpec) -> list[str]:
         return ["replay"]
@@ -71,14 +72,17 @@ class _EditingHarness:
     async def start(self, spec: SessionSpec) -> _ReplaySession:
         self._count += 1
         # The agent's edit, made as cheaply as an edit can be (the same number
-        # of bytes rewritten in place): it is the agent's work, not Weft's, and
-        # truncating a file makes ext4 flush it at close (auto_da_alloc).
-        work = spec.cwd / "src" / "work.py"
+        # of bytes rewritten in place, its path built once): it is the agent's
+        # work, not Weft's, and truncating a file makes ext4 flush it at close
+        # (auto_da_alloc).
+        work = self._work.get(spec.cwd)
+        if work is None:
+            work = self._work[spec.cwd] = os.path.join(spec.cwd, "src", "work.py")
         body = f"step = {self._count:08d}\n".encode() * 20
         try:
             fd = os.open(work, os.O_WRONLY)
         except FileNotFoundError:
-            work.parent.mkdir(exist_ok=True)
+            os.makedirs(os.path.dirname(work), exist_ok=True)
             fd = os.open(work, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, body, 0)
