@@ -54,11 +54,11 @@ from weft.errors import PersistenceError, StorageFullError
 from weft.events.completed import mark_of
 from weft.events.stream import InfoEvent, SentinelOutput, SentinelUnloaded, StateSnapshotEvent
 from weft.events.transitions import InitialCheckpointSet
+from weft.heap import run_heap
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
 from weft.runtime.attempt import Interrupt
 from weft.runtime.file_updates import FileUpdates
-from weft.runtime.heap import run_heap
 from weft.runtime.recovery import Recovery
 from weft.runtime.replan import PrefixChangedError, replan
 from weft.runtime.run_loop import RunLoop

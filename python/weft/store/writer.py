@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from weft._core import Core
+from weft.heap import give_back
 from weft.state import Processed
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.journal import Journal, Row
@@ -43,6 +44,12 @@ from weft.store.snapshot import STATE, write_snapshot
 SNAPSHOT_BYTES = 1 << 20
 """Journal payload (bytes) after which a snapshot at least as large as it is due
 even inside a codon: an agent producing megabytes in one codon."""
+
+GIVE_BACK_EVERY = 0.25
+"""Seconds between two returns of freed memory to the system (after a commit, or
+with a state.json rewrite, whose buffers are the largest a run frees): a long
+run's freed memory otherwise stays scattered in the process (9 MB more after
+10,000 codons). One costs 1-4 ms of the writer thread."""
 
 SNAPSHOT_DUTY = 20
 """The time bound waits at least this many times the last snapshot's cost:
@@ -89,6 +96,7 @@ class StoreWriter:
         """Payload bytes journaled since the last snapshot."""
         self._last_cost = 0.0
         """Seconds the last snapshot took (encode, write, fsync, rename)."""
+        self._given_back = time.monotonic()
         self.snapshots = 0
         """How many times state.json was written (for tests and benchmarks)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-writer")
@@ -116,6 +124,14 @@ class StoreWriter:
         self._tail += sum(len(p.payload) for p in batch)
         if self._snapshot_due(batch):
             self.snapshot()
+        elif time.monotonic() - self._given_back >= GIVE_BACK_EVERY:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """Returns freed memory to the system (:func:`weft.heap.give_back`), here
+        on the writer thread, off the event loop's."""
+        give_back()
+        self._given_back = time.monotonic()
 
     def _snapshot_due(self, batch: Sequence[Processed]) -> bool:
         if self._tail >= self._last_size:
@@ -142,6 +158,7 @@ class StoreWriter:
             if is_storage_failure(exc):
                 raise storage_error(str(self._weft_dir / STATE), exc) from exc
             raise
+        self._give_back()
         self._last_snapshot = time.monotonic()
         self._last_cost = self._last_snapshot - started
         self._last_size = size

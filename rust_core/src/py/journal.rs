@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::MutexExt;
 use rusqlite::{params, Connection, TransactionBehavior};
 
@@ -33,15 +34,18 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// One journal row as `weft.store.journal.Row` has it:
 /// `(seq, id, timestamp, kind, type, run_id, codon_id, payload)`.
+///
+/// The strings are borrowed from Python's (no copy, nothing allocated per row),
+/// and released after the call, attached again.
 type Row = (
     i64,
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    String,
+    PyBackedStr,
+    PyBackedStr,
+    PyBackedStr,
+    PyBackedStr,
+    Option<PyBackedStr>,
+    Option<PyBackedStr>,
+    PyBackedStr,
 );
 
 const INSERT: &str = "INSERT INTO events \
@@ -94,9 +98,18 @@ impl JournalAppender {
             {
                 let mut insert = tx.prepare_cached(INSERT)?;
                 for (seq, id, timestamp, kind, kind_type, run_id, codon_id, payload) in &rows {
+                    let payload: &str = payload;
                     let crc = crc32fast::hash(payload.as_bytes());
                     insert.execute(params![
-                        seq, id, timestamp, kind, kind_type, run_id, codon_id, payload, crc
+                        seq,
+                        &**id,
+                        &**timestamp,
+                        &**kind,
+                        &**kind_type,
+                        run_id.as_deref(),
+                        codon_id.as_deref(),
+                        payload,
+                        crc
                     ])?;
                 }
             }

@@ -19,9 +19,10 @@ overlapping runs in one process share one freeze, lifted by the last to end.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _lock = threading.Lock()
 _runs = 0
@@ -48,4 +49,25 @@ def run_heap() -> Iterator[None]:
                     gc.unfreeze()
 
 
-__all__ = ["run_heap"]
+def give_back() -> None:
+    """Returns the C heap's free memory to the system (glibc's ``malloc_trim``;
+    elsewhere nothing). Freed memory otherwise stays with the process, and in
+    a long run the agent checkpoints, journal batches and state.json rewrites
+    leave it scattered: a 10,000-codon run ended 9 MB larger without it."""
+    if _trim is not None:
+        _trim(0)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc (musl, macOS): nothing to give back this way
+    return trim
+
+
+_trim = _malloc_trim()
+
+
+__all__ = ["give_back", "run_heap"]
