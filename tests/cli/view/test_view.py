@@ -5,7 +5,6 @@ StateManager."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 import json
 import re
@@ -180,7 +179,7 @@ class Recorder:
 
 def restamp(items: Sequence[Processed], step_ns: int = SECOND) -> list[Processed]:
     """The same events, one ``step_ns`` apart from T0 (durations become known)."""
-    return [dataclasses.replace(p, time_ns=T0 + i * step_ns) for i, p in enumerate(items)]
+    return [msgspec.structs.replace(p, time_ns=T0 + i * step_ns) for i, p in enumerate(items)]
 
 
 async def full_run() -> Recorder:
