@@ -1,19 +1,22 @@
-"""The cyclic garbage collector while a run executes.
+"""The process heap while a run executes: the collector, and freed memory.
 
-A codon allocates a few thousand short-lived objects, so the collector runs
-every few codons, and each of its full passes walks every object in the
-process: the imported modules (pygit2, msgspec, websockets...) and whatever
-the embedding service holds, hundreds of thousands of objects that a run never
-frees. :func:`run_heap` sets the objects alive when a run starts aside for its
-duration (:func:`gc.freeze`) and gives them back to the collector when it ends
-(:func:`gc.unfreeze`), so a pass walks only what the run made. In the
-peers benchmark that was 0.13-0.2 ms of a ~1.2 ms codon (6 interleaved pairs).
+A codon allocates a few thousand short-lived objects, so the cyclic garbage
+collector runs every few codons, and each of its full passes walks every
+object in the process: the imported modules (pygit2, msgspec, websockets...)
+and whatever the embedding service holds, hundreds of thousands of objects
+that a run never frees. :func:`run_heap` sets the objects alive when a run
+starts aside for its duration (:func:`gc.freeze`) and gives them back to the
+collector when it ends (:func:`gc.unfreeze`), so a pass walks only what the run
+made: in a 1,000-codon run the full pass took 4 ms instead of 32 ms.
 
 The collector itself stays on: cycles the run makes are collected as before.
 What is set aside cannot be collected until the run ends, so garbage cycles
 already there at the start wait until then (they are not lost). A process that
 manages freezing itself (anything frozen already) is left alone, and
 overlapping runs in one process share one freeze, lifted by the last to end.
+
+:func:`give_back` returns freed C memory to the system (the store's writer
+calls it every so often).
 """
 
 from __future__ import annotations
