@@ -257,3 +257,21 @@ def test_a_line_the_python_path_fails_on_loses_only_itself(monkeypatch: Any) -> 
         got = events_with(broken, core=core)
         assert got == events_with(lambda msg: [], core=core)
         assert any(isinstance(event, UsageDelta) for event in got)
+
+
+def test_a_first_snapshot_whose_counts_sum_to_zero_spends_nothing_on_both_paths() -> None:
+    # A broken stream: a negative count cancels a positive one. The message spent
+    # nothing so far (its maxima stay at zero), on both paths, and a later
+    # snapshot of zeros is no change.
+    def line(usage: dict[str, int]) -> bytes:
+        model = "claude-sonnet-4-5-20250929"
+        message = {"id": "msg_b", "model": model, "content": [], "usage": usage}
+        return json.dumps({"type": "assistant", "message": message, "session_id": "s"}).encode()
+
+    zero = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0}
+    lines = [
+        line({**zero, "cache_creation_input_tokens": 1, "cache_read_input_tokens": -1}),
+        line({**zero, "cache_read_input_tokens": 0}),
+    ]
+    assert both_paths(lines) == []
+    assert both_paths(lines, cuts=[1]) == []

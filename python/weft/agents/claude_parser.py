@@ -112,6 +112,9 @@ from weft.agents.vendor_errors import (
 log = logging.getLogger(__name__)
 
 SYNTHETIC_MODEL = "<synthetic>"
+_NO_TOKENS = Tokens()
+"""The maxima of a message that spent nothing yet."""
+
 _USAGE_WINDOW = 1024
 """Messages whose usage maxima are kept for de-duplication."""
 
@@ -502,7 +505,9 @@ class ClaudeParser:
             cache_creation_1h=one_hour,
         )
         if n_in + n_out + n_write + n_read == 0 and one_hour == 0:
-            usage_by_message[mid] = (usage, tokens, 0)
+            # Nothing spent: the maxima stay at zero (not these counts, which a
+            # broken stream's negative one can sum to zero), as when merged.
+            usage_by_message[mid] = (usage, _NO_TOKENS, 0)
             return None
         cost = None if model is None else self._cost_nanos(model, tokens)
         usage_by_message[mid] = (usage, tokens, cost)

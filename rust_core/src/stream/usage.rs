@@ -294,7 +294,10 @@ impl Ledger {
         if tokens.input + tokens.output + tokens.cache_creation + tokens.cache_read == 0
             && tokens.cache_creation_1h == 0
         {
-            self.insert(key, snapshot, tokens, Some(0));
+            // Nothing spent: the maxima stay at zero, not these counts (a broken
+            // stream's negative count can sum to zero with a positive one), as
+            // when merged into nothing.
+            self.insert(key, snapshot, Tokens::default(), Some(0));
             return Ok(None);
         }
         let cost = match model {
