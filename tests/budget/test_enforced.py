@@ -77,10 +77,10 @@ def test_max_cost_stops_hello_when_crossed_says_so_and_status_shows_the_spend(
     hank = tmp_path / "hello"
     shutil.copytree(EXAMPLES / "hello", hank)
     execution = tmp_path / "x"
-    first = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.03", env=env)
+    first = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.02", env=env)
     assert first.returncode == 1, first.stdout
     assert "Budget exceeded: the run used $" in first.stdout
-    assert "of its $0.0300 cap (--max-cost)" in first.stdout
+    assert "of its $0.0200 cap (--max-cost)" in first.stdout
     (crossed,) = events(execution, "budget.exceeded")
     assert (crossed["scope"], crossed["limitKind"], crossed["onExceeded"]) == (
         "run", "dollars", "complete",
@@ -90,15 +90,15 @@ def test_max_cost_stops_hello_when_crossed_says_so_and_status_shows_the_spend(
     stopped = records[crossed["codonId"]]
     # onExceeded complete: the codon keeps its work, the rest of the run does not start.
     assert stopped["status"] == "completed"
-    assert stopped["budgetExceeded"]["limit"] == 0.03
+    assert stopped["budgetExceeded"]["limit"] == 0.02
     assert "review" not in records
     # Tripped by the message that crossed it (live estimates); what is billed is the
     # agents' own totals, never less (the live lines undercount output tokens).
-    assert 0.03 < crossed["used"] <= 0.03 + max(message_deltas(execution, crossed["codonId"]))
+    assert 0.02 < crossed["used"] <= 0.02 + max(message_deltas(execution, crossed["codonId"]))
     spent = sum(r.get("finalCost", 0.0) for r in records.values())
     assert spent >= crossed["used"]
     (summary,) = events(execution, "budget.summary")
-    assert summary["ceiling"] == {"maxDollars": 0.03}
+    assert summary["ceiling"] == {"maxDollars": 0.02}
     assert summary["actualDollars"] == pytest.approx(spent)
 
     status = weft("status", execution, env=env)
@@ -106,10 +106,10 @@ def test_max_cost_stops_hello_when_crossed_says_so_and_status_shows_the_spend(
     assert "Budget exceeded: the run used" in status.stdout
     as_json = json.loads(weft("status", execution, "--json", env=env).stdout)
     assert as_json["spent"] == pytest.approx(spent)
-    assert as_json["budget"]["summary"]["ceiling"] == {"maxDollars": 0.03}
+    assert as_json["budget"]["summary"]["ceiling"] == {"maxDollars": 0.02}
 
     # Resumed under the same cap, nothing more starts: earlier runs' spend counts.
-    again = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.03", env=env)
+    again = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.02", env=env)
     assert again.returncode == 1
     assert "is not started" in again.stdout
     assert len(events(execution, "CodonStarted")) == len(records)
