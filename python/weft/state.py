@@ -162,6 +162,8 @@ class StateManager:
         self._by_type: dict[str, tuple[Listener, ...]] = {}
         """The listeners of each item type, made when first needed."""
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
+        """The thread the loop was bound on (a submission from it needs no hand-over)."""
         self._wake: asyncio.Event | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._failure: PersistenceError | None = None
@@ -310,11 +312,9 @@ class StateManager:
         with self._lock:
             seq = self._core.emit(payload) if stream else self._core.submit(payload)
             self._pending[seq] = (payload, event, now, stream)
-        try:
-            here = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            here = False
-        if here:
+        # On the loop's own thread with the loop running, this is the loop (one
+        # loop runs per thread): no get_running_loop, which costs a getpid.
+        if threading.get_ident() == self._loop_thread and loop.is_running():
             self._kick()
         else:
             loop.call_soon_threadsafe(self._kick)
@@ -324,6 +324,7 @@ class StateManager:
         if self._loop is None:
             try:
                 self._loop = asyncio.get_running_loop()
+                self._loop_thread = threading.get_ident()
             except RuntimeError:
                 raise RuntimeError(
                     "StateManager needs a running event loop: use it first from async code"

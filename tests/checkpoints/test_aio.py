@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from tests.checkpoints.helpers import tree_state, write
 
@@ -108,6 +109,14 @@ async def test_a_save_a_short_checkpoint_brings_due_runs_on_the_worker_before_la
     git_dir: Path, workspace: Path
 ) -> None:
     repo = await AsyncCheckpointRepo.open(git_dir, workspace)
+    on_worker = []
+    inner = repo.repo.snapshot
+
+    def worker_snapshot(*args: Any, **kwargs: Any) -> str:
+        on_worker.append(args)
+        return inner(*args, **kwargs)
+
+    repo.repo.snapshot = worker_snapshot  # type: ignore[method-assign]
     try:
         tip = repo.initial_sha
         saving = None
@@ -122,14 +131,23 @@ async def test_a_save_a_short_checkpoint_brings_due_runs_on_the_worker_before_la
                 run_id="r1",
                 codon_name="n",
             )
+            if i == 0:
+                on_worker.clear()  # the first one compares everything, on the worker
             if i == FLUSH_EVERY - 1:
-                # The 16th record made the save due: queued for the worker, not
-                # awaited, so the next checkpoint queues behind it.
+                # The last record the log takes made the save due: queued for
+                # the worker, not awaited.
                 assert repo._saving is not None
                 assert not repo._saving.done()
                 assert (git_dir / "HEAD").read_text().strip() != tip
                 saving = repo._saving
-        await saving
+                await asyncio.sleep(0)  # the save starts on the worker
+                assert repo._queued == 1
+            if i == FLUSH_EVERY:
+                # The next checkpoint waited for the save, then was taken on
+                # the loop all the same (not queued behind the save).
+                assert saving is not None
+                assert saving.done()
+        assert on_worker == [], "a short checkpoint went to the worker"
         assert not repo.repo.save_due
         assert (git_dir / "HEAD").read_text().strip() != repo.initial_sha
     finally:

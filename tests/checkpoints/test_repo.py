@@ -265,6 +265,28 @@ def test_a_short_checkpoint_leaves_the_save_it_brings_due_to_the_caller(
         git(repo, "fsck", "--strict")
 
 
+def test_a_checkpoint_waits_in_the_log_at_most_flush_after_seconds(
+    git_dir: Path, workspace: Path
+) -> None:
+    with CheckpointRepo.open_or_create(git_dir, workspace, watch=True) as repo:
+        write(workspace, "a.md", "0")
+        tip = snap(repo, ["*.md"])
+        write(workspace, "a.md", "1")
+        now = _now(repo, ["*.md"], tip)
+        assert now is not None
+        assert not repo.save_due, "two records, just appended"
+        assert repo._log is not None
+        # The oldest record held is older than the bound (the clock moved on).
+        repo._log.since -= repo_module.FLUSH_AFTER
+        assert repo.save_due
+        repo.save()
+        assert not repo.save_due
+        assert (git_dir / "HEAD").read_text().strip() == now
+        write(workspace, "a.md", "2")
+        assert _now(repo, ["*.md"], now) is not None
+        assert not repo.save_due, "the age counts from the oldest record the log holds now"
+
+
 # ------------------------------------------------------------------ history
 
 

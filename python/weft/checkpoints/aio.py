@@ -3,7 +3,9 @@
 Every call runs on one dedicated worker thread, in the order it was made, except
 a checkpoint known to be short (a few small files the change watcher names),
 which the loop takes itself when the worker has nothing queued; the save into
-git such a checkpoint brings due is then queued for the worker, not waited for. That
+git such a checkpoint brings due is then queued for the worker, not waited for
+(a short checkpoint that comes while only that save runs waits for it, then is
+taken on the loop all the same). That
 keeps git work off the event loop, serialises mutations (a restore submitted
 before a snapshot finishes before the snapshot starts), and keeps each libgit2
 handle on a single thread. While the repository is open, a background task
@@ -143,6 +145,12 @@ class AsyncCheckpointRepo:
         on the event loop, when nothing waits for the worker thread: calls
         still run in the order they were made.
         """
+        saving = self._saving
+        if self._queued == 1 and saving is not None and not saving.done():
+            # Only the save is queued: wait for it, then take the short
+            # checkpoint here, rather than queue the checkpoint behind the
+            # save and wait for both (and for the threads' hand-overs).
+            await asyncio.wait((saving,))
         if not self._queued and not self._closed:
             sha = self.repo.snapshot_now(
                 patterns,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,8 @@ class CheckpointLog:
         self.records = 0
         #: Payload bytes held (objects' bodies), for the flush threshold.
         self.size = 0
+        #: When the oldest record held was appended (``time.monotonic()``; 0 when empty).
+        self.since = 0.0
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._offset = 0
         self.clear()
@@ -129,7 +132,14 @@ class CheckpointLog:
                 self.size += len(data)
         for refname, commit in refs:
             self.tips[refname] = commit
+        if not self.records:
+            self.since = time.monotonic()
         self.records += 1
+
+    @property
+    def held(self) -> tuple[int, int, float]:
+        """``(records, size, since)``: what the log holds, for the save thresholds."""
+        return self.records, self.size, self.since
 
     def clear(self) -> None:
         """Empties the log: everything it held is in git now."""
@@ -140,6 +150,7 @@ class CheckpointLog:
         self.tips.clear()
         self.records = 0
         self.size = 0
+        self.since = 0.0
 
     def close(self) -> None:
         """Closes the file (what it holds stays for the next opener)."""
