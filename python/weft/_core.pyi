@@ -460,6 +460,12 @@ class JournalAppender:
     ) -> None:
         """Inserts ``rows`` (each payload with its CRC-32) in one transaction and
         commits it (durable on return); raises ``sqlite3.OperationalError``."""
+    def append_processed(self, items: list[Any]) -> tuple[int, bool, str | None]:
+        """Journals the StateManager's processed items (``weft.state.Processed``:
+        ``seq``, ``time_ns``, ``payload``, ``stream``, ``outcome``) as ``append``
+        journals their rows, the rows built here; returns their payload bytes,
+        whether an applied transition ended a codon or the run or started a run,
+        and the run id of the last applied ``RunStarted``."""
     def soft_heap_limit(self, limit: int) -> int:
         """Sets SQLite's process-wide soft heap limit; returns the limit in force."""
     def execute_batch(self, sql: str) -> None:

@@ -7,17 +7,23 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.builders import lifecycle, move, run_started
 
 import weft.store.journal as journal_module
+from weft import core
+from weft.core import Transition
 from weft.errors import StoreCorruptError, StoreError
 from weft.events.stream import AssistantActionEvent
+from weft.events.transitions import encode
+from weft.state import Processed, StreamEvent
 from weft.store import ExecutionStore, Journal
 from weft.store.diskspace import is_storage_failure
 from weft.store.journal import Row, payload_crc
+from weft.store.writer import summarize, to_row
 
 
 async def fill(execution: Path, codons: int = 3) -> None:
@@ -175,6 +181,60 @@ def test_the_core_and_python_store_the_same_rows_and_checksums(payloads: list[st
             # Reopening checks every payload against its checksum.
             Journal.open(path).close()
         assert stored[0] == stored[1]
+
+
+def _processed(picks: list[tuple[int, int]], texts: list[str], times: list[int]) -> list[Processed]:
+    """Items as the StateManager makes them, from a real core: transitions of
+    two runs' lifecycles (some refused: their journal form is an error event)
+    and stream events, each with its own submission time."""
+    pool: list[Transition] = [run_started("r1"), *lifecycle("r1", "c1")]
+    pool += [core.RunCompleted(run_id="r1", end_time="t"), run_started("r2")]
+    pool += [*lifecycle("r2", "c2", costs=1), move("r2", "c9", "running", "completed")]
+    c = core.Core()
+    submitted: list[tuple[bytes, StreamEvent | None]] = []
+    for (kind, index), text in zip(picks, texts, strict=False):
+        if kind == 0:
+            payload = encode(pool[index % len(pool)])
+            c.submit(payload)
+            submitted.append((payload, None))
+        else:
+            run = (None, "r1", "r2")[index % 3]
+            codon = (None, "c1", f"c{text[:3]}")[index % 3]
+            payload = msgspec.json.encode({"type": "info", "data": {"message": text}})
+            c.emit(payload)
+            kind = ("info", "x.y", text or "e")[index % 3]
+            submitted.append((payload, StreamEvent(kind, run, codon)))
+    items = []
+    for o, (payload, stream), at in zip(c.drain(), submitted, times, strict=False):
+        if stream is None and not o.ok:
+            stream = StreamEvent("error", o.run_id, o.codon_id)
+        items.append(Processed(o.seq, payload, None, o, at, stream))
+    return items
+
+
+@pytest.mark.skipif(not _links_system_sqlite(), reason="the core cannot share this SQLite")
+@settings(max_examples=60, deadline=None)
+@given(
+    picks=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 40)), min_size=1, max_size=30),
+    texts=st.lists(st.text(max_size=40), min_size=30, max_size=30),
+    # Any time_ns a clock gives (from 1970 to 2262: a signed 64-bit count).
+    times=st.lists(st.integers(0, 2**63 - 1), min_size=30, max_size=30),
+)
+def test_the_core_builds_the_rows_python_builds_from_processed_items(
+    picks: list[tuple[int, int]], texts: list[str], times: list[int]
+) -> None:
+    items = _processed(picks, texts, times)
+    with tempfile.TemporaryDirectory() as tmp:
+        native = Journal.open(Path(tmp) / "core.db")
+        python = Journal.open(Path(tmp) / "python.db")
+        try:
+            summary = native.append_processed(items)
+            python.append([to_row(p) for p in items])
+        finally:
+            native.close()
+            python.close()
+        assert _stored(Path(tmp) / "core.db") == _stored(Path(tmp) / "python.db")
+    assert summary == summarize(items)
 
 
 def test_another_sqlite_in_the_core_falls_back_to_python_appends(

@@ -22,10 +22,14 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from weft._core import JournalAppender
 from weft.errors import StoreCorruptError, StoreError
 from weft.store.schema import migrate
+
+if TYPE_CHECKING:
+    from weft.state import Processed
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +164,16 @@ class Journal:
             self._appender.execute_batch(sql)
 
     # -- writing -----------------------------------------------------------
+
+    def append_processed(self, items: Sequence[Processed]) -> tuple[int, bool, str | None]:
+        """Appends the rows of the StateManager's processed ``items`` in one
+        transaction, the core building them (:attr:`native` only: otherwise
+        the caller appends their rows). Returns their payload bytes, whether an
+        applied transition among them ended a codon or the run or started a
+        run, and the run id of the last applied ``RunStarted``."""
+        if self._appender is None:
+            raise RuntimeError("append_processed needs the core's appender (Journal.native)")
+        return self._appender.append_processed(items if isinstance(items, list) else list(items))
 
     def append(self, rows: Sequence[Row]) -> None:
         """Appends a batch in one transaction: durable when this returns."""

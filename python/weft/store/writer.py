@@ -69,6 +69,25 @@ def to_row(p: Processed) -> Row:
     return (p.seq, p.id, p.timestamp, "transition", kind, o.run_id, o.codon_id, payload)
 
 
+def summarize(batch: Sequence[Processed]) -> tuple[int, bool, str | None]:
+    """What the writer needs to know of a journaled batch, as
+    :meth:`Journal.append_processed` returns it: the payload bytes, whether an
+    applied transition ended a codon or the run or started a run, and the run
+    id of the last applied ``RunStarted``."""
+    size = 0
+    ended = False
+    started: str | None = None
+    for p in batch:
+        size += len(p.payload)
+        o = p.outcome
+        if o.ok and o.transition:
+            run_started = o.kind == "RunStarted"
+            ended = ended or o.codon_terminal or o.run_ended or run_started
+            if run_started:
+                started = o.run_id
+    return size, ended, started
+
+
 class StoreWriter:
     """Commits batches to the journal and keeps state.json fresh."""
 
@@ -108,21 +127,24 @@ class StoreWriter:
     def _commit(self, batch: Sequence[Processed]) -> None:
         if self._lock is not None:
             self._lock.verify()
+        journal = self._journal
         try:
-            self._journal.append([to_row(p) for p in batch])
+            if journal.native:
+                # The core builds the rows: no Python per event on this thread,
+                # which the event loop's thread would wait for.
+                size, ended, started = journal.append_processed(batch)
+            else:
+                journal.append([to_row(p) for p in batch])
+                size, ended, started = summarize(batch)
         except (sqlite3.Error, OSError) as exc:
             if is_storage_failure(exc):
-                raise storage_error(f"the journal {self._journal.path}", exc) from exc
+                raise storage_error(f"the journal {journal.path}", exc) from exc
             raise
-        if self._lock is not None:
-            started = [
-                p.outcome.run_id for p in batch if p.applied and p.outcome.kind == "RunStarted"
-            ]
-            if started and started[-1] is not None:
-                # The lock names the run its holder works on (weft status reads it).
-                self._lock.update(run_id=started[-1])
-        self._tail += sum(len(p.payload) for p in batch)
-        if self._snapshot_due(batch):
+        if self._lock is not None and started is not None:
+            # The lock names the run its holder works on (weft status reads it).
+            self._lock.update(run_id=started)
+        self._tail += size
+        if self._snapshot_due(ended):
             self.snapshot()
         elif time.monotonic() - self._given_back >= GIVE_BACK_EVERY:
             self._give_back()
@@ -133,17 +155,10 @@ class StoreWriter:
         give_back()
         self._given_back = time.monotonic()
 
-    def _snapshot_due(self, batch: Sequence[Processed]) -> bool:
-        if self._tail >= self._last_size:
-            if self._tail >= self._snapshot_bytes:
-                return True
-            ended = any(
-                p.outcome.codon_terminal or p.outcome.run_ended or p.outcome.kind == "RunStarted"
-                for p in batch
-                if p.applied
-            )
-            if ended:
-                return True
+    def _snapshot_due(self, ended: bool) -> bool:
+        """``ended``: the batch ended a codon or the run, or started a run."""
+        if self._tail >= self._last_size and (self._tail >= self._snapshot_bytes or ended):
+            return True
         wait = max(self._snapshot_every, SNAPSHOT_DUTY * self._last_cost)
         return self._tail > 0 and time.monotonic() - self._last_snapshot >= wait
 

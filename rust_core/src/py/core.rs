@@ -37,19 +37,19 @@ const DETACH_AT: usize = 64;
 #[pyclass(frozen, get_all, module = "weft._core")]
 pub struct Outcome {
     seq: u64,
-    transition: bool,
-    kind: Option<&'static str>,
-    run_id: Option<String>,
-    codon_id: Option<String>,
-    ok: bool,
+    pub(crate) transition: bool,
+    pub(crate) kind: Option<&'static str>,
+    pub(crate) run_id: Option<String>,
+    pub(crate) codon_id: Option<String>,
+    pub(crate) ok: bool,
     code: Option<&'static str>,
     message: Option<String>,
     from_status: Option<&'static str>,
     to_status: Option<&'static str>,
     missing: Vec<&'static str>,
     invalid: Vec<(&'static str, &'static str)>,
-    codon_terminal: bool,
-    run_ended: bool,
+    pub(crate) codon_terminal: bool,
+    pub(crate) run_ended: bool,
 }
 
 #[pymethods]

@@ -17,15 +17,20 @@
 //! reads, see `soft_heap_limit`) before using this; otherwise it keeps
 //! Python's own inserts.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::sync::MutexExt;
+use pyo3::types::PyList;
 use rusqlite::{params, Connection, TransactionBehavior};
+
+use super::core::Outcome;
 
 /// Adds `JournalAppender` to `m`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -86,41 +91,98 @@ impl JournalAppender {
     /// commits it: durable when this returns. Nothing is kept on an error.
     fn append(&self, py: Python<'_>, rows: Vec<Row>) -> PyResult<()> {
         py.detach(|| {
-            // Detached: waiting for the lock here holds no one else up.
-            let mut guard = self
-                .conn
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let Some(conn) = guard.as_mut() else {
-                return Err(Failure::Closed);
-            };
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            {
-                let mut insert = tx.prepare_cached(INSERT)?;
-                for (seq, id, timestamp, kind, kind_type, run_id, codon_id, payload) in &rows {
-                    let payload: &str = payload;
-                    let crc = crc32fast::hash(payload.as_bytes());
-                    insert.execute(params![
-                        seq,
-                        &**id,
-                        &**timestamp,
-                        &**kind,
-                        &**kind_type,
-                        run_id.as_deref(),
-                        codon_id.as_deref(),
-                        payload,
-                        crc
-                    ])?;
+            self.insert(rows.iter().map(
+                |(seq, id, timestamp, kind, kind_type, run_id, codon_id, payload)| RowRef {
+                    seq: *seq,
+                    id,
+                    timestamp,
+                    kind,
+                    kind_type,
+                    run_id: run_id.as_deref(),
+                    codon_id: codon_id.as_deref(),
+                    payload,
+                },
+            ))
+        })
+        .map_err(|e| failure_error(py, e))
+    }
+
+    /// Journals the `StateManager`'s processed items (`weft.state.Processed`)
+    /// as `append` journals their rows (`weft.store.writer.to_row`), building
+    /// the rows here: their ids and timestamps are formatted detached, and the
+    /// writer thread runs no Python per item (each item's Python cost the
+    /// event loop's thread as long, waiting for the interpreter).
+    ///
+    /// Returns `(payload bytes, whether an applied transition ended a codon
+    /// or the run or started a run, run id of the last applied RunStarted)`.
+    fn append_processed(
+        &self,
+        py: Python<'_>,
+        items: &Bound<'_, PyList>,
+    ) -> PyResult<(u64, bool, Option<String>)> {
+        let mut rows = Vec::with_capacity(items.len());
+        let mut size = 0_u64;
+        let mut ended = false;
+        let mut started = None;
+        for item in items.iter() {
+            let row = ItemRow::read(&item)?;
+            let outcome = row.outcome.get();
+            if outcome.ok && outcome.transition {
+                let run_started = outcome.kind == Some("RunStarted");
+                ended |= outcome.codon_terminal || outcome.run_ended || run_started;
+                if run_started {
+                    started.clone_from(&outcome.run_id);
                 }
             }
-            // Dropped without a commit on any error above: rolled back.
-            tx.commit()?;
-            Ok(())
+            size += row.payload.len() as u64;
+            rows.push(row);
+        }
+        py.detach(|| {
+            let formatted: Vec<(String, String, Cow<'_, str>)> = rows
+                .iter()
+                .map(|r| {
+                    let ms = r.time_ns.div_euclid(1_000_000);
+                    (
+                        format!("{ms:013}-{:09x}", r.seq),
+                        iso_from_ms(ms),
+                        String::from_utf8_lossy(&r.payload),
+                    )
+                })
+                .collect();
+            self.insert(
+                rows.iter()
+                    .zip(&formatted)
+                    .map(|(r, (id, timestamp, payload))| {
+                        let outcome = r.outcome.get();
+                        let (kind, kind_type, run_id, codon_id) = match &r.stream {
+                            Some(s) => (
+                                "event",
+                                &*s.kind_type,
+                                s.run_id.as_deref(),
+                                s.codon_id.as_deref(),
+                            ),
+                            None => (
+                                "transition",
+                                outcome.kind.unwrap_or("unknown"),
+                                outcome.run_id.as_deref(),
+                                outcome.codon_id.as_deref(),
+                            ),
+                        };
+                        RowRef {
+                            seq: r.seq,
+                            id,
+                            timestamp,
+                            kind,
+                            kind_type,
+                            run_id,
+                            codon_id,
+                            payload,
+                        }
+                    }),
+            )
         })
-        .map_err(|e| match e {
-            Failure::Closed => PyValueError::new_err("the journal appender is closed"),
-            Failure::Sqlite(e) => sqlite_error(py, &e),
-        })
+        .map_err(|e| failure_error(py, e))?;
+        Ok((size, ended, started))
     }
 
     /// Sets `SQLite`'s soft heap limit (process-wide in the library) and returns
@@ -153,6 +215,38 @@ impl JournalAppender {
 }
 
 impl JournalAppender {
+    /// Inserts `rows` in one transaction and commits it (detached: waiting
+    /// for the connection's lock here holds no one else up).
+    fn insert<'r>(&self, rows: impl Iterator<Item = RowRef<'r>>) -> Result<(), Failure> {
+        let mut guard = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(conn) = guard.as_mut() else {
+            return Err(Failure::Closed);
+        };
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut insert = tx.prepare_cached(INSERT)?;
+            for r in rows {
+                insert.execute(params![
+                    r.seq,
+                    r.id,
+                    r.timestamp,
+                    r.kind,
+                    r.kind_type,
+                    r.run_id,
+                    r.codon_id,
+                    r.payload,
+                    crc32fast::hash(r.payload.as_bytes())
+                ])?;
+            }
+        }
+        // Dropped without a commit on any error above: rolled back.
+        tx.commit()?;
+        Ok(())
+    }
+
     fn with_conn<T: Send>(
         &self,
         py: Python<'_>,
@@ -169,9 +263,98 @@ impl JournalAppender {
     }
 }
 
+/// One row, borrowed, as it goes into the `INSERT`.
+struct RowRef<'r> {
+    seq: i64,
+    id: &'r str,
+    timestamp: &'r str,
+    kind: &'r str,
+    kind_type: &'r str,
+    run_id: Option<&'r str>,
+    codon_id: Option<&'r str>,
+    payload: &'r str,
+}
+
+/// A stream event's journal columns (`weft.state.StreamEvent`).
+struct StreamColumns {
+    kind_type: PyBackedStr,
+    run_id: Option<PyBackedStr>,
+    codon_id: Option<PyBackedStr>,
+}
+
+/// What one processed item gives its row, read while attached.
+struct ItemRow {
+    seq: i64,
+    time_ns: i64,
+    payload: PyBackedBytes,
+    stream: Option<StreamColumns>,
+    outcome: Py<Outcome>,
+}
+
+impl ItemRow {
+    fn read(item: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let py = item.py();
+        let stream = item.getattr(intern!(py, "stream"))?;
+        let stream = if stream.is_none() {
+            None
+        } else {
+            Some(StreamColumns {
+                kind_type: stream.getattr(intern!(py, "type"))?.extract()?,
+                run_id: stream.getattr(intern!(py, "run_id"))?.extract()?,
+                codon_id: stream.getattr(intern!(py, "codon_id"))?.extract()?,
+            })
+        };
+        Ok(Self {
+            seq: item.getattr(intern!(py, "seq"))?.extract()?,
+            time_ns: item.getattr(intern!(py, "time_ns"))?.extract()?,
+            payload: item.getattr(intern!(py, "payload"))?.extract()?,
+            stream,
+            outcome: item
+                .getattr(intern!(py, "outcome"))?
+                .cast_into::<Outcome>()?
+                .unbind(),
+        })
+    }
+}
+
+/// `ms` since the epoch as `weft.clock.iso_from_ms` writes it:
+/// `2026-11-21T10:00:00.123Z` (UTC; years 1000 to 9999 have four digits).
+fn iso_from_ms(ms: i64) -> String {
+    let (secs, rest) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{rest:03}Z",
+        day_secs / 3600,
+        day_secs % 3600 / 60,
+        day_secs % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 enum Failure {
     Closed,
     Sqlite(rusqlite::Error),
+}
+
+fn failure_error(py: Python<'_>, e: Failure) -> PyErr {
+    match e {
+        Failure::Closed => PyValueError::new_err("the journal appender is closed"),
+        Failure::Sqlite(e) => sqlite_error(py, &e),
+    }
 }
 
 impl From<rusqlite::Error> for Failure {
