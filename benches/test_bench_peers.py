@@ -43,7 +43,7 @@ from weft.runtime.execution import prepare_execution
 from weft.runtime.runtime import Runtime, RuntimeOptions
 
 STEPS = 300
-ROUNDS = 3
+ROUNDS = 5
 
 
 def _weft_per_codon(tmp: Path) -> float:

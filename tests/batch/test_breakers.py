@@ -29,10 +29,12 @@ def test_each_key_has_its_own_breaker_and_tuning() -> None:
         ("aider", "OPEN", 2),
         ("other", "CLOSED", 2),
     ]
+    assert (breakers.code("aider"), breakers.code("other")) == ("OPEN", "CLOSED")
     now[0] = 60_000
     assert breakers.allow("aider").allowed
     assert breakers.state("aider").probe_in_flight
     assert not breakers.allow("aider").allowed, "one test request at a time"
+    assert breakers.code("aider") == breakers.state("aider").state == "HALF_OPEN"
     breakers.record("aider", success=True)
     assert breakers.state("aider").state == "CLOSED"
 

@@ -104,6 +104,11 @@ class Breakers:
         """Closes ``key``'s breaker (the seed's Recovery 3)."""
         self._machine(key).reset()
 
+    def code(self, key: str) -> str:
+        """``key``'s breaker's state code now (``CLOSED``, ``OPEN``, ``HALF_OPEN``):
+        :meth:`state` without the rest, for a check made at every codon."""
+        return self._machine(key).state
+
     def state(self, key: str) -> BreakerState:
         """``key``'s breaker now."""
         m = self._machine(key)

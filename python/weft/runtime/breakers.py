@@ -57,6 +57,10 @@ def is_provider_failure(exit: SessionExited) -> bool:
     return is_transient(exit) and exit.error_class in _PROVIDER_CLASSES
 
 
+_STATES: dict[str, State] = {"CLOSED": "closed", "OPEN": "open", "HALF_OPEN": "half_open"}
+"""The core's state codes as the events spell them."""
+
+
 class ProviderBreakers:
     """One circuit breaker per agent provider, shared by the codons of a run."""
 
@@ -79,7 +83,7 @@ class ProviderBreakers:
 
     def state(self, provider: str) -> State:
         """``closed``, ``open`` or ``half_open``."""
-        state: State = self.breakers.state(provider).state.lower()  # type: ignore[assignment]
+        state: State = _STATES[self.breakers.code(provider)]
         return state
 
     def _changed(
