@@ -27,6 +27,7 @@ __all__ = [
     "FileStat",
     "Issue",
     "JournalAppender",
+    "JournalPages",
     "Outcome",
     "SessionEffect",
     "SessionMachine",
@@ -447,6 +448,23 @@ def read_blob(
     for a file over ``max_size`` and for kinds git does not hold. With
     ``root``, ``path`` is relative to it and no link below it is followed (a
     parent that is one reads as ``"missing"``)."""
+
+@final
+class JournalPages:
+    """A read-only connection to a journal whose replay pages are read and
+    joined detached from the interpreter, through the system's SQLite library."""
+
+    def __new__(cls, path: str | PathLike[str]) -> JournalPages: ...
+    def page(self, after: int, upto: int, limit: int, max_bytes: int) -> tuple[bytes, int, int]:
+        """The envelopes of the events in ``(after, upto]`` joined by commas (at
+        most ``limit``; the page stops at the event that brings it to
+        ``max_bytes``, a comma each counted): ``(envelopes, count, last seq)``."""
+    def rows(self, after: int, upto: int, limit: int) -> list[tuple[int, bytes]]:
+        """The envelopes of the events in ``(after, upto]``, at most ``limit``, with their seqs."""
+    def soft_heap_limit(self, limit: int) -> int:
+        """Sets SQLite's process-wide soft heap limit; returns the limit in force."""
+    def close(self) -> None:
+        """Closes the connection (again: nothing)."""
 
 @final
 class JournalAppender:

@@ -5,19 +5,26 @@ journal is in WAL mode, so reads never block the writer and see only committed
 batches), on one dedicated thread. SQLite builds each envelope
 (``{"id","seq","timestamp",...payload}``, the same bytes the live fan-out
 sends), and a page comes back as one string of envelopes joined by commas,
-ready to be spliced into a ``history.batch`` message.
+ready to be spliced into a ``history.batch`` message. When the core shares
+Python's SQLite library, the core reads and joins each page in one call,
+detached from the interpreter (:class:`~weft._core.JournalPages`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from weft._core import JournalPages
 from weft.errors import StoreError
+from weft.store.journal import shares_sqlite
+
+log = logging.getLogger(__name__)
 
 # The live side strips the same JSON whitespace before splicing (fanout.envelope).
 _ENVELOPE = (
@@ -25,6 +32,25 @@ _ENVELOPE = (
     "|| substr(ltrim(payload, char(32, 9, 10, 13)), 2)"
 )
 _PAGE = f"SELECT seq, {_ENVELOPE} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
+
+NATIVE_PAGES = True
+"""Whether pages are read by the core when it shares Python's SQLite (tests turn it off)."""
+
+
+def _native_pages(conn: sqlite3.Connection, path: Path) -> JournalPages | None:
+    """A :class:`~weft._core.JournalPages` on ``path`` when the core uses the
+    SQLite library Python's ``conn`` does (two copies in one process would
+    release each other's locks on the journal's files); else None."""
+    try:
+        pages = JournalPages(path)
+    except sqlite3.Error as exc:
+        log.debug("replaying %s from Python: %s", path, exc)
+        return None
+    if not shares_sqlite(pages, conn):
+        log.debug("replaying %s from Python: the core links another SQLite", path)
+        pages.close()
+        return None
+    return pages
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +83,7 @@ class JournalHistory:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
+        self._pages: JournalPages | None = None
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-history")
 
@@ -70,28 +97,35 @@ class JournalHistory:
                 )
             except sqlite3.Error as e:
                 raise StoreError(f"{self.path}: cannot open the journal to replay: {e}") from e
+            if NATIVE_PAGES:
+                self._pages = _native_pages(self._conn, self.path)
         return self._conn
 
     def _page(self, after: int, upto: int, limit: int, max_bytes: int) -> Page:
-        rows = self._connection().execute(_PAGE, (after, upto, limit)).fetchall()
+        conn = self._connection()
+        if self._pages is not None:
+            # One call, detached: Python's sqlite3 hands the interpreter over at every row.
+            events, count, last = self._pages.page(after, upto, limit, max_bytes)
+            return Page(events, count, last)
+        rows = conn.execute(_PAGE, (after, upto, limit)).fetchall()
         if not rows:
             return Page(b"", 0, after)
         size = 0
-        count = 0
+        envelopes = []
         for _, env in rows:
-            size += len(env) + 1
-            count += 1
+            envelopes.append(env.encode())
+            size += len(envelopes[-1]) + 1
             if size >= max_bytes:
                 break
-        if count < len(rows):
-            rows = rows[:count]
-        text = ",".join([env for _, env in rows])
-        return Page(text.encode(), count, rows[-1][0])
+        return Page(b",".join(envelopes), len(envelopes), rows[len(envelopes) - 1][0])
 
     def _tail(self, upto: int, n: int) -> list[tuple[int, bytes]]:
         if n <= 0 or upto <= 0:
             return []
-        rows = self._connection().execute(_PAGE, (max(upto - n, 0), upto, n)).fetchall()
+        conn = self._connection()
+        if self._pages is not None:
+            return self._pages.rows(max(upto - n, 0), upto, n)
+        rows = conn.execute(_PAGE, (max(upto - n, 0), upto, n)).fetchall()
         return [(seq, env.encode()) for seq, env in rows]
 
     async def page(self, after: int, upto: int, limit: int, max_bytes: int) -> Page:
@@ -111,6 +145,9 @@ class JournalHistory:
         self._closed = True
 
         def close() -> None:
+            if self._pages is not None:
+                self._pages.close()
+                self._pages = None
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None

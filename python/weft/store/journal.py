@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from weft._core import JournalAppender
 from weft.errors import StoreCorruptError, StoreError
@@ -329,6 +329,26 @@ class Journal:
             after = rows[-1][0]
 
 
+class _HeapLimited(Protocol):
+    def soft_heap_limit(self, limit: int) -> int: ...
+
+
+def shares_sqlite(native: _HeapLimited, conn: sqlite3.Connection) -> bool:
+    """Whether the core's connection ``native`` (a :class:`~weft._core.JournalAppender`
+    or :class:`~weft._core.JournalPages`) uses the SQLite library that Python's
+    connection ``conn`` does. The soft heap limit is a setting of the library,
+    shared by all its connections: one side sets it and the other reads it."""
+    (before,) = conn.execute("PRAGMA soft_heap_limit").fetchone()
+    probe = before + 1 if before > 0 else 1 << 40
+    try:
+        native.soft_heap_limit(probe)
+        (seen,) = conn.execute("PRAGMA soft_heap_limit").fetchone()
+    finally:
+        native.soft_heap_limit(before)
+        conn.execute(f"PRAGMA soft_heap_limit = {int(before)}")
+    return bool(seen == probe)
+
+
 def _native_appender(conn: sqlite3.Connection, path: Path) -> JournalAppender | None:
     """A :class:`~weft._core.JournalAppender` on ``path`` if it uses the SQLite
     library this process's ``sqlite3`` module does; else None (Python appends).
@@ -337,23 +357,14 @@ def _native_appender(conn: sqlite3.Connection, path: Path) -> JournalAppender | 
     row it inserts; on the writer thread each of those hand-overs held the event
     loop up. The core inserts and commits a whole batch detached. It must be the
     same library: two copies in one process would release each other's locks
-    on the journal's files. The soft heap limit is a setting of the library,
-    shared by all its connections: one side sets it and the other reads it.
+    on the journal's files (:func:`shares_sqlite`).
     """
     try:
         appender = JournalAppender(path)
     except sqlite3.Error as exc:
         log.debug("appending to %s from Python: %s", path, exc)
         return None
-    (before,) = conn.execute("PRAGMA soft_heap_limit").fetchone()
-    probe = before + 1 if before > 0 else 1 << 40
-    try:
-        appender.soft_heap_limit(probe)
-        (seen,) = conn.execute("PRAGMA soft_heap_limit").fetchone()
-    finally:
-        appender.soft_heap_limit(before)
-        conn.execute(f"PRAGMA soft_heap_limit = {int(before)}")
-    if seen != probe:
+    if not shares_sqlite(appender, conn):
         log.debug("appending to %s from Python: the core links another SQLite", path)
         appender.close()
         return None

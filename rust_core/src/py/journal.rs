@@ -27,14 +27,16 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::sync::MutexExt;
+use pyo3::types::PyBytes;
 use pyo3::types::PyList;
-use rusqlite::{params, Connection, TransactionBehavior};
+use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
 
 use super::core::Outcome;
 
-/// Adds `JournalAppender` to `m`.
+/// Adds `JournalAppender` and `JournalPages` to `m`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<JournalAppender>()
+    m.add_class::<JournalAppender>()?;
+    m.add_class::<JournalPages>()
 }
 
 /// One journal row as `weft.store.journal.Row` has it:
@@ -197,6 +199,160 @@ impl JournalAppender {
     /// Runs `sql` (statements without results, such as a `PRAGMA`) on this connection.
     fn execute_batch(&self, py: Python<'_>, sql: &str) -> PyResult<()> {
         self.with_conn(py, |conn| conn.execute_batch(sql))
+    }
+
+    /// Closes the connection (a second close does nothing).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let conn = self
+            .conn
+            .lock_py_attached(py)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(conn) = conn {
+            py.detach(|| conn.close().map_err(|(_, e)| e))
+                .map_err(|e| sqlite_error(py, &e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A replay page's query: each event's wire envelope
+/// (`{"id","seq","timestamp",...payload}`), built by `SQLite`, as
+/// `weft.server.history` builds it (JSON whitespace before the payload's
+/// first brace stripped, as the live fan-out strips it).
+const PAGE: &str = "SELECT seq, '{\"id\":\"' || id || '\",\"seq\":' || seq || ',\"timestamp\":\"' \
+    || timestamp || '\",' || substr(ltrim(payload, char(32, 9, 10, 13)), 2) \
+    FROM events WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3";
+
+/// The envelope column of a `PAGE` row (text: the payload column is never NULL).
+fn envelope<'r>(row: &'r rusqlite::Row<'_>) -> rusqlite::Result<&'r [u8]> {
+    match row.get_ref(1)? {
+        rusqlite::types::ValueRef::Text(text) => Ok(text),
+        other => Err(rusqlite::Error::InvalidColumnType(
+            1,
+            "envelope".to_owned(),
+            other.data_type(),
+        )),
+    }
+}
+
+/// A read-only connection to a journal from which the server replays pages
+/// of events, each page read and joined detached from the interpreter.
+///
+/// Python's `sqlite3` gives the interpreter up and takes it back around every
+/// row it steps through: a 2,000-event page meant 2,000 hand-overs with the
+/// event loop that is sending the previous page. Like `JournalAppender`, it
+/// must go through the `SQLite` library Python's `sqlite3` loads (checked by
+/// `weft.server.history` with `soft_heap_limit` before using it).
+#[pyclass(module = "weft._core", frozen)]
+pub struct JournalPages {
+    conn: Mutex<Option<Connection>>,
+}
+
+#[pymethods]
+impl JournalPages {
+    /// Opens the journal at `path` read-only (it must exist).
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let conn = py
+            .detach(|| -> rusqlite::Result<Connection> {
+                let conn = Connection::open_with_flags(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                conn.busy_timeout(Duration::from_secs(10))?;
+                Ok(conn)
+            })
+            .map_err(|e| sqlite_error(py, &e))?;
+        Ok(Self {
+            conn: Mutex::new(Some(conn)),
+        })
+    }
+
+    /// The envelopes of the events in `(after, upto]`, oldest first, joined
+    /// by commas: at most `limit` of them, and the page stops at the event
+    /// that brings it to `max_bytes` (counted with a comma each). Returns
+    /// `(envelopes, count, last seq)` (`after` when there is none).
+    fn page<'py>(
+        &self,
+        py: Python<'py>,
+        after: i64,
+        upto: i64,
+        limit: i64,
+        max_bytes: usize,
+    ) -> PyResult<(Bound<'py, PyBytes>, usize, i64)> {
+        let (joined, count, last) = py
+            .detach(|| -> Result<(Vec<u8>, usize, i64), Failure> {
+                let guard = self
+                    .conn
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let conn = guard.as_ref().ok_or(Failure::Closed)?;
+                let mut stmt = conn.prepare_cached(PAGE)?;
+                let mut rows = stmt.query(params![after, upto, limit])?;
+                let (mut joined, mut count, mut last, mut size) = (Vec::new(), 0, after, 0);
+                while let Some(row) = rows.next()? {
+                    let envelope = envelope(row)?;
+                    if count > 0 {
+                        joined.push(b',');
+                    }
+                    joined.extend_from_slice(envelope);
+                    size += envelope.len() + 1;
+                    count += 1;
+                    last = row.get(0)?;
+                    if size >= max_bytes {
+                        break;
+                    }
+                }
+                Ok((joined, count, last))
+            })
+            .map_err(|e| failure_error(py, e))?;
+        Ok((PyBytes::new(py, &joined), count, last))
+    }
+
+    /// The envelopes of the events in `(after, upto]`, oldest first, at most
+    /// `limit`, each with its seq.
+    fn rows<'py>(
+        &self,
+        py: Python<'py>,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> PyResult<Vec<(i64, Bound<'py, PyBytes>)>> {
+        let rows = py
+            .detach(|| -> Result<Vec<(i64, Vec<u8>)>, Failure> {
+                let guard = self
+                    .conn
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let conn = guard.as_ref().ok_or(Failure::Closed)?;
+                let mut stmt = conn.prepare_cached(PAGE)?;
+                let rows = stmt
+                    .query_map(params![after, upto, limit], |row| {
+                        Ok((row.get(0)?, envelope(row)?.to_vec()))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .map_err(|e| failure_error(py, e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, envelope)| (seq, PyBytes::new(py, &envelope)))
+            .collect())
+    }
+
+    /// Sets `SQLite`'s soft heap limit (process-wide in the library) and
+    /// returns the limit now in force (see `JournalAppender.soft_heap_limit`).
+    fn soft_heap_limit(&self, py: Python<'_>, limit: i64) -> PyResult<i64> {
+        let guard = self
+            .conn
+            .lock_py_attached(py)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let conn = guard
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("the journal reader is closed"))?;
+        conn.pragma_update_and_check(None, "soft_heap_limit", limit, |r| r.get(0))
+            .map_err(|e| sqlite_error(py, &e))
     }
 
     /// Closes the connection (a second close does nothing).
