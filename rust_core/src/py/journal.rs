@@ -1,5 +1,6 @@
 //! `JournalAppender`: the journal's batches inserted and committed in one call
-//! detached from the interpreter.
+//! detached from the interpreter; `JournalPages`: a replaying client's pages
+//! read and joined the same way.
 //!
 //! Python's `sqlite3` gives the interpreter up around every row it inserts and
 //! takes it back after; on the writer thread, each time, the event loop's
