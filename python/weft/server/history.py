@@ -13,7 +13,6 @@ detached from the interpreter (:class:`~weft._core.JournalPages`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,9 +21,7 @@ from typing import Protocol
 
 from weft._core import JournalPages
 from weft.errors import StoreError
-from weft.store.journal import shares_sqlite
-
-log = logging.getLogger(__name__)
+from weft.store.journal import core_connection
 
 # The live side strips the same JSON whitespace before splicing (fanout.envelope).
 _ENVELOPE = (
@@ -39,18 +36,8 @@ NATIVE_PAGES = True
 
 def _native_pages(conn: sqlite3.Connection, path: Path) -> JournalPages | None:
     """A :class:`~weft._core.JournalPages` on ``path`` when the core uses the
-    SQLite library Python's ``conn`` does (two copies in one process would
-    release each other's locks on the journal's files); else None."""
-    try:
-        pages = JournalPages(path)
-    except sqlite3.Error as exc:
-        log.debug("replaying %s from Python: %s", path, exc)
-        return None
-    if not shares_sqlite(pages, conn):
-        log.debug("replaying %s from Python: the core links another SQLite", path)
-        pages.close()
-        return None
-    return pages
+    SQLite library Python's ``conn`` does (see :func:`~weft.store.journal.core_connection`)."""
+    return core_connection(JournalPages, conn, path, "replaying")
 
 
 @dataclass(frozen=True, slots=True)

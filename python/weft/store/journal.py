@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from weft._core import JournalAppender
 from weft.errors import StoreCorruptError, StoreError
@@ -329,15 +329,24 @@ class Journal:
             after = rows[-1][0]
 
 
-class _HeapLimited(Protocol):
-    def soft_heap_limit(self, limit: int) -> int: ...
+class CoreConnection(Protocol):
+    """A connection of the core to a journal (:class:`~weft._core.JournalAppender`,
+    :class:`~weft._core.JournalPages`)."""
+
+    def soft_heap_limit(self, limit: int) -> int:
+        """Sets SQLite's process-wide soft heap limit; returns the limit in force."""
+
+    def close(self) -> None:
+        """Closes the connection."""
 
 
-def shares_sqlite(native: _HeapLimited, conn: sqlite3.Connection) -> bool:
-    """Whether the core's connection ``native`` (a :class:`~weft._core.JournalAppender`
-    or :class:`~weft._core.JournalPages`) uses the SQLite library that Python's
-    connection ``conn`` does. The soft heap limit is a setting of the library,
-    shared by all its connections: one side sets it and the other reads it."""
+C = TypeVar("C", bound=CoreConnection)
+
+
+def shares_sqlite(native: CoreConnection, conn: sqlite3.Connection) -> bool:
+    """Whether the core's connection ``native`` uses the SQLite library that
+    Python's connection ``conn`` does. The soft heap limit is a setting of the
+    library, shared by all its connections: one side sets it and the other reads it."""
     (before,) = conn.execute("PRAGMA soft_heap_limit").fetchone()
     probe = before + 1 if before > 0 else 1 << 40
     try:
@@ -349,26 +358,33 @@ def shares_sqlite(native: _HeapLimited, conn: sqlite3.Connection) -> bool:
     return bool(seen == probe)
 
 
-def _native_appender(conn: sqlite3.Connection, path: Path) -> JournalAppender | None:
-    """A :class:`~weft._core.JournalAppender` on ``path`` if it uses the SQLite
-    library this process's ``sqlite3`` module does; else None (Python appends).
+def core_connection(
+    make: Callable[[Path], C], conn: sqlite3.Connection, path: Path, doing: str
+) -> C | None:
+    """``make(path)``, a connection of the core, if it uses the SQLite library
+    Python's ``conn`` does (:func:`shares_sqlite`); else None, and Python does
+    the work (``doing``, for the log: "appending to").
 
     Python's ``sqlite3`` gives the interpreter up and takes it back around every
-    row it inserts; on the writer thread each of those hand-overs held the event
-    loop up. The core inserts and commits a whole batch detached. It must be the
-    same library: two copies in one process would release each other's locks
-    on the journal's files (:func:`shares_sqlite`).
+    row it steps through; the core's connections work on a whole batch or page
+    detached. It must be the same library: two copies in one process would
+    release each other's locks on the journal's files.
     """
     try:
-        appender = JournalAppender(path)
+        native = make(path)
     except sqlite3.Error as exc:
-        log.debug("appending to %s from Python: %s", path, exc)
+        log.debug("%s %s from Python: %s", doing, path, exc)
         return None
-    if not shares_sqlite(appender, conn):
-        log.debug("appending to %s from Python: the core links another SQLite", path)
-        appender.close()
+    if not shares_sqlite(native, conn):
+        log.debug("%s %s from Python: the core links another SQLite", doing, path)
+        native.close()
         return None
-    return appender
+    return native
+
+
+def _native_appender(conn: sqlite3.Connection, path: Path) -> JournalAppender | None:
+    """A :class:`~weft._core.JournalAppender` on ``path`` (see :func:`core_connection`)."""
+    return core_connection(JournalAppender, conn, path, "appending to")
 
 
 def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:

@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -63,7 +63,7 @@ const INSERT: &str = "INSERT INTO events \
 /// A write connection to one journal database (already created and migrated).
 #[pyclass(module = "weft._core", frozen)]
 pub struct JournalAppender {
-    conn: Mutex<Option<Connection>>,
+    conn: Shared,
 }
 
 #[pymethods]
@@ -86,7 +86,7 @@ impl JournalAppender {
             })
             .map_err(|e| sqlite_error(py, &e))?;
         Ok(Self {
-            conn: Mutex::new(Some(conn)),
+            conn: Shared(Mutex::new(Some(conn))),
         })
     }
 
@@ -192,28 +192,17 @@ impl JournalAppender {
     /// the limit now in force: with Python's `PRAGMA soft_heap_limit`, tells
     /// whether both sides use the same library.
     fn soft_heap_limit(&self, py: Python<'_>, limit: i64) -> PyResult<i64> {
-        self.with_conn(py, |conn| {
-            conn.pragma_update_and_check(None, "soft_heap_limit", limit, |r| r.get(0))
-        })
+        self.conn.soft_heap_limit(py, limit)
     }
 
     /// Runs `sql` (statements without results, such as a `PRAGMA`) on this connection.
     fn execute_batch(&self, py: Python<'_>, sql: &str) -> PyResult<()> {
-        self.with_conn(py, |conn| conn.execute_batch(sql))
+        self.conn.attached(py, |conn| conn.execute_batch(sql))
     }
 
     /// Closes the connection (a second close does nothing).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let conn = self
-            .conn
-            .lock_py_attached(py)
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(conn) = conn {
-            py.detach(|| conn.close().map_err(|(_, e)| e))
-                .map_err(|e| sqlite_error(py, &e))?;
-        }
-        Ok(())
+        self.conn.close(py)
     }
 }
 
@@ -247,7 +236,7 @@ fn envelope<'r>(row: &'r rusqlite::Row<'_>) -> rusqlite::Result<&'r [u8]> {
 /// `weft.server.history` with `soft_heap_limit` before using it).
 #[pyclass(module = "weft._core", frozen)]
 pub struct JournalPages {
-    conn: Mutex<Option<Connection>>,
+    conn: Shared,
 }
 
 #[pymethods]
@@ -266,7 +255,7 @@ impl JournalPages {
             })
             .map_err(|e| sqlite_error(py, &e))?;
         Ok(Self {
-            conn: Mutex::new(Some(conn)),
+            conn: Shared(Mutex::new(Some(conn))),
         })
     }
 
@@ -284,12 +273,8 @@ impl JournalPages {
     ) -> PyResult<(Bound<'py, PyBytes>, usize, i64)> {
         let (joined, count, last) = py
             .detach(|| -> Result<(Vec<u8>, usize, i64), Failure> {
-                let guard = self
-                    .conn
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let conn = guard.as_ref().ok_or(Failure::Closed)?;
-                let mut stmt = conn.prepare_cached(PAGE)?;
+                let guard = self.conn.detached()?;
+                let mut stmt = guard.prepare_cached(PAGE)?;
                 let mut rows = stmt.query(params![after, upto, limit])?;
                 let (mut joined, mut count, mut last, mut size) = (Vec::new(), 0, after, 0);
                 while let Some(row) = rows.next()? {
@@ -322,12 +307,8 @@ impl JournalPages {
     ) -> PyResult<Vec<(i64, Bound<'py, PyBytes>)>> {
         let rows = py
             .detach(|| -> Result<Vec<(i64, Vec<u8>)>, Failure> {
-                let guard = self
-                    .conn
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let conn = guard.as_ref().ok_or(Failure::Closed)?;
-                let mut stmt = conn.prepare_cached(PAGE)?;
+                let guard = self.conn.detached()?;
+                let mut stmt = guard.prepare_cached(PAGE)?;
                 let rows = stmt
                     .query_map(params![after, upto, limit], |row| {
                         Ok((row.get(0)?, envelope(row)?.to_vec()))
@@ -345,29 +326,12 @@ impl JournalPages {
     /// Sets `SQLite`'s soft heap limit (process-wide in the library) and
     /// returns the limit now in force (see `JournalAppender.soft_heap_limit`).
     fn soft_heap_limit(&self, py: Python<'_>, limit: i64) -> PyResult<i64> {
-        let guard = self
-            .conn
-            .lock_py_attached(py)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let conn = guard
-            .as_ref()
-            .ok_or_else(|| PyValueError::new_err("the journal reader is closed"))?;
-        conn.pragma_update_and_check(None, "soft_heap_limit", limit, |r| r.get(0))
-            .map_err(|e| sqlite_error(py, &e))
+        self.conn.soft_heap_limit(py, limit)
     }
 
     /// Closes the connection (a second close does nothing).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let conn = self
-            .conn
-            .lock_py_attached(py)
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(conn) = conn {
-            py.detach(|| conn.close().map_err(|(_, e)| e))
-                .map_err(|e| sqlite_error(py, &e))?;
-        }
-        Ok(())
+        self.conn.close(py)
     }
 }
 
@@ -375,13 +339,7 @@ impl JournalAppender {
     /// Inserts `rows` in one transaction and commits it (detached: waiting
     /// for the connection's lock here holds no one else up).
     fn insert<'r>(&self, rows: impl Iterator<Item = RowRef<'r>>) -> Result<(), Failure> {
-        let mut guard = self
-            .conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(conn) = guard.as_mut() else {
-            return Err(Failure::Closed);
-        };
+        let mut conn = self.conn.detached()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
             let mut insert = tx.prepare_cached(INSERT)?;
@@ -403,20 +361,76 @@ impl JournalAppender {
         tx.commit()?;
         Ok(())
     }
+}
 
-    fn with_conn<T: Send>(
+/// A connection both classes hold: taken out on close (None after).
+struct Shared(Mutex<Option<Connection>>);
+
+/// The connection, locked, while detached (`Failure::Closed` after a close).
+struct Locked<'a>(MutexGuard<'a, Option<Connection>>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.0.as_ref().expect("checked when locked")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.0.as_mut().expect("checked when locked")
+    }
+}
+
+impl Shared {
+    /// Locks the connection from detached code (waiting here holds no one else up).
+    fn detached(&self) -> Result<Locked<'_>, Failure> {
+        let guard = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            return Err(Failure::Closed);
+        }
+        Ok(Locked(guard))
+    }
+
+    /// Runs `f` on the connection, attached (short statements only).
+    fn attached<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send,
     ) -> PyResult<T> {
         let guard = self
-            .conn
+            .0
             .lock_py_attached(py)
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let conn = guard
             .as_ref()
-            .ok_or_else(|| PyValueError::new_err("the journal appender is closed"))?;
+            .ok_or_else(|| failure_error(py, Failure::Closed))?;
         f(conn).map_err(|e| sqlite_error(py, &e))
+    }
+
+    /// Sets `SQLite`'s soft heap limit (process-wide in the library) and returns
+    /// the limit now in force.
+    fn soft_heap_limit(&self, py: Python<'_>, limit: i64) -> PyResult<i64> {
+        self.attached(py, |conn| {
+            conn.pragma_update_and_check(None, "soft_heap_limit", limit, |r| r.get(0))
+        })
+    }
+
+    /// Closes the connection (a second close does nothing).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let conn = self
+            .0
+            .lock_py_attached(py)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(conn) = conn {
+            py.detach(|| conn.close().map_err(|(_, e)| e))
+                .map_err(|e| sqlite_error(py, &e))?;
+        }
+        Ok(())
     }
 }
 
@@ -509,7 +523,7 @@ enum Failure {
 
 fn failure_error(py: Python<'_>, e: Failure) -> PyErr {
     match e {
-        Failure::Closed => PyValueError::new_err("the journal appender is closed"),
+        Failure::Closed => PyValueError::new_err("the journal connection is closed"),
         Failure::Sqlite(e) => sqlite_error(py, &e),
     }
 }
