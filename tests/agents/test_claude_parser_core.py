@@ -275,3 +275,15 @@ def test_a_first_snapshot_whose_counts_sum_to_zero_spends_nothing_on_both_paths(
     ]
     assert both_paths(lines) == []
     assert both_paths(lines, cuts=[1]) == []
+
+
+def test_a_type_with_invalid_utf8_is_an_unknown_type_on_both_paths() -> None:
+    # Found by hypothesis: the refused line's type was read again without the
+    # U+FFFD replacement, and its UnicodeDecodeError escaped the parser.
+    bad = b'{"type": "use\xe9", "message": {"role": "user", "content": ""}}'
+    good = json.dumps({"type": "system", "subtype": "init", "session_id": "s"}).encode()
+    assert both_paths([bad, good, bad]) == both_paths([good])
+    for core in (True, False):
+        parser = ClaudeParser(core=core)
+        assert parser.feed(bad) == []
+        assert (parser.unknown_types, parser.malformed) == (1, 0)

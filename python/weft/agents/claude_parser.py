@@ -336,7 +336,8 @@ class ClaudeParser:
 
     def _odd_line(self, line: bytes, error: msgspec.ValidationError) -> list[AgentEvent]:
         try:
-            kind = decode_envelope(line).type
+            # Lossy: a line refused for its bytes too (invalid UTF-8 in its type).
+            kind = decode_lossy(decode_envelope, line).type
         except msgspec.MsgspecError:
             kind = None
         if isinstance(kind, str) and kind not in KNOWN_TYPES:
