@@ -454,7 +454,9 @@ class JournalPages:
     """A read-only connection to a journal whose replay pages are read and
     joined detached from the interpreter, through the system's SQLite library."""
 
-    def __new__(cls, path: str | PathLike[str]) -> JournalPages: ...
+    def __new__(cls, path: str | PathLike[str], query: str) -> JournalPages:
+        """Opens the journal read-only; ``query`` takes ``(after, upto, limit)``
+        and gives ``(seq, envelope)`` rows, oldest first."""
     def page(self, after: int, upto: int, limit: int, max_bytes: int) -> tuple[bytes, int, int]:
         """The envelopes of the events in ``(after, upto]`` joined by commas (at
         most ``limit``; the page stops at the event that brings it to

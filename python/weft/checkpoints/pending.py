@@ -136,11 +136,6 @@ class CheckpointLog:
             self.since = time.monotonic()
         self.records += 1
 
-    @property
-    def held(self) -> tuple[int, int, float]:
-        """``(records, size, since)``: what the log holds, for the save thresholds."""
-        return self.records, self.size, self.since
-
     def clear(self) -> None:
         """Empties the log: everything it held is in git now."""
         os.ftruncate(self._fd, 0)

@@ -91,9 +91,10 @@ from weft.clock import utc_now_iso
 log = logging.getLogger(__name__)
 
 #: The index is written back after this many snapshots, or sooner after many changes.
-#: A save costs about 2.5 ms of mostly file creations and renames (the pack, its
+#: A save costs 2.5-5 ms of mostly file creations and renames (the pack, its
 #: index, HEAD, the branch, the index), which a checkpoint right behind it waits
-#: for: every 64 checkpoints that is 0.04 ms a codon, every 16 it was 0.15 ms.
+#: for: the loop idled 0.05-0.09 ms a codon in its checkpoints with a save every
+#: 64, 0.185 ms with one every 16 (2,000-codon runs, 2026-11-27).
 INDEX_WRITE_EVERY = 64
 INDEX_WRITE_CHANGES = 512
 #: The checkpoint log is moved into git after this many checkpoints, or sooner
@@ -697,7 +698,9 @@ class CheckpointRepo:
         """Whether the index and HEAD are due to be saved (and the log moved into
         git): a checkpoint does it itself, :meth:`snapshot_now` leaves it for :meth:`save`."""
         pending = self._log
-        records, size, since = (0, 0, 0.0) if pending is None else pending.held
+        records, size, since = (
+            (0, 0, 0.0) if pending is None else (pending.records, pending.size, pending.since)
+        )
         retry = self._retry_move_at
         if records and retry is not None and records < retry[0] and size < retry[1]:
             return False  # HEAD was locked: not at every checkpoint

@@ -37,7 +37,7 @@ NATIVE_PAGES = True
 def _native_pages(conn: sqlite3.Connection, path: Path) -> JournalPages | None:
     """A :class:`~weft._core.JournalPages` on ``path`` when the core uses the
     SQLite library Python's ``conn`` does (see :func:`~weft.store.journal.core_connection`)."""
-    return core_connection(JournalPages, conn, path, "replaying")
+    return core_connection(lambda p: JournalPages(p, _PAGE), conn, path, "replaying")
 
 
 @dataclass(frozen=True, slots=True)

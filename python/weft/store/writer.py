@@ -79,8 +79,8 @@ def summarize(batch: Sequence[Processed]) -> tuple[int, bool, str | None]:
     started: str | None = None
     for p in batch:
         size += len(p.payload)
-        o = p.outcome
-        if o.ok and o.transition:
+        if p.applied:
+            o = p.outcome
             run_started = o.kind == "RunStarted"
             ended = ended or o.codon_terminal or o.run_ended or run_started
             if run_started:

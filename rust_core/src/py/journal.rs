@@ -206,15 +206,7 @@ impl JournalAppender {
     }
 }
 
-/// A replay page's query: each event's wire envelope
-/// (`{"id","seq","timestamp",...payload}`), built by `SQLite`, as
-/// `weft.server.history` builds it (JSON whitespace before the payload's
-/// first brace stripped, as the live fan-out strips it).
-const PAGE: &str = "SELECT seq, '{\"id\":\"' || id || '\",\"seq\":' || seq || ',\"timestamp\":\"' \
-    || timestamp || '\",' || substr(ltrim(payload, char(32, 9, 10, 13)), 2) \
-    FROM events WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3";
-
-/// The envelope column of a `PAGE` row (text: the payload column is never NULL).
+/// The envelope column of a page query's row (text: the payload column is never NULL).
 fn envelope<'r>(row: &'r rusqlite::Row<'_>) -> rusqlite::Result<&'r [u8]> {
     match row.get_ref(1)? {
         rusqlite::types::ValueRef::Text(text) => Ok(text),
@@ -234,16 +226,21 @@ fn envelope<'r>(row: &'r rusqlite::Row<'_>) -> rusqlite::Result<&'r [u8]> {
 /// event loop that is sending the previous page. Like `JournalAppender`, it
 /// must go through the `SQLite` library Python's `sqlite3` loads (checked by
 /// `weft.server.history` with `soft_heap_limit` before using it).
+///
+/// The query is `weft.server.history`'s (one text for both readers): it
+/// takes `(after, upto, limit)` and gives `(seq, envelope)` rows, oldest first.
 #[pyclass(module = "weft._core", frozen)]
 pub struct JournalPages {
     conn: Shared,
+    query: String,
 }
 
 #[pymethods]
 impl JournalPages {
-    /// Opens the journal at `path` read-only (it must exist).
+    /// Opens the journal at `path` read-only (it must exist); pages are read
+    /// with `query`.
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    fn new(py: Python<'_>, path: PathBuf, query: String) -> PyResult<Self> {
         let conn = py
             .detach(|| -> rusqlite::Result<Connection> {
                 let conn = Connection::open_with_flags(
@@ -256,6 +253,7 @@ impl JournalPages {
             .map_err(|e| sqlite_error(py, &e))?;
         Ok(Self {
             conn: Shared(Mutex::new(Some(conn))),
+            query,
         })
     }
 
@@ -274,7 +272,7 @@ impl JournalPages {
         let (joined, count, last) = py
             .detach(|| -> Result<(Vec<u8>, usize, i64), Failure> {
                 let guard = self.conn.detached()?;
-                let mut stmt = guard.prepare_cached(PAGE)?;
+                let mut stmt = guard.prepare_cached(&self.query)?;
                 let mut rows = stmt.query(params![after, upto, limit])?;
                 let (mut joined, mut count, mut last, mut size) = (Vec::new(), 0, after, 0);
                 while let Some(row) = rows.next()? {
@@ -308,7 +306,7 @@ impl JournalPages {
         let rows = py
             .detach(|| -> Result<Vec<(i64, Vec<u8>)>, Failure> {
                 let guard = self.conn.detached()?;
-                let mut stmt = guard.prepare_cached(PAGE)?;
+                let mut stmt = guard.prepare_cached(&self.query)?;
                 let rows = stmt
                     .query_map(params![after, upto, limit], |row| {
                         Ok((row.get(0)?, envelope(row)?.to_vec()))
