@@ -54,6 +54,27 @@ async def line_with(process: asyncio.subprocess.Process, text: str, lines: list[
                 return line
 
 
+async def lines_with(
+    process: asyncio.subprocess.Process, texts: list[str], lines: list[str]
+) -> dict[str, str]:
+    """Waits for a line with each of ``texts``, in any order, and returns them
+    by text. Attach prints a command's acknowledgement when the server's reply
+    comes, and the events the command caused as they come: the server may
+    send those before its reply."""
+    found: dict[str, str] = {}
+    assert process.stdout is not None
+    async with asyncio.timeout(30):
+        while len(found) < len(texts):
+            raw = await process.stdout.readline()
+            if not raw:
+                missing = [t for t in texts if t not in found]
+                raise AssertionError(f"attach ended before {missing!r}: {lines}")
+            line = raw.decode()
+            lines.append(line)
+            found.update((t, line) for t in texts if t in line and t not in found)
+    return found
+
+
 async def shut_down(
     master: int,
     attach: asyncio.subprocess.Process,
@@ -376,8 +397,11 @@ async def test_an_urgent_message_typed_in_attach_interrupts_the_agent_which_resu
         os.write(master, b"u")
         await line_with(attach, "type the urgent message", seen)
         os.write(master, b"Say hi now.\r")
-        await line_with(attach, "urgent message (the agent is interrupted)", seen)
-        await line_with(attach, "urgent message sent: Say hi now.", seen)
+        await lines_with(
+            attach,
+            ["urgent message (the agent is interrupted)", "urgent message sent: Say hi now."],
+            seen,
+        )
         resumed = await line_with(attach, "session 2 resumes", seen)
         answer = await line_with(attach, "You asked:", seen)
         await line_with(attach, "slow: completed", seen)
@@ -425,14 +449,13 @@ async def test_attach_redoes_a_codon_and_force_stops_a_running_one_in_a_manual_r
         os.write(master, b"d")
         await line_with(attach, "redo the last codon from the checkpoint it started from", seen)
         os.write(master, b"y")
-        await line_with(attach, "redo requested", seen)
-        await line_with(attach, "b: completed", seen)  # b ran again
+        await lines_with(attach, ["redo requested", "b: completed"], seen)  # b ran again
         await line_with(attach, "waiting for next (n): c", seen)
         os.write(master, b"n")
         await line_with(attach, "c: running", seen)
         os.write(master, b"f")  # no confirmation: it stops one codon, not the run
-        await line_with(attach, "force stop requested", seen)
-        failed = await line_with(attach, "c: FAILED", seen)
+        stopped = await lines_with(attach, ["force stop requested", "c: FAILED"], seen)
+        failed = stopped["c: FAILED"]
         await line_with(attach, "send codon.redo, rollback.* or server.shutdown", seen)
         err, run_err = await shut_down(master, attach, run, seen)
     finally:
