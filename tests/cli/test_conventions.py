@@ -102,7 +102,7 @@ def test_the_lock_message_promises_no_wait(tmp_path: Path) -> None:
     assert "taken over at once" in message
 
 
-@pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])
+@pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh", "fish"])
 def test_completion_scripts_know_every_command(shell: str) -> None:
     from weft.cli import COMMANDS
     from weft.cli.completion import script

@@ -107,6 +107,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "bash",
         ),
         ('weft completion zsh > "${fpath[1]}/_weft"', "zsh (then restart the shell)"),
+        ("weft completion fish > ~/.config/fish/completions/weft.fish", "fish"),
     ),
     "clean": (
         ("weft clean --dry-run", "what would be removed"),
