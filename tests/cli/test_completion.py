@@ -39,40 +39,31 @@ def fish_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def shell(argv: list[str], cwd: Path | None = None) -> str:
+    """Runs a shell command line; its standard output (it must exit 0, silently)."""
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr  # the script loads without a complaint
+    return done.stdout
+
+
 def fish_complete(fish: str, script_path: Path, line: str, cwd: Path | None = None) -> list[str]:
     """What fish offers for ``line`` (the candidates, without descriptions)."""
-    done = subprocess.run(
-        [fish, "--no-config", "-c", f"source {script_path}; complete -C {_quote(line)}"],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == "", done.stderr  # the script parses without a complaint
-    return [row.split("\t")[0] for row in done.stdout.splitlines()]
+    program = f"source {script_path}; complete -C {_quote(line)}"
+    out = shell([fish, "--no-config", "-c", program], cwd)
+    return [row.split("\t")[0] for row in out.splitlines()]
 
 
 def bash_complete(words: list[str], cwd: Path | None = None) -> list[str]:
     """What the bash script offers when the cursor is at the end of ``words``."""
-    text = script("bash")
     quoted = " ".join(f"'{w}'" for w in words)
     program = (
-        f"{text}\nCOMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; "
+        f"{script('bash')}\nCOMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; "
         f'COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}; _shtab_weft; '
         'printf "%s\\n" "${COMPREPLY[@]}"'
     )
-    done = subprocess.run(
-        ["bash", "--norc", "--noprofile", "-c", program],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return [line for line in done.stdout.splitlines() if line]
+    out = shell(["bash", "--norc", "--noprofile", "-c", program], cwd)
+    return [line for line in out.splitlines() if line]
 
 
 def test_bash_completes_commands_subcommands_and_choices() -> None:
@@ -90,12 +81,7 @@ def test_bash_completes_a_batch_file_argument_as_a_file(tmp_path: Path) -> None:
 def test_fish_completes_every_command_and_their_descriptions(fish: str, fish_script: Path) -> None:
     assert set(fish_complete(fish, fish_script, "weft ")) == set(COMMANDS)
     assert fish_complete(fish, fish_script, "weft ru") == ["run"]
-    described = subprocess.run(
-        [fish, "--no-config", "-c", f"source {fish_script}; complete -C 'weft ru'"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    described = shell([fish, "--no-config", "-c", f"source {fish_script}; complete -C 'weft ru'"])
     assert described.startswith("run\trun a hank")
 
 
