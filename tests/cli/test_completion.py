@@ -126,6 +126,17 @@ def test_fish_completes_choices_files_and_folders_where_each_belongs(
     # Ids and text complete nothing rather than file names.
     assert fish_complete(fish, fish_script, "weft rollback --codon ", cwd=tmp_path) == []
     assert fish_complete(fish, fish_script, "weft logs --run ", cwd=tmp_path) == []
+    # weft show CODON [EXECUTION]: nothing for the codon, then files and folders.
+    assert fish_complete(fish, fish_script, "weft show ", cwd=tmp_path) == []
+    assert set(fish_complete(fish, fish_script, "weft show build ", cwd=tmp_path)) == {
+        "hank.json",
+        "hold/",
+    }
+    assert fish_complete(fish, fish_script, "weft show build x ", cwd=tmp_path) == []
+    assert fish_complete(fish, fish_script, "weft batch retry -- f.toml ", cwd=tmp_path) == []
+    # A command's subcommands come only as its first word.
+    assert "resume" in fish_complete(fish, fish_script, "weft batch ", cwd=tmp_path)
+    assert "resume" not in fish_complete(fish, fish_script, "weft batch x ", cwd=tmp_path)
 
 
 @settings(max_examples=25, deadline=None)
