@@ -76,11 +76,11 @@ def _lines(path: str, parser: argparse.ArgumentParser) -> Iterator[str]:
     when = f"-n {_quote(f'__weft_at {_quote(path)}')}"
     sub = subparsers(parser)
     if sub is not None:
-        first = f"-n {_quote(f'__weft_at {_quote(path)} 0 0')}"  # the command's first word
+        leading = f"-n {_quote(f'__weft_at {_quote(path)} 0 0')}"  # the command's first word
         helps = {a.dest: a.help or "" for a in sub._choices_actions}
         for name in sub.choices:
             described = " ".join(helps.get(name, "").split())
-            yield f"complete -c weft {first} -f -a {_quote(name)} -d {_quote(described)}"
+            yield f"complete -c weft {leading} -f -a {_quote(name)} -d {_quote(described)}"
     positionals = [
         a
         for a in parser._actions
