@@ -163,6 +163,40 @@ async def test_sentinels_run_in_weft_run_and_their_state_and_cost_are_recorded(
     assert (execution / "agentRoot/out/last.json").read_text().startswith('"')
 
 
+async def test_the_last_codons_second_drain_ends_before_the_run_and_the_budget_counts_it(
+    tmp_path: Path,
+) -> None:
+    """The second drain runs in the background between codons; the run's end
+    waits for it, so its outputs come before RunCompleted and the run's
+    ``budget.summary`` counts every sentinel's spend."""
+    closing = sentinel(
+        "closing",
+        trigger={"type": "event", "on": ["codon.completed"]},
+        userPromptText="@@sentinel:sleep ms=150@@ closing <%= it.codon.id %>",
+    )
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", "First.", sentinels=[closing]),
+        codon("b", "Second.", sentinels=[closing]),
+    )
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.status == "completed", outcome.message
+
+    types = seen.types()
+    ended = seen.position("RunCompleted")
+    outputs = [i for i, k in enumerate(types) if k == "sentinel.output"]
+    # One per codon, on its own codon.completed: b's sentinel was loaded
+    # before a's codon.completed was committed, and is not fed it.
+    assert [seen.items[i][2]["codonId"] for i in outputs] == ["a", "b"]
+    assert max(outputs) < ended
+    assert max(seen.positions("sentinel.unloaded")) < ended
+    summary = seen.of("budget.summary")[-1]
+    agents = math.fsum(c["cost"] for c in seen.of("codon.completed"))
+    sentinels = math.fsum(o["cost"] for o in seen.of("sentinel.output"))
+    assert sentinels > 0
+    assert summary["actualDollars"] == pytest.approx(agents + sentinels, abs=1e-9)
+
+
 async def test_file_updated_events_come_from_the_agents_writes_deduplicated(
     tmp_path: Path,
 ) -> None:

@@ -63,9 +63,12 @@ class SentinelHost(Protocol):
     ``codon.completed``.
     """
 
-    async def load(self, planned: PlannedCodon, run_id: str) -> str | None:
-        """Loads the codon's sentinels; the reason the codon fails when a
-        sentinel marked ``failCodonIfNotLoaded`` could not load."""
+    async def load(self, planned: PlannedCodon, run_id: str, *, since: int = 0) -> str | None:
+        """Loads the codon's sentinels, to be fed the events from seq ``since``
+        on (the codon's move to ``starting``: what earlier codons and this
+        one's rig submitted is not theirs, even when committed later); the
+        reason the codon fails when a sentinel marked ``failCodonIfNotLoaded``
+        could not load."""
         ...
 
     async def drain(
@@ -84,6 +87,10 @@ class SentinelHost(Protocol):
         """Drains again and unloads the codon's sentinels (after ``codon.completed``)."""
         ...
 
+    async def settle(self) -> None:
+        """Waits until what ``finish`` started is done (before a run ends)."""
+        ...
+
 
 class NoSentinels:
     """No sentinel runs; a codon that declares some is told so once."""
@@ -91,7 +98,7 @@ class NoSentinels:
     def __init__(self, emit: Callable[[StreamData, str, str], None]) -> None:
         self._emit = emit
 
-    async def load(self, planned: PlannedCodon, run_id: str) -> str | None:
+    async def load(self, planned: PlannedCodon, run_id: str, *, since: int = 0) -> str | None:
         """Says that the codon's sentinels are not run."""
         if planned.codon.sentinels:
             count = len(planned.codon.sentinels)
@@ -117,6 +124,9 @@ class NoSentinels:
 
     async def finish(self, planned: PlannedCodon, run_id: str, *, shutdown: bool = False) -> None:
         """Nothing to unload."""
+
+    async def settle(self) -> None:
+        """Nothing runs after a codon."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +277,9 @@ class Attempt:
         the codon's ``previousSessionId``; None for a fresh session."""
         self.urgent = False
         """An urgent message stopped the current session: resume it with the message."""
+        self.starting_seq = 0
+        """The sequence number of the move to ``starting``: the codon's
+        sentinels are fed the events from it on."""
         self.woken = asyncio.Event()
         """Set by an interrupt: ends a cool-down between sessions at once."""
         self.extensions = 0
@@ -288,9 +301,10 @@ class Attempt:
 
 def move(
     manager: StateManager, a: Attempt, to: CodonStatus, meta: TransitionMetadata | None = None
-) -> None:
-    """Moves the attempt's codon to ``to`` (fire-and-forget: the manager keeps the order)."""
-    manager.transition(
+) -> int:
+    """Moves the attempt's codon to ``to`` (fire-and-forget: the manager keeps
+    the order); the move's sequence number."""
+    seq = manager.transition(
         CodonTransitioned(
             run_id=a.request.run_id,
             codon_id=a.request.planned.codon_id,
@@ -301,6 +315,7 @@ def move(
         )
     )
     a.status = to
+    return seq
 
 
 def builtins_of(value: Any) -> dict[str, Any]:

@@ -268,7 +268,14 @@ class RunLoop(RuntimeState):
     async def _end_run(self, manager: StateManager, cursor: Cursor, *, failed: bool) -> None:
         if not cursor.open:
             return
+        if self._runner is not None:
+            # The last codon's second sentinel drain ends before its run does,
+            # as in the reference (it runs in the background between codons).
+            await self._runner.sentinels.settle()
         if self._budget is not None:
+            # Everything the sentinels spent reached the ledger (it counts
+            # committed sentinel.output events): the summary is the whole spend.
+            await manager.flush()
             # Before the run-terminal transition, as the reference does.
             self._emit(self._budget.summary(), cursor.run_id)
         cursor.open = False

@@ -201,11 +201,11 @@ class CodonRunner:
         """Queues a stream event in the one order of the execution."""
         self.manager.emit(event, run_id=run_id, codon_id=codon_id)
 
-    def _move(self, a: Attempt, to: CodonStatus, meta: TransitionMetadata | None = None) -> None:
+    def _move(self, a: Attempt, to: CodonStatus, meta: TransitionMetadata | None = None) -> int:
         if to in ("completed", "failed", "skipped"):
             # The core takes no sentinel state once the codon is terminal.
             self.sentinels.seal(a.request.planned, a.request.run_id)
-        move(self.manager, a, to, meta)
+        return move(self.manager, a, to, meta)
 
     @property
     def current_codon(self) -> str | None:
@@ -359,14 +359,15 @@ class CodonRunner:
                 )
         if a.interrupt is not None:
             return await self._interrupted(a)
-        self._move(a, "starting", TransitionMetadata(checkpoint_sha=rig_sha) if rig_sha else None)
+        meta = TransitionMetadata(checkpoint_sha=rig_sha) if rig_sha else None
+        a.starting_seq = self._move(a, "starting", meta)
         return None
 
     async def _starting(self, a: Attempt) -> CodonResult | None:
         """``starting``: the sentinels and the prompt."""
         req, planned = a.request, a.request.planned
         codon = planned.codon
-        refused = await self.sentinels.load(planned, req.run_id)
+        refused = await self.sentinels.load(planned, req.run_id, since=a.starting_seq)
         if refused is not None:
             return await self._fail(a, "sentinel_load_failure", False, refused)
         try:

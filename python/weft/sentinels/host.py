@@ -25,7 +25,9 @@
   ``SentinelStatesUpdated`` while the core still takes one (it refuses
   updates to a terminal codon's sentinels, and a refusal stops the run);
 * **finish** (after ``codon.completed``): the second drain, then unload with
-  ``codon-complete`` (``shutdown`` when Weft is stopping).
+  ``codon-complete`` (``shutdown`` when Weft is stopping), in the background:
+  the next codon starts at once; **settle** waits for it (before a run
+  ends).
 
 ``SentinelStatesUpdated`` is submitted whenever a sentinel's state changes
 (calls, failures, cost, unload), so the codon record's ``sentinels`` stays
@@ -134,9 +136,12 @@ class RuntimeSentinels:
 
     # ------------------------------------------------------------------ the seam
 
-    async def load(self, planned: PlannedCodon, run_id: str) -> str | None:
-        """Loads the codon's sentinels; the reason to fail the codon when a
-        ``failCodonIfNotLoaded`` sentinel could not load (else ``None``)."""
+    async def load(self, planned: PlannedCodon, run_id: str, *, since: int = 0) -> str | None:
+        """Loads the codon's sentinels, fed the committed events from seq
+        ``since`` on (the codon's move to ``starting``): the tail of the codon
+        before, committed after this load, is not theirs. The reason to fail
+        the codon when a ``failCodonIfNotLoaded`` sentinel could not load
+        (else ``None``)."""
         if self._live is not None:  # an attempt left without finishing (an exception)
             await self._end(self._live, "shutdown")
         codon = planned.codon
@@ -154,6 +159,7 @@ class RuntimeSentinels:
             model_override=self._override,
             persist_history=self._persist,
             cache=self._cache,
+            after_seq=since - 1,
         )
         live = _Live(planned, run_id, manager, [])
         self._live = live
@@ -255,12 +261,17 @@ class RuntimeSentinels:
         self._ending.add(task)
         task.add_done_callback(self._ending.discard)
 
+    async def settle(self) -> None:
+        """Waits until the finished codons' sentinels did their last work (the
+        second drain and the unload): their events are then all submitted."""
+        while self._ending:
+            await asyncio.gather(*tuple(self._ending), return_exceptions=True)
+
     async def aclose(self) -> None:
         """Waits for every codon's last drain and unload, then stops listening
         and closes the model clients. Call before the StateManager closes."""
         try:
-            while self._ending:
-                await asyncio.gather(*tuple(self._ending), return_exceptions=True)
+            await self.settle()
             if self._live is not None:  # the run ended inside a codon (an exception)
                 # The journal may be what failed: the unload is then not
                 # recorded, and the run's own error is the one to report.
