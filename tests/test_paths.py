@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weft.errors import UnsafePathError
-from weft.paths import component, contains, inside
+from weft.paths import component, contains, folder_below, inside
 
 
 def test_inside_returns_the_path_and_refuses_escapes_and_links_out(tmp_path: Path) -> None:
@@ -89,3 +91,58 @@ def test_a_root_through_a_missing_folder_and_dotdot_gets_the_full_check(tmp_path
     root = tmp_path / "r" / "missing" / ".."
     with pytest.raises(UnsafePathError):
         inside(root, "out/x", what="a path")
+
+
+def _write_below(root: Path, path: str) -> None:
+    with folder_below(root, path, what="an output") as (folder, name):
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        os.write(fd, b"x")
+        os.close(fd)
+
+
+def test_folder_below_makes_missing_folders_and_opens_the_file_s_folder(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    _write_below(root, "a/b/c.txt")
+    _write_below(root, "a/./b/../b/d.txt")
+    assert (root / "a/b/c.txt").read_bytes() == b"x"
+    assert (root / "a/b/d.txt").read_bytes() == b"x"
+
+
+def test_folder_below_never_goes_through_a_link_made_after_a_check(tmp_path: Path) -> None:
+    """The path was fine when checked; then a folder on the way became a link
+    out (or a file): nothing is written outside, and the error says why."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "reports").mkdir(parents=True)
+    outside.mkdir()
+    inside(root, "reports/log.md", what="a log")  # the check at load: passes
+    (root / "reports").rmdir()
+    (root / "reports").symlink_to(outside)
+    with pytest.raises(UnsafePathError) as caught:
+        _write_below(root, "reports/log.md")
+    assert "reports" in str(caught.value)
+    assert "link" in str(caught.value)
+    (root / "deep").mkdir()
+    (root / "deep/er").symlink_to(outside)
+    with pytest.raises(UnsafePathError):
+        _write_below(root, "deep/er/x/log.md")
+    (root / "file").write_text("")
+    with pytest.raises(UnsafePathError):
+        _write_below(root, "file/log.md")
+    for escape in ("../x.md", "a/../../x.md", "/etc/x.md", "."):
+        with pytest.raises(UnsafePathError):
+            _write_below(root, escape)
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "x.md").exists()
+
+
+def test_folder_below_leaves_a_link_as_the_file_name_to_the_caller(tmp_path: Path) -> None:
+    """The last name is the caller's to open with O_NOFOLLOW: a link there is
+    refused by the open (ELOOP), so nothing is written through it."""
+    root, outside = tmp_path / "root", tmp_path / "outside.md"
+    root.mkdir()
+    outside.write_text("")
+    (root / "log.md").symlink_to(outside)
+    with pytest.raises(OSError, match="Too many levels of symbolic links") as caught:
+        _write_below(root, "log.md")
+    assert caught.value.errno == errno.ELOOP
+    assert outside.read_text() == ""

@@ -7,18 +7,26 @@ agent. :func:`inside` is the second line of defence, applied where such a path
 is built: it resolves ``..`` and symbolic links and refuses a path that would
 leave its root, with :class:`~weft.errors.UnsafePathError` (a one-line
 message saying what, where and how to fix it) before anything is written.
+
+A path checked once can still be changed before it is written to (an agent
+replaces a folder by a link to somewhere else): :func:`folder_below` opens a
+file's folder one name at a time without following any link, for writes
+that happen long after the check (sentinel outputs, written at every call).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from weft.errors import UnsafePathError
 from weft.terminal import printable
 
-__all__ = ["component", "contains", "inside"]
+__all__ = ["component", "contains", "folder_below", "inside"]
 
 
 def _real(path: str | os.PathLike[str]) -> str:
@@ -104,3 +112,66 @@ def inside(root: str | os.PathLike[str], path: str | os.PathLike[str], *, what: 
             root=os.fspath(root),
         )
     return candidate
+
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@contextlib.contextmanager
+def folder_below(
+    root: str | os.PathLike[str], path: str | os.PathLike[str], *, what: str
+) -> Iterator[tuple[int, str]]:
+    """The folder of ``path`` (``root`` joined with it), opened below ``root``
+    one name at a time, never through a symbolic link, and created where
+    missing: yields ``(folder descriptor, file name)`` for ``os.open(...,
+    dir_fd=...)`` with ``O_NOFOLLOW``.
+
+    ``root`` itself is trusted (the execution made it; made here if missing). Raises
+    :class:`~weft.errors.UnsafePathError` when ``path`` leaves ``root`` by
+    name or a folder on the way is a link (or not a folder).
+    """
+    rel = os.path.relpath(os.path.normpath(os.path.join(root, path)), root)
+    names = rel.split(os.sep)
+    if rel in (".", "") or names[0] == ".." or os.path.isabs(rel):
+        raise UnsafePathError(
+            f"{printable(what)} ({printable(os.fspath(path))}) would be outside "
+            f"{printable(os.fspath(root))}",
+            path=os.fspath(path),
+            root=os.fspath(root),
+        )
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names[:-1]:
+            try:
+                step = _open_folder(name, fd, root, path, what)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below
+                    os.mkdir(name, dir_fd=fd)
+                step = _open_folder(name, fd, root, path, what)
+            os.close(fd)
+            fd = step
+        yield fd, names[-1]
+    finally:
+        os.close(fd)
+
+
+def _open_folder(
+    name: str,  # one name of the path, opened below the folder ``fd``
+    fd: int,
+    root: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    what: str,
+) -> int:
+    try:
+        return os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise UnsafePathError(
+            f"{printable(what)} ({printable(os.fspath(path))}) goes through {printable(name)}, "
+            f"which is a link or not a folder: nothing is written outside "
+            f"{printable(os.fspath(root))} (remove the link)",
+            path=os.fspath(path),
+            root=os.fspath(root),
+        ) from None

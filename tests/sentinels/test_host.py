@@ -197,6 +197,62 @@ async def test_the_last_codons_second_drain_ends_before_the_run_and_the_budget_c
     assert summary["actualDollars"] == pytest.approx(agents + sentinels, abs=1e-9)
 
 
+async def test_a_finished_codons_second_drain_does_not_write_the_next_codons_record(
+    tmp_path: Path,
+) -> None:
+    """a's sentinel answers codon.completed slowly, in the background while b
+    runs: its states stay a's (sealed), and b's record holds b's sentinel."""
+    closing = sentinel(
+        "closing",
+        trigger={"type": "event", "on": ["codon.completed"]},
+        userPromptText="@@sentinel:sleep ms=400@@ closing <%= it.codon.id %>",
+    )
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", "First.", sentinels=[closing]),
+        codon(
+            "b", write_file("b.md", "b") + "@@fake:sleep ms=900@@\n", sentinels=[sentinel("watch")]
+        ),
+    )
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.status == "completed", outcome.message
+    for update in seen.of("SentinelStatesUpdated"):
+        ids = {s["id"] for s in update["sentinelStates"]}
+        assert ids == ({"closing"} if update["codonId"] == "a" else {"watch"}), update
+    records = codon_records(read_state(tmp_path / "x"))
+    assert [s["id"] for s in records["b"]["sentinels"]["executed"]] == ["watch"]
+    assert records["b"]["sentinels"]["executed"][0]["llmCallCount"] == 1
+
+
+async def test_a_link_the_agent_makes_never_carries_a_sentinel_output_outside(
+    tmp_path: Path,
+) -> None:
+    """The output paths pass their check at load; then the agent replaces the
+    folder by a link out of the execution: the write is refused (a
+    file-write-failed sentinel.error) and nothing lands outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    watch = sentinel(
+        "watch",
+        trigger={"type": "event", "on": ["codon.completed"]},
+        userPromptText="@@sentinel:say leaked@@",
+        settings={
+            "outputPaths": {"logFile": "reports/log.md", "lastValueFile": "reports/last.json"}
+        },
+    )
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("a", f"@@fake:bash ln -s {outside} reports@@\n", sentinels=[watch]),
+        codon("b", "Second.", sentinels=[watch]),
+    )
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.status == "completed", outcome.message
+    assert list(outside.iterdir()) == []
+    errors = [(e["sentinelId"], e["errorType"]) for e in seen.of("sentinel.error")]
+    assert ("watch", "file-write-failed") in errors
+    assert seen.of("sentinel.output") == []
+
+
 async def test_file_updated_events_come_from_the_agents_writes_deduplicated(
     tmp_path: Path,
 ) -> None:

@@ -16,6 +16,7 @@ import msgspec
 import orjson
 import pytest
 
+from weft.clock import iso_from_ms
 from weft.config import load_hank
 from weft.config.schema import SentinelConfig, SentinelSettings
 from weft.events.transitions import SentinelState
@@ -497,3 +498,21 @@ async def test_without_persistence_a_conversation_stays_in_memory(
     await h.manager.unload("codon-complete")
     assert h.of(SentinelOutput)
     assert not (h.state_dir / "sentinels/history").exists()
+
+
+async def test_world_current_time_is_when_the_trigger_fired_not_when_it_is_processed(
+    tmp_path: Path,
+) -> None:
+    """Three triggers fire 1 ms apart; the model takes a while for each, so the
+    last waits in the queue while the clock moves on: each prompt still names
+    the moment its trigger fired (the reference's queuedAt)."""
+    h = Harness(tmp_path)
+    slow = "@@sentinel:sleep ms=30@@@@sentinel:say <%= it.world.currentTime %>@@"
+    assert h.manager.load([_attached(tmp_path, userPromptText=slow)]) == []
+    for kind, data, seq, at in _tools(3):
+        h.now = at
+        h.manager.feed(kind, data, seq)
+    h.now += 60_000  # the calls are processed a minute later
+    await h.manager.drain()
+    said = [o.content for o in h.of(SentinelOutput)]
+    assert said == [iso_from_ms(at) for _, _, _, at in _tools(3)]

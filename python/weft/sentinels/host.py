@@ -148,6 +148,14 @@ class RuntimeSentinels:
         if not codon.sentinels:
             return None
         emit = functools.partial(self._emit, run_id, planned.codon_id)
+        live: _Live | None = None
+
+        def on_states(states: list[SentinelState], total_cost: float) -> None:
+            # Bound to this codon: its manager still runs (the second drain)
+            # after the next codon's sentinels are live.
+            if live is not None:
+                self._on_states(live, states, total_cost)
+
         manager = SentinelManager(
             CodonInfo(planned.codon_id, codon.name, codon.description, utc_now_iso()),
             registry=self._registry,
@@ -155,7 +163,7 @@ class RuntimeSentinels:
             workspace=self._workspace,
             state_dir=self._weft_dir,
             clock=self._clock,
-            on_states=self._on_states,
+            on_states=on_states,
             model_override=self._override,
             persist_history=self._persist,
             cache=self._cache,
@@ -319,10 +327,9 @@ class RuntimeSentinels:
     def _emit(self, run_id: str, codon_id: str, event: SentinelData | InfoEvent) -> None:
         self._state.emit(event, run_id=run_id, codon_id=codon_id)
 
-    def _on_states(self, states: list[SentinelState], total_cost: float) -> None:
-        live = self._live
-        if live is None or live.sealed:
-            return
+    def _on_states(self, live: _Live, states: list[SentinelState], total_cost: float) -> None:
+        if live.sealed:
+            return  # the codon's record is terminal: the core takes no more states
         # Coalesced: the newest states go out once per loop turn, however
         # many calls, failures and unloads changed them in that turn; during
         # the drain, once at its end.

@@ -553,7 +553,9 @@ class SentinelManager:
         return {
             "events": events,
             "codon": codon,
-            "world": {"currentTime": iso_from_ms(self._clock())},
+            # When the trigger fired (the reference's queuedAt), not when it is
+            # processed: a trigger that waited in the queue describes its moment.
+            "world": {"currentTime": iso_from_ms(trigger.at)},
         }
 
     async def _process(self, sentinel: _Sentinel, trigger: Trigger) -> None:

@@ -12,12 +12,16 @@
   (:func:`weft.paths.inside`);
 * :class:`OutputWriter`: appends to the log (text joined by ``joinString``
   in ``.md``, or one JSON object a line in ``.jsonl``) and replaces the last
-  value file atomically. Blocking: the manager calls it off the event loop.
+  value file atomically. Each write opens its folders below their root
+  without following a link (:func:`weft.paths.folder_below`): the paths were
+  checked at load, and the agent may have put a link in the way since.
+  Blocking: the manager calls it off the event loop.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +30,7 @@ import orjson
 
 from weft.config.schema import SentinelConfig, SentinelSettings
 from weft.errors import WeftError
-from weft.paths import component, inside
+from weft.paths import component, folder_below, inside
 
 __all__ = [
     "DEFAULT_JOIN",
@@ -120,12 +124,17 @@ class OutputTarget:
     log_file: Path
     log_format: Literal["md", "jsonl"]
     last_value_file: Path | None
+    log_root: Path
+    """The folder the log must stay in (the workspace or the managed folder)."""
+    last_root: Path | None = None
+    """The folder the last value file must stay in."""
 
 
-def _place(value: str, workspace: Path, managed: Path, what: str) -> Path:
+def _place(value: str, workspace: Path, managed: Path, what: str) -> tuple[Path, Path]:
+    """The path of an output file, and the folder it must stay in."""
     if "/" in value:
-        return inside(workspace, value, what=what)
-    return inside(managed, component(value, what=what), what=what)
+        return inside(workspace, value, what=what), workspace
+    return inside(managed, component(value, what=what), what=what), managed
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +149,9 @@ class OutputPlan:
     """The configured log (``None``: an automatic one per codon)."""
     jsonl: bool
     last_value_file: Path | None
+    log_root: Path
+    """The folder the log stays in (the automatic one's: the managed folder)."""
+    last_root: Path | None
 
     def target(self, codon_id: str, stamp: str) -> OutputTarget:
         """The files of codon ``codon_id``. The automatic log's name is made of
@@ -153,7 +165,13 @@ class OutputPlan:
                 self.sentinel_dir
                 / f"{self.sentinel_id}-{codon}-{stamp}.{'jsonl' if self.jsonl else 'md'}"
             )
-        return OutputTarget(log, "jsonl" if self.jsonl else "md", self.last_value_file)
+        return OutputTarget(
+            log,
+            "jsonl" if self.jsonl else "md",
+            self.last_value_file,
+            self.log_root,
+            self.last_root,
+        )
 
 
 def plan_outputs(
@@ -176,17 +194,18 @@ def plan_outputs(
     sentinel_dir = managed_dir / component(config.id, what="sentinel id")
     jsonl = structured or fmt in ("jsonl", "json")
     log_path: Path | None = None
+    log_root = managed_dir
     if log is not None:
-        log_path = _place(log, workspace, sentinel_dir, f"the log file of sentinel {config.id}")
+        what = f"the log file of sentinel {config.id}"
+        log_path, log_root = _place(log, workspace, sentinel_dir, what)
         jsonl = structured or fmt in ("jsonl", "json") or log_path.suffix in (".jsonl", ".ndjson")
     else:
         inside(managed_dir, sentinel_dir, what=f"the log folder of sentinel {config.id}")
-    last_path = (
-        _place(last, workspace, sentinel_dir, f"the lastValueFile of sentinel {config.id}")
-        if last
-        else None
-    )
-    return OutputPlan(config.id, sentinel_dir, log_path, jsonl, last_path)
+    last_path = last_root = None
+    if last:
+        what = f"the lastValueFile of sentinel {config.id}"
+        last_path, last_root = _place(last, workspace, sentinel_dir, what)
+    return OutputPlan(config.id, sentinel_dir, log_path, jsonl, last_path, log_root, last_root)
 
 
 def resolve_outputs(
@@ -208,36 +227,65 @@ def resolve_outputs(
     return plan.target(codon_id, stamp)
 
 
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOG_LOCK = threading.Lock()
+"""Text logs: whether a log is empty (no ``joinString`` before the first text)
+and the append are one step, though sentinels and codons share a log and
+write it from worker threads."""
+
+
 class OutputWriter:
     """Appends a sentinel's outputs to its files (blocking I/O)."""
 
     def __init__(self, target: OutputTarget, join: str = DEFAULT_JOIN) -> None:
         self.target = target
         self.join = join
-        self._written = target.log_file.exists() and target.log_file.stat().st_size > 0
 
     def append(self, content: Any, record: dict[str, Any]) -> None:
         """Writes one output: ``content`` (text or value) and, for JSON logs,
-        the ``record`` around it (trigger number, time, cost ...)."""
+        the ``record`` around it (trigger number, time, cost ...). Raises
+        :class:`~weft.errors.UnsafePathError` when a folder on the way became
+        a link, ``OSError`` when the file cannot be written."""
         target = self.target
-        target.log_file.parent.mkdir(parents=True, exist_ok=True)
-        if target.log_format == "jsonl":
-            line = orjson.dumps({**record, "content": content}) + b"\n"
-        else:
-            text = content if isinstance(content, str) else orjson.dumps(content).decode()
-            line = ((self.join if self._written else "") + text).encode()
-        with open(target.log_file, "ab") as f:
-            f.write(line)
-        self._written = True
-        if target.last_value_file is not None:
-            _replace(target.last_value_file, orjson.dumps(content, option=orjson.OPT_INDENT_2))
+        what = f"the log file {target.log_file.name}"
+        with folder_below(target.log_root, target.log_file, what=what) as (folder, name):
+            if target.log_format == "jsonl":
+                _append(folder, name, orjson.dumps({**record, "content": content}) + b"\n")
+            else:
+                text = content if isinstance(content, str) else orjson.dumps(content).decode()
+                with _LOG_LOCK:
+                    fd = os.open(name, _APPEND, 0o644, dir_fd=folder)
+                    # Joined to what is there, whoever wrote it (an earlier
+                    # codon's sentinel may share the log and write it later).
+                    joined = self.join if os.fstat(fd).st_size > 0 else ""
+                    _write_all(fd, (joined + text).encode())
+        if target.last_value_file is not None and target.last_root is not None:
+            _replace(
+                target.last_root,
+                target.last_value_file,
+                orjson.dumps(content, option=orjson.OPT_INDENT_2),
+            )
 
 
-def _replace(path: Path, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> None:
+    """Writes ``data`` to ``fd`` and closes it."""
+    try:
+        with open(fd, "wb", closefd=False) as f:
+            f.write(data)
+    finally:
+        os.close(fd)
+
+
+def _append(folder: int, name: str, data: bytes) -> None:
+    _write_all(os.open(name, _APPEND, 0o644, dir_fd=folder), data)
+
+
+def _replace(root: Path, path: Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` at once: a temp file renamed over it, so a
-    reader sees the old value or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    reader sees the old value or the new one, never half of one. A link at
+    ``path`` is replaced, not followed."""
+    with folder_below(root, path, what=f"the lastValueFile {path.name}") as (folder, name):
+        tmp = f".{name}.tmp"
+        _write_all(os.open(tmp, _CREATE, 0o644, dir_fd=folder), data)
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
