@@ -167,6 +167,16 @@ class CodonProgress:
         """:attr:`spent_nanos` in dollars."""
         return self.spent_nanos / NANO
 
+    @property
+    def attempt_cost_nanos(self) -> int:
+        """What the latest attempt spent, in nano-dollars (its ``codon.completed`` cost)."""
+        return self._cost_now
+
+    @property
+    def attempt_tokens(self) -> int:
+        """Every token of the latest attempt (:attr:`tokens` counts every attempt's)."""
+        return self._tokens_now
+
     def elapsed(self, now_ns: int) -> float | None:
         """Seconds of the latest attempt (up to ``now_ns`` while it runs)."""
         if self.started_ns is None:

@@ -6,8 +6,9 @@ A setting's value comes from the highest layer that sets it::
 
 (the reference runtime's order, with Weft's names for the file and the
 variables). One exception, also the reference's: the run's budget ceilings
-(``budget.maxDollars``, ``budget.maxTimeSeconds``) take the *smaller* of
-weft.json and the hank's ``overrides.budget`` unless a CLI flag sets them.
+(``budget.maxDollars``, ``budget.maxTimeSeconds``) take the *smaller* of the
+runtime config (``WEFT_RUNTIME_BUDGET_*``, else weft.json) and the hank's
+``overrides.budget`` unless a CLI flag sets them.
 
 :func:`resolve_runtime_config` returns the settings and, for each, the layer
 it came from, so ``weft validate`` and the logs can say why a value is what
@@ -350,19 +351,29 @@ def _cli_layer(cli: Mapping[str, Any], problems: list[ConfigProblem]) -> dict[st
     return layer
 
 
+_CEILINGS = tuple(name for name in _LEAVES if name.startswith("budget."))
+"""The run's budget ceilings (every ``budget.*`` setting), which the hank's
+``overrides.budget`` may lower."""
+
+
 def _merge(layers: dict[Layer, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Layer]]:
-    """Later layers win, except budget ceilings: the stricter of weft.json and the hank,
-    unless the environment or the CLI says. Returns the flat settings and their sources."""
+    """Later layers win, except budget ceilings: the stricter of the runtime config
+    (the environment, else weft.json) and the hank, unless the CLI says.
+    Returns the flat settings and their sources."""
     merged: dict[str, Any] = {}
     sources: dict[str, Layer] = dict.fromkeys(_LEAVES, "default")
     for layer in LAYERS:
         for name, value in layers[layer].items():
             merged[name] = value
             sources[name] = layer
-    for name in ("budget.maxDollars", "budget.maxTimeSeconds"):
-        if name in layers["cli"] or name in layers["environment"]:
+    for name in _CEILINGS:
+        # Only a flag may raise the hank's own ceiling (the reference's rule): a
+        # WEFT_RUNTIME_BUDGET_* variable is runtime config, like weft.json, and
+        # replaces weft.json's value, but the hank's stricter one still wins.
+        if name in layers["cli"]:
             continue
-        ceiling_layers: tuple[Layer, ...] = ("weft.json", "hank overrides")
+        runtime: Layer = "environment" if name in layers["environment"] else "weft.json"
+        ceiling_layers: tuple[Layer, ...] = (runtime, "hank overrides")
         candidates = [
             (layers[layer][name], layer)
             for layer in ceiling_layers

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from weft.cli.view.notes import word
 from weft.events.stream import (
     ArchiveCompletedEvent,
@@ -89,3 +91,97 @@ def test_verbose_details_are_tool_calls_results_and_messages_not_thinking() -> N
     assert len(text) <= len("a: ") + 200
     assert said(AssistantActionEvent(codon_id="a", action="thinking", content="hmm")) is None
     assert word(RunProgress(), call, 0, "a") is None  # only --verbose shows them
+
+
+def test_each_attempt_line_shows_that_attempts_cost_and_tokens() -> None:
+    from weft.events.transitions import (
+        CodonFinalCostSet,
+        CodonStarted,
+        CodonTransitioned,
+        CostsIncremented,
+        FailureReason,
+        TokenUsage,
+        TransitionMetadata,
+    )
+
+    progress = RunProgress()
+    second = 1_000_000_000
+    at = 0
+
+    def fold(event: object) -> str | None:
+        nonlocal at
+        at += second
+        progress.fold(event, at, at)  # type: ignore[arg-type]
+        note = word(progress, event, at)  # type: ignore[arg-type]
+        return None if note is None else note.text
+
+    def attempt(usd: float, tokens: int, end: str, final: tuple[float, int] | None = None) -> str:
+        fold(CodonStarted(run_id="r", codon_id="a", start_time="t"))
+        spent = TokenUsage(input_tokens=tokens)
+        fold(CostsIncremented(run_id="r", codon_id="a", cost_delta=usd, tokens_delta=spent))
+        if final is not None:  # the agent's own total replaces the live figures
+            usage = TokenUsage(input_tokens=final[1])
+            fold(
+                CodonFinalCostSet(run_id="r", codon_id="a", final_cost=final[0], final_tokens=usage)
+            )
+        reason = FailureReason(kind="crash_mid_run", retriable=True, message="died")
+        meta = TransitionMetadata(failure_reason=reason if end == "failed" else None)
+        line = fold(
+            CodonTransitioned(
+                run_id="r",
+                codon_id="a",
+                from_status="running",
+                to_status=end,  # type: ignore[arg-type]
+                timestamp="t",
+                metadata=meta,
+            )
+        )
+        assert line is not None
+        return line
+
+    # What each attempt's codon.completed says: $0.0074, $0.0150, $0.0206.
+    assert attempt(0.0074, 17_600, "failed") == (
+        "a: FAILED after 2s ($0.0074, 17.6k tokens): crash_mid_run: died"
+    )
+    assert attempt(0.0150, 16_500, "failed") == (
+        "a: FAILED after 2s ($0.0150, 16.5k tokens; $0.0224 over 2 attempts): crash_mid_run: died"
+    )
+    assert attempt(0.0100, 10_000, "completed", final=(0.0206, 18_900)) == (
+        "a: completed in 3s ($0.0206, 18.9k tokens; $0.0430 over 3 attempts)"
+    )
+    a = progress.codon("a")
+    assert a is not None
+    assert (a.cost, a.tokens) == (pytest.approx(0.0430), 53_000)  # the codon's total stays
+
+
+def test_an_unpriced_attempt_says_so_never_zero() -> None:
+    from weft.events.stream import TokenUsageEvent
+    from weft.events.transitions import (
+        CodonStarted,
+        CodonTransitioned,
+        CostsUpdated,
+        TokenUsage,
+    )
+
+    progress = RunProgress()
+    done = CodonTransitioned(
+        run_id="r", codon_id="a", from_status="running", to_status="completed", timestamp="t"
+    )
+    for event in (
+        CodonStarted(run_id="r", codon_id="a", start_time="t"),
+        # A model without a price: its usage has no cost.
+        TokenUsageEvent(
+            codon_id="a",
+            input_tokens=1000,
+            output_tokens=0,
+            cache_creation_tokens=0,
+            cache_read_tokens=0,
+            total_cost=None,
+        ),
+        CostsUpdated(run_id="r", codon_id="a", cost=0.0, tokens=TokenUsage(input_tokens=1000)),
+        done,
+    ):
+        progress.fold(event, 0, 0, "a")
+    note = word(progress, done, 0)
+    assert note is not None
+    assert note.text == "a: completed in <1s (unpriced, 1.0k tokens)"

@@ -695,7 +695,7 @@ async def test_headless_progress_lines_for_a_long_codon_are_throttled() -> None:
     lines = out.getvalue().splitlines()
     assert len(lines) == written + 1
     running = format_duration((last + 31 * SECOND - started) / SECOND)
-    assert lines[-1].endswith(f"a: running for {running} (1.5k tokens, $0.5000)")
+    assert lines[-1].endswith(f"a: running for {running} ($0.5000, 1.5k tokens)")
     view.tick(last + 40 * SECOND)  # within 30 s of the previous progress line
     assert len(out.getvalue().splitlines()) == written + 1
     view.tick(last + 62 * SECOND)

@@ -13,9 +13,10 @@ import msgspec
 import orjson
 
 from weft.cli.view.base import Lines, call_later, cancel
-from weft.cli.view.format import codon_cost, describe_last, format_duration, format_tokens, iso
+from weft.cli.view.format import describe_last, format_duration, iso
 from weft.cli.view.notes import (
     Note,
+    attempt_figures,
     detail,
     fold_wire,
     is_waiting,
@@ -102,7 +103,7 @@ class HeadlessView:
         action = f", last: {did}" if did else ""
         self._out.write(
             f"{iso(now_ns)} {c.codon_id}: {c.status} for {format_duration(c.elapsed(now_ns) or 0)}"
-            f" ({format_tokens(c.tokens)} tokens, {codon_cost(c)}{action})"
+            f" ({attempt_figures(c)}{action})"
         )
 
     def start(self) -> None:

@@ -70,7 +70,7 @@ from weft.events.transitions import (
     RunFailed,
     RunStarted,
 )
-from weft.progress import TERMINAL, RunProgress
+from weft.progress import NANO, TERMINAL, CodonProgress, RunProgress
 from weft.state import Processed
 from weft.terminal import plural
 
@@ -175,18 +175,40 @@ def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> 
         said = STATE_WORDS.get(to, to)
         return Note("codon", f"{c.codon_id}: {said}{model}", c.codon_id, to)
     took = format_duration(c.elapsed(at) or 0.0)
-    figures = f"{codon_cost(c)}, {format_tokens(c.tokens)} tokens"
+    figures = attempt_figures(c)
+    # A retried codon's line is its latest attempt's; what all its attempts
+    # cost together follows, named as such (the run's total is the run line's).
+    total = f"; {codon_cost(c)} over {c.attempts} attempts" if c.attempts > 1 else ""
     if to == "completed":
         sha = f", checkpoint {c.checkpoint[:8]}" if c.checkpoint else ""
-        return Note("codon", f"{c.codon_id}: completed in {took} ({figures}{sha})", c.codon_id, to)
+        text = f"{c.codon_id}: completed in {took} ({figures}{sha}{total})"
+        return Note("codon", text, c.codon_id, to)
     meta = event.metadata
     if to == "skipped":
         during = meta.skipped_during if meta is not None else None
         where = f" during {during}" if during else ""
         return Note("codon", f"{c.codon_id}: skipped{where} after {took}", c.codon_id, to)
     where = f" during {c.failed_during}" if c.failed_during else ""
-    text = f"{c.codon_id}: FAILED{where} after {took} ({figures}): {c.failure}"
+    text = f"{c.codon_id}: FAILED{where} after {took} ({figures}{total}): {c.failure}"
     return Note("codon", text, c.codon_id, to)
+
+
+def attempt_figures(c: CodonProgress) -> str:
+    """The cost and tokens of ``c``'s latest attempt (what its ``codon.completed``
+    says), worded as :func:`~weft.cli.view.format.codon_cost` words a codon's.
+
+    The line of an attempt stands beside that attempt's duration, so it shows
+    that attempt's own figures: :attr:`CodonProgress.cost` and
+    :attr:`CodonProgress.tokens` add up every attempt of the run.
+    """
+    cost_nanos, tokens = c.attempt_cost_nanos, c.attempt_tokens
+    # ``unpriced`` is the codon's in this run, not the attempt's: its attempts
+    # share its model, so what holds for one holds for the others.
+    if c.unpriced:
+        cost = "unpriced" if cost_nanos == 0 else f"≥ {format_cost(cost_nanos / NANO)}"
+    else:
+        cost = format_cost(cost_nanos / NANO)
+    return f"{cost}, {format_tokens(tokens)} tokens"
 
 
 def _run_started(p: RunProgress, event: RunStarted, at: int, _: str | None) -> Note:
