@@ -109,7 +109,7 @@ class _Model:
             return s.type in ("*", ev[1]) and all(holds(c, ev[2]) for c in s.conditions)
 
         n = len(trig.pattern)
-        if trig.options and trig.options.consecutive:
+        if trig.options is None or trig.options.consecutive:
             tail = self.history[-n:]
             if len(tail) == n and all(fits(i, e) for i, e in enumerate(tail)):
                 self.history = []

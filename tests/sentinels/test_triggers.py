@@ -230,6 +230,29 @@ def test_consecutive_sequence_needs_the_steps_in_a_row() -> None:
     assert engine.pop("errors") is None  # seq 6 starts a new run
 
 
+def test_a_sequence_is_consecutive_unless_options_say_otherwise() -> None:
+    """The reference's default: without ``options`` (or without
+    ``consecutive`` in them) three errors must come in a row."""
+    error = PatternStep(
+        type="tool.result", conditions=[Condition(path="isError", operator="equals", value=True)]
+    )
+    flags = [True, False, True, False, True]  # three errors, never in a row
+    for options, fires in (
+        (None, False),
+        (SequenceOptions(), False),
+        (SequenceOptions(consecutive=False), True),
+    ):
+        trigger = SequenceTrigger(
+            interest_filter=InterestFilter(on=["tool.result"]),
+            pattern=[error, error, error],
+            options=options,
+        )
+        engine = TriggerEngine([_spec("errors", trigger, ImmediateExecution())])
+        for seq, flag in enumerate(flags):
+            engine.feed("tool.result", {"isError": flag}, seq, seq)
+        assert (engine.pop("errors") is not None) is fires, options
+
+
 def test_matches_operator_and_unrouted_types() -> None:
     trigger = EventTrigger(
         on=["assistant.action"],

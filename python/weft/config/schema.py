@@ -306,7 +306,9 @@ class PatternStep(_Object, frozen=True, kw_only=True):
 class SequenceOptions(_Object, frozen=True, kw_only=True):
     """Options of a sequence trigger."""
 
-    consecutive: bool = False
+    consecutive: bool = True
+    """The pattern must match the last events of interest in a row (the
+    reference's default); false matches it as a subsequence."""
 
 
 class SequenceTrigger(_Camel, tag_field="type", tag="sequence", frozen=True, kw_only=True):

@@ -12,11 +12,11 @@ Three stages per sentinel:
    list (``*`` is every type) and whose data meets every condition. A
    *sequence trigger* looks only at events in its ``interestFilter``; it
    completes (yielding the events of its steps) when they match its ordered
-   ``pattern``. Without ``consecutive``, events of interest that do not match
-   the next step are passed over (the pattern is matched as a subsequence,
-   each step by the earliest event that fits); with it, the pattern must match
+   ``pattern``. With ``consecutive`` (the default) the pattern must match
    the last ``len(pattern)`` events of interest exactly ("three tool errors in
-   a row"). After a completion, matching starts afresh with the next event.
+   a row"); with ``"consecutive": false``, events of interest that do not
+   match the next step are passed over (the pattern is matched as a
+   subsequence, each step by the earliest event that fits). After a completion, matching starts afresh with the next event.
 2. **The strategy** turns matches into triggers: ``immediate`` (one trigger
    per match), ``count`` (every ``threshold`` matched events), ``debounce``
    (once matches have stopped for ``milliseconds``), ``timeWindow`` (at the
@@ -137,7 +137,9 @@ class _Sequence:
         self.steps: tuple[tuple[str, Predicate | None], ...] = tuple(
             (step.type, compile_conditions(step.conditions)) for step in trigger.pattern
         )
-        self.consecutive = bool(trigger.options and trigger.options.consecutive)
+        # In a row unless said otherwise (the reference's default, with or
+        # without ``options``).
+        self.consecutive = trigger.options is None or trigger.options.consecutive
         self.uniform = all(step == trigger.pattern[0] for step in trigger.pattern)
         """Every step is the same ("three tool errors in a row"): one test per
         event decides, whatever the pattern's length."""
