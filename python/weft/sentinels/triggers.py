@@ -16,7 +16,8 @@ Three stages per sentinel:
    the last ``len(pattern)`` events of interest exactly ("three tool errors in
    a row"); with ``"consecutive": false``, events of interest that do not
    match the next step are passed over (the pattern is matched as a
-   subsequence, each step by the earliest event that fits). After a completion, matching starts afresh with the next event.
+   subsequence, each step by the earliest event that fits). After a
+   completion, matching starts afresh with the next event.
 2. **The strategy** turns matches into triggers: ``immediate`` (one trigger
    per match), ``count`` (every ``threshold`` matched events), ``debounce``
    (once matches have stopped for ``milliseconds``), ``timeWindow`` (at the
