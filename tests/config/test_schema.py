@@ -113,9 +113,11 @@ def test_the_schema_is_valid_json_with_descriptions() -> None:
     ("cls", "defaults"),
     [
         (schema.RetryConfig, {"maxAttempts": 3, "delayMs": 1000, "maxDelayMs": 60000}),
+        # Unset fields, merged codon over config; the reference's defaults
+        # (all but triggers) apply in SentinelManager (tests/sentinels/test_manager.py).
         (
             schema.ReportToWebsocket,
-            {"lifecycle": True, "errors": True, "outputs": True, "triggers": False},
+            {"lifecycle": None, "errors": None, "outputs": None, "triggers": None},
         ),
         (schema.ErrorHandling, {"maxConsecutiveFailures": 3, "unloadOnFatalError": True}),
         (

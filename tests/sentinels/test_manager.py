@@ -516,3 +516,36 @@ async def test_world_current_time_is_when_the_trigger_fired_not_when_it_is_proce
     await h.manager.drain()
     said = [o.content for o in h.of(SentinelOutput)]
     assert said == [iso_from_ms(at) for _, _, _, at in _tools(3)]
+
+
+async def test_a_codons_report_settings_merge_over_the_configs_field_by_field(
+    tmp_path: Path,
+) -> None:
+    """The config turns outputs and lifecycle off, the codon turns triggers
+    on: only sentinel.triggered goes out (the reference merges the codon's
+    object over the config's)."""
+    h = Harness(tmp_path)
+    quiet = {"outputs": False, "lifecycle": False}
+    entry = _attached(tmp_path, {"reportToWebsocket": {"triggers": True}}, reportToWebsocket=quiet)
+    assert h.manager.load([entry]) == []
+    await h.replay(_tools(2))
+    await h.manager.drain()
+    await h.manager.unload("codon-complete")
+    assert {type(e).__name__ for e in h.events} == {"SentinelTriggered"}
+
+
+async def test_report_settings_a_codon_leaves_out_stay_the_configs_then_the_defaults(
+    tmp_path: Path,
+) -> None:
+    """The config turns triggers on, the codon turns outputs off: triggers
+    (the config's), lifecycle (the default), no outputs (the codon's)."""
+    h = Harness(tmp_path)
+    entry = _attached(
+        tmp_path, {"reportToWebsocket": {"outputs": False}}, reportToWebsocket={"triggers": True}
+    )
+    assert h.manager.load([entry]) == []
+    await h.replay(_tools(2))
+    await h.manager.drain()
+    await h.manager.unload("codon-complete")
+    kinds = {type(e).__name__ for e in h.events}
+    assert kinds == {"SentinelLoaded", "SentinelTriggered", "SentinelUnloaded"}

@@ -407,12 +407,15 @@ class StructuredOutput(_Camel, frozen=True, kw_only=True):
 
 
 class ReportToWebsocket(_Object, frozen=True, kw_only=True):
-    """Which sentinel events are sent to clients."""
+    """Which sentinel events are sent to clients. A field not given (None) is
+    the sentinel config's, else the default: lifecycle, errors and outputs
+    on, triggers off (a codon's settings are merged field by field over the
+    config, as in the reference)."""
 
-    lifecycle: bool = True
-    errors: bool = True
-    outputs: bool = True
-    triggers: bool = False
+    lifecycle: bool | None = None
+    errors: bool | None = None
+    outputs: bool | None = None
+    triggers: bool | None = None
 
 
 class SentinelOutput(_Camel, frozen=True, kw_only=True):

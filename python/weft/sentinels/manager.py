@@ -185,15 +185,18 @@ class _Sentinel:
         return self.attached.config
 
     def reports(self, what: str) -> bool:
-        """Whether events of kind ``what`` go out (reportToWebsocket: the codon
-        settings win over the config; defaults as in the reference)."""
+        """Whether events of kind ``what`` go out (reportToWebsocket, field by
+        field: the codon's settings, then the config, then the reference's
+        default: everything but triggers)."""
         settings = self.attached.settings
-        chosen = (
-            settings.report_to_websocket if settings else None
-        ) or self.config.report_to_websocket
-        if chosen is None:
-            return what != "triggers"
-        return bool(getattr(chosen, what))
+        for chosen in (
+            settings.report_to_websocket if settings else None,
+            self.config.report_to_websocket,
+        ):
+            value = None if chosen is None else getattr(chosen, what)
+            if value is not None:
+                return bool(value)
+        return what != "triggers"
 
 
 def _strategy_name(
