@@ -93,31 +93,17 @@ async def test_a_used_up_run_is_refused_before_the_codon_starts() -> None:
     assert event.message.endswith("a is not started")
 
 
-async def test_sentinel_spending_counts_once_against_the_run() -> None:
-    from types import SimpleNamespace
-
-    from weft.sentinels.events import SentinelOutput, SentinelTokens, SentinelUnloaded
-
+async def test_sentinel_spending_counts_against_the_run_as_it_is_told() -> None:
+    """Each model call's cost comes from the sentinel host as it is known
+    (whatever the sentinel reports), and can cross the run's ceiling."""
     rec = Recorder()
     dog = Watchdog(ledger(hank(codon("a")), dollars=1.0), rec.emit)
     dog.begin(A, "run-1", rec.stop)
-
-    def output(cost: float) -> SentinelOutput:
-        return SentinelOutput(
-            sentinel_id="s", codon_id="a", trigger_number=1, output_type="text",
-            content="ok", cost=cost, tokens=SentinelTokens(input=1, output=1), event_count=1,
-        )  # fmt: skip
-
-    dog.observe(SimpleNamespace(event=output(0.25)))  # type: ignore[arg-type]
-    dog.observe(SimpleNamespace(event=output(0.25)))  # type: ignore[arg-type]
-    # The unload's final cost includes what the outputs reported, plus one unreported call.
-    unloaded = SentinelUnloaded(
-        sentinel_id="s", codon_id="a", reason="codon-complete", final_cost=0.75, llm_call_count=3
-    )
-    dog.observe(SimpleNamespace(event=unloaded))  # type: ignore[arg-type]
+    for cost in (0.25, 0.25, 0.25):
+        dog.sentinel_spend("a", cost)
     assert dog.ledger.spent == 0.75
     assert rec.stops == []
-    dog.observe(SimpleNamespace(event=output(0.3)))  # type: ignore[arg-type]
+    dog.sentinel_spend("a", 0.3)
     await asyncio.sleep(0)
     assert [v.scope for v in rec.stops] == ["run"]
     await dog.end("completed")

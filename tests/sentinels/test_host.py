@@ -253,6 +253,23 @@ async def test_a_link_the_agent_makes_never_carries_a_sentinel_output_outside(
     assert seen.of("sentinel.output") == []
 
 
+async def test_a_quiet_sentinels_spend_counts_in_the_budget_all_the_same(tmp_path: Path) -> None:
+    """reportToWebsocket says which events go out, not whether money counts:
+    a sentinel with outputs and lifecycle off still spends against the
+    budget, and the run's budget.summary has it."""
+    quiet = sentinel("quiet", reportToWebsocket={"outputs": False, "lifecycle": False})
+    hank = write_hank(tmp_path / "hank", codon("a", WORK, sentinels=[quiet]))
+    outcome, seen = await run(hank, tmp_path / "x")
+    assert outcome.status == "completed", outcome.message
+    assert seen.of("sentinel.output") == []
+    record = codon_records(read_state(tmp_path / "x"))["a"]
+    spent = record["sentinels"]["totalCost"]
+    assert spent > 0
+    agents = math.fsum(c["cost"] for c in seen.of("codon.completed"))
+    summary = seen.of("budget.summary")[-1]
+    assert summary["actualDollars"] == pytest.approx(agents + spent, abs=1e-9)
+
+
 async def test_file_updated_events_come_from_the_agents_writes_deduplicated(
     tmp_path: Path,
 ) -> None:

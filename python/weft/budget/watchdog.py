@@ -23,8 +23,6 @@ from weft.agents.events import Tokens
 from weft.budget.ledger import Ledger, Slot, Verdict
 from weft.budget.report import exceeded_event, summary_event
 from weft.events.stream import BudgetSummaryEvent, StreamData
-from weft.sentinels.events import SentinelOutput, SentinelUnloaded
-from weft.state import Processed
 
 __all__ = ["TICK_SECONDS", "Watchdog"]
 
@@ -49,8 +47,6 @@ class Watchdog:
         self.verdict: Verdict | None = None
         """The budget the current (or last) attempt crossed, if any."""
         self._timed = self._has_time_limits()
-        self._sentinels: dict[tuple[str, str], float] = {}
-        """(codon, sentinel) -> dollars its outputs reported so far."""
 
     def _has_time_limits(self) -> bool:
         book = self.ledger.book
@@ -106,21 +102,6 @@ class Watchdog:
         verdict = self.ledger.add_sentinel(codon_id, cost)
         if verdict is not None:
             self._trip(verdict)
-
-    def observe(self, item: Processed) -> None:
-        """A StateManager listener: sentinel spending, as the sentinels report
-        it (each ``sentinel.output``'s cost; a ``sentinel.unloaded``'s
-        ``finalCost`` adds what no output reported), counted once."""
-        event = item.event
-        if isinstance(event, SentinelOutput):
-            key = (event.codon_id, event.sentinel_id)
-            self._sentinels[key] = self._sentinels.get(key, 0.0) + event.cost
-            self.sentinel_spend(event.codon_id, event.cost)
-        elif isinstance(event, SentinelUnloaded):
-            key = (event.codon_id, event.sentinel_id)
-            rest = event.final_cost - self._sentinels.pop(key, 0.0)
-            if rest > 0:
-                self.sentinel_spend(event.codon_id, rest)
 
     async def end(self, status: str) -> Verdict | None:
         """The attempt ended as ``status``; returns the budget it crossed, if any."""

@@ -273,10 +273,8 @@ class RunLoop(RuntimeState):
             # as in the reference (it runs in the background between codons).
             await self._runner.sentinels.settle()
         if self._budget is not None:
-            # Everything the sentinels spent reached the ledger (it counts
-            # committed sentinel.output events): the summary is the whole spend.
-            await manager.flush()
-            # Before the run-terminal transition, as the reference does.
+            # Before the run-terminal transition, as the reference does; the
+            # sentinels told the ledger every call's cost (settled above).
             self._emit(self._budget.summary(), cursor.run_id)
         cursor.open = False
         end = utc_now_iso()

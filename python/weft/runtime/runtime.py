@@ -52,7 +52,7 @@ from weft.budget import BudgetBook, Ledger, Watchdog, restore_from_state
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.errors import PersistenceError, StorageFullError
 from weft.events.completed import mark_of
-from weft.events.stream import InfoEvent, SentinelOutput, SentinelUnloaded, StateSnapshotEvent
+from weft.events.stream import InfoEvent, StateSnapshotEvent
 from weft.events.transitions import InitialCheckpointSet
 from weft.heap import run_heap
 from weft.plan import ExecutionPlan
@@ -249,6 +249,7 @@ class Runtime(Steering, Recovery, RunLoop):
             return RunOutcome("nothing_to_do", 0, None, message)
         plan, current, parent = start
         files = FileUpdates(manager, self.layout.workspace)
+        budget = self._watchdog(state)
         sentinels = RuntimeSentinels(
             manager,
             self.hank,
@@ -258,6 +259,7 @@ class Runtime(Steering, Recovery, RunLoop):
             model_override=self.options.sentinel_model,
             persist_history=self.options.sentinel_persistence,
             before_drain=files.settle,
+            spend=budget.sentinel_spend,
         )
         self._runner = CodonRunner(
             manager,
@@ -274,7 +276,7 @@ class Runtime(Steering, Recovery, RunLoop):
             output_dir=self.options.output_dir,
             overwrite_output=self.options.overwrite_output,
             anthropic_base_url=self.options.anthropic_base_url,
-            budget=self._watchdog(state),
+            budget=budget,
             sessions=self.options.sessions,
             sleep=self.options.session_sleep,
             breakers=self.breakers,
@@ -302,10 +304,6 @@ class Runtime(Steering, Recovery, RunLoop):
         ledger = Ledger(book)
         restore_from_state(ledger, state)
         self._budget = Watchdog(ledger, self._emit)
-        if self._manager is not None:
-            self._manager.add_listener(  # sentinel spending
-                self._budget.observe, types=(SentinelOutput.TYPE, SentinelUnloaded.TYPE)
-            )
         return self._budget
 
     def _harness(self, model: str) -> tuple[Harness, str]:

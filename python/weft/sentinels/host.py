@@ -111,11 +111,14 @@ class RuntimeSentinels:
         registry: ProviderRegistry | None = None,
         clock: Callable[[], int] = _clock_ms,
         before_drain: Callable[[], Awaitable[None]] | None = None,
+        spend: Callable[[str, float], None] | None = None,
     ) -> None:
         """``model_override`` (``--sentinel-model``, the ``sentinel.model``
         setting) replaces every sentinel's model, e.g. ``fake/haiku`` offline;
         ``before_drain`` is awaited before each drain (events still being
-        produced from what was committed, such as ``file.updated``)."""
+        produced from what was committed, such as ``file.updated``);
+        ``spend`` is told each model call's cost with its codon (the budget
+        counts it, whether or not the sentinel reports its outputs)."""
         self._state = state
         self._hank = hank
         self._workspace = workspace
@@ -125,6 +128,7 @@ class RuntimeSentinels:
         self._persist = persist_history
         self._clock = clock
         self._before_drain = before_drain
+        self._spend = spend
         self._live: _Live | None = None
         self._ending: set[asyncio.Task[None]] = set()
         self._finishing: list[_Live] = []
@@ -164,6 +168,9 @@ class RuntimeSentinels:
             state_dir=self._weft_dir,
             clock=self._clock,
             on_states=on_states,
+            on_spend=None
+            if self._spend is None
+            else functools.partial(self._spend, planned.codon_id),
             model_override=self._override,
             persist_history=self._persist,
             cache=self._cache,

@@ -319,6 +319,7 @@ class SentinelManager:
         state_dir: Path,
         clock: Callable[[], int],
         on_states: Callable[[list[SentinelState], float], None] | None = None,
+        on_spend: Callable[[float], None] | None = None,
         model_override: str | None = None,
         after_seq: int = 0,
         persist_history: bool = True,
@@ -332,12 +333,15 @@ class SentinelManager:
         before a restart and are not fed again; ``persist_history`` false
         (``sentinel.enablePersistence``) keeps conversations in memory only,
         for this codon; ``cache`` keeps what loading made for the next codons
-        of the run (without it, every load reads and checks anew)."""
+        of the run (without it, every load reads and checks anew);
+        ``on_spend`` is told every call's cost as it is known (the budget's
+        ledger: whatever the sentinel reports, money spent is counted)."""
         self.codon = codon
         self._cache = cache
         self._registry = registry
         self._emit = emit
         self._on_states = on_states
+        self._on_spend = on_spend
         self._workspace = workspace
         self._state_dir = state_dir
         self._clock = clock
@@ -704,6 +708,8 @@ class SentinelManager:
             total_cost=state.total_cost + cost,
             last_llm_call_at=iso_from_ms(at),
         )
+        if cost and self._on_spend is not None:
+            self._on_spend(cost)
 
     async def _failed(
         self,
