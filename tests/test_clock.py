@@ -30,3 +30,14 @@ def test_now_has_the_shape() -> None:
     assert len(stamp) == len("2026-11-21T10:00:00.123Z")
     assert stamp.endswith("Z")
     assert dt.datetime.fromisoformat(stamp).tzinfo is not None
+
+
+def test_ms_from_iso_reads_weft_stamps_and_refuses_anything_else() -> None:
+    from weft.clock import iso_from_ms, ms_from_iso
+
+    for ms in (0, 1_795_826_541_706, 1_800_000_000_123):
+        assert ms_from_iso(iso_from_ms(ms)) == ms
+    assert ms_from_iso("2026-11-28T01:02:21.706+01:00") == ms_from_iso("2026-11-28T00:02:21.706Z")
+    assert ms_from_iso("2026-11-28T00:02:21.706") == ms_from_iso("2026-11-28T00:02:21.706Z")
+    for bad in (None, 12, "", "yesterday", "2026-13-01T00:00:00Z"):
+        assert ms_from_iso(bad) is None

@@ -7,6 +7,7 @@ or an event takes its time from here, so every stamp has the same shape.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 _second: tuple[int, str] = (-1, "")
 """The last second formatted: a codon stamps about ten times, mostly within one."""
@@ -25,3 +26,20 @@ def iso_from_ms(ms: int) -> str:
 def utc_now_iso() -> str:
     """Now, as ``2026-11-21T10:00:00.123Z``."""
     return iso_from_ms(time.time_ns() // 1_000_000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ms_from_iso(stamp: object) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 stamp (UTC when it names no
+    zone); ``None`` for anything else."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # Weft stamps UTC
+    return (moment - _EPOCH) // timedelta(milliseconds=1)

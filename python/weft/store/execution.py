@@ -15,11 +15,12 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from weft._core import Core
-from weft.clock import utc_now_iso
+from weft.clock import iso_from_ms, ms_from_iso
 from weft.errors import LockHeldError, LockLostError, StoreError
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.journal import Journal
@@ -73,6 +74,71 @@ def _held_by_live_process(weft_dir: Path) -> bool:
     return info is not None and pid_alive(info.pid)
 
 
+_LAST_OF_RUN = (
+    # ``+run_id`` keeps SQLite off the (run_id, codon_id, seq) index, whose
+    # entries for a long run it would all read to find the newest: walking the
+    # journal back from ``seq`` stops at once, since a dead run's rows are its last.
+    "SELECT timestamp FROM events WHERE +run_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
+)
+
+
+def _last_journaled(database: Path, run_id: str, upto: int) -> str | None:
+    """The submission time of the newest journal row about ``run_id`` at most
+    at seq ``upto``, or ``None``.
+
+    A connection of its own, read-only: the store's connection belongs to its
+    writer thread, which may be committing this process's first events.
+    """
+    try:
+        conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
+        try:
+            row = conn.execute(_LAST_OF_RUN, (run_id, upto)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        # Not fatal: the crash is still marked, ended at the other evidence.
+        log.warning("cannot read when run %s was last journaled: %s", run_id, exc)
+        return None
+    return None if row is None else str(row[0])
+
+
+def crash_end_ms(
+    run: Mapping[str, Any],
+    *,
+    last_journaled: str | None,
+    last_heartbeat: float | None,
+    detected_ms: int,
+) -> int:
+    """When a run found dead ended, in ms since the epoch: its last sign of life.
+
+    ``last_journaled`` is the submission time of the newest journal row about
+    the run, ``last_heartbeat`` the dead holder's ``lastHeartbeat`` (epoch
+    seconds) when its lock named this run. The newer wins; without either, the
+    detection time ``detected_ms``. The result is never later than the
+    detection nor earlier than any time the run's state already holds (its
+    ``startTime``, its codon records' start and end times), so durations
+    summed from it are never negative.
+    """
+    # The detection time only counts when nothing else is known: the dead
+    # process was certainly not running between its last sign of life and
+    # now, and counting that downtime spends the run's --max-time on nothing.
+    seen = [
+        ms
+        for ms in (
+            ms_from_iso(last_journaled),
+            None if last_heartbeat is None else int(last_heartbeat * 1000),
+        )
+        if ms is not None
+    ]
+    # A clock that jumped ahead in the dead process cannot end the run after it was found dead.
+    end = min(max(seen), detected_ms) if seen else detected_ms
+    floor = [ms_from_iso(run.get("startTime"))]
+    for record in run.get("codons") or ():
+        floor += [ms_from_iso(record.get("startTime")), ms_from_iso(record.get("endTime"))]
+    known = [ms for ms in floor if ms is not None]
+    return max([end, *known])
+
+
 def weft_dir_of(path: Path) -> Path:
     """The ``.weft`` folder of an execution directory (or ``path`` if it is one)."""
     path = path.resolve()
@@ -95,6 +161,8 @@ class ExecutionStore:
         self.lock = lock
         self._writer: StoreWriter | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._inherited = recovery.core.next_seq - 1
+        """The journal's end when opened: rows up to it were written by earlier processes."""
 
     @property
     def core(self) -> Core:
@@ -216,11 +284,16 @@ class ExecutionStore:
         runs: list[dict[str, Any]] = json.loads(self.core.state_json())["runs"]
         return runs
 
-    async def mark_crashed_runs(self, manager: StateManager) -> list[str]:
+    async def mark_crashed_runs(
+        self, manager: StateManager, *, clock: Callable[[], float] = time.time
+    ) -> list[str]:
         """Marks every run still ``running`` as crashed (seed: detectCrashedRuns).
 
         Only called with the lock held, so no live process owns those runs.
-        Returns their ids.
+        A run, and its active codon, end at the run's last sign of life (see
+        :meth:`last_sign_of_life`), not when the crash is found: the journal
+        row of the ``RunCrashed`` still says when that was. ``clock`` gives
+        the detection time (epoch seconds). Returns the runs' ids.
         """
         from weft.events.transitions import RunCrashed
 
@@ -231,15 +304,55 @@ class ExecutionStore:
             active = [
                 c for c in run["codons"] if c["status"] not in ("completed", "failed", "skipped")
             ]
+            detected_ms = int(clock() * 1000)
+            ended = await self.last_sign_of_life(run, detected_ms)
             await manager.transition_and_wait(
                 RunCrashed(
                     run_id=run["runId"],
-                    detected_at=utc_now_iso(),
+                    # The core ends the run and its active codon at this time
+                    # (their endTime): the wall time the run really lived.
+                    detected_at=iso_from_ms(ended),
                     last_codon_status=active[-1]["status"] if active else "unknown",
                 )
             )
             crashed.append(run["runId"])
         return crashed
+
+    async def last_sign_of_life(self, run: Mapping[str, Any], detected_ms: int) -> int:
+        """When a run found dead at ``detected_ms`` was last seen alive (ms since
+        the epoch; see :func:`crash_end_ms` for the bounds).
+
+        Two witnesses, both written by the dead process itself on this host's
+        wall clock, so comparable with each other and with the detection:
+
+        - the newest journal row about the run among those the journal held
+          when this store was opened. Durable (committed before anything else
+          saw it) and written by the run's own process alone (the single
+          writer); this process's start-up notes, journaled before crashes are
+          marked, are newer and name no run. But a codon whose agent works
+          silently journals nothing for minutes.
+        - the lock's ``lastHeartbeat``, refreshed every 30 s while the dead
+          process's event loop ran, silent agent or not; only when the lock
+          taken over named this run (the writer records the run there once its
+          ``RunStarted`` commits): another holder's heartbeat, or one left by a
+          command that ran no run, says nothing about it.
+
+        Each alone may lag the other (the journal during a silent agent, the
+        heartbeat by up to 30 s otherwise), so the newer counts.
+        """
+        import asyncio
+
+        # Only rows earlier processes wrote: this one's never prove the dead one alive.
+        journaled = await asyncio.to_thread(
+            _last_journaled, self.journal.path, str(run["runId"]), self._inherited
+        )
+        previous = None if self.lock is None else self.lock.previous
+        heartbeat = None
+        if previous is not None and previous.info.run_id == run["runId"]:
+            heartbeat = previous.info.last_heartbeat
+        return crash_end_ms(
+            run, last_journaled=journaled, last_heartbeat=heartbeat, detected_ms=detected_ms
+        )
 
     async def close(self, manager: StateManager | None = None) -> None:
         """Flushes ``manager``, writes a final snapshot and releases the lock."""

@@ -197,7 +197,8 @@ pub struct RunCrashed<'a> {
     /// The run.
     #[serde(borrow)]
     pub run_id: Str<'a>,
-    /// ISO-8601, when the crash was noticed.
+    /// ISO-8601: the run's last sign of life, which becomes its and its active
+    /// codon's endTime (the journal row's timestamp says when the crash was noticed).
     pub detected_at: String,
     /// What the lock or the state said the codon was doing (informational).
     pub last_codon_status: String,

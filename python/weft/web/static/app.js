@@ -178,7 +178,7 @@ const ON = {
   },
   RunCrashed(d, ev) {
     endRun(d.runId, "crashed");
-    note("recovery", ev.timestamp, `Run ${d.runId} crashed (its last codon was ${d.lastCodonStatus || "?"}); detected ${d.detectedAt || ""}`);
+    note("recovery", ev.timestamp, `Run ${d.runId} crashed (its last codon was ${d.lastCodonStatus || "?"}); last seen ${d.detectedAt || ""}`);
   },
   PlanExtended(d) { planEntries(d.entries); },
   CodonStarted(d, ev) {
