@@ -330,6 +330,21 @@ def test_loop_shares_are_by_codon_over_all_iterations() -> None:
     assert (verdict.scope, verdict.scope_id) == ("share", "x")
 
 
+def test_a_restored_child_is_finished_once_another_began_after_it() -> None:
+    """Restored in the order they began: a (done), then b, stopped mid-attempt.
+    The continued run starts b again: what a left rolls over to it (b's
+    earlier spend counts against its share); b began last, so it is not finished."""
+    budget = {"maxDollars": 0.9, "allocation": "proportional"}
+    lg = ledger(hank(codon("a"), codon("b"), codon("c"), budget=budget), dollars=0.9)
+    lg.restore([EarlierSpend(A, 0.1), EarlierSpend(B, 0.05)])
+    lg.begin(B)
+    assert lg.add(0.45) is None  # 0.3 of its own + the 0.2 a left - the 0.05 it spent
+    verdict = lg.add(0.001)
+    assert verdict is not None
+    assert (verdict.scope, verdict.scope_id) == ("share", "b")
+    assert verdict.limit == pytest.approx(0.5)
+
+
 # --------------------------------------------------------------------------- unpriced, sentinels
 
 
@@ -357,6 +372,25 @@ def test_sentinel_spend_counts_against_the_run_not_the_codon() -> None:
     assert verdict is not None
     assert verdict.scope == "run"
     assert lg.spent == pytest.approx(0.21)
+
+
+def test_an_earlier_runs_sentinel_spend_counts_against_the_loop_not_the_codon() -> None:
+    lg = ledger(hank(loop("l", codon("d", maxDollars=0.07), maxDollars=0.15)))
+    lg.restore([EarlierSpend(Slot("d#0", "d", "l"), 0.05, sentinel_dollars=0.05)])
+    assert lg.spent == pytest.approx(0.1)
+    lg.begin(Slot("d#1", "d", "l"))
+    assert lg.add(0.04) is None
+    verdict = lg.add(0.02)  # the codon's own 0.07 holds: the loop's 0.15 does not
+    assert verdict is not None
+    assert (verdict.scope, verdict.scope_id) == ("loop", "l")
+    assert verdict.used == pytest.approx(0.16)
+
+
+def test_an_earlier_unpriced_attempt_is_restored_as_unknown_not_free() -> None:
+    lg = ledger(hank(codon("a"), codon("b")), dollars=1.0)
+    lg.restore([EarlierSpend(A, 0.0, unpriced=True), EarlierSpend(B, 0.2)])
+    assert lg.unpriced == 1
+    assert lg.spent == pytest.approx(0.2)  # a lower bound
 
 
 # --------------------------------------------------------------------------- properties

@@ -108,8 +108,14 @@ class EarlierSpend:
 
     slot: Slot
     dollars: float | None
+    """The agent's dollars; None when none of them is known (a model without a price)."""
     seconds: float = 0.0
     output_tokens: int = 0
+    sentinel_dollars: float = 0.0
+    """What the codon's sentinels spent: the run's and the loop's money, never
+    the codon's own (as :meth:`Ledger.add_sentinel` counts it)."""
+    unpriced: bool = False
+    """The attempt used a model without a price: ``dollars`` is a lower bound."""
 
 
 @dataclass(slots=True)
@@ -173,12 +179,24 @@ class Ledger:
 
     def restore(self, earlier: Iterable[EarlierSpend], run_seconds: float = 0.0) -> None:
         """Counts what earlier runs of the execution spent (a resumed run keeps
-        its budget): their codons' dollars and the runs' wall time."""
+        its budget): their codons' dollars, their sentinels' and the runs' wall time.
+
+        ``earlier`` is every attempt in the order they began, each followed
+        as :meth:`begin` follows one: a child of a container is finished once
+        another child began after it, so what it left still rolls over
+        (allocation ``proportional``) when the run is continued. The child
+        that began last is not finished, whatever its record says: its attempt
+        may not have ended, and the continued run may start it again."""
         self._earlier_seconds += run_seconds
         for spend in earlier:
-            if spend.dollars is None:
+            if spend.unpriced or spend.dollars is None:
                 self._totals.unpriced += 1
-            self._commit(spend.slot, nanos(spend.dollars or 0.0), spend.seconds)
+            # Sentinel money counts like add_sentinel's: against the run, the
+            # loop and the share, never the codon's own cap (only the live
+            # attempt is held to that, and an earlier one is not live).
+            amount = nanos(spend.dollars or 0.0) + nanos(spend.sentinel_dollars)
+            self._commit(spend.slot, amount, spend.seconds)
+            self._began(spend.slot)
 
     def begin(self, slot: Slot) -> Verdict | None:
         """An attempt of ``slot`` starts; a verdict when a container it draws
@@ -186,12 +204,7 @@ class Ledger:
         self._live = _Live(slot, self._clock())
         row = self._rows.setdefault(slot.codon_id, Row(slot))
         row.status = "running"
-        for container in self._containers(slot):
-            child = slot.child_of(container)
-            last = self._last_child.get(container.scope_id)
-            if last is not None and last != child:
-                self._finished.add((container.scope_id, last))
-            self._last_child[container.scope_id] = child
+        self._began(slot)
         return self._used_up(slot)
 
     def add(
@@ -324,6 +337,16 @@ class Ledger:
         return None
 
     # -- the rules -------------------------------------------------------------
+
+    def _began(self, slot: Slot) -> None:
+        """Follows the children of ``slot``'s containers: the one that began
+        before it, when another, is now finished."""
+        for container in self._containers(slot):
+            child = slot.child_of(container)
+            last = self._last_child.get(container.scope_id)
+            if last is not None and last != child:
+                self._finished.add((container.scope_id, last))
+            self._last_child[container.scope_id] = child
 
     def _containers(self, slot: Slot) -> tuple[Container, ...]:
         """The containers ``slot`` draws on, innermost first (the check after

@@ -1,17 +1,45 @@
 """The ledger in the run's events: ``budget.exceeded`` and ``budget.summary``,
-and the ledger rebuilt from the state of earlier runs."""
+and the ledger rebuilt from the state of earlier runs.
+
+A continued run (``weft run --execution``) keeps its budget: :func:`restore_from_state`
+counts every codon record of the earlier runs in the new run's ledger. The state
+does not hold everything the ledger counted, so :func:`journal_spend` reads the
+rest from the journal once, before the run: which attempts had no price (state.json
+keeps their cost as 0.0) and the sentinel calls made after a codon's record was
+sealed at its terminal move.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from weft.budget.ledger import EarlierSpend, Ledger, Slot, Verdict
-from weft.events.stream import BudgetExceededEvent, BudgetRow, BudgetSummaryEvent
+from weft.events.stream import (
+    BudgetExceededEvent,
+    BudgetRow,
+    BudgetSummaryEvent,
+    SentinelOutput,
+    SentinelUnloaded,
+    TokenUsageEvent,
+    decode_event,
+)
 from weft.progress import NANO
 
-__all__ = ["earlier_spend", "exceeded_event", "restore_from_state", "summary_event"]
+if TYPE_CHECKING:
+    from weft.store.journal import JournalEvent
+
+__all__ = [
+    "JOURNAL_SPEND_TYPES",
+    "JournalSpend",
+    "earlier_spend",
+    "exceeded_event",
+    "journal_spend",
+    "restore_from_state",
+    "summary_event",
+]
 
 
 def exceeded_event(verdict: Verdict) -> BudgetExceededEvent:
@@ -80,20 +108,26 @@ def _bounded(rows: list[BudgetRow]) -> list[BudgetRow]:
     return [rows[i] for i in sorted(keep)]
 
 
-def _seconds(start: Any, end: Any) -> float:
-    if not isinstance(start, str) or not isinstance(end, str):
-        return 0.0
+def _instant(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
     try:
-        a = dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
-        b = dt.datetime.fromisoformat(end.replace("Z", "+00:00"))
+        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+def _seconds(start: Any, end: Any) -> float:
+    a, b = _instant(start), _instant(end)
+    if a is None or b is None:
         return 0.0
     return max((b - a).total_seconds(), 0.0)
 
 
 def _spent(record: Mapping[str, Any]) -> float | None:
-    """What a codon record spent, whatever its status (a skipped attempt's
-    money was spent too): its final, partial or live cost."""
+    """What a codon record's agent spent, whatever its status (a skipped
+    attempt's money was spent too): its final, partial or live cost."""
     for key in ("finalCost", "partialCost", "currentCost"):
         value = record.get(key)
         if isinstance(value, int | float):
@@ -101,25 +135,154 @@ def _spent(record: Mapping[str, Any]) -> float | None:
     return None
 
 
-def earlier_spend(state: Mapping[str, Any]) -> Iterator[EarlierSpend]:
-    """Every codon record of the state's runs, as spending to restore."""
-    for run in state.get("runs") or ():
-        for record in run.get("codons") or ():
-            codon_id = str(record.get("codonId"))
-            context = record.get("loopContext")
-            loop_id = context.get("loopId") if isinstance(context, Mapping) else None
-            tokens = record.get("finalTokens") or record.get("partialTokens") or {}
-            yield EarlierSpend(
-                slot=Slot(codon_id, codon_id.split("#", 1)[0], loop_id),
-                dollars=_spent(record) or 0.0,
-                seconds=_seconds(record.get("startTime"), record.get("endTime")),
-                output_tokens=int(tokens.get("outputTokens", 0) or 0),
-            )
+def _sentinels_spent(record: Mapping[str, Any]) -> float:
+    """What a codon record's sentinels spent, as sealed with the record."""
+    sentinels = record.get("sentinels")
+    value = sentinels.get("totalCost") if isinstance(sentinels, Mapping) else None
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
-def restore_from_state(ledger: Ledger, state: Mapping[str, Any]) -> None:
+def _tokens(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = record.get("finalTokens") or record.get("partialTokens") or record.get("currentTokens")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _used_tokens(record: Mapping[str, Any]) -> bool:
+    return any(isinstance(v, int) and v > 0 for v in _tokens(record).values())
+
+
+_NEVER: Final = dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def _in_start_order(state: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(run id, codon record) of every record, in the order the attempts began.
+
+    The state lists its runs newest first and each run's records in the
+    order they began: the runs are taken oldest first, then sorted by start
+    time (stable: records started in the same millisecond keep that order)."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for run in reversed(list(state.get("runs") or ())):
+        run_id = str(run.get("runId"))
+        found.extend((run_id, record) for record in run.get("codons") or ())
+    return sorted(found, key=lambda item: _instant(item[1].get("startTime")) or _NEVER)
+
+
+def earlier_spend(
+    state: Mapping[str, Any], journal: JournalSpend | None = None
+) -> Iterator[EarlierSpend]:
+    """Every codon record of the state's runs, as spending to restore, in the
+    order the attempts began; ``journal`` (:func:`journal_spend`) adds what
+    only the journal knows."""
+    journal = journal if journal is not None else JournalSpend()
+    records = _in_start_order(state)
+    # The journal's sentinel spend of a codon beyond its records' (calls made
+    # after the record was sealed) goes with its last record.
+    sealed: dict[tuple[str, str], float] = {}
+    last: dict[tuple[str, str], int] = {}
+    for i, (run_id, record) in enumerate(records):
+        pair = (run_id, str(record.get("codonId")))
+        sealed[pair] = sealed.get(pair, 0.0) + _sentinels_spent(record)
+        last[pair] = i
+    for i, (run_id, record) in enumerate(records):
+        codon_id = str(record.get("codonId"))
+        pair = (run_id, codon_id)
+        sentinels = _sentinels_spent(record)
+        if last[pair] == i:
+            sentinels += max(journal.sentinel_dollars.get(pair, 0.0) - sealed[pair], 0.0)
+        context = record.get("loopContext")
+        loop_id = context.get("loopId") if isinstance(context, Mapping) else None
+        yield EarlierSpend(
+            slot=Slot(codon_id, codon_id.split("#", 1)[0], loop_id),
+            dollars=_spent(record) or 0.0,
+            seconds=_seconds(record.get("startTime"), record.get("endTime")),
+            output_tokens=int(_tokens(record).get("outputTokens", 0) or 0),
+            sentinel_dollars=sentinels,
+            # An attempt that used no tokens spent nothing, priced or not.
+            unpriced=pair in journal.unpriced and _used_tokens(record),
+        )
+
+
+def restore_from_state(
+    ledger: Ledger, state: Mapping[str, Any], journal: JournalSpend | None = None
+) -> None:
     """Counts the earlier runs of ``state`` (a document of ``core.state_json()``)
-    in ``ledger``: their codons' spending and their wall time."""
+    in ``ledger``: their codons' and sentinels' spending and their wall time.
+
+    ``journal`` is what :func:`journal_spend` read from the same execution's
+    journal; without it, an attempt without a price counts as a priced $0 and
+    sentinel calls made after a codon ended are not counted."""
     runs = state.get("runs") or ()
     seconds = sum(_seconds(r.get("startTime"), r.get("endTime")) for r in runs)
-    ledger.restore(earlier_spend(state), seconds)
+    ledger.restore(earlier_spend(state, journal), seconds)
+
+
+# -- what only the journal knows ----------------------------------------------
+
+
+class JournalRows(Protocol):
+    """The journal query :func:`journal_spend` needs
+    (:class:`weft.store.journal.Journal` has it)."""
+
+    def of_types(self, types: Sequence[str]) -> Sequence[JournalEvent]:
+        """Every event of one of ``types``, oldest first."""
+        ...
+
+
+JOURNAL_SPEND_TYPES: Final = (TokenUsageEvent.TYPE, SentinelOutput.TYPE, SentinelUnloaded.TYPE)
+"""The journal events :func:`journal_spend` reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSpend:
+    """What the journal knows of earlier runs' spending and state.json does
+    not, by (run id, codon id)."""
+
+    unpriced: frozenset[tuple[str, str]] = frozenset()
+    """Codons that used a model without a price (state.json keeps their cost as 0.0)."""
+    sentinel_dollars: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """What each codon's sentinels spent, every call counted (a record's
+    ``sentinels.totalCost`` stops at its terminal move: the calls of the
+    second drain come after it)."""
+
+
+def journal_spend(journal: JournalRows) -> JournalSpend:
+    """Reads from the journal what :func:`restore_from_state` cannot find in the state.
+
+    A codon is unpriced when its agent reported usage without a cost (a
+    ``token.usage`` with ``totalCost`` null and some tokens: what makes the
+    live attempt unpriced in :meth:`Ledger.add`). Its sentinels spent each
+    ``sentinel.output``'s cost plus what a ``sentinel.unloaded``'s
+    ``finalCost`` adds to them. A sentinel whose ``reportToWebsocket`` turns
+    off both outputs and lifecycle journals neither: for it, the record's
+    sealed figure is all that is known (the restore never counts less than it).
+
+    Called once, before the run: one query by type (indexed); only the usage
+    events without a cost and the sentinel ones are decoded."""
+    unpriced: set[tuple[str, str]] = set()
+    sentinels: dict[tuple[str, str], float] = {}
+    reported: dict[tuple[str, str, str], float] = {}
+    for row in journal.of_types(JOURNAL_SPEND_TYPES):
+        if row.run_id is None or row.codon_id is None:
+            continue
+        if row.type == TokenUsageEvent.TYPE and '"totalCost":null' not in row.payload:
+            continue  # priced: the state has its cost (the common case, not decoded)
+        event = decode_event(row.payload.encode())
+        pair = (row.run_id, row.codon_id)
+        if isinstance(event, TokenUsageEvent):
+            used = (
+                event.input_tokens
+                + event.output_tokens
+                + event.cache_creation_tokens
+                + event.cache_read_tokens
+            )
+            if event.total_cost is None and used > 0:
+                unpriced.add(pair)
+        elif isinstance(event, SentinelOutput):
+            key = (*pair, event.sentinel_id)
+            reported[key] = reported.get(key, 0.0) + event.cost
+            sentinels[pair] = sentinels.get(pair, 0.0) + event.cost
+        elif isinstance(event, SentinelUnloaded):
+            rest = event.final_cost - reported.pop((*pair, event.sentinel_id), 0.0)
+            if rest > 0:
+                sentinels[pair] = sentinels.get(pair, 0.0) + rest
+    return JournalSpend(frozenset(unpriced), sentinels)

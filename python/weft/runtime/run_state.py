@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from weft._core import ExecutionThread, ThreadCodon
+from weft.budget.report import JournalSpend
 from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
@@ -231,6 +232,8 @@ class RuntimeState:
             for codon in (item.codons if isinstance(item, Loop) else [item])
         }
         self._budget: Watchdog | None = None
+        self._journal_spend: JournalSpend | None = None
+        """What the journal says earlier runs spent beyond their records (read at open)."""
         """The run's budgets and their watchdog (set when the run starts)."""
         self._progress = RunProgress()
         """The run's fold: the loop iterations' figures come from it, so they

@@ -49,6 +49,7 @@ from typing import Any
 from weft.agents.harness import Harness, route
 from weft.agents.registry import harness_for
 from weft.budget import BudgetBook, Ledger, Watchdog, restore_from_state
+from weft.budget.report import journal_spend
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.errors import PersistenceError, StorageFullError
 from weft.events.completed import mark_of
@@ -160,6 +161,9 @@ class Runtime(Steering, Recovery, RunLoop):
         warnings = await self._load_checks(store, checkpoints)
         manager = store.state_manager()
         self._manager = manager
+        # What earlier runs spent that their records do not hold (unpriced
+        # attempts, sentinel calls after a codon was sealed): the budget's restore.
+        self._journal_spend = await asyncio.to_thread(journal_spend, store.journal)
         manager.add_listener(self._on_processed, types=("error",))  # refusals
         manager.add_listener(self._progress.apply)
         for listener in self._listeners:
@@ -302,7 +306,7 @@ class Runtime(Steering, Recovery, RunLoop):
             source=options.budget_source,
         )
         ledger = Ledger(book)
-        restore_from_state(ledger, state)
+        restore_from_state(ledger, state, self._journal_spend)
         self._budget = Watchdog(ledger, self._emit)
         return self._budget
 
