@@ -329,8 +329,8 @@ class SentinelManager:
         execution's ``.weft`` folder (outputs go to ``sentinels/outputs``,
         conversations to ``sentinels/history``); ``clock`` gives milliseconds
         since the epoch; ``model_override`` replaces every sentinel's model
-        (``fake/haiku`` offline); events at or below ``after_seq`` were seen
-        before a restart and are not fed again; ``persist_history`` false
+        (``fake/haiku`` offline); events at or below ``after_seq`` are not
+        fed (they came before the codon started); ``persist_history`` false
         (``sentinel.enablePersistence``) keeps conversations in memory only,
         for this codon; ``cache`` keeps what loading made for the next codons
         of the run (without it, every load reads and checks anew);
