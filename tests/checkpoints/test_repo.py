@@ -680,6 +680,8 @@ class WorkspaceModel(RuleBasedStateMachine):
         if related or not (source.exists() or source.is_symlink()):
             return
         self._clear_way(dst)
+        if not (source.exists() or source.is_symlink()):
+            return  # the source was reached through a link into what was cleared
         (self.ws / dst).parent.mkdir(parents=True, exist_ok=True)
         os.rename(source, self.ws / dst)
 
