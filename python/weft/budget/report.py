@@ -11,12 +11,12 @@ sealed at its terminal move.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from weft.budget.ledger import EarlierSpend, Ledger, Slot, Verdict
+from weft.clock import ms_from_iso
 from weft.events.stream import (
     BudgetExceededEvent,
     BudgetRow,
@@ -25,6 +25,7 @@ from weft.events.stream import (
     SentinelUnloaded,
     TokenUsageEvent,
     decode_event,
+    unpriced_usage,
 )
 from weft.progress import NANO
 
@@ -108,21 +109,11 @@ def _bounded(rows: list[BudgetRow]) -> list[BudgetRow]:
     return [rows[i] for i in sorted(keep)]
 
 
-def _instant(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
-
-
 def _seconds(start: Any, end: Any) -> float:
-    a, b = _instant(start), _instant(end)
+    a, b = ms_from_iso(start), ms_from_iso(end)
     if a is None or b is None:
         return 0.0
-    return max((b - a).total_seconds(), 0.0)
+    return max(b - a, 0) / 1000
 
 
 def _spent(record: Mapping[str, Any]) -> float | None:
@@ -151,9 +142,6 @@ def _used_tokens(record: Mapping[str, Any]) -> bool:
     return any(isinstance(v, int) and v > 0 for v in _tokens(record).values())
 
 
-_NEVER: Final = dt.datetime.min.replace(tzinfo=dt.UTC)
-
-
 def _in_start_order(state: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """(run id, codon record) of every record, in the order the attempts began.
 
@@ -164,7 +152,7 @@ def _in_start_order(state: Mapping[str, Any]) -> list[tuple[str, Mapping[str, An
     for run in reversed(list(state.get("runs") or ())):
         run_id = str(run.get("runId"))
         found.extend((run_id, record) for record in run.get("codons") or ())
-    return sorted(found, key=lambda item: _instant(item[1].get("startTime")) or _NEVER)
+    return sorted(found, key=lambda item: ms_from_iso(item[1].get("startTime")) or 0)
 
 
 def earlier_spend(
@@ -264,20 +252,13 @@ def journal_spend(journal: JournalRows) -> JournalSpend:
     for row in journal.of_types(JOURNAL_SPEND_TYPES):
         if row.run_id is None or row.codon_id is None:
             continue
-        if row.type == TokenUsageEvent.TYPE and '"totalCost":null' not in row.payload:
-            continue  # priced: the state has its cost (the common case, not decoded)
-        event = decode_event(row.payload.encode())
         pair = (row.run_id, row.codon_id)
-        if isinstance(event, TokenUsageEvent):
-            used = (
-                event.input_tokens
-                + event.output_tokens
-                + event.cache_creation_tokens
-                + event.cache_read_tokens
-            )
-            if event.total_cost is None and used > 0:
+        if row.type == TokenUsageEvent.TYPE:
+            if unpriced_usage(row.payload):  # priced ones are not decoded: the state has them
                 unpriced.add(pair)
-        elif isinstance(event, SentinelOutput):
+            continue
+        event = decode_event(row.payload.encode())
+        if isinstance(event, SentinelOutput):
             key = (*pair, event.sentinel_id)
             reported[key] = reported.get(key, 0.0) + event.cost
             sentinels[pair] = sentinels.get(pair, 0.0) + event.cost

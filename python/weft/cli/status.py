@@ -23,6 +23,7 @@ from weft.events.stream import (
     SessionGaveUpEvent,
     SessionResumedEvent,
     decode_event,
+    unpriced_usage,
 )
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -55,12 +56,12 @@ def codon_spent(codon: dict[str, Any]) -> float:
 
 def unpriced_codons(store: ExecutionStore) -> set[tuple[str | None, str | None]]:
     """(run id, codon id) of every codon that used a model without a price
-    (a ``token.usage`` without a cost): their dollars are unknown, not zero."""
-    found: set[tuple[str | None, str | None]] = set()
-    for event in store.journal.of_types(["token.usage"]):
-        if '"totalCost":null' in event.payload:
-            found.add((event.run_id, event.codon_id))
-    return found
+    (a ``token.usage`` with tokens and no cost): their dollars are unknown, not zero."""
+    return {
+        (event.run_id, event.codon_id)
+        for event in store.journal.of_types(["token.usage"])
+        if unpriced_usage(event.payload)
+    }
 
 
 def budget_report(store: ExecutionStore) -> dict[str, Any] | None:

@@ -720,3 +720,21 @@ def decode_event(payload: bytes) -> Event | None:
         return out
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+def unpriced_usage(payload: str) -> bool:
+    """Whether a journaled ``token.usage`` (its JSON) reports tokens without a
+    cost: the codon's dollars are then unknown, not zero (the rule that makes
+    a live attempt unpriced). Decodes only a payload whose cost is null."""
+    if '"totalCost":null' not in payload:
+        return False
+    event = decode_event(payload.encode())
+    if not isinstance(event, TokenUsageEvent) or event.total_cost is not None:
+        return False
+    used = (
+        event.input_tokens
+        + event.output_tokens
+        + event.cache_creation_tokens
+        + event.cache_read_tokens
+    )
+    return used > 0

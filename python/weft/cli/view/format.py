@@ -20,7 +20,7 @@ from weft.events.stream import (
     SessionResumedEvent,
     ToolResultEvent,
 )
-from weft.progress import CodonProgress, RunProgress
+from weft.progress import NANO, CodonProgress, RunProgress
 
 
 def format_cost(usd: float | None) -> str:
@@ -28,16 +28,32 @@ def format_cost(usd: float | None) -> str:
     return "-" if usd is None else f"${usd:.4f}"
 
 
+def _known(nanos: int, unpriced: bool) -> str:
+    """Dollars as they are known: ``unpriced`` when the model has no price
+    (never ``$0``), ``≥ $X`` when part of them is unpriced."""
+    if unpriced:
+        return "unpriced" if nanos == 0 else f"≥ {format_cost(nanos / NANO)}"
+    return format_cost(nanos / NANO)
+
+
 def codon_cost(c: CodonProgress) -> str:
-    """A codon's cost as it is known: ``unpriced`` when its model has no price
-    (never ``$0``), ``≥ $X`` when part of it is unpriced, and the money a
-    skipped attempt spent beside the ``$0`` the seed counts for it."""
-    if c.unpriced:
-        return "unpriced" if c.cost_nanos == 0 else f"≥ {format_cost(c.cost)}"
-    text = format_cost(c.cost)
-    if c.spent_nanos > c.cost_nanos:
+    """A codon's cost as it is known (:func:`_known`), and the money a skipped
+    attempt spent beside the ``$0`` the seed counts for it."""
+    text = _known(c.cost_nanos, c.unpriced)
+    if not c.unpriced and c.spent_nanos > c.cost_nanos:
         text += f" (spent {format_cost(c.spent)})"
     return text
+
+
+def attempt_figures(c: CodonProgress) -> str:
+    """The cost and tokens of ``c``'s latest attempt (what its ``codon.completed``
+    says). An attempt's line stands beside that attempt's duration, so it shows
+    that attempt's own figures: :attr:`CodonProgress.cost` and
+    :attr:`CodonProgress.tokens` add up every attempt of the run."""
+    # ``unpriced`` is the codon's in this run, not the attempt's: its attempts
+    # share its model, so what holds for one holds for the others.
+    cost = _known(c.attempt_cost_nanos, c.unpriced)
+    return f"{cost}, {format_tokens(c.attempt_tokens)} tokens"
 
 
 def run_cost(p: RunProgress) -> str:

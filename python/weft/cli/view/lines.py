@@ -13,10 +13,9 @@ import msgspec
 import orjson
 
 from weft.cli.view.base import Lines, call_later, cancel
-from weft.cli.view.format import describe_last, format_duration, iso
+from weft.cli.view.format import attempt_figures, describe_last, format_duration, iso
 from weft.cli.view.notes import (
     Note,
-    attempt_figures,
     detail,
     fold_wire,
     is_waiting,

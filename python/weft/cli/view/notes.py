@@ -16,6 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from weft.cli.view.format import (
+    attempt_figures,
     checkpoint_list_text,
     clip,
     codon_cost,
@@ -70,7 +71,7 @@ from weft.events.transitions import (
     RunFailed,
     RunStarted,
 )
-from weft.progress import NANO, TERMINAL, CodonProgress, RunProgress
+from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
 from weft.terminal import plural
 
@@ -191,24 +192,6 @@ def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> 
     where = f" during {c.failed_during}" if c.failed_during else ""
     text = f"{c.codon_id}: FAILED{where} after {took} ({figures}{total}): {c.failure}"
     return Note("codon", text, c.codon_id, to)
-
-
-def attempt_figures(c: CodonProgress) -> str:
-    """The cost and tokens of ``c``'s latest attempt (what its ``codon.completed``
-    says), worded as :func:`~weft.cli.view.format.codon_cost` words a codon's.
-
-    The line of an attempt stands beside that attempt's duration, so it shows
-    that attempt's own figures: :attr:`CodonProgress.cost` and
-    :attr:`CodonProgress.tokens` add up every attempt of the run.
-    """
-    cost_nanos, tokens = c.attempt_cost_nanos, c.attempt_tokens
-    # ``unpriced`` is the codon's in this run, not the attempt's: its attempts
-    # share its model, so what holds for one holds for the others.
-    if c.unpriced:
-        cost = "unpriced" if cost_nanos == 0 else f"≥ {format_cost(cost_nanos / NANO)}"
-    else:
-        cost = format_cost(cost_nanos / NANO)
-    return f"{cost}, {format_tokens(tokens)} tokens"
 
 
 def _run_started(p: RunProgress, event: RunStarted, at: int, _: str | None) -> Note:
