@@ -4,6 +4,11 @@ Exit codes: 0 when every codon finished (or there was nothing left to do),
 1 when the run failed, 2 for a usage or configuration error, 128 + the
 signal number when it was stopped by SIGINT or SIGTERM (run the same command
 again to continue).
+
+The settings that shape the run (the model, the sentinel model, the ceilings
+given as ``--max-cost``/``--max-time``) are kept with the execution
+(:class:`~weft.runtime.meta.RunSettings`): a later run without the flag goes on
+with them, and a different model is confirmed like a changed hank.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +36,11 @@ from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
 from weft.config.preflight import agent_cli_problems
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
+from weft.config.schema import Hank
 from weft.errors import CommandRejectedError, ConfigError
 from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
 from weft.runtime.layout import HANK_FILE, ExecutionLayout
-from weft.runtime.meta import read_meta
+from weft.runtime.meta import RunSettings, read_meta
 from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.runtime.setup_errors import ExecutionSetupError, HankChangedError, InputPathError
 from weft.server import ProtocolServer, ServerError
@@ -233,10 +239,11 @@ def run(args: argparse.Namespace) -> int:
         config = args.config if args.config is not None else discover_config(hank_path)
         resolved = _settings(args, loaded, config)
         settings = resolved.config
-        if settings.model is not None and resolved.sources.get("model") in _MODEL_LAYERS:
+        asked = _asked_settings(args, resolved)
+        if asked.model != args.model:
             # A model from weft.json or WEFT_RUNTIME_MODEL applies like --model (the
             # hank's own overrides.model is a default, which load_hank applied).
-            loaded = load_hank(hank_path, model=settings.model)
+            loaded = load_hank(hank_path, model=asked.model)
         if args.overwrite_output and settings.output_directory is None:
             print(
                 "weft: error: --overwrite-output needs an output directory: pass -o DIR "
@@ -256,7 +263,22 @@ def run(args: argparse.Namespace) -> int:
         missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
         if missing:
             raise ConfigError(missing)
-        prepared = _prepare(args, loaded, settings, hank_path, data_path)
+        prepared = _prepare(
+            args, loaded, settings, hank_path, data_path, asked, _setting_names(resolved, config)
+        )
+        kept = prepared.settings
+        if kept.model != asked.model:
+            loaded = load_hank(hank_path, model=kept.model)
+            missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
+            if missing:
+                raise ConfigError(missing)
+        if kept != asked:
+            resolved = _settings(args, loaded, config, kept=kept)
+            settings = resolved.config
+            refused = _sentinel_model_problem(settings)
+            if refused is not None:
+                print(f"weft: error: {refused} (kept with the execution)", file=sys.stderr)
+                return 2
     except (ExecutionSetupError, ConfigError) as exc:
         if args.json:
             _refused_json(exc)
@@ -296,7 +318,7 @@ def _run_under_view(
     runtime = Runtime(
         prepared,
         loaded,
-        _options(args, settings, resolved.sources),
+        _options(args, settings, resolved.sources, prepared.settings),
         listeners=(view.on_event,),
         on_state=view.progress.seed,
         on_server=on_server,
@@ -331,7 +353,10 @@ def _run_under_view(
     if unserved is not None:
         print(f"weft: error: {unserved}", file=sys.stderr)
         return 2
-    resume = continue_command(args, prepared.layout.root)
+    reached: dict[str, float] = {
+        e.limit_kind: e.limit for e in view.progress.budget_exceeded if e.scope == "run"
+    }
+    resume = continue_command(args, prepared.layout.root, prepared.settings, reached=reached)
     view.summary(
         RunSummary(
             status=outcome.status,
@@ -457,16 +482,48 @@ CONTINUE_SKIPS = frozenset(
 named by --execution), or the output format, which the next caller picks."""
 
 
-def continue_command(args: argparse.Namespace, root: Path) -> str:
+_IN_FORCE = {
+    "model": "model",
+    "sentinel_model": "sentinel_model",
+    "max_cost": "max_dollars",
+    "max_time": "max_seconds",
+}
+"""The flags whose value kept with the execution the continue command gives."""
+
+_CAPS = {"dollars": "max_cost", "timeSeconds": "max_time"}
+"""A run ceiling's kind (``budget.exceeded``'s ``limitKind``) -> its flag's dest."""
+
+
+def continue_command(
+    args: argparse.Namespace,
+    root: Path,
+    settings: RunSettings | None = None,
+    *,
+    reached: Mapping[str, float] | None = None,
+) -> str:
     """``weft run --execution ROOT`` plus every flag of this run that changes how it
-    runs, with paths made absolute, so that it works from any folder."""
+    runs, with paths made absolute, so that it works from any folder.
+
+    ``settings`` are the run-shaping settings in force (kept with the execution or
+    given now): the command gives those, not the flags as typed. A run ceiling in
+    ``reached`` (its kind, ``dollars`` or ``timeSeconds``, to its limit: the run
+    stopped on it) is never repeated: the command says to raise it
+    (``--max-cost <more than 5>``)."""
     parser: argparse.ArgumentParser = args.run_parser
     words = ["weft", "run", "--execution", str(root)]
+    raise_words: list[str] = []
+    caps = {_CAPS[kind]: limit for kind, limit in (reached or {}).items() if kind in _CAPS}
     # argparse keeps no public list of a parser's actions; _actions is stable since 3.2.
     for action in parser._actions:
         if not action.option_strings or action.dest in CONTINUE_SKIPS or action.dest == "help":
             continue
         value = getattr(args, action.dest, None)
+        if settings is not None and action.dest in _IN_FORCE:
+            value = getattr(settings, _IN_FORCE[action.dest])
+        if action.dest in caps:
+            flag = max(action.option_strings, key=len)
+            raise_words.append(f"{flag} <more than {_number(caps[action.dest])}>")
+            continue
         if value is None or value == action.default:
             continue
         flag = max(action.option_strings, key=len)
@@ -474,8 +531,15 @@ def continue_command(args: argparse.Namespace, root: Path) -> str:
             words.append(flag)
             continue
         for item in value if isinstance(value, list) else [value]:
-            words += [flag, str(item.absolute() if isinstance(item, Path) else item)]
-    return shlex.join(words)
+            text = _number(item) if isinstance(item, float) else str(item)
+            words += [flag, str(item.absolute()) if isinstance(item, Path) else text]
+    return " ".join([shlex.join(words), *raise_words])
+
+
+def _number(value: float) -> str:
+    """``5`` for 5.0, ``0.05`` for 0.05: what a person types."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
 
 
 CONFIG_FILE = "weft.json"
@@ -497,25 +561,71 @@ _MODEL_LAYERS = ("weft.json", "environment")
 
 
 def _settings(
-    args: argparse.Namespace, loaded: LoadedHank, config: Path | None = None
+    args: argparse.Namespace,
+    loaded: LoadedHank,
+    config: Path | None = None,
+    *,
+    kept: RunSettings | None = None,
 ) -> ResolvedRuntimeConfig:
-    """The run's settings: the flags over the config file over the hank's overrides."""
+    """The run's settings: the flags over the config file over the hank's overrides;
+    with ``kept``, the run-shaping settings in force for the execution (kept with it,
+    or given now) stand as flags."""
+    kept = kept or RunSettings()
     return resolve_runtime_config(
         cli={
-            "model": args.model,
+            "model": args.model or kept.model,
             "shimIdleTimeout": args.shim_idle_timeout,
             "idleTimeout": args.idle_timeout,
             "autostart": False if args.no_autostart else None,
             "port": args.port,
             "allowAnonymousRead": True if args.allow_anonymous_read else None,
             "outputDirectory": None if args.output is None else str(args.output.absolute()),
-            "sentinel.model": args.sentinel_model,
-            "budget.maxDollars": args.max_cost,
-            "budget.maxTimeSeconds": args.max_time,
+            "sentinel.model": args.sentinel_model or kept.sentinel_model,
+            "budget.maxDollars": args.max_cost if args.max_cost is not None else kept.max_dollars,
+            "budget.maxTimeSeconds": args.max_time
+            if args.max_time is not None
+            else kept.max_seconds,
         },
         config_file=config,
         hank=loaded.hank,
     )
+
+
+def _asked_settings(args: argparse.Namespace, resolved: ResolvedRuntimeConfig) -> RunSettings:
+    """The run-shaping settings this run gives (None: not given, the execution's kept
+    ones apply): the model and sentinel model from a flag, weft.json or the
+    environment; the ceilings from their flags (a weft.json or environment ceiling is
+    read from there each time)."""
+    config, sources = resolved.config, resolved.sources
+    return RunSettings(
+        model=config.model if sources.get("model") in _GIVEN_LAYERS else None,
+        sentinel_model=config.sentinel.model
+        if sources.get("sentinel.model") in _GIVEN_LAYERS
+        else None,
+        max_dollars=args.max_cost,
+        max_seconds=args.max_time,
+    )
+
+
+def _setting_names(resolved: ResolvedRuntimeConfig, config: Path | None) -> dict[str, str]:
+    """How the model and the sentinel model were given, for the messages."""
+    names = {}
+    for field, key, flag, variable in (
+        ("model", "model", "--model", "WEFT_RUNTIME_MODEL"),
+        ("sentinel_model", "sentinel.model", "--sentinel-model", "WEFT_RUNTIME_SENTINEL_MODEL"),
+    ):
+        layer = resolved.sources.get(key)
+        if layer == "weft.json":
+            names[field] = f"{key} in {config}"
+        elif layer == "environment":
+            names[field] = variable
+        else:
+            names[field] = flag
+    return names
+
+
+_GIVEN_LAYERS = ("cli", *_MODEL_LAYERS)
+"""Where a run-shaping setting is given for the execution, not taken from the hank."""
 
 
 def _sentinel_model_problem(settings: RuntimeConfig) -> str | None:
@@ -537,8 +647,11 @@ def _prepare(
     settings: RuntimeConfig,
     hank_path: Path,
     data_path: Path | None,
+    asked: RunSettings | None = None,
+    names: dict[str, str] | None = None,
 ) -> PreparedExecution:
-    """Creates or resumes the execution (asking, when a person can answer)."""
+    """Creates or resumes the execution (asking, when a person can answer);
+    ``asked``: the run-shaping settings given now, ``names``: how."""
     interactive = is_interactive(headless=args.headless or args.json)
     base_dir = Path(os.path.expanduser(settings.execution_base_dir))
     # Where the execution will be is known now: refuse a rig copy that would
@@ -564,7 +677,19 @@ def _prepare(
         data_hash_time_limit=settings.data_hash_time_limit / 1000,
         prompt=ask_yes_no,
         hank=loaded.hank,
+        settings=asked,
+        setting_names=names,
+        load_hank=_hank_loader(hank_path),
     )
+
+
+def _hank_loader(hank_path: Path) -> Callable[[str | None], Hank]:
+    """Loads ``hank_path`` with every codon's model replaced (None: its own)."""
+
+    def load(model: str | None) -> Hank:
+        return load_hank(hank_path, model=model).hank
+
+    return load
 
 
 def _opening_notes(
@@ -573,6 +698,7 @@ def _opening_notes(
     """What the view says before the run starts: the execution, then every warning."""
     verb = "Resuming" if prepared.resumed else "Created"
     notes = [f"{verb} execution {prepared.layout.root}"]
+    notes += [printable(note) for note in prepared.notes]
     notes += [f"warning: {warning}" for warning in prepared.warnings]
     for problem in loaded.warnings:
         # The problem's own text says "warning:" after its location: said once, up front.
@@ -607,12 +733,23 @@ def _opening_notes(
 
 
 def _options(
-    args: argparse.Namespace, settings: RuntimeConfig, sources: dict[str, Any]
+    args: argparse.Namespace,
+    settings: RuntimeConfig,
+    sources: dict[str, Any],
+    kept: RunSettings | None = None,
 ) -> RuntimeOptions:
+    source = ceiling_source(sources)
+    if kept is not None:
+        for flag, given, value in (
+            ("--max-cost", args.max_cost, kept.max_dollars),
+            ("--max-time", args.max_time, kept.max_seconds),
+        ):
+            if given is None and value is not None:
+                source = source.replace(flag, f"{flag} kept with the execution")
     return RuntimeOptions(
         max_dollars=settings.budget.max_dollars,
         max_seconds=settings.budget.max_time_seconds,
-        budget_source=ceiling_source(sources),
+        budget_source=source,
         autostart=settings.autostart,
         ignore_rig_failures=args.ignore_rig_failures or settings.ignore_rig_failures,
         idle_timeout=settings.shim_idle_timeout,

@@ -20,8 +20,14 @@ a :class:`PreparedExecution`. The rules, in order:
 
 On resume, a hank whose normalised JSON changed since the execution last used
 it is confirmed (interactive), accepted (``yes`` or ``force``) or refused
-(:class:`HankChangedError`). Everything here blocks (hashing, copying,
-fsync): async callers run it in ``asyncio.to_thread``.
+(:class:`HankChangedError`). The run-shaping settings kept with the execution
+(:class:`~weft.runtime.meta.RunSettings`: the model, the sentinel model, the
+ceilings given as flags) go on when a run does not give them; a different
+model or sentinel model is handled like a changed hank (confirmed, accepted or
+refused with :class:`RunSettingsChangedError`), and a different ceiling
+replaces the kept one (said in :attr:`PreparedExecution.notes`). Everything
+here blocks (hashing, copying, fsync): async callers run it in
+``asyncio.to_thread``.
 
 The pieces it builds on, one job each: :mod:`weft.runtime.layout` (paths),
 :mod:`weft.runtime.meta` (``execution-meta.json``), :mod:`weft.runtime.datahash`
@@ -42,8 +48,9 @@ import fcntl
 import os
 import secrets
 import shutil
+import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,8 +58,8 @@ from typing import Any
 import msgspec
 
 from weft.clock import utc_now_iso
-from weft.config.schema import Hank
-from weft.errors import LockHeldError
+from weft.config.schema import Hank, Loop
+from weft.errors import LockHeldError, WeftError
 from weft.runtime.basedir import BASE_DIR_ENV, managed_base_dir
 from weft.runtime.datahash import DEFAULT_DATA_HASH_TIME_LIMIT, DataHash, hank_hash, hash_data
 from weft.runtime.datalink import backup_stamp, link_data, link_intact, park_data
@@ -69,12 +76,13 @@ from weft.runtime.meta import (
     TEMP_SUFFIX,
     ExecutionEnvironment,
     ExecutionMeta,
+    RunSettings,
     current_environment,
     read_meta,
     weft_version,
     write_meta,
 )
-from weft.runtime.replan import PrefixChangedError, replan
+from weft.runtime.replan import PrefixChangedError, finished_ids, replan
 from weft.runtime.setup_errors import (
     DataMismatchError,
     ExecutionMetaError,
@@ -83,7 +91,7 @@ from weft.runtime.setup_errors import (
     InputPathError,
 )
 from weft.store.diskspace import STORAGE_ERRNOS, storage_error
-from weft.store.execution import live_holder
+from weft.store.execution import DATABASE, ExecutionStore, live_holder
 
 __all__ = [
     "BASE_DIR_ENV",
@@ -102,9 +110,12 @@ __all__ = [
     "ExecutionMetaError",
     "ExecutionSetupError",
     "HankChangedError",
+    "HankLoader",
     "InputPathError",
     "PreparedExecution",
     "Prompt",
+    "RunSettings",
+    "RunSettingsChangedError",
     "hank_hash",
     "hash_data",
     "managed_base_dir",
@@ -114,8 +125,26 @@ __all__ = [
 ]
 
 
+class RunSettingsChangedError(HankChangedError):
+    """A run-shaping setting (the model, the sentinel model) differs from the one
+    the execution ran with, and the change was not confirmed."""
+
+
 Prompt = Callable[[str], bool]
 """Asks a yes/no question; ``True`` means yes (the CLI's is :func:`weft.cli.prompts.ask_yes_no`)."""
+
+HankLoader = Callable[[str | None], Hank]
+"""Loads the hank as the run sees it with every codon's model replaced (``None``:
+the hank's own models); the CLI's wraps :func:`weft.config.load_hank`."""
+
+SETTING_NAMES = {
+    "model": "--model",
+    "sentinel_model": "--sentinel-model",
+    "max_dollars": "--max-cost",
+    "max_seconds": "--max-time",
+}
+"""How each :class:`RunSettings` field is given on the command line (the default
+names in messages; a caller names another source with ``setting_names``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +156,11 @@ class PreparedExecution:
     ``data_path`` is the data the workspace links to (taken from the metadata
     on a resume without data). ``backup`` is where ``--new --force`` moved the
     previous execution. ``warnings`` are for the user, one line each.
+    ``settings`` are the run-shaping settings in force (kept with the execution
+    from earlier runs, or given now); ``notes`` say which were kept and which
+    replaced, one line each. ``hank_changed`` is also set when the model in force
+    differs from the one the stored plan gives the codons not yet run: the run
+    then follows the hank as loaded with that model (:mod:`weft.runtime.replan`).
     """
 
     layout: ExecutionLayout
@@ -137,6 +171,8 @@ class PreparedExecution:
     hank_changed: bool = False
     backup: Path | None = None
     warnings: tuple[str, ...] = ()
+    settings: RunSettings = field(default_factory=RunSettings)
+    notes: tuple[str, ...] = ()
 
     @property
     def execution_id(self) -> str:
@@ -156,7 +192,11 @@ class _Context:
     time_limit: float
     prompt: Prompt | None
     hank: Hank | None = None
+    asked: RunSettings = field(default_factory=RunSettings)
+    names: dict[str, str] = field(default_factory=lambda: dict(SETTING_NAMES))
+    load_hank: HankLoader | None = None
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     _data_hash: DataHash | None = None
 
     @property
@@ -198,6 +238,9 @@ def prepare_execution(
     data_hash_time_limit: float = DEFAULT_DATA_HASH_TIME_LIMIT,
     prompt: Prompt | None = None,
     hank: Hank | None = None,
+    settings: RunSettings | None = None,
+    setting_names: dict[str, str] | None = None,
+    load_hank: HankLoader | None = None,
 ) -> PreparedExecution:
     """Creates or resumes the execution for ``hank_path`` on ``data_path``.
 
@@ -210,7 +253,11 @@ def prepare_execution(
     ``overrides.dataHashTimeLimit`` is in milliseconds). ``hank`` is the loaded
     hank (as the run will see it, ``-m`` applied): with it, a resume whose hank
     changed is checked against what already ran (:mod:`weft.runtime.replan`);
-    without it, any change of the hank's codons is refused. Raises
+    without it, any change of the hank's codons is refused. ``settings`` are the
+    run-shaping settings this run was given (``None`` fields: not given; they are
+    kept with the execution); ``setting_names`` says how each was given, for the
+    messages (default: its flag); ``load_hank`` reloads the hank with the model
+    in force when it is not the one ``hank`` was loaded with. Raises
     :class:`ExecutionSetupError` subclasses; user data is never deleted. A
     full disk raises :class:`~weft.errors.StorageFullError` naming the file.
     """
@@ -229,6 +276,9 @@ def prepare_execution(
             data_hash_time_limit=data_hash_time_limit,
             prompt=prompt,
             hank=hank,
+            settings=settings,
+            setting_names=setting_names,
+            load_hank=load_hank,
         )
     except OSError as e:
         where = e.filename or "the execution directory"
@@ -254,6 +304,9 @@ def _prepare(
     data_hash_time_limit: float,
     prompt: Prompt | None,
     hank: Hank | None = None,
+    settings: RunSettings | None = None,
+    setting_names: dict[str, str] | None = None,
+    load_hank: HankLoader | None = None,
 ) -> PreparedExecution:
     hank_path = Path(hank_path).absolute()
     if not hank_path.is_file():
@@ -275,6 +328,9 @@ def _prepare(
         time_limit=data_hash_time_limit,
         prompt=prompt,
         hank=hank,
+        asked=settings or RunSettings(),
+        names={**SETTING_NAMES, **(setting_names or {})},
+        load_hank=load_hank,
     )
     base = managed_base_dir(base_dir)
     if execution_dir is not None:
@@ -485,6 +541,7 @@ def _create(root: Path, ctx: _Context) -> PreparedExecution:
         link_type=link_type,
         weft_version=weft_version(),
         environment=current_environment(),
+        run_settings=ctx.asked,
     )
     # Written last: a crash before this leaves a .weft/ without metadata,
     # which the next attempt recognises as an unfinished creation.
@@ -496,6 +553,7 @@ def _create(root: Path, ctx: _Context) -> PreparedExecution:
         hank_path=ctx.hank_path,
         data_path=data,
         warnings=tuple(ctx.warnings),
+        settings=ctx.asked,
     )
 
 
@@ -504,6 +562,7 @@ def _resume(
 ) -> PreparedExecution:
     """Resumes ``layout``: the hank confirmed, the data checked and relinked as needed,
     the metadata updated."""
+    settings, follow_model = _check_settings(layout, meta, ctx)
     hank_changed = _check_hank(layout, meta, ctx)
     updates: dict[str, Any] = {}
     data_path: Path | None
@@ -517,6 +576,7 @@ def _resume(
         last_used=utc_now_iso(),
         hank_path=str(ctx.hank_path),
         hank_hash=ctx.hank_hash,
+        run_settings=settings,
         **updates,
     )
     write_meta(layout.meta_path, meta)
@@ -526,8 +586,10 @@ def _resume(
         resumed=True,
         hank_path=ctx.hank_path,
         data_path=data_path,
-        hank_changed=hank_changed,
+        hank_changed=hank_changed or follow_model,
         warnings=tuple(ctx.warnings),
+        settings=settings,
+        notes=tuple(ctx.notes),
     )
 
 
@@ -562,6 +624,214 @@ def _check_hank(layout: ExecutionLayout, meta: ExecutionMeta, ctx: _Context) -> 
             f"{ctx.hank_path} (same content)"
         )
     return hank_changed
+
+
+@dataclass(frozen=True, slots=True)
+class _Ran:
+    """What an execution's state says about its codons, for the settings check."""
+
+    models: dict[str, str]
+    """Codon id -> the model its stored plan entry runs on, in plan order."""
+    finished: set[str]
+    """The ids of the codons that finished (completed or skipped) in any run."""
+    complete: bool
+    """The newest run completed and every planned codon finished: nothing is left."""
+
+    def models_of(self, ids: Iterable[str]) -> str:
+        """The models the codons ``ids`` run on, in words."""
+        return ", ".join(dict.fromkeys(self.models[i] for i in ids)) or "their own models"
+
+    @property
+    def left(self) -> list[str]:
+        """The planned codons not yet finished."""
+        return [i for i in self.models if i not in self.finished]
+
+
+def _stored_state(layout: ExecutionLayout) -> dict[str, Any] | None:
+    """The execution's state (snapshot and journal tail, read-only); state.json alone
+    when the store cannot be read here (the run reports why); None without either."""
+    if (layout.weft_dir / DATABASE).is_file():
+        try:
+            store = ExecutionStore.open(layout.root, readonly=True)
+        except (WeftError, OSError, sqlite3.Error):
+            pass
+        else:
+            try:
+                state: dict[str, Any] = msgspec.json.decode(store.core.state_json())
+            finally:
+                store.journal.close()
+            return state
+    try:
+        decoded = msgspec.json.decode((layout.weft_dir / "state.json").read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def _what_ran(layout: ExecutionLayout) -> _Ran | None:
+    """What ran in the execution, or None when no run started yet."""
+    state = _stored_state(layout)
+    if state is None:
+        return None
+    runs = state.get("runs") or []
+    if not isinstance(runs, list) or not runs:
+        return None
+    models: dict[str, str] = {}
+    for entry in state.get("executionPlan") or ():
+        try:
+            models[str(entry["codonId"])] = str(entry["codon"]["model"])
+        except (KeyError, TypeError):
+            continue
+    finished = finished_ids(state)
+    newest = runs[0] if isinstance(runs[0], dict) else {}
+    complete = newest.get("status") == "completed" and all(i in finished for i in models)
+    return _Ran(models, finished, complete)
+
+
+def _check_settings(
+    layout: ExecutionLayout, meta: ExecutionMeta, ctx: _Context
+) -> tuple[RunSettings, bool]:
+    """The run-shaping settings in force for this resume, and whether the run must
+    follow the model in force (the stored plan runs codons not yet run on another).
+
+    A setting not given now is the one kept with the execution. A different model
+    or sentinel model than the execution ran with is a change to confirm
+    (:meth:`_Context.confirm`, raising :class:`RunSettingsChangedError`); a
+    different ceiling replaces the kept one. Sets ``ctx.hank`` to the hank as
+    loaded with the model in force.
+    """
+    kept, asked, names = meta.run_settings, ctx.asked, ctx.names
+    execution = layout.execution_id
+    settings = RunSettings(
+        model=asked.model or kept.model,
+        sentinel_model=asked.sentinel_model or kept.sentinel_model,
+        max_dollars=asked.max_dollars if asked.max_dollars is not None else kept.max_dollars,
+        max_seconds=asked.max_seconds if asked.max_seconds is not None else kept.max_seconds,
+    )
+    ran = _what_ran(layout)
+    if asked.model is not None and ran is not None:
+        was = kept.model or ran.models_of(ran.models)
+        if (kept.model or None) not in (None, asked.model) or (
+            kept.model is None and set(ran.models.values()) - {asked.model}
+        ):
+            _confirm_model(layout, ctx, ran, was=was, now=asked.model)
+    if (
+        asked.sentinel_model is not None
+        and asked.sentinel_model != kept.sentinel_model
+        and ran is not None
+        and _has_sentinels(ctx.hank)
+    ):
+        name = names["sentinel_model"]
+        was = kept.sentinel_model or "the models the hank gives them"
+        ctx.confirm(
+            f"Execution {execution} ran its sentinels on {was}; {name} asks for "
+            f"{asked.sentinel_model}. Run the sentinels of the codons not yet run on "
+            f"{asked.sentinel_model}?",
+            refusal=(
+                f"{name} {asked.sentinel_model} differs from the sentinel model execution "
+                f"{execution} ({layout.root}) ran with ({was}); refusing to resume in "
+                f"non-interactive mode. Choose: --yes to run the sentinels of the codons not yet "
+                f"run on {asked.sentinel_model}, --new to run the hank with it in a new "
+                f"execution, or drop {name} to resume with {was}"
+            ),
+            declined=(
+                f"{name} {asked.sentinel_model} was declined; run with --new to use it in a "
+                f"new execution, or drop {name} to resume with {was}"
+            ),
+            error=RunSettingsChangedError,
+        )
+        ctx.notes.append(
+            f"sentinels now run on {asked.sentinel_model} ({name}; was {was}), kept with "
+            f"execution {execution}"
+        )
+    elif asked.sentinel_model is None and kept.sentinel_model is not None:
+        ctx.notes.append(
+            f"sentinels run on {kept.sentinel_model}, kept with execution {execution} "
+            f"(--sentinel-model changes it)"
+        )
+    for field_name, unit in (("max_dollars", "$"), ("max_seconds", "s")):
+        now, before = getattr(asked, field_name), getattr(kept, field_name)
+        flag = names[field_name]
+        if now is not None and before is not None and now != before:
+            ctx.notes.append(
+                f"{flag} {_amount(now, unit)} replaces the {_amount(before, unit)} kept with "
+                f"execution {execution}"
+            )
+        elif now is None and before is not None:
+            ctx.notes.append(
+                f"{flag} {_amount(before, unit)} is kept with execution {execution} from an "
+                f"earlier run ({flag} changes it)"
+            )
+    if ctx.load_hank is not None and settings.model != asked.model:
+        ctx.hank = ctx.load_hank(settings.model)
+    follow = False
+    if settings.model is not None and ran is not None:
+        follow = any(ran.models[i] != settings.model for i in ran.left)
+        if asked.model is None:
+            ctx.notes.append(
+                f"codons run on {settings.model}, kept with execution {execution} "
+                f"({names['model']} changes it)"
+            )
+    return settings, follow
+
+
+def _amount(value: float, unit: str) -> str:
+    return f"${value:g}" if unit == "$" else f"{value:g}s"
+
+
+def _has_sentinels(hank: Hank | None) -> bool:
+    """Whether any codon of ``hank`` has sentinels (True without a hank: unknown)."""
+    if hank is None:
+        return True
+    for item in hank.hank:
+        codons = item.codons if isinstance(item, Loop) else [item]
+        if any(codon.sentinels for codon in codons):
+            return True
+    return False
+
+
+def _confirm_model(
+    layout: ExecutionLayout, ctx: _Context, ran: _Ran, *, was: str, now: str
+) -> None:
+    """A model other than the one the execution ran on: confirmed, or refused."""
+    execution, name = layout.execution_id, ctx.names["model"]
+    if ran.complete:
+        ctx.confirm(
+            f"Execution {execution} is complete: its codons ran on {was}, and none is left "
+            f"to run on {now}. Resume it anyway (nothing runs; {now} is kept with it)?",
+            refusal=(
+                f"execution {execution} ({layout.root}) is complete: its codons ran on {was}, "
+                f"and none is left to run on {now} ({name}). Add --new to run the hank on "
+                f"{now} in a new execution, or drop {name} (nothing to do)"
+            ),
+            declined=f"add --new to run the hank on {now} in a new execution",
+            error=RunSettingsChangedError,
+        )
+        ctx.notes.append(
+            f"execution {execution} is complete: no codon is left to run on {now} "
+            f"({name}; add --new to run the hank on it)"
+        )
+        return
+    ctx.confirm(
+        f"Execution {execution} ran on {was}; {name} asks for {now}. Run the codons not yet "
+        f"run on {now} (the ones that finished keep their results)?",
+        refusal=(
+            f"{name} {now} differs from the model execution {execution} ({layout.root}) ran "
+            f"on ({was}); refusing to resume in non-interactive mode. Choose: --yes to run "
+            f"the codons not yet run on {now} (the ones that finished keep their results), "
+            f"--new to run the whole hank on {now} in a new execution, or drop {name} to "
+            f"resume on {was}"
+        ),
+        declined=(
+            f"{name} {now} was declined; run with --new to run the hank on {now} in a new "
+            f"execution, or drop {name} to resume on {was}"
+        ),
+        error=RunSettingsChangedError,
+    )
+    ctx.notes.append(
+        f"the codons not yet run now run on {now} ({name}; was {was}), kept with "
+        f"execution {execution}"
+    )
 
 
 def _structure_of_plan(layout: ExecutionLayout) -> list[str] | None:

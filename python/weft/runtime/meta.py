@@ -1,4 +1,5 @@
-"""``.weft/execution-meta.json``: which hank and data an execution belongs to.
+"""``.weft/execution-meta.json``: which hank and data an execution belongs to,
+and the run-shaping settings kept with it (:class:`RunSettings`).
 
 :func:`read_meta` refuses an unreadable or too new file with a message that
 says how to fix it (:class:`~weft.runtime.setup_errors.ExecutionMetaError`);
@@ -9,12 +10,13 @@ the folder), so a crash leaves the old file or the new one, never half of one.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
 import secrets
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -26,6 +28,7 @@ __all__ = [
     "TEMP_SUFFIX",
     "ExecutionEnvironment",
     "ExecutionMeta",
+    "RunSettings",
     "current_environment",
     "read_meta",
     "weft_version",
@@ -45,6 +48,28 @@ class ExecutionEnvironment(msgspec.Struct, rename="camel", kw_only=True):
     arch: str
     os_release: str
     python: str
+
+
+Model = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Ceiling = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class RunSettings(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """The settings that shape an execution's runs, kept with it so that a later
+    ``weft run`` without the flag goes on with them (``runSettings`` in the file).
+
+    ``model`` replaces every codon's model (``--model``, or ``model`` in weft.json
+    or ``WEFT_RUNTIME_MODEL``); ``sentinel_model`` is every sentinel's model
+    (``--sentinel-model``, ``sentinel.model``); ``max_dollars`` and
+    ``max_seconds`` are the run ceilings given as ``--max-cost`` and ``--max-time``
+    (a ceiling from weft.json or the environment is read from there each time).
+    ``None``: not set, the hank's own (or the runtime configuration's) applies.
+    """
+
+    model: Model | None = None
+    sentinel_model: Model | None = None
+    max_dollars: Ceiling | None = None
+    max_seconds: Ceiling | None = None
 
 
 class ExecutionMeta(msgspec.Struct, rename="camel", kw_only=True):
@@ -69,6 +94,8 @@ class ExecutionMeta(msgspec.Struct, rename="camel", kw_only=True):
     link_type: Literal["symlink", "copy", "none"]
     weft_version: str
     environment: ExecutionEnvironment
+    run_settings: RunSettings = msgspec.field(default_factory=RunSettings)
+    """Absent in files written before it existed: nothing kept."""
 
 
 _meta_encoder = msgspec.json.Encoder()
@@ -93,6 +120,13 @@ def read_meta(path: Path) -> ExecutionMeta:
         meta = _meta_decoder.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise ExecutionMetaError(f"{path}: not a valid execution-meta.json ({e}). {fix}") from None
+    settings = meta.run_settings
+    for name, value in (("maxDollars", settings.max_dollars), ("maxSeconds", settings.max_seconds)):
+        if value is not None and not math.isfinite(value):
+            raise ExecutionMetaError(
+                f"{path}: runSettings.{name} is {value}, not a finite number of "
+                f"{'dollars' if name == 'maxDollars' else 'seconds'}. {fix}"
+            )
     major = meta.version.split(".", 1)[0]
     if major != META_VERSION.split(".", 1)[0]:
         raise ExecutionMetaError(

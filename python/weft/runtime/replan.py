@@ -9,6 +9,12 @@ included) and takes everything after it from the new hank: an added codon
 runs, a removed one that had not run does not, an edited one that had not run
 runs as edited.
 
+A codon's ``model`` is not part of that content: a codon that ran keeps the
+model it ran on (its stored entry), and a codon of the kept part that has not
+finished (a loop's planned iterations) takes the new hank's model. So a new
+``--model`` (:mod:`weft.runtime.execution` loads the hank with the model in
+force) applies to every codon not yet run.
+
 Anything else (a finished codon changed, removed, moved, or something inserted
 before it) raises :class:`PrefixChangedError`, whose message says the exact
 difference; the caller adds the choices.
@@ -115,8 +121,8 @@ def replan(state: Mapping[str, Any], hank: Hank) -> Replan:
     if now[: len(prefix)] != prefix:
         raise PrefixChangedError(_difference(prefix, now))
     kept_raw = [e for e in stored if _item_of(e) in prefix]
-    _check_content(kept_raw, fresh, finished)
-    kept = ExecutionPlan.from_state(kept_raw, hank).entries
+    models = _check_content(kept_raw, fresh, finished)
+    kept = ExecutionPlan.from_state(_with_models(kept_raw, models, finished), hank).entries
     tail = tuple(e for e in fresh if _item_of_planned(e) not in prefix)
     stored_tail = [e for e in stored if _item_of(e) not in prefix]
     same = [dict(e) for e in stored_tail] == [e.to_state() for e in tail]
@@ -140,12 +146,26 @@ def _difference(prefix: list[str], now: list[str]) -> str:
     return f"{what} (ran: {', '.join(prefix)}; now: {', '.join(now) or 'nothing'})"
 
 
+_Key = tuple[str | None, str]
+"""A codon of the hank: (its loop's id or None, its id)."""
+
+
+def _key(entry: Mapping[str, Any]) -> _Key:
+    codon = entry.get("codon") or {}
+    return ((entry.get("loopContext") or {}).get("loopId"), str(codon.get("id")))
+
+
+def _without_model(codon: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if codon is None else {k: v for k, v in codon.items() if k != "model"}
+
+
 def _check_content(
     kept: Sequence[Mapping[str, Any]], fresh: ExecutionPlan, finished: set[str]
-) -> None:
-    """Every kept stored entry is as the new hank writes it (a loop's later
-    iterations compared with the same codon of iteration 0)."""
-    by_codon: dict[tuple[str | None, str], dict[str, Any]] = {}
+) -> dict[_Key, Any]:
+    """Every kept stored entry is as the new hank writes it, its model aside (a
+    loop's later iterations compared with the same codon of iteration 0); returns
+    the new hank's model of each codon."""
+    by_codon: dict[_Key, dict[str, Any]] = {}
     for planned in fresh:
         context = planned.loop_context
         key = (None if context is None else context.loop_id, planned.codon.id)
@@ -153,8 +173,7 @@ def _check_content(
     changed: list[str] = []
     for entry in kept:
         codon = entry.get("codon") or {}
-        loop = (entry.get("loopContext") or {}).get("loopId")
-        if by_codon.get((loop, str(codon.get("id")))) != codon:
+        if _without_model(by_codon.get(_key(entry))) != _without_model(codon):
             name = str(entry.get("codonId"))
             if name not in changed:
                 changed.append(name)
@@ -164,3 +183,19 @@ def _check_content(
         raise PrefixChangedError(
             f"changed {what}, which {'already ran' if ran else 'is in the part that ran'}"
         )
+    return {key: codon.get("model") for key, codon in by_codon.items()}
+
+
+def _with_models(
+    kept: Sequence[Mapping[str, Any]], models: Mapping[_Key, Any], finished: set[str]
+) -> list[Mapping[str, Any]]:
+    """``kept`` with each entry that has not finished on the new hank's model."""
+    out: list[Mapping[str, Any]] = []
+    for entry in kept:
+        codon = entry.get("codon") or {}
+        model = models.get(_key(entry))
+        if entry.get("codonId") in finished or model is None or codon.get("model") == model:
+            out.append(entry)
+        else:
+            out.append({**entry, "codon": {**codon, "model": model}})
+    return out
