@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -135,15 +135,17 @@ def child_environment(tmp_path: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def live_run(tmp_path: Path, name: str = "x", hank: Path = HELLO, *extra: str) -> Iterator[LiveRun]:
-    """Starts ``weft run HANK --no-autostart`` in ``tmp_path/executions/name``
-    and waits for its server's port."""
+def live_run(
+    tmp_path: Path, name: str = "x", hank: Path = HELLO, *extra: str, autostart: bool = False
+) -> Iterator[LiveRun]:
+    """Starts ``weft run HANK --no-autostart`` (with ``autostart``: without it) in
+    ``tmp_path/executions/name`` and waits for its server's port."""
     execution = tmp_path / "executions" / name
     execution.parent.mkdir(parents=True, exist_ok=True)
     log = (execution.parent / f"{name}.log").open("wb")
     argv = [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
     process = subprocess.Popen(
-        [*argv, "--headless", "--no-autostart", *extra],
+        [*argv, "--headless", *([] if autostart else ["--no-autostart"]), *extra],
         env=child_environment(tmp_path),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -174,3 +176,90 @@ def live_run(tmp_path: Path, name: str = "x", hank: Path = HELLO, *extra: str) -
                 process.kill()
                 process.wait()
         log.close()
+
+
+def rows(page: Any, *, pending: bool = True) -> list[tuple[str, str]]:
+    """(codon id, state) of each row of the codon table drawn now (without
+    ``pending``: the codon records only, not the plan's codons still to do)."""
+    found: list[list[str]] = page.execute_script(
+        "return [...document.querySelectorAll('#codons tr[data-key]')]"
+        ".map(tr => [tr.dataset.codon, tr.dataset.state]);"
+    )
+    return [(c, s) for c, s in found if pending or s != "pending"]
+
+
+def cells(page: Any, codon: str) -> list[str]:
+    """The texts of a codon's row (codon, state, time, tokens, cost, last action)."""
+    found: list[str] = page.execute_script(
+        "const tr = [...document.querySelectorAll('#codons tr[data-key]')]"
+        ".filter(tr => tr.dataset.codon === arguments[0]).pop();"
+        "return tr ? [...tr.cells].map(td => td.textContent) : [];",
+        codon,
+    )
+    return found
+
+
+def text(page: Any, element_id: str) -> str:
+    """An element's text as the page shows it."""
+    found: str = page.find_element("id", element_id).text
+    return found
+
+
+@contextlib.contextmanager
+def replayed(tmp_path: Path, events: Sequence[Any]) -> Iterator[str]:
+    """``events`` (Weft's own msgspec structs: transitions and stream events)
+    journaled by a real StateManager, so the core validates every transition
+    (a refused one fails the test) and the journal holds the bytes a run would
+    write; then served as ``weft ui`` serves a finished execution
+    (:func:`weft.web.machine.start_replay`). Yields the page's address."""
+    import asyncio
+    import threading
+
+    import uvloop
+
+    from weft.events.transitions import Transition
+    from weft.store import ExecutionStore, Journal
+    from weft.web import dashboard_url
+    from weft.web.machine import start_replay
+
+    async def journal() -> Path:
+        store = await asyncio.to_thread(ExecutionStore.open, tmp_path / "execution")
+        manager = store.state_manager()
+        for event in events:
+            if isinstance(event, Transition):
+                manager.transition(event)
+            else:
+                manager.emit(event)
+        await manager.flush()
+        path = Path(store.journal.path)
+        await store.close(manager)
+        return path
+
+    loop = uvloop.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(work: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(work, loop).result(30)
+
+    try:
+        database = on_loop(journal())
+        written = Journal.open(database, readonly=True, check=False)
+        try:
+            refused = [
+                e.payload
+                for page in written.pages()
+                for e in page
+                if e.type == "error" and '"transitionType"' in str(e.payload)
+            ]
+        finally:
+            written.close()
+        assert not refused, f"the core refused a transition of the test: {refused}"
+        server = on_loop(start_replay(database))
+        try:
+            yield dashboard_url(server, server.read_token)
+        finally:
+            on_loop(server.close())
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)

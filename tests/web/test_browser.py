@@ -3,26 +3,40 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
+import time
 from pathlib import Path
 from typing import Any
 
-from tests.web.browser import LiveRun, artifacts_dir, journal_end, live_run, stats, wait_for
+from tests.web.browser import (
+    LiveRun,
+    artifacts_dir,
+    journal_end,
+    live_run,
+    replayed,
+    rows,
+    stats,
+    wait_for,
+)
 from websockets.sync.client import connect
 
-CODON_ROWS = "#codons tr[data-key]"
+from weft.events.stream import (
+    AssistantActionEvent,
+    BreakerChangedEvent,
+    SessionCooldownEvent,
+    SessionMessageEvent,
+    SessionResumedEvent,
+)
+from weft.events.transitions import (
+    CodonStarted,
+    CodonTransitioned,
+    Fresh,
+    RunStarted,
+    TransitionMetadata,
+)
 
-
-def rows(page: Any) -> list[tuple[str, str]]:
-    """(codon id, state) of each row of the codon table."""
-    found: list[list[str]] = page.execute_script(
-        "return [...document.querySelectorAll(arguments[0])]"
-        ".map(tr => [tr.dataset.codon, tr.dataset.state]);",
-        CODON_ROWS,
-    )
-    return [(c, s) for c, s in found]
+HELLO_PLAN = ["greet", "polish", "draft#0", "review"]
+"""The codons of examples/hello planned before any starts (the loop's first iteration)."""
 
 
 def idle(page: Any) -> str:
@@ -38,7 +52,10 @@ def next_codon(page: Any, done: int) -> None:
     """Clicks "Next codon" and waits until ``done`` codons are completed and the run idles."""
     click_command(page, "codon.next")
     wait_for(
-        lambda: sum(s == "completed" for _, s in rows(page)) == done and "Waiting" in idle(page),
+        lambda: (
+            sum(s == "completed" for _, s in rows(page)) == done
+            and ("Waiting" in idle(page) or page.find_element("id", "outcome").text != "running")
+        ),
         f"{done} completed codons",
         page=page,
     )
@@ -79,12 +96,18 @@ def test_the_table_fills_and_follows_a_live_run(page: Any, tmp_path: Path) -> No
         assert page.find_element("id", "mode").text == "read-write"
         assert "token" not in page.current_url  # the fragment is gone from the address bar
         wait_for(lambda: "Waiting for codon.next" in idle(page), "the idle notice", page=page)
-        assert rows(page) == []
+        assert page.find_element("id", "connection").text == "live"
+        # Nothing started yet: the plan, every codon pending (--no-autostart).
+        plan = wait_for(lambda: rows(page), "the plan", page=page)
+        assert plan == [(c, "pending") for c in HELLO_PLAN], plan
+        assert "to do" in page.find_element("id", "codons").text
+        page.save_screenshot(str(artifacts_dir() / "dashboard-plan.png"))
         next_codon(page, 1)
-        assert rows(page) == [("greet", "completed")]
+        assert rows(page, pending=False) == [("greet", "completed")]
+        assert rows(page)[1] == ("polish", "pending")
         next_codon(page, 2)
         next_codon(page, 3)
-        assert [c for c, _ in rows(page)] == ["greet", "polish", "draft#0"]
+        assert [c for c, _ in rows(page, pending=False)] == ["greet", "polish", "draft#0"]
         # The loop's codons sit under their iteration's heading.
         groups = [g.text for g in page.find_elements("css selector", "#codons tr.group")]
         assert any("loop drafts" in g and "iteration 0" in g for g in groups), groups
@@ -240,7 +263,7 @@ def test_a_read_only_visitor_sees_the_run_but_cannot_steer_it(page: Any, tmp_pat
         wait_for(lambda: page.execute_script("return document.body.dataset.replayed"), "replay")
         assert page.find_element("id", "mode").text == "read-only"
         assert not page.find_element("id", "controls").is_displayed()
-        wait_for(lambda: rows(page) == [("greet", "completed")], "greet", page=page)
+        wait_for(lambda: rows(page, pending=False) == [("greet", "completed")], "greet", page=page)
         buttons = page.find_elements("css selector", "#checkpoints button.rollback")
         assert buttons
         assert not any(b.is_displayed() for b in buttons)
@@ -256,9 +279,65 @@ def test_a_read_only_visitor_sees_the_run_but_cannot_steer_it(page: Any, tmp_pat
             page=page,
         )
         assert "Insufficient permissions" in answer or "read-only" in answer.lower(), answer
-        assert rows(page) == [("greet", "completed")]
+        assert rows(page, pending=False) == [("greet", "completed")]
         assert journal_end(run.execution) == before
         page.save_screenshot(str(artifacts_dir() / "dashboard-readonly.png"))
+
+
+def test_a_run_that_ends_says_so_and_does_not_call_it_a_disconnection(
+    page: Any, tmp_path: Path
+) -> None:
+    """The server closes after the run's last event: the page says the run
+    ended (neutral, not a red ``disconnected``), shows its outcome and stops
+    trying to reconnect."""
+    from tests.runtime.hanks import codon, scenario, write_hank
+
+    slow = codon("work", scenario("sigterm,lines=60,interval_ms=50") + "Work slowly.")
+    hank = write_hank(tmp_path / "hank", slow, codon("after", "Then this."))
+    with live_run(tmp_path, "x", hank, autostart=True) as run:
+        open_dashboard(page, run, run.token)
+        connection = page.find_element("id", "connection")
+        wait_for(lambda: connection.text == "live", "live", page=page)
+        wait_for(lambda: connection.text == "run ended", "the run's end", timeout=60, page=page)
+        assert run.process.wait(timeout=30) == 0
+        assert page.find_element("id", "outcome").text == "completed"
+        assert rows(page) == [("work", "completed"), ("after", "completed")]
+        connects = stats(page)["connects"]
+        time.sleep(1.5)  # a reconnect would be tried within 250 ms
+        assert connection.text == "run ended"
+        assert "bad" not in (connection.get_attribute("class") or "")
+        assert stats(page)["connects"] == connects
+        page.save_screenshot(str(artifacts_dir() / "dashboard-run-ended.png"))
+
+
+def test_stopping_the_run_from_the_page_shows_it_stopped_not_failed(
+    page: Any, tmp_path: Path
+) -> None:
+    """ "Stop run" (server.shutdown) while a codon works: the run is stopped by
+    you, the codon stays to do, and nothing is called failed."""
+    from tests.runtime.hanks import codon, scenario, write_hank
+
+    slow = codon("work", scenario("sigterm,lines=400,interval_ms=50") + "Work slowly.")
+    hank = write_hank(tmp_path / "hank", slow, codon("after", "Then this."))
+    with live_run(tmp_path, "x", hank) as run:
+        open_dashboard(page, run, run.token)
+        wait_for(lambda: "Waiting" in idle(page), "the idle notice", page=page)
+        click_command(page, "codon.next")
+        wait_for(lambda: ("work", "running") in rows(page), "the codon at work", page=page)
+        click_command(page, "server.shutdown")
+        page.find_element("id", "confirm-ok").click()
+        outcome = page.find_element("id", "outcome")
+        wait_for(lambda: outcome.text != "running", "the run's end", timeout=60, page=page)
+        assert outcome.get_attribute("data-outcome") == "stopped", outcome.text
+        assert outcome.text.startswith("stopped"), outcome.text
+        assert "forced" not in outcome.text
+        wait_for(
+            lambda: page.find_element("id", "connection").text == "run ended", "closed", page=page
+        )
+        # The stopped codon and the one after it are still to do.
+        assert ("work", "pending") in rows(page)
+        assert ("after", "pending") in rows(page)
+        page.save_screenshot(str(artifacts_dir() / "dashboard-stopped.png"))
 
 
 def idle_text(run: LiveRun) -> str:
@@ -299,7 +378,7 @@ def test_a_dropped_connection_resumes_with_no_missing_or_doubled_event(
         wait_for(lambda: page.find_element("id", "connection").text == "live", "the reconnect")
         assert_exact(page, run)
         assert stats(page)["connects"] == 2
-        assert rows(page) == [("greet", "completed"), ("polish", "completed")]
+        assert rows(page, pending=False) == [("greet", "completed"), ("polish", "completed")]
 
 
 def test_weft_ui_lists_the_executions_and_opens_a_finished_and_a_live_one(
@@ -360,6 +439,8 @@ def test_weft_ui_lists_the_executions_and_opens_a_finished_and_a_live_one(
                 page=page,
             )
             assert page.find_element("id", "mode").text == "read-only"
+            # A finished execution: nothing follows, and the page does not say live.
+            assert page.find_element("id", "connection").text == "finished · replay"
             wait_for(lambda: len(rows(page)) == 6, "six codons", page=page)
             assert all(state == "completed" for _, state in rows(page))
             assert stats(page)["lastSeq"] == journal_end(finished)
@@ -384,137 +465,6 @@ def test_weft_ui_lists_the_executions_and_opens_a_finished_and_a_live_one(
             ui.wait(timeout=10)
 
 
-def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
-    page: Any, tmp_path: Path
-) -> None:
-    """Events of features the page does not know by name (sentinels, budgets)
-    still reach the reader, from a finished execution's replay."""
-    run_id = "1795255200000-abcde"
-    events = [
-        ("transition", "RunStarted", {"runId": run_id, "runFolder": "/r", "gitBranch": "b",
-         "startingConditions": {"type": "fresh"}, "serverPid": 1,
-         "startTime": "2026-11-21T10:00:00.000Z", "executionPlan": []}),
-        ("transition", "CodonStarted", {"runId": run_id, "codonId": "plan",
-         "startTime": "2026-11-21T10:00:00.000Z"}),
-        ("transition", "CostsIncremented", {"runId": run_id, "codonId": "plan",
-         "costDelta": 0.5, "tokensDelta": {"inputTokens": 1000}}),
-        ("event", "budget.warning", {"limitUsd": 2.0, "spentUsd": 0.5, "scope": "run"}),
-        ("event", "sentinel.output", {"sentinelId": "narrator", "codonId": "plan",
-         "text": "The agent is planning the work."}),
-        ("event", "error", {"message": "Codon plan failed: rate limited", "severity": "codon",
-         "codon": "plan"}),
-    ]  # fmt: skip
-    with replayed(tmp_path, run_id, events) as url:
-        page.get(url)
-        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
-        sentinels = page.find_element("id", "sentinels").text
-        assert "sentinel.output" in sentinels
-        assert "The agent is planning the work." in sentinels
-        assert "narrator" in sentinels
-        budget = page.find_elements("css selector", "#chart line.budget")
-        assert len(budget) == 1
-        assert "limitUsd 2" in page.find_element("id", "chart-legend").text
-        assert "rate limited" in page.find_element("id", "errors").text
-        assert stats(page)["lastSeq"] == len(events)
-        page.save_screenshot(str(artifacts_dir() / "dashboard-sentinels-budget.png"))
-
-
-def test_a_stopped_run_is_interrupted_and_a_failed_one_failed(page: Any, tmp_path: Path) -> None:
-    """The state records both as failed (RunFailed); the page says what `weft run` said."""
-    stopped, failed = "1795255200000-aaaaa", "1795255300000-bbbbb"
-
-    def run(run_id: str, failure: str | None) -> list[tuple[str, str, dict[str, Any]]]:
-        start = {
-            "runId": run_id,
-            "runFolder": "/r",
-            "gitBranch": "b",
-            "startingConditions": {"type": "fresh"},
-            "serverPid": 1,
-            "startTime": "2026-11-21T10:00:00.000Z",
-            "executionPlan": [],
-        }
-        codon = {"runId": run_id, "codonId": "c", "startTime": "2026-11-21T10:00:00.000Z"}
-        end: dict[str, Any] = {
-            "runId": run_id,
-            "codonId": "c",
-            "from": "running",
-            "to": "failed",
-            "timestamp": "2026-11-21T10:00:01.000Z",
-            "metadata": {"failureReason": {"kind": failure, "retriable": False, "message": "m"}},
-        }
-        return [("transition", "RunStarted", start), ("transition", "CodonStarted", codon),
-                ("transition", "CodonTransitioned", end),
-                ("transition", "RunFailed", {"runId": run_id, "endTime": "t"})]  # fmt: skip
-
-    events = run(stopped, "interrupted") + run(failed, "error_result")
-    with replayed(tmp_path, stopped, events) as url:
-        page.get(url)
-        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
-        wait_for(lambda: stats(page)["lastSeq"] == len(events), "every event")
-        statuses = page.execute_script(
-            "const runs = window.weftDashboard.state.runs;"
-            "return Object.fromEntries([...runs.values()].map((r) => [r.runId, r.status]));"
-        )
-        assert statuses == {stopped: "interrupted", failed: "failed"}
-
-
-@contextlib.contextmanager
-def replayed(
-    tmp_path: Path, run_id: str, events: list[tuple[str, str, dict[str, Any]]]
-) -> Iterator[str]:
-    """A hand-written journal of ``events`` (kind, type, data) served read-only as a
-    finished execution's replay (as ``weft ui`` serves one); yields the page's address."""
-    import asyncio
-    import threading
-
-    import uvloop
-
-    from weft.server import JournalHistory, ProtocolServer, ServerConfig
-    from weft.store import Journal
-    from weft.web import dashboard_url
-    from weft.web.machine import FinishedJournal
-
-    weft_dir = tmp_path / ".weft"
-    weft_dir.mkdir()
-    journal = Journal.open(weft_dir / "weft.db")
-    journal.append(
-        [
-            (
-                seq,
-                f"1795255200000-{seq:09x}",
-                f"2026-11-21T10:{seq // 60000 % 60:02d}:{seq // 1000 % 60:02d}.{seq % 1000:03d}Z",
-                kind,
-                name,
-                run_id,
-                None,
-                json.dumps({"type": name, "data": data}),
-            )
-            for seq, (kind, name, data) in enumerate(events, 1)
-        ]
-    )
-    journal.close()
-    loop = uvloop.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def on_loop(work: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(work, loop).result(30)
-
-    server = on_loop(
-        ProtocolServer.start(
-            FinishedJournal(len(events)),
-            JournalHistory(weft_dir / "weft.db"),
-            config=ServerConfig(ping_interval=None),
-        )
-    )
-    try:
-        yield dashboard_url(server, server.read_token)
-    finally:
-        on_loop(server.close())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-
-
 def test_a_long_run_draws_the_rows_in_view_and_the_rest_on_request(
     page: Any, tmp_path: Path
 ) -> None:
@@ -524,47 +474,57 @@ def test_a_long_run_draws_the_rows_in_view_and_the_rest_on_request(
     circuit breaker's events in it."""
     run_id = "1795255200000-longr"
     n = 1000
-    events: list[tuple[str, str, dict[str, Any]]] = [
-        ("transition", "RunStarted", {"runId": run_id, "runFolder": "/r", "gitBranch": "b",
-         "startingConditions": {"type": "fresh"}, "serverPid": 1,
-         "startTime": "2026-11-21T10:00:00.000Z", "executionPlan": []}),
-    ]  # fmt: skip
+    t0, t1 = "2026-11-21T10:00:00.000Z", "2026-11-21T10:00:01.000Z"
+    start = RunStarted(
+        run_id=run_id,
+        run_folder="/r",
+        git_branch="b",
+        starting_conditions=Fresh(),
+        server_pid=1,
+        start_time=t0,
+    )
+    events: list[Any] = [start]
     for i in range(n):
         c = f"c{i}"
+
+        def move(frm: str, to: str, c: str = c, **meta: Any) -> CodonTransitioned:
+            return CodonTransitioned(
+                run_id=run_id,
+                codon_id=c,
+                from_status=frm,  # type: ignore[arg-type]
+                to_status=to,
+                timestamp=t1,  # type: ignore[arg-type]
+                metadata=TransitionMetadata(**meta) if meta else None,
+            )
+
         events += [
-            ("transition", "CodonStarted", {"runId": run_id, "codonId": c,
-             "startTime": "2026-11-21T10:00:00.000Z"}),
-            ("transition", "CodonTransitioned", {"runId": run_id, "codonId": c,
-             "from": "preparing", "to": "completed", "timestamp": "2026-11-21T10:00:01.000Z",
-             "metadata": {"checkpointSha": f"{i:040x}"}}),
-        ]  # fmt: skip
+            CodonStarted(run_id=run_id, codon_id=c, start_time=t0),
+            move("preparing", "skipped", checkpoint_sha=f"{i:040x}", skipped_during="preparing"),
+        ]
     events[-1:-1] = [
-        ("event", "assistant.action", {"codonId": "c999", "action": "message",
-         "content": "Starting."}),
-        ("event", "session.cooldown", {"codonId": "c999", "session": 1, "durationMs": 2000,
-         "backoffMs": 2000, "errorClass": "rate_limit", "consecutiveErrors": 1,
-         "totalErrors": 1, "message": "429 Too Many Requests"}),
-        ("event", "breaker.changed", {"provider": "anthropic", "state": "open",
-         "previous": "closed", "reason": "failure", "consecutiveFailures": 3,
-         "failureThreshold": 3, "cooldownMs": 60000, "codonId": "c999"}),
-        ("event", "session.message", {"message": "Mind the tests.", "urgent": False,
-         "codonId": "c999"}),
-        ("event", "session.resumed", {"codonId": "c999", "session": 2, "reason": "retry",
-         "resumeSessionId": "s-1"}),
+        AssistantActionEvent(codon_id="c999", action="message", content="Starting."),
+        SessionCooldownEvent(codon_id="c999", session=1, duration_ms=2000, backoff_ms=2000,
+                             error_class="rate_limit", consecutive_errors=1, total_errors=1,
+                             message="429 Too Many Requests"),
+        BreakerChangedEvent(provider="anthropic", state="open", previous="closed",
+                            reason="failure", consecutive_failures=3, failure_threshold=3,
+                            cooldown_ms=60000, codon_id="c999"),
+        SessionMessageEvent(message="Mind the tests.", urgent=False, codon_id="c999"),
+        SessionResumedEvent(codon_id="c999", session=2, reason="retry", resume_session_id="s-1"),
     ]  # fmt: skip
-    with replayed(tmp_path, run_id, events) as url:
+    with replayed(tmp_path, events) as url:
         page.get(url)
         wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
         assert stats(page)["lastSeq"] == len(events)
         drawn = rows(page)
-        assert drawn[0] == ("c0", "completed")
+        assert drawn[0] == ("c0", "skipped")
         assert 20 < len(drawn) < 200, len(drawn)  # the rows in view, not a thousand
-        assert ("c999", "completed") not in drawn
+        assert ("c999", "skipped") not in drawn
         page.execute_script(
             "const p = document.getElementById('codons-panel'); p.scrollTop = p.scrollHeight"
         )
-        wait_for(lambda: ("c999", "completed") in rows(page), "the last row", page=page)
-        assert ("c0", "completed") not in rows(page)
+        wait_for(lambda: ("c999", "skipped") in rows(page), "the last row", page=page)
+        assert ("c0", "skipped") not in rows(page)
         # The timeline: the newest chips, the others behind a button.
         timeline = page.find_element("id", "timeline")
         assert len(timeline.find_elements("css selector", ".chip[data-key]")) < n

@@ -272,6 +272,9 @@ class ServerReady(_Reply):
     data_path: str | None
     port: int
     protocol_version: int = PROTOCOL_VERSION
+    replay: bool = False
+    """(Weft) The server replays a finished execution's journal (``weft ui``): no run
+    is attached and no event will follow the replay. Sent only when true."""
 
 
 class Pong(_Reply):

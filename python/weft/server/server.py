@@ -172,6 +172,8 @@ class ServerInfo:
     agent_root_path: str = ""
     data_path: str | None = None
     server_version: str = ""
+    replay: bool = False
+    """A finished execution's journal served with no run (``server.ready``'s ``replay``)."""
 
 
 LAGGING_CLOSE_TIMEOUT = 30.0
@@ -305,7 +307,7 @@ class ProtocolServer:
 
             base = info or ServerInfo()
             info = ServerInfo(
-                base.execution_path, base.agent_root_path, base.data_path, __version__
+                base.execution_path, base.agent_root_path, base.data_path, __version__, base.replay
             )
         ring = max(config.ring_size, HISTORY_LIMIT)
         head = manager.last_seq
@@ -503,6 +505,7 @@ class ProtocolServer:
                     agent_root_path=self.info.agent_root_path,
                     data_path=self.info.data_path,
                     port=self.port,
+                    replay=self.info.replay,
                 ),
             )
         )

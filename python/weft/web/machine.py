@@ -66,6 +66,26 @@ class FinishedJournal:
         return lambda: None
 
 
+async def start_replay(
+    database: Path, *, host: str = "127.0.0.1", execution: Path | None = None
+) -> ProtocolServer:
+    """A read-only replay server over a finished execution's journal on a free
+    port: the protocol server with no runtime and a feed that never grows, whose
+    ``server.ready`` says ``replay`` (the page then says it is a finished execution)."""
+    end = await asyncio.to_thread(journal_end, database)
+    execution = execution if execution is not None else database.parent.parent
+    return await ProtocolServer.start(
+        FinishedJournal(end),
+        JournalHistory(database),
+        config=ServerConfig(host=host, port=0),
+        info=ServerInfo(
+            execution_path=str(execution),
+            agent_root_path=str(execution / "agentRoot"),
+            replay=True,
+        ),
+    )
+
+
 def journal_end(database: Path) -> int:
     """The newest seq in a journal (0 when it is empty or missing)."""
     if not database.exists():
@@ -201,16 +221,7 @@ class MachineDashboard:
         if replay is None:
             database = entry.path / ".weft" / DATABASE
             try:
-                end = await asyncio.to_thread(journal_end, database)
-                replay = await ProtocolServer.start(
-                    FinishedJournal(end),
-                    JournalHistory(database),
-                    config=ServerConfig(host=self.host, port=0),
-                    info=ServerInfo(
-                        execution_path=str(entry.path),
-                        agent_root_path=str(entry.path / "agentRoot"),
-                    ),
-                )
+                replay = await start_replay(database, host=self.host, execution=entry.path)
             except (sqlite3.Error, OSError, ServerError) as e:
                 return _json(
                     http.HTTPStatus.INTERNAL_SERVER_ERROR,

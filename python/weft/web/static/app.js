@@ -17,9 +17,12 @@
 // and a codon's transcript is built from its events only when it is opened.
 // Nothing from an event is ever parsed as HTML (textContent only).
 
-const STATES = ["preparing", "starting", "initializing", "running", "completing-sentinels",
-  "completed", "failed", "skipped"];
 const TERMINAL = new Set(["completed", "failed", "skipped"]);
+const DONE = new Set(["completed", "skipped"]); // a codon the plan does not run again
+const PENDING = "pending"; // a planned codon not started (or to run again): weft.progress.PENDING
+// The one word of each outcome (weft.outcome.WORD).
+const WORD = { running: "running", completed: "completed", failed: "failed", stopped: "stopped",
+  budget: "budget-stopped", crashed: "crashed" };
 const MAX_LIST = 300; // rows kept in the errors and sentinels lists (newest)
 const CHART_POINTS = 600; // the chart's polyline is thinned to about its width
 const HEAVY_MS = 300; // panels rebuilt whole (timeline, chart...) at most this often
@@ -40,11 +43,15 @@ const S = {
   stats: { events: 0, duplicates: 0, gaps: 0, connects: 0 },
   time: { parse: 0, apply: 0, render: 0 }, // ms spent on each (benchmarks read them)
   mode: null,
-  runs: new Map(), // runId -> {runId, reason, status, start, keys: [], stoppedBy}
+  runs: new Map(), // runId -> {runId, reason, status, outcome, start, keys: [], stoppedBy}
   currentRun: null, // the newest RunStarted's runId (stream events carry none)
   codons: new Map(), // runId/codonId -> codon record
   order: [], // codon keys in the order they started
   plan: new Map(), // codonId -> {name, loop, files}
+  planOrder: [], // codon ids in plan order (a fresh RunStarted's plan, PlanExtended, PlanTrimmed)
+  pending: new Map(), // codonId -> row record of a planned codon not started (status "pending")
+  replay: false, // the server replays a finished execution (server.ready's `replay`): nothing follows
+  ended: false, // the server closed because the run ended
   latest: new Map(), // codonId -> key of its newest record
   checkpoints: [],
   sentinels: [],
@@ -59,7 +66,7 @@ const S = {
   execution: "",
 };
 
-const dirty = { rows: new Set(), window: false, timeline: false, checkpoints: false,
+const dirty = { rows: new Set(), window: false, pending: false, timeline: false, checkpoints: false,
   sentinels: false, errors: false, chart: false, header: true, transcript: false };
 let selected = null; // the codon key whose transcript is open
 let scheduled = false;
@@ -83,6 +90,7 @@ function codonRecord(runId, codonId, time) {
     if (older && older !== key) supersede(older);
     S.latest.set(codonId, key);
     dirty.timeline = true;
+    dirty.pending = true;
   }
   return rec;
 }
@@ -92,6 +100,7 @@ function supersede(key) {
   if (rec && !rec.superseded) {
     rec.superseded = true;
     dirty.checkpoints = true;
+    dirty.pending = true;
     touch(rec);
   }
 }
@@ -125,12 +134,57 @@ function codonOf(data) {
   return key ? S.codons.get(key) : null;
 }
 
+// The plan: what the run will do, in order. A fresh RunStarted carries it whole;
+// a loop's next iteration (PlanExtended) and the rest of a loop that ended early
+// (PlanTrimmed) change it; a continuation run keeps it. Codons of the plan that
+// have not started are the table's pending rows (weft.progress keeps the same order).
 function planEntries(entries) {
+  const ids = [];
   for (const e of entries || []) {
     const c = e.codon || {};
     const loop = e.loopContext ? { id: e.loopContext.loopId, iteration: e.loopContext.iteration } : null;
     S.plan.set(e.codonId, { name: c.name || "", loop, files: c.checkpointedFiles || [] });
+    ids.push(e.codonId);
   }
+  dirty.pending = true;
+  return ids;
+}
+
+function extendPlan(afterId, entries) {
+  const added = planEntries(entries);
+  const order = S.planOrder;
+  let at = order.length;
+  for (let i = order.length - 1; i >= 0; i--) {
+    if (order[i] === afterId) { at = i + 1; break; }
+  }
+  const known = new Set(order);
+  order.splice(at, 0, ...[...new Set(added)].filter((id) => !known.has(id)));
+}
+
+function trimPlan(codonIds) {
+  const dropped = new Set(codonIds);
+  S.planOrder = S.planOrder.filter((id) => !dropped.has(id));
+  dirty.pending = true;
+}
+
+// Whether a planned codon is still to do: never started, or its newest record
+// was undone by a rollback, ended by a stop (`interrupted`: it stays to do), or
+// failed in an earlier run (a continuation runs it again).
+function toDo(codonId) {
+  const key = S.latest.get(codonId);
+  if (!key) return true;
+  const rec = S.codons.get(key);
+  if (rec.superseded || rec.interrupted) return true;
+  return rec.runId !== S.currentRun && !DONE.has(rec.status) && TERMINAL.has(rec.status);
+}
+
+// The text of a FailureReason (its wire key is `type`): "<type>: <message>", as
+// weft.progress words it.
+function failureText(reason) {
+  if (!reason) return "unknown reason";
+  if (typeof reason !== "object") return String(reason);
+  const type = reason.type || "error";
+  return reason.message ? `${type}: ${reason.message}` : type;
 }
 
 // A codon's checkpoints come in its transitions' metadata (`checkpointSha`); the
@@ -164,27 +218,60 @@ const ON = {
     const cond = d.startingConditions || {};
     const reason = cond.reason ? `${cond.type}: ${cond.reason}` : cond.type || "";
     // stoppedBy: what ends the run as failed if it ends now (the newest codon's own
-    // failure, a fatal error, the run's budget); a run ended with none was stopped.
-    S.runs.set(d.runId, { runId: d.runId, reason, status: "running",
+    // failure, a fatal error, the run's budget): only for journals older than
+    // RunFailed's codonId and reason, where a RunFailed with none was a stop.
+    S.runs.set(d.runId, { runId: d.runId, reason, status: "running", outcome: "",
       start: ev.timestamp, keys: [], stoppedBy: null });
     S.currentRun = d.runId;
-    planEntries(d.executionPlan);
+    // A fresh run carries its plan; a continuation's goes on with the one known.
+    if (d.executionPlan) S.planOrder = planEntries(d.executionPlan);
     dirty.timeline = true;
+    dirty.pending = true;
   },
-  RunCompleted(d) { endRun(d.runId, "completed"); },
+  RunCompleted(d) { endRun(d.runId, "completed", ""); },
   RunFailed(d) {
     const run = S.runs.get(d.runId);
-    endRun(d.runId, !run || run.stoppedBy ? "failed" : "interrupted");
+    if (d.codonId || d.reason) {
+      endRun(d.runId, "failed", failedText(d.codonId, d.reason));
+    } else if (run && run.stoppedBy) {
+      const by = run.stoppedBy;
+      endRun(d.runId, "failed", by.codonId ? failedText(by.codonId, by.reason) : by.reason);
+    } else {
+      // An older journal's stop (Ctrl-C, q, server.shutdown) was a RunFailed
+      // that nothing failed: it was stopped.
+      endRun(d.runId, "stopped", "stopped");
+    }
+  },
+  // Weft's own: a stop asked for (graceful or forced) or a budget ceiling crossed.
+  RunStopped(d) {
+    const stays = d.codonId ? ` (${d.codonId} stays to do)` : "";
+    if (d.by === "budget") {
+      endRun(d.runId, "budget", `budget-stopped: ${d.reason || budgetText(d.budget)}${stays}`);
+    } else {
+      endRun(d.runId, "stopped", `stopped${d.forced ? " (forced)" : ""}${d.reason ? `: ${d.reason}` : ""}${stays}`);
+    }
   },
   RunCrashed(d, ev) {
-    endRun(d.runId, "crashed");
+    // The core fails the crashed run's active codon ("Server crashed"): so does the page.
+    const run = S.runs.get(d.runId);
+    for (const key of run ? [...run.keys].reverse() : []) {
+      const rec = S.codons.get(key);
+      if (TERMINAL.has(rec.status) || rec.superseded) continue;
+      rec.status = "failed";
+      rec.end = d.detectedAt || ev.timestamp;
+      rec.failure = "crash: Server crashed";
+      touch(rec);
+      break;
+    }
+    endRun(d.runId, "crashed", `crashed (last seen ${d.detectedAt || "?"})`);
     note("recovery", ev.timestamp, `Run ${d.runId} crashed (its last codon was ${d.lastCodonStatus || "?"}); last seen ${d.detectedAt || ""}`);
   },
-  PlanExtended(d) { planEntries(d.entries); },
+  PlanExtended(d) { extendPlan(d.afterCodonId, d.entries); },
+  PlanTrimmed(d) { trimPlan(d.codonIds); },
   CodonStarted(d, ev) {
     codonRecord(d.runId, d.codonId, d.startTime || ev.timestamp);
     const run = S.runs.get(d.runId);
-    if (run && run.stoppedBy === "codon") run.stoppedBy = null; // its failure was ignored
+    if (run && run.stoppedBy && run.stoppedBy.codonId) run.stoppedBy = null; // its failure was ignored
   },
   CodonTransitioned(d, ev) {
     const rec = codonRecord(d.runId, d.codonId, ev.timestamp);
@@ -192,8 +279,14 @@ const ON = {
     if (TERMINAL.has(d.to)) rec.end = d.timestamp || ev.timestamp;
     const meta = d.metadata || {};
     if (meta.checkpointSha) addCheckpoint(meta.checkpointSha, CHECKPOINT_TYPES[d.to] || d.to, d.codonId, d.runId, ev.timestamp);
-    if (d.to === "failed" && meta.failureReason) rec.failure = `failed: ${meta.failureReason}`;
-    if (d.to === "failed" && (meta.failureReason || {}).kind !== "interrupted") stoppedBy("codon");
+    if (d.to === "failed") {
+      rec.failure = failureText(meta.failureReason);
+      // Interrupted is the codon a stop ended; any other failure would end the run as failed.
+      rec.interrupted = (meta.failureReason || {}).type === "interrupted";
+      if (!rec.interrupted) stoppedBy({ codonId: d.codonId, reason: rec.failure });
+      dirty.pending = true;
+    }
+    if (d.to === "preparing") dirty.pending = true;
     touch(rec);
     dirty.timeline = true;
   },
@@ -241,7 +334,7 @@ const ON = {
     note("recovery", ev.timestamp, `Rollback completed: run ${d.toRun} continues from ${d.codonId || "?"}`);
   },
   error(d, ev) {
-    if (d.fatal) stoppedBy("error");
+    if (d.fatal) stoppedBy({ codonId: null, reason: d.message || "a fatal error" });
     note("error", ev.timestamp, d.message || JSON.stringify(d));
     const rec = codonOf(d);
     if (rec) keep(rec, ev);
@@ -359,7 +452,7 @@ function buildItems(rec) {
 function lastAction(rec) {
   if (rec.status === "failed" && rec.failure) return rec.failure;
   const d = rec.last;
-  if (!d) return rec.failure;
+  if (!d) return rec.failure || "";
   return d.action === "tool_use" ? `tool: ${d.toolName || "?"}`
     : d.action === "thinking" ? "thinking" : (d.content || "").slice(0, 80);
 }
@@ -369,10 +462,26 @@ function stoppedBy(what) {
   if (run) run.stoppedBy = what;
 }
 
-function endRun(runId, status) {
+function failedText(codonId, reason) {
+  return `failed${codonId ? ` at ${codonId}` : ""}${reason ? `: ${reason}` : ""}`;
+}
+
+function budgetText(b) {
+  if (!b) return "a budget ceiling";
+  return `${b.scope || "run"} ${b.kind} ${b.used} of ${b.limit}${b.source ? ` (${b.source})` : ""}`;
+}
+
+// status: the outcome's kind (weft.outcome: completed, failed, stopped, budget,
+// crashed); outcome: it in words, with which codon and why.
+function endRun(runId, status, outcome) {
   const run = S.runs.get(runId);
-  if (run) run.status = status;
+  if (run) {
+    run.status = status;
+    run.outcome = outcome || WORD[status] || status;
+  }
   dirty.timeline = true;
+  dirty.header = true;
+  dirty.pending = true;
 }
 
 // Events of features that grow (sentinels, budgets) are shown by shape, not by name.
@@ -405,7 +514,9 @@ function apply(ev) {
     if (handler) handler(ev.data || {}, ev);
     else if (ev.type.startsWith("sentinel.")) sentinel(ev);
     else if (ev.type.startsWith("budget")) {
-      if (ev.type === "budget.exceeded" && (ev.data || {}).scope === "run") stoppedBy("budget");
+      if (ev.type === "budget.exceeded" && (ev.data || {}).scope === "run") {
+        stoppedBy({ codonId: null, reason: (ev.data || {}).message || "the run's budget" });
+      }
       budget(ev);
     }
   } catch (err) {
@@ -447,8 +558,18 @@ function connect() {
   ws.onclose = (e) => {
     if (socket !== ws) return;
     socket = null;
-    const why = e.code === 1001 ? "run ended" : `disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`;
-    status(why, "bad");
+    // The server closes with 1001 after the run's last event; a run whose
+    // outcome was journaled has ended too, however its process went away.
+    // Nothing will follow: the page says so and stops trying (a run that
+    // continues the execution is a new process, with its own address).
+    if (handshaken && (e.code === 1001 || runEnded())) {
+      S.ended = true;
+      status(S.replay ? "finished · replay" : "run ended", "ended");
+      dirty.header = true;
+      schedule();
+      return;
+    }
+    status(`disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`, "bad");
     if (token !== null || S.mode) setTimeout(connect, Math.max(retryMs, holdUntil - Date.now()));
     retryMs = Math.min(retryMs * 2, 5000);
   };
@@ -473,11 +594,14 @@ function receive(ws, text) {
       S.stats.connects++;
       S.mode = d.mode;
       if (S.targetSeq === null) S.targetSeq = d.lastSeq;
-      status("live", "good");
       showMode();
       break;
     case "server.ready":
+      // Always right after handshake.response: whether anything will follow.
       S.execution = d.executionPath || "";
+      S.replay = !!d.replay;
+      if (S.replay) status("finished · replay", "ended");
+      else status("live", "good");
       dirty.header = true;
       break;
     case "history.batch":
@@ -566,6 +690,12 @@ function answered(commandId, ok, text) {
   if (asked.then) asked.then(ok);
 }
 
+// Whether the newest run has ended (its outcome is journaled).
+function runEnded() {
+  const run = S.runs.get(S.currentRun);
+  return !!run && run.status !== "running";
+}
+
 function status(text, kind) {
   const el = $("connection");
   el.textContent = text;
@@ -616,7 +746,7 @@ function renderAll() {
     return;
   }
   if (dirty.header) renderHeader();
-  if (dirty.rows.size || dirty.window) renderRows();
+  if (dirty.rows.size || dirty.window || dirty.pending) renderRows();
   if (dirty.transcript) renderTranscript();
   // Panels rebuilt whole are rebuilt at most every HEAVY_MS while events pour in.
   const now = performance.now();
@@ -645,10 +775,18 @@ function renderAll() {
 function renderHeader() {
   dirty.header = false;
   $("execution").textContent = S.execution;
-  const running = [...S.runs.values()].filter((r) => r.status === "running").length;
   $("totals").textContent = `${fmtCost(S.totalCost)} · ${fmtTokens(S.totalTokens)} tokens · `
-    + `${S.order.length} codon records · ${S.runs.size} run(s)${running ? "" : ""} · seq ${S.lastSeq}`;
-  $("idle").textContent = S.idle;
+    + `${S.order.length} codon records · ${S.runs.size} run(s) · seq ${S.lastSeq}`;
+  // The newest run's outcome, in words: which codon failed and why, who stopped it.
+  const run = S.runs.get(S.currentRun);
+  const outcome = $("outcome");
+  outcome.hidden = !run;
+  if (run) {
+    outcome.textContent = run.status === "running" ? "running" : run.outcome;
+    outcome.className = `pill outcome s-${run.status}`;
+    outcome.dataset.outcome = run.status;
+  }
+  $("idle").textContent = S.ended ? "" : S.idle; // nothing waits for a command any more
 }
 
 function cell(tr, text, cls) {
@@ -666,9 +804,43 @@ function groupOf(rec) {
 
 // The codon table, as a list of lines: a group heading (a run, a loop
 // iteration) or a codon record's key. Only the lines in view get a <tr>.
+// After the records come the plan's codons still to do (`tail`, rebuilt when
+// the plan or a record changes), under a "to do" heading.
 const display = [];
+let tail = [];
 const rows = new Map(); // codon key -> its <tr>, once it was in view
 let lastGroup = "";
+
+const lineCount = () => display.length + tail.length;
+const lineAt = (i) => (i < display.length ? display[i] : tail[i - display.length]);
+const recOf = (key) => S.codons.get(key) || S.pending.get(key);
+
+function rebuildTail() {
+  dirty.pending = false;
+  const todo = S.planOrder.filter(toDo);
+  const pending = new Map();
+  const lines = [];
+  if (todo.length) {
+    lines.push({ loop: false, tr: null, text: `to do · ${todo.length} codon${todo.length === 1 ? "" : "s"} not started` });
+  }
+  let group = "";
+  for (const id of todo) {
+    const plan = S.plan.get(id) || {};
+    const loop = plan.loop || null;
+    const here = loop ? `${loop.id}#${loop.iteration}` : "";
+    if (loop && here !== group) lines.push({ loop: true, tr: null, text: `loop ${loop.id} · iteration ${loop.iteration}` });
+    group = here;
+    const key = `pending/${id}`;
+    pending.set(key, S.pending.get(key) || { key, runId: S.currentRun, codonId: id, name: plan.name || "",
+      loop, status: PENDING, start: null, end: null, cost: 0, tokens: 0, last: null, failure: "",
+      superseded: false });
+    lines.push(key);
+  }
+  for (const key of S.pending.keys()) if (!pending.has(key)) rows.delete(key);
+  S.pending = pending;
+  tail = lines;
+  shown.total = -1; // redraw the lines in view
+}
 
 function addDisplay(rec) {
   const group = groupOf(rec);
@@ -696,7 +868,7 @@ function spacer() {
 
 // The lines in view, with OVERSCAN more each side; all of them for a short table.
 function inView() {
-  const total = display.length;
+  const total = lineCount();
   if (total <= WINDOW_MIN) return [0, total];
   const panel = $("codons-panel");
   // How far the table's body has scrolled above the panel's top edge.
@@ -707,19 +879,21 @@ function inView() {
 }
 
 function renderRows() {
+  if (dirty.pending) rebuildTail();
   const [first, last] = inView();
-  const moved = first !== shown.first || last !== shown.last || display.length !== shown.total;
+  const total = lineCount();
+  const moved = first !== shown.first || last !== shown.last || total !== shown.total;
   if (moved) {
     const lines = [];
     for (let i = first; i < last; i++) {
-      const line = display[i];
+      const line = lineAt(i);
       if (typeof line === "string") {
         let tr = rows.get(line);
         if (!tr) {
-          tr = codonRow(S.codons.get(line));
+          tr = codonRow(recOf(line));
           rows.set(line, tr);
         }
-        fillRow(tr, S.codons.get(line));
+        fillRow(tr, recOf(line));
         lines.push(tr);
       } else {
         if (!line.tr) line.tr = groupRow(line);
@@ -727,11 +901,11 @@ function renderRows() {
       }
     }
     spacers[0].cells[0].style.height = `${first * ROW_PX}px`;
-    spacers[1].cells[0].style.height = `${(display.length - last) * ROW_PX}px`;
+    spacers[1].cells[0].style.height = `${(total - last) * ROW_PX}px`;
     spacers[0].hidden = first === 0;
-    spacers[1].hidden = last === display.length;
+    spacers[1].hidden = last === total;
     $("codons").tBodies[0].replaceChildren(spacers[0], ...lines, spacers[1]);
-    shown = { first, last, total: display.length };
+    shown = { first, last, total };
   } else {
     for (const key of dirty.rows) {
       const tr = rows.get(key);
@@ -760,11 +934,12 @@ function codonRow(rec) {
 function fillRow(tr, rec) {
   const c = tr.cells;
   c[0].textContent = rec.name ? `${rec.codonId} · ${rec.name}` : rec.codonId;
+  const pending = rec.status === PENDING;
   c[1].textContent = rec.status;
   c[1].className = `state s-${rec.status}`;
   c[2].textContent = fmtDuration(rec.start, rec.end);
-  c[3].textContent = fmtTokens(rec.tokens);
-  c[4].textContent = fmtCost(rec.cost);
+  c[3].textContent = pending ? "" : fmtTokens(rec.tokens);
+  c[4].textContent = pending ? "" : fmtCost(rec.cost);
   c[5].textContent = lastAction(rec);
   tr.dataset.state = rec.status;
   tr.classList.toggle("superseded", rec.superseded);
@@ -837,7 +1012,7 @@ function renderTimeline() {
   for (const run of S.runs.values()) {
     const li = document.createElement("li");
     const title = document.createElement("div");
-    title.textContent = `run ${run.runId} · ${run.reason} · ${run.status} · started ${fmtTime(run.start)}`;
+    title.textContent = `run ${run.runId} · ${run.reason} · ${run.status === "running" ? "running" : run.outcome} · started ${fmtTime(run.start)}`;
     li.append(title);
     const chips = document.createElement("div");
     chips.className = "chips";
@@ -1076,7 +1251,7 @@ $("message").addEventListener("submit", (e) => {
 });
 
 $("codons-panel").addEventListener("scroll", () => {
-  if (display.length > WINDOW_MIN) {
+  if (lineCount() > WINDOW_MIN) {
     dirty.window = true;
     schedule();
   }

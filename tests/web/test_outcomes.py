@@ -1,0 +1,279 @@
+"""How the dashboard says a run and its codons ended, in a real headless Chromium.
+
+Every journal here is built from Weft's own msgspec structs and written by a
+real StateManager (the core validates each transition), then replayed by the
+server ``weft ui`` starts for a finished execution: the page gets exactly the
+bytes a run would have journaled, never a hand-written shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.web.browser import artifacts_dir, cells, replayed, rows, stats, text, wait_for
+
+from weft.events.stream import (
+    AssistantActionEvent,
+    BudgetExceededEvent,
+    ErrorEvent,
+    SentinelOutput,
+    SentinelTokens,
+)
+from weft.events.transitions import (
+    BudgetStop,
+    CodonStarted,
+    CodonTransitioned,
+    CostsIncremented,
+    FailureReason,
+    Fresh,
+    PlanEntry,
+    RunCompleted,
+    RunCrashed,
+    RunFailed,
+    RunStarted,
+    RunStopped,
+    TokenUsage,
+    Transition,
+    TransitionMetadata,
+)
+
+T0 = "2026-11-21T10:00:00.000Z"
+T1 = "2026-11-21T10:00:05.000Z"
+
+
+def started(run: str, *codons: str) -> RunStarted:
+    """A fresh run whose plan is ``codons``."""
+    plan = [PlanEntry(codon={"name": c.title()}, codon_id=c) for c in codons]
+    return RunStarted(
+        run_id=run,
+        run_folder=f"/x/.weft/runs/{run}",
+        git_branch=f"run-{run}",
+        starting_conditions=Fresh(),
+        server_pid=1,
+        start_time=T0,
+        execution_plan=plan or None,
+    )
+
+
+def moved(run: str, codon: str, frm: str, to: str, **meta: Any) -> CodonTransitioned:
+    return CodonTransitioned(
+        run_id=run,
+        codon_id=codon,
+        from_status=frm,  # type: ignore[arg-type]
+        to_status=to,  # type: ignore[arg-type]
+        timestamp=T1,
+        metadata=TransitionMetadata(**meta) if meta else None,
+    )
+
+
+def running(run: str, codon: str) -> list[Transition]:
+    """A codon from CodonStarted to running."""
+    return [
+        CodonStarted(run_id=run, codon_id=codon, start_time=T0),
+        moved(run, codon, "preparing", "starting"),
+        moved(run, codon, "starting", "initializing", claude_pid=7, claude_log_path="l"),
+        moved(run, codon, "initializing", "running", claude_session_id="s"),
+    ]
+
+
+def failed(run: str, codon: str, kind: str, message: str) -> list[Transition]:
+    """A codon that runs and fails with a FailureReason (wire key ``type``)."""
+    reason = FailureReason(kind=kind, retriable=False, message=message)
+    return [
+        *running(run, codon),
+        moved(
+            run,
+            codon,
+            "running",
+            "failed",
+            failure_reason=reason,
+            failed_during="running",
+            exit_code=1,
+        ),
+    ]
+
+
+def completed(run: str, codon: str) -> list[Transition]:
+    sha = f"{codon:0>40}"[-40:]
+    return [*running(run, codon), moved(run, codon, "running", "completed", checkpoint_sha=sha)]
+
+
+def open_replay(page: Any, url: str, events: int) -> None:
+    page.get(url)
+    wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+    wait_for(lambda: stats(page)["lastSeq"] == events, f"the page to reach seq {events}")
+
+
+def run_titles(page: Any) -> list[str]:
+    """The timeline's line of each run."""
+    found: list[str] = page.execute_script(
+        "return [...document.querySelectorAll('#timeline > li > div:first-child')]"
+        ".map(d => d.textContent);"
+    )
+    return found
+
+
+def test_a_failed_codon_says_its_failure_type_and_message_and_the_run_which_codon(
+    page: Any, tmp_path: Path
+) -> None:
+    """FailureReason's wire key is ``type``: the row reads ``<type>: <message>``
+    (never ``[object Object]``), and the run's outcome names the codon and why."""
+    events = [
+        started("r1", "plan", "build"),
+        *completed("r1", "plan"),
+        *failed("r1", "build", "error_result", "the tests do not pass"),
+        RunFailed(run_id="r1", end_time=T1, codon_id="build",
+                  reason="error_result: the tests do not pass"),
+    ]  # fmt: skip
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        assert rows(page) == [("plan", "completed"), ("build", "failed")]
+        assert cells(page, "build")[5] == "error_result: the tests do not pass"
+        outcome = page.find_element("id", "outcome")
+        assert outcome.get_attribute("data-outcome") == "failed"
+        assert outcome.text == "failed at build: error_result: the tests do not pass"
+        assert "failed at build" in run_titles(page)[0]
+        page.save_screenshot(str(artifacts_dir() / "dashboard-failed-run.png"))
+
+
+def test_a_run_stopped_in_an_older_journal_is_stopped_not_failed(page: Any, tmp_path: Path) -> None:
+    """Before RunStopped, a stop was journaled as RunFailed after the codon it
+    ended failed as ``interrupted``: nothing failed, the page says stopped. A
+    RunFailed after a real failure (and nothing saying which) stays failed."""
+    events = [
+        started("r1", "work"),
+        *failed("r1", "work", "interrupted", "Stopped by the user"),
+        RunFailed(run_id="r1", end_time=T1),
+        started("r2", "work"),
+        *failed("r2", "work", "process_error", "exit 1"),
+        RunFailed(run_id="r2", end_time=T1),
+    ]
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        statuses = page.execute_script(
+            "const runs = window.weftDashboard.state.runs;"
+            "return Object.fromEntries([...runs.values()].map((r) => [r.runId, r.status]));"
+        )
+        assert statuses == {"r1": "stopped", "r2": "failed"}
+        titles = run_titles(page)
+        assert "· stopped ·" in titles[0], titles
+        assert "failed at work: process_error: exit 1" in titles[1], titles
+        assert cells(page, "work")[5] == "process_error: exit 1"
+
+
+def test_a_crash_fails_the_codon_it_was_running(page: Any, tmp_path: Path) -> None:
+    """RunCrashed fails the crashed run's active codon ("Server crashed"), as the core does."""
+    events = [
+        started("r1", "plan", "build"),
+        *completed("r1", "plan"),
+        *running("r1", "build"),
+        RunCrashed(run_id="r1", detected_at=T1, last_codon_status="running"),
+    ]
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        assert rows(page, pending=False) == [("plan", "completed"), ("build", "failed")]
+        assert cells(page, "build")[5] == "crash: Server crashed"
+        assert cells(page, "build")[2] == "5.0 s"  # ended when the crash was found, not now
+        outcome = page.find_element("id", "outcome")
+        assert outcome.get_attribute("data-outcome") == "crashed"
+        assert "crashed" in outcome.text
+        assert "Run r1 crashed" in text(page, "errors")
+
+
+def test_a_user_stop_and_a_budget_stop_are_said_as_such(page: Any, tmp_path: Path) -> None:
+    """RunStopped: by the user (graceful or forced) is "stopped", by a budget
+    "budget-stopped" with its reason; the stopped codon stays to do."""
+    budget = BudgetStop(scope="run", kind="dollars", limit=0.05, used=0.0512, source="--max-cost")
+    events: list[Any] = [
+        started("r1", "plan", "build"),
+        *completed("r1", "plan"),
+        *failed("r1", "build", "interrupted", "Stopped by the user"),
+        RunStopped(run_id="r1", end_time=T1, by="user", reason="SIGINT", forced=True,
+                   codon_id="build"),
+        started("r2", "plan", "build"),
+        *running("r2", "build"),
+        CostsIncremented(run_id="r2", codon_id="build", cost_delta=0.0512,
+                         tokens_delta=TokenUsage(input_tokens=1000)),
+        BudgetExceededEvent(scope="run", scope_id="run", limit_kind="dollars", limit=0.05,
+                            used=0.0512, on_exceeded="fail", message="run budget $0.05 reached"),
+        *failed("r2", "build", "interrupted", "Stopped by its budget")[-1:],
+        RunStopped(run_id="r2", end_time=T1, by="budget", codon_id="build", budget=budget,
+                   reason="the run's --max-cost $0.05 was reached ($0.0512 spent)"),
+    ]  # fmt: skip
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        statuses = page.execute_script(
+            "const runs = window.weftDashboard.state.runs;"
+            "return Object.fromEntries([...runs.values()].map((r) => [r.runId, r.status]));"
+        )
+        assert statuses == {"r1": "stopped", "r2": "budget"}
+        titles = run_titles(page)
+        assert "stopped (forced): SIGINT (build stays to do)" in titles[0], titles
+        outcome = page.find_element("id", "outcome")
+        assert outcome.get_attribute("data-outcome") == "budget"
+        assert outcome.text == (
+            "budget-stopped: the run's --max-cost $0.05 was reached ($0.0512 spent)"
+            " (build stays to do)"
+        )
+        # What is left: build, to do again.
+        assert ("build", "pending") in rows(page)
+        page.save_screenshot(str(artifacts_dir() / "dashboard-budget-stopped.png"))
+
+
+def test_a_finished_execution_is_a_replay_not_live(page: Any, tmp_path: Path) -> None:
+    """The server weft ui starts for a finished execution says so; the page
+    shows a neutral "finished · replay", never a green "live"."""
+    events = [
+        started("r1", "plan"),
+        *completed("r1", "plan"),
+        RunCompleted(run_id="r1", end_time=T1),
+    ]
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        connection = page.find_element("id", "connection")
+        assert connection.text == "finished · replay"
+        assert "good" not in (connection.get_attribute("class") or "")
+        assert page.find_element("id", "outcome").text == "completed"
+
+
+def test_the_plan_shows_the_codons_still_to_do(page: Any, tmp_path: Path) -> None:
+    """A fresh run's plan is shown before its codons start: pending rows under
+    "to do", which leave as each codon starts."""
+    events = [started("r1", "plan", "build", "ship"), *completed("r1", "plan")]
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        assert rows(page) == [("plan", "completed"), ("build", "pending"), ("ship", "pending")]
+        assert "to do · 2 codons not started" in text(page, "codons")
+        assert cells(page, "build")[0] == "build · Build"
+
+
+def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
+    page: Any, tmp_path: Path
+) -> None:
+    """Events of features the page does not know by name (sentinels, budgets)
+    still reach the reader, from a finished execution's replay."""
+    events = [
+        started("r1", "plan"),
+        *running("r1", "plan"),
+        CostsIncremented(run_id="r1", codon_id="plan", cost_delta=0.5,
+                         tokens_delta=TokenUsage(input_tokens=1000)),
+        AssistantActionEvent(codon_id="plan", action="message", content="Planning."),
+        BudgetExceededEvent(scope="codon", scope_id="plan", limit_kind="dollars", limit=2.0,
+                            used=2.1, on_exceeded="fail", message="codon budget $2 reached"),
+        SentinelOutput(sentinel_id="narrator", codon_id="plan", trigger_number=1,
+                       output_type="text", content="The agent is planning the work.", cost=0.001,
+                       tokens=SentinelTokens(input=10, output=5), event_count=3),
+        ErrorEvent(message="Codon plan failed: rate limited", severity="codon", codon="plan"),
+    ]  # fmt: skip
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        sentinels = text(page, "sentinels")
+        assert "sentinel.output" in sentinels
+        assert "The agent is planning the work." in sentinels
+        assert "narrator" in sentinels
+        assert len(page.find_elements("css selector", "#chart line.budget")) == 1
+        assert "budget.exceeded limit 2" in text(page, "chart-legend")
+        assert "rate limited" in text(page, "errors")
+        assert cells(page, "plan")[5] == "Planning."
+        page.save_screenshot(str(artifacts_dir() / "dashboard-sentinels-budget.png"))
