@@ -24,6 +24,7 @@ from weft.cli.view import HeadlessView, format_tokens
 from weft.cli.view.notes import fold_wire
 from weft.client import Event as WireEvent
 from weft.events.stream import BudgetExceededEvent, ErrorEvent, TokenUsageEvent, decode_event
+from weft.outcome import Ending
 from weft.progress import RunProgress, nanos
 from weft.server.fanout import envelope
 from weft.state import Processed, StateManager
@@ -330,12 +331,12 @@ def _failed(codon_id: str, kind: str) -> list[Any]:
     return [started, move(codon_id, "preparing", "failed", failure_reason=reason)]
 
 
-def test_a_stopped_run_is_interrupted_and_a_failed_one_failed() -> None:
-    """The state records both as failed; the views say what ``weft run`` says."""
+def test_a_journal_from_before_run_stopped_reads_a_stop_as_stopped() -> None:
+    """Older journals recorded a stop as a bare RunFailed; the fold tells them apart."""
     done = lifecycle(RUN, "a")
     # Stopped between codons, or while one ran (its failure is the stop's).
-    assert _ended(*done) == "interrupted"
-    assert _ended(*done, *_failed("b", "interrupted")) == "interrupted"
+    assert _ended(*done) == "stopped"
+    assert _ended(*done, *_failed("b", "interrupted")) == "stopped"
     # Ended by a codon's own failure, a fatal error, or the run's budget.
     assert _ended(*done, *_failed("b", "error_result")) == "failed"
     assert _ended(*done, *_failed("b", "force_stopped")) == "failed"
@@ -351,5 +352,40 @@ def test_a_stopped_run_is_interrupted_and_a_failed_one_failed() -> None:
     )
     assert _ended(*done, run_budget) == "failed"
     # A failure its codon's onFailure ignored: the next codon started, then a stop.
-    assert _ended(*_failed("a", "error_result"), *lifecycle(RUN, "b")) == "interrupted"
-    assert _ended(*_failed("a", "error_result"), *_failed("a", "interrupted")) == "interrupted"
+    assert _ended(*_failed("a", "error_result"), *lifecycle(RUN, "b")) == "stopped"
+    assert _ended(*_failed("a", "error_result"), *_failed("a", "interrupted")) == "stopped"
+
+
+def _ended_by(*events: Any) -> RunProgress:
+    progress = RunProgress()
+    for n, event in enumerate([run_started(RUN), *events]):
+        progress.fold(event, n, n + 1, None)
+    return progress
+
+
+def test_each_journaled_ending_is_its_own_outcome() -> None:
+    done = lifecycle(RUN, "a")
+    failed = _ended_by(*done, core.RunFailed(run_id=RUN, end_time="t", codon_id="b", reason="x"))
+    assert failed.run_status == "failed"
+    assert failed.ending == Ending("failed", codon_id="b", reason="x")
+    user = _ended_by(
+        *done, core.RunStopped(run_id=RUN, end_time="t", by="user", forced=True, reason="r")
+    )
+    assert user.run_status == "stopped"
+    assert user.ending is not None
+    assert user.ending.forced
+    cap = core.BudgetStop(scope="run", kind="dollars", limit=0.05, used=0.06, source="--max-cost")
+    budget = _ended_by(
+        *done,
+        core.RunStopped(
+            run_id=RUN, end_time="t", by="budget", reason="over", codon_id="b", budget=cap
+        ),
+    )
+    assert budget.run_status == "budget"
+    assert budget.ending is not None
+    assert budget.ending.word == "budget-stopped"
+    assert budget.ending.codon_id == "b"
+    assert budget.ending.budget == msgspec.structs.asdict(cap)
+    assert _ended_by(*done, core.RunCompleted(run_id=RUN, end_time="t")).ending == Ending(
+        "completed"
+    )

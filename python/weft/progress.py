@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from weft.events.stream import (
     AssistantActionEvent,
     BreakerWaitingEvent,
@@ -59,9 +61,11 @@ from weft.events.transitions import (
     RunCrashed,
     RunFailed,
     RunStarted,
+    RunStopped,
     TokenUsage,
     decode,
 )
+from weft.outcome import Ending, Kind
 from weft.state import Processed
 
 TERMINAL = frozenset({"completed", "failed", "skipped"})
@@ -257,9 +261,11 @@ class RunProgress:
         self._order: list[str] = []
         self.run_id: str | None = None
         self.run_status: str | None = None
-        """``running``, ``completed``, ``failed``, ``interrupted`` or ``crashed``; None
-        before RunStarted. ``interrupted`` is a run the state records as failed that
-        nothing failed: it was stopped (Ctrl-C, ``q``, a shutdown), as ``weft run`` says."""
+        """The ending's kind (:mod:`weft.outcome`): ``running``, ``completed``,
+        ``failed``, ``stopped`` (by you), ``budget`` (by the run's ceiling) or
+        ``crashed``; None before RunStarted."""
+        self.ending: Ending | None = None
+        """How the run ended, as journaled (None while it runs)."""
         self.started_ns: int | None = None
         self.ended_ns: int | None = None
         self.continuation: str | None = None
@@ -267,7 +273,11 @@ class RunProgress:
         self.checkpoints: set[str] = set()
         """Checkpoints made in this run (shas)."""
         self.failures: list[tuple[str, str]] = []
-        """``(codon id, reason)`` of every failed attempt in this run, in order."""
+        """``(codon id, reason)`` of every codon that failed in this run, once per
+        codon (its latest failure; a retried codon's attempts are not repeated),
+        in the order of those latest failures."""
+        self.failed_attempts: dict[str, int] = {}
+        """codon id -> how many of its attempts failed in this run."""
         self.errors = 0
         self.rejected = 0
         self.last_seq = 0
@@ -463,7 +473,7 @@ class RunProgress:
         else:
             c.failure = f"{reason.kind}: {reason.message}" if reason.message else reason.kind
         c.failed_during = meta.failed_during if meta is not None else None
-        self.failures.append((c.codon_id, c.failure))
+        self._failed(c.codon_id, c.failure)
         if reason is None or reason.kind != "interrupted":
             # Interrupted is the codon a stop ended; any other failure ends the
             # run as failed (unless the codon's onFailure ignores it).
@@ -475,9 +485,11 @@ class RunProgress:
                 c._reset_for_new_run()
         self.run_id = event.run_id
         self.run_status = "running"
+        self.ending = None
         self.started_ns, self.ended_ns = at, None
         self.checkpoints = set()
         self.failures = []
+        self.failed_attempts = {}
         self.crashed = None
         self.budget_exceeded = []
         self.budget = None
@@ -492,12 +504,23 @@ class RunProgress:
             self.continuation = f"{source.run_id}{after}"
 
     def _run_completed(self, event: RunCompleted, at: int, _: str | None) -> None:
-        self._run_ended("completed", at)
+        self._run_ended(Ending("completed"), at)
 
     def _run_failed(self, event: RunFailed, at: int, _: str | None) -> None:
-        # The state knows completed, failed and crashed runs; a run that was
-        # stopped is failed there, and interrupted to the person who stopped it.
-        self._run_ended("failed" if self._stopped_by else "interrupted", at)
+        if event.reason is None and not self._stopped_by:
+            # A journal from before RunStopped: a run that was stopped was
+            # journaled as failed; nothing failed, so it reads as stopped.
+            self._run_ended(Ending("stopped", reason="stopped"), at)
+            return
+        self._run_ended(Ending("failed", codon_id=event.codon_id, reason=event.reason), at)
+
+    def _run_stopped(self, event: RunStopped, at: int, _: str | None) -> None:
+        budget = None if event.budget is None else msgspec.structs.asdict(event.budget)
+        kind: Kind = "budget" if event.by == "budget" else "stopped"
+        ending = Ending(
+            kind, forced=event.forced, codon_id=event.codon_id, reason=event.reason, budget=budget
+        )
+        self._run_ended(ending, at)
 
     def _run_crashed(self, event: RunCrashed, at: int, _: str | None) -> None:
         if event.run_id != self.run_id:
@@ -512,9 +535,9 @@ class RunProgress:
             self._finish(crashed, "failed", at)
             crashed.failure = "crash: Server crashed"
             crashed.failed_during = during
-            self.failures.append((crashed.codon_id, crashed.failure))
+            self._failed(crashed.codon_id, crashed.failure)
             self.crashed = crashed.codon_id
-        self._run_ended("crashed", at)
+        self._run_ended(Ending("crashed", codon_id=self.crashed), at)
 
     def _extend(self, event: PlanExtended, at: int, _: str | None) -> None:
         # A long loop's plan has thousands of entries and grows at its end (the
@@ -589,14 +612,22 @@ class RunProgress:
 
     # -- helpers ---------------------------------------------------------------
 
+    def _failed(self, codon_id: str, reason: str) -> None:
+        count = self.failed_attempts.get(codon_id, 0)
+        if count:  # an earlier attempt's failure gives way to this one
+            self.failures = [f for f in self.failures if f[0] != codon_id]
+        self.failed_attempts[codon_id] = count + 1
+        self.failures.append((codon_id, reason))
+
     def _finish(self, c: CodonProgress, status: str, at: int) -> None:
         c.status = status
         c.ended_ns = at
         if self._active == c.codon_id:
             self._active = None
 
-    def _run_ended(self, status: str, at: int) -> None:
-        self.run_status = status
+    def _run_ended(self, ending: Ending, at: int) -> None:
+        self.ending = ending
+        self.run_status = ending.kind
         self.ended_ns = at
 
     def _replace_plan(self, plan: Iterable[Mapping[str, Any] | PlanEntry]) -> None:
@@ -647,6 +678,7 @@ _HANDLERS: dict[type[Any], _Handler] = {
     RunStarted: RunProgress._run_started,
     RunCompleted: RunProgress._run_completed,
     RunFailed: RunProgress._run_failed,
+    RunStopped: RunProgress._run_stopped,
     RunCrashed: RunProgress._run_crashed,
     PlanExtended: RunProgress._extend,
     PlanTrimmed: RunProgress._trim,

@@ -80,6 +80,13 @@ fn run_failed(run: &str) -> Vec<u8> {
     tr("RunFailed", json!({ "runId": run, "endTime": RUN_END }))
 }
 
+fn run_stopped(run: &str) -> Vec<u8> {
+    tr(
+        "RunStopped",
+        json!({ "runId": run, "endTime": RUN_END, "by": "user", "reason": "stopped by you" }),
+    )
+}
+
 fn run_crashed(run: &str) -> Vec<u8> {
     tr(
         "RunCrashed",
@@ -433,14 +440,15 @@ fn edit(mut v: Value, remove: &[&str], set: &[(&str, Value)]) -> Value {
 }
 
 // ===========================================================================
-// The sixteen transitions and their effects.
+// The seventeen transitions and their effects.
 
 #[test]
-fn the_sixteen_transition_types_all_decode() {
+fn the_seventeen_transition_types_all_decode() {
     let batch = [
         run_started("r1"),
         run_completed("r1"),
         run_failed("r1"),
+        run_stopped("r1"),
         run_crashed("r1"),
         codon_started("r1", "c"),
         transitioned("r1", "c", "preparing", "starting", json!({})),
@@ -576,10 +584,11 @@ fn a_continuation_run_records_its_source_and_keeps_the_plan() {
 }
 
 #[test]
-fn run_completed_and_run_failed_end_the_run_and_clear_the_current_run() {
+fn run_completed_failed_and_stopped_end_the_run_and_clear_the_current_run() {
     for (end, status) in [
         (run_completed as fn(&str) -> Vec<u8>, "completed"),
         (run_failed, "failed"),
+        (run_stopped, "stopped"),
     ] {
         let mut s = State::default();
         ok(&mut s, &run_started("r1"));
@@ -609,6 +618,69 @@ fn run_completed_and_run_failed_end_the_run_and_clear_the_current_run() {
         assert_eq!(s.total_cost(), usd(0.25));
         assert_cache_exact(&s);
     }
+}
+
+#[test]
+fn run_failed_and_run_stopped_record_what_ended_the_run() {
+    let mut s = State::default();
+    ok(&mut s, &run_started("r1"));
+    let failed = tr(
+        "RunFailed",
+        json!({ "runId": "r1", "endTime": RUN_END, "codonId": "a", "reason": "exit 1" }),
+    );
+    ok(&mut s, &failed);
+    assert_eq!(
+        run_json(&s, "r1")["failure"],
+        json!({ "codonId": "a", "reason": "exit 1" })
+    );
+    assert!(run_json(&s, "r1").get("stop").is_none());
+
+    ok(&mut s, &run_started("r2"));
+    let budget = json!({ "scope": "run", "kind": "dollars", "limit": 0.05, "used": 0.0512,
+                         "source": "--max-cost" });
+    let stopped = tr(
+        "RunStopped",
+        json!({ "runId": "r2", "endTime": RUN_END, "by": "budget", "reason": "over",
+                "codonId": "grind#42", "budget": budget }),
+    );
+    ok(&mut s, &stopped);
+    let run = run_json(&s, "r2");
+    assert_eq!(run["status"], "stopped");
+    assert_eq!(
+        run["stop"],
+        json!({ "by": "budget", "forced": false, "reason": "over", "codonId": "grind#42",
+                "budget": budget })
+    );
+    // The state round-trips through its JSON with the new fields.
+    let again: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    let runs = serde_json::to_value(&again).unwrap()["runs"].clone();
+    assert_eq!(runs[0]["stop"], run["stop"]);
+    assert_eq!(runs[1]["failure"]["reason"], "exit 1");
+}
+
+#[test]
+fn a_stop_by_budget_without_its_budget_is_refused_and_changes_nothing() {
+    let mut s = State::default();
+    ok(&mut s, &run_started("r1"));
+    let before = serde_json::to_string(&s).unwrap();
+    let bytes = tr(
+        "RunStopped",
+        json!({ "runId": "r1", "endTime": RUN_END, "by": "budget", "reason": "over" }),
+    );
+    let (code, message) = reject(&mut s, &bytes);
+    assert_eq!(code, "invalid_value");
+    assert_eq!(
+        message,
+        "RunStopped by budget needs the budget that stopped it"
+    );
+    assert_eq!(serde_json::to_string(&s).unwrap(), before);
+    // A run stopped by the user needs none; an unknown `by` is malformed.
+    let odd = tr(
+        "RunStopped",
+        json!({ "runId": "r1", "endTime": RUN_END, "by": "cosmic-ray", "reason": "?" }),
+    );
+    assert_eq!(reject(&mut s, &odd).0, "malformed");
+    ok(&mut s, &run_stopped("r1"));
 }
 
 #[test]
@@ -1456,7 +1528,7 @@ fn rejection_cases() -> Vec<Case> {
             tr("RunPaused", json!({ "runId": "r3" })),
             "malformed",
             "Malformed transition: unknown variant `RunPaused`, expected one of `RunStarted`, \
-             `RunCompleted`, `RunFailed`, `RunCrashed`, `CodonStarted`, `CodonTransitioned`, \
+             `RunCompleted`, `RunFailed`, `RunStopped`, `RunCrashed`, `CodonStarted`, `CodonTransitioned`, \
              `CostsUpdated`, `CostsIncremented`, `AssistantMessageCountUpdated`, \
              `ExtensionCountUpdated`, `CodonFinalCostSet`, `SentinelStatesUpdated`, \
              `CheckpointCreated`, `InitialCheckpointSet`, `PlanExtended`, `PlanTrimmed` at line 1 column 19",

@@ -160,7 +160,7 @@ class TestValidateTransition:
             "skipped",
         ]
         assert [core.is_terminal(s) for s in core.CODON_STATUSES] == [False] * 5 + [True] * 3
-        assert len(core.TRANSITION_TYPES) == 16
+        assert len(core.TRANSITION_TYPES) == 17
 
 
 class TestCore:

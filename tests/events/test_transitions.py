@@ -55,7 +55,7 @@ ONE_OF_EACH: list[core.Transition] = [
         execution_plan=[core.PlanEntry(codon={"id": "a"}, codon_id="a")],
     ),
     core.RunCompleted(run_id="r", end_time="t"),
-    core.RunFailed(run_id="r", end_time="t"),
+    core.RunFailed(run_id="r", end_time="t", codon_id="a", reason="it broke"),
     core.RunCrashed(run_id="r", detected_at="t", last_codon_status="unknown"),
     core.CodonStarted(
         run_id="r",
@@ -89,10 +89,20 @@ ONE_OF_EACH: list[core.Transition] = [
         entries=[core.PlanEntry(codon={"id": "b"}, codon_id="b#1")],
     ),
     core.PlanTrimmed(run_id="r", codon_ids=["b#1"]),
+    core.RunStopped(
+        run_id="r",
+        end_time="t",
+        by="budget",
+        reason="Budget exceeded: the run used $0.0600 of its $0.0500 cap (--max-cost)",
+        codon_id="a",
+        budget=core.BudgetStop(
+            scope="run", kind="dollars", limit=0.05, used=0.06, source="--max-cost"
+        ),
+    ),
 ]
 
 
-def test_there_is_one_sample_of_each_of_the_sixteen_types() -> None:
+def test_there_is_one_sample_of_each_of_the_seventeen_types() -> None:
     assert sorted(type(t).__name__ for t in ONE_OF_EACH) == sorted(core.TRANSITION_TYPES)
     assert sorted(TRANSITION_CLASSES) == sorted(core.TRANSITION_TYPES)
 

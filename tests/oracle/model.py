@@ -298,6 +298,27 @@ class OracleCore:
         self._finish_run(run, d["endTime"], status)
         return False, True
 
+    def _run_failed(self, d: dict[str, Any]) -> tuple[bool, bool]:
+        ended = self._run_ended(d, "failed")
+        if d.get("reason") is not None:
+            run = self._run(d["runId"])
+            assert run is not None
+            failure = {"codonId": d.get("codonId"), "reason": d["reason"]}
+            run["failure"] = {k: v for k, v in failure.items() if v is not None}
+        return ended
+
+    def _run_stopped(self, d: dict[str, Any]) -> tuple[bool, bool]:
+        if d["by"] == "budget" and d.get("budget") is None:
+            raise _RejectionError(
+                "invalid_value", "RunStopped by budget needs the budget that stopped it"
+            )
+        ended = self._run_ended(d, "stopped")
+        run = self._run(d["runId"])
+        assert run is not None
+        stop = {k: d.get(k) for k in ("by", "forced", "reason", "codonId", "budget")}
+        run["stop"] = {k: v for k, v in stop.items() if v is not None}
+        return ended
+
     def _run_crashed(self, d: dict[str, Any]) -> tuple[bool, bool]:
         run = self._live_run(d["runId"])
         active = self._active(run)
@@ -513,7 +534,8 @@ def _settle(rec: dict[str, Any], to: str, at: str) -> None:
 _HANDLERS: dict[str, Callable[[OracleCore, dict[str, Any]], tuple[bool, bool]]] = {
     "RunStarted": OracleCore._run_started,
     "RunCompleted": lambda core, d: core._run_ended(d, "completed"),
-    "RunFailed": lambda core, d: core._run_ended(d, "failed"),
+    "RunFailed": OracleCore._run_failed,
+    "RunStopped": OracleCore._run_stopped,
     "RunCrashed": OracleCore._run_crashed,
     "CodonStarted": OracleCore._codon_started,
     "CodonTransitioned": OracleCore._codon_transitioned,

@@ -460,8 +460,15 @@ METADATA = struct(
 
 _RUN, _CODON = Field("runId", string), Field("codonId", string)
 _RUN_ENDED = struct(_RUN, Field("endTime", string))
+BUDGET_STOP = struct(
+    Field("scope", string),
+    Field("kind", string),
+    Field("limit", f64),
+    Field("used", f64),
+    Field("source", string, ""),
+)
 
-#: The sixteen transition types, in declaration order, with their data.
+#: The seventeen transition types, in declaration order, with their data.
 TRANSITIONS: dict[str, Decoder] = {
     "RunStarted": struct(
         _RUN,
@@ -473,7 +480,18 @@ TRANSITIONS: dict[str, Decoder] = {
         opt_field("executionPlan", list_of(PLAN_ENTRY)),
     ),
     "RunCompleted": _RUN_ENDED,
-    "RunFailed": _RUN_ENDED,
+    "RunFailed": struct(
+        _RUN, Field("endTime", string), opt_field("codonId", string), opt_field("reason", string)
+    ),
+    "RunStopped": struct(
+        _RUN,
+        Field("endTime", string),
+        Field("by", unit_enum("user", "budget")),
+        Field("forced", boolean, False),
+        Field("reason", string),
+        opt_field("codonId", string),
+        opt_field("budget", BUDGET_STOP),
+    ),
     "RunCrashed": struct(_RUN, Field("detectedAt", string), Field("lastCodonStatus", string)),
     "CodonStarted": struct(
         _RUN, _CODON, Field("startTime", string), opt_field("loopContext", LOOP_CONTEXT)

@@ -628,10 +628,17 @@ async def test_graceful_stop_fails_the_codon_retriably_and_the_next_run_continue
     execution = tmp_path / "x"
     outcome, _ = await run(hank, execution, hooks=(after_work("b", lambda rt: rt.stop()),))
 
-    assert outcome.exit_code != 0
+    assert (outcome.status, outcome.exit_code) == ("stopped", 130)
     state = read_state(execution)
     first = runs_oldest_first(state)[0]
-    assert first["status"] == "failed"
+    # Stopped by you, not failed: journaled as RunStopped, b stays to do.
+    assert first["status"] == "stopped"
+    assert first["stop"] == {
+        "by": "user",
+        "forced": False,
+        "reason": "stopped by you",
+        "codonId": "b",
+    }
     b = codon_records(state)["b"]
     assert b["failureReason"]["type"] == "interrupted"
     assert b["failureReason"]["retriable"] is True
@@ -663,7 +670,7 @@ async def test_graceful_stop_fails_the_codon_retriably_and_the_next_run_continue
     assert [d["codonId"] for d in seen2.of("CodonStarted")] == ["b", "c"]
 
 
-async def test_a_stop_in_the_middle_of_a_codon_ends_the_run_as_interrupted(
+async def test_a_stop_in_the_middle_of_a_codon_ends_the_run_as_stopped(
     tmp_path: Path,
 ) -> None:
     hank = write_hank(
@@ -674,11 +681,17 @@ async def test_a_stop_in_the_middle_of_a_codon_ends_the_run_as_interrupted(
     execution = tmp_path / "x"
     outcome, _ = await run(hank, execution, hooks=(after_work("a", lambda rt: rt.stop()),))
     assert codon_records(read_state(execution))["a"]["failureReason"]["type"] == "interrupted"
-    assert outcome.status == "interrupted"
+    assert outcome.status == "stopped"
     assert outcome.exit_code == 128 + signal.SIGINT
+    ended = runs_oldest_first(read_state(execution))[0]
+    assert (ended["status"], ended["stop"]["by"], ended["stop"]["codonId"]) == (
+        "stopped",
+        "user",
+        "a",
+    )
 
 
-async def test_a_stop_between_codons_ends_the_run_as_interrupted(tmp_path: Path) -> None:
+async def test_a_stop_between_codons_ends_the_run_as_stopped(tmp_path: Path) -> None:
     hank = write_hank(
         tmp_path / "hank", codon("a", write_file("a.md", "a")), codon("b", write_file("b.md", "b"))
     )
@@ -698,10 +711,16 @@ async def test_a_stop_between_codons_ends_the_run_as_interrupted(tmp_path: Path)
     outcome, seen = await run(
         hank, execution, RuntimeOptions(autostart=False), hooks=(next_then_stop,)
     )
-    assert (outcome.status, outcome.exit_code) == ("interrupted", 128 + signal.SIGINT)
+    assert (outcome.status, outcome.exit_code) == ("stopped", 128 + signal.SIGINT)
     assert outcome.codons == {"a": "completed"}
     assert [d["codonId"] for d in seen.of("CodonStarted")] == ["a"]
-    assert runs_oldest_first(read_state(execution))[0]["status"] == "failed"
+    ended = runs_oldest_first(read_state(execution))[0]
+    # Nothing was running: the next codon (b) is what stays to do.
+    assert (ended["status"], ended["stop"]["by"], ended["stop"]["codonId"]) == (
+        "stopped",
+        "user",
+        "b",
+    )
 
 
 async def test_a_finished_execution_has_nothing_to_do(tmp_path: Path) -> None:

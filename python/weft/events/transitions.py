@@ -1,4 +1,4 @@
-"""The sixteen state transitions, as msgspec Structs.
+"""The seventeen state transitions, as msgspec Structs.
 
 A transition is encoded once, by :func:`encode`, into
 ``{"type": "<Name>", "data": {...}}`` (camelCase). Those bytes are what the
@@ -139,7 +139,7 @@ class TransitionMetadata(_Data):
 
 
 class Transition(_Data):
-    """Base of the sixteen transition types."""
+    """Base of the seventeen transition types."""
 
 
 class RunStarted(Transition):
@@ -162,10 +162,43 @@ class RunCompleted(Transition):
 
 
 class RunFailed(Transition):
-    """Ends a run, as failed, once its codons are all terminal."""
+    """Ends a run, as failed, once its codons are all terminal: which codon
+    (none for a run-wide failure, a full disk say) and why. The seed's event
+    has only ``run_id`` and ``end_time``; journals without the rest still load."""
 
     run_id: str
     end_time: str
+    codon_id: str | None = None
+    reason: str | None = None
+
+
+class BudgetStop(_Data):
+    """The budget ceiling that stopped a run."""
+
+    scope: str
+    """``run`` (the ceiling of ``--max-cost``, ``--max-time``, the runtime config)."""
+    kind: Literal["dollars", "timeSeconds", "outputTokens", "contextTokens"]
+    limit: float
+    used: float
+    source: str = ""
+    """Where the cap came from (``--max-cost``, ``WEFT_RUNTIME_BUDGET_MAX_DOLLARS``...)."""
+
+
+class RunStopped(Transition):
+    """Ends a run, as stopped, once its codons are all terminal: stopped by the
+    user (a signal, ``q``, ``server.shutdown``; ``forced`` when the agent was
+    killed) or by its budget ceiling. Nothing failed: the stopped codon stays
+    to do, and running the same command again goes on from it. Weft's own
+    (the seed knows completed, failed and crashed runs)."""
+
+    run_id: str
+    end_time: str
+    by: Literal["user", "budget"]
+    reason: str
+    forced: bool = False
+    codon_id: str | None = None
+    """The codon that was stopped, if one was running."""
+    budget: BudgetStop | None = None
 
 
 class RunCrashed(Transition):
@@ -287,6 +320,7 @@ TRANSITION_CLASSES: dict[str, type[Transition]] = {
         RunStarted,
         RunCompleted,
         RunFailed,
+        RunStopped,
         RunCrashed,
         CodonStarted,
         CodonTransitioned,

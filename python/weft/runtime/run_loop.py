@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import time
 
-from weft.budget.ledger import Slot
+import msgspec
+
+from weft.budget.ledger import Slot, Verdict
 from weft.clock import utc_now_iso
 from weft.config.schema import ContextExceeded
 from weft.errors import WeftError
@@ -28,16 +29,23 @@ from weft.events.stream import (
     ServerIdleEvent,
     StateSnapshotEvent,
 )
-from weft.events.transitions import RunCompleted, RunFailed
+from weft.events.transitions import (
+    BudgetStop,
+    RunCompleted,
+    RunFailed,
+    RunStopped,
+    Transition,
+)
+from weft.outcome import Ending, exit_code
 from weft.plan import ExecutionPlan, PlanChange, PlannedCodon, plan_transitions
 from weft.runtime import archive, rollback
 from weft.runtime.attempt import CodonRequest, CodonResult
 from weft.runtime.policy import Action, decide
+from weft.runtime.run.machine import Effect, End, RunCodon, Wait
 from weft.runtime.run_state import (
     DONE,
     Cursor,
     IdleReason,
-    Next,
     Request,
     Rewind,
     RunOutcome,
@@ -52,12 +60,54 @@ from weft.state import StateManager
 _RAISE_HINT = "raise the budget (--max-cost, --max-time) and run the same command to continue"
 
 
+def _codon_id(planned: PlannedCodon | None) -> str | None:
+    return None if planned is None else planned.codon_id
+
+
+def _ceiling_reason(verdict: Verdict) -> str:
+    return verdict.message
+
+
+def _budget_stop(verdict: Verdict) -> dict[str, object]:
+    """The ``budget`` of a ``RunStopped`` by the run's ceiling."""
+    return {
+        "scope": verdict.scope,
+        "kind": verdict.kind,
+        "limit": verdict.limit,
+        "used": round(verdict.used, 9),
+        "source": verdict.source,
+    }
+
+
+def _ending_message(ending: Ending, codons: dict[str, str]) -> str:
+    """What the summary says of how the run ended: "All codons completed" only when true."""
+    if ending.kind == "completed":
+        failed = sorted(c for c, status in codons.items() if status == "failed")
+        if failed:
+            return (
+                f"Completed; {len(failed)} codon(s) failed and were ignored "
+                f"(onFailure ignore): {', '.join(failed)}"
+            )
+        return "All codons completed"
+    if ending.kind == "budget":
+        left = f"; {ending.codon_id} stays to do" if ending.codon_id else ""
+        return f"Stopped by the budget: {ending.reason}{left}; {_RAISE_HINT}"
+    if ending.kind == "stopped":
+        how = "the agent was killed; " if ending.forced else ""
+        left = f"{ending.codon_id} stays to do; " if ending.codon_id else ""
+        return f"Stopped by you: {how}{left}run the same command to continue"
+    if ending.codon_id is not None:
+        return f"Codon {ending.codon_id} failed: {ending.reason or 'failed'}"
+    return ending.reason or "failed"
+
+
 class RunLoop(RuntimeState):
     """Runs the cursor's codons, carries out rewinds, ends the run."""
 
     async def _drive(self, manager: StateManager, runner: CodonRunner) -> RunOutcome:
-        """The run loop: codons one after another (autostart), or as commands
-        ask (manual mode, which also stays up when the codons are done)."""
+        """The run machine's driver: codons one after another (autostart), or
+        as commands ask (manual mode, which also stays up when the codons are
+        done), until the machine says the run ends."""
         cursor = self._cursor
         assert cursor is not None
         if self._replan is not None and self._replan.changed and self._checkpoints is not None:
@@ -68,48 +118,56 @@ class RunLoop(RuntimeState):
         # Read once, here: its plan would keep every later plan alive (see _execute).
         self._replan = None
         outcome = RunOutcome("completed", 0, cursor.run_id, "")
-        idle: IdleReason = "startup"
-        while not self._stopping and self._fatal is None:
-            request: Request
-            if not self.options.autostart:
-                request = await self._wait(cursor, idle)
-            elif cursor.current is not None and cursor.failure is None:
-                request = Next()
-            else:
-                break
-            if isinstance(request, Shutdown):
-                break
-            skip_rig = request.skip_rig
-            if isinstance(request, Rewind):
-                rewound = await self._rewind(manager, cursor, request)
-                if rewound is None:
-                    idle = "codon-completed"
+        machine = self.machine
+        effects = machine.began(_codon_id(cursor.current))
+        skip_rig = False
+        while True:
+            control = self._perform(effects)
+            if isinstance(control, Wait):
+                request = await self._wait(cursor, control.reason)
+                if isinstance(request, Shutdown):
+                    if not machine.live:
+                        break
+                    effects = []  # a wake-up for a stop that has been handled
                     continue
-                cursor = self._cursor = rewound
-                outcome.run_id = cursor.run_id
-                idle = "rollback-completed"
-                if not request.run_next or cursor.current is None:
+                skip_rig = request.skip_rig
+                if isinstance(request, Rewind):
+                    rewound = await self._rewind(manager, cursor, request)
+                    if rewound is not None:
+                        cursor = self._cursor = rewound
+                        outcome.run_id = cursor.run_id
+                    effects = machine.rewound(
+                        _codon_id(cursor.current),
+                        run_next=request.run_next,
+                        ok=rewound is not None,
+                    )
                     continue
-            await self._step(manager, runner, cursor, outcome, skip_rig)
-            idle = "codon-completed"
-        return await self._finish(manager, cursor, outcome)
+                control = RunCodon()
+            if not isinstance(control, RunCodon) or not machine.live:
+                break
+            effects = await self._step(manager, runner, cursor, outcome, skip_rig)
+            skip_rig = False
+        # A codon that ended the run left its snapshot to be taken after the end.
+        after_codon = any(isinstance(e, End) for e in effects)
+        return await self._finish(manager, cursor, outcome, machine.finish(), after_codon)
 
     async def _wait(self, cursor: Cursor, reason: IdleReason) -> Request:
         """Waits for a command; says so with ``server.idle`` first."""
-        if cursor.current is None and cursor.failure is None:
+        failure = self.machine.failure
+        if cursor.current is None and failure is None:
             reason = "all-codons-completed"
             message = "All codons completed: send codon.redo, rollback.* or server.shutdown"
-        elif cursor.failure is not None:
-            message = f"{cursor.failure}: send codon.redo, rollback.* or server.shutdown"
+        elif failure is not None:
+            message = (
+                f"Codon {failure[0]} failed: {failure[1]}: "
+                "send codon.redo, rollback.* or server.shutdown"
+            )
         else:
             assert cursor.current is not None
             message = f"Waiting for codon.next to start {cursor.current.codon_id}"
-        self._waiting = True
-        self._emit(ServerIdleEvent(reason=reason, message=message), cursor.run_id)
-        try:
-            return await self._requests.get()
-        finally:
-            self._waiting = False
+        if self.machine.live:
+            self._emit(ServerIdleEvent(reason=reason, message=message), cursor.run_id)
+        return await self._requests.get()
 
     async def _rewind(
         self, manager: StateManager, cursor: Cursor, request: Rewind
@@ -151,8 +209,6 @@ class RunLoop(RuntimeState):
                 cursor.run_id,
             )
             return None
-        finally:
-            self._rolling_back = False
         plan, target = cursor.plan, request.target
         if request.codon_id is not None:
             current = plan.get(request.codon_id)
@@ -175,14 +231,17 @@ class RunLoop(RuntimeState):
         cursor: Cursor,
         outcome: RunOutcome,
         skip_rig: bool,
-    ) -> None:
-        """Runs the cursor's codon under its failure policy and moves the cursor on."""
+    ) -> list[Effect]:
+        """Runs the cursor's codon under its failure policy, moves the cursor on,
+        and tells the run machine how it ended; returns the machine's effects."""
         assert cursor.current is not None
         current = self._configured(cursor.current)
-        if await self._out_of_budget(manager, cursor, current):
-            return
+        machine = self.machine
+        machine.codon_started(current.codon_id)
+        if await self._out_of_budget(cursor, current):
+            return machine.codon_ended(current.codon_id, moved_on=False)
         result = await self._attempts(runner, cursor, current, skip_rig)
-        verdict = None if self._budget is None else self._budget.verdict
+        verdict = self._run_ceiling()
         self._finished.append(
             CodonSummary(
                 codon_id=current.codon_id,
@@ -198,21 +257,22 @@ class RunLoop(RuntimeState):
             outcome.checkpoints += 1
             cursor.parent = result.checkpoint_sha
         ignored = result.status == "failed" and current.codon.on_failure == "ignore"
-        if result.status == "failed" and not ignored:
-            if not self._stopping:
-                # Stopped by request is not failed: the run ends as interrupted.
-                reason = result.failure.message if result.failure else "failed"
-                cursor.failure = f"Codon {current.codon_id} failed: {reason}"
-                await self._end_run(manager, cursor, failed=True)
-            self._snapshot(cursor.run_id)
-            return
+        if result.status == "failed" and (not ignored or not machine.live):
+            # Failed for good, or stopped (by you, or the run's budget): it stays to do.
+            reason = result.failure.message if result.failure else None
+            effects = machine.codon_ended(current.codon_id, moved_on=False, reason=reason)
+            self._snapshot_unless_ending(cursor.run_id, effects)
+            return effects
         if result.continuable and result.session_id is not None:
             cursor.sessions[current.codon_id] = result.session_id
         await self._archive(current.codon.archive_on_success, cursor.run_id, current)
+        crossed = None if self._budget is None else self._budget.verdict
         change = cursor.plan.on_codon_finished(
             current.codon_id,
             context_exceeded=result.context_exceeded,
-            budget_exceeded=verdict is not None,
+            # A hank's own codon or loop budget ends its loop; the run's ceiling
+            # never does: a cut loop keeps its remaining iterations.
+            budget_exceeded=crossed is not None and not crossed.stops_run,
         )
         cursor.plan = self._apply_plan_change(manager, change, cursor.run_id)
         context = current.loop_context
@@ -221,12 +281,28 @@ class RunLoop(RuntimeState):
             if loop is not None:
                 await self._archive(loop.archive_on_success, cursor.run_id, current, loop.id)
         cursor.current = cursor.plan.next_codon(current.codon_id)
-        if verdict is not None and verdict.stops_run and cursor.current is not None:
-            cursor.failure = f"{verdict.message}; {_RAISE_HINT}"
-            await self._end_run(manager, cursor, failed=True)
-        elif cursor.current is None:
-            await self._end_run(manager, cursor, failed=False)
-        self._snapshot(cursor.run_id)
+        if verdict is not None and cursor.current is not None:
+            self._perform(machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict)))
+        effects = machine.codon_ended(
+            current.codon_id, moved_on=True, next_codon=_codon_id(cursor.current)
+        )
+        self._snapshot_unless_ending(cursor.run_id, effects)
+        return effects
+
+    def _snapshot_unless_ending(self, run_id: str, effects: list[Effect]) -> None:
+        """The snapshot after a codon; when the run ends with it, :meth:`_finish`
+        takes it after the run's end is journaled (clients see the end in it)."""
+        if not any(isinstance(e, End) for e in effects):
+            self._snapshot(run_id)
+
+    def _run_ceiling(self) -> Verdict | None:
+        """The run's ceiling, when it was crossed; the machine is told (once)."""
+        verdict = None if self._budget is None else self._budget.verdict
+        if verdict is None or not verdict.stops_run:
+            return None
+        if self.machine.live:
+            self._perform(self.machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict)))
+        return verdict
 
     async def _archive(
         self, paths: list[str], run_id: str, finished: PlannedCodon, loop_id: str | None = None
@@ -251,21 +327,20 @@ class RunLoop(RuntimeState):
         )
         self._emit(archive.archive_event(outcome), run_id, finished.codon_id)
 
-    async def _out_of_budget(
-        self, manager: StateManager, cursor: Cursor, current: PlannedCodon
-    ) -> bool:
-        """Ends the run before ``current`` starts when the run's ceiling is used
+    async def _out_of_budget(self, cursor: Cursor, current: PlannedCodon) -> bool:
+        """Stops the run before ``current`` starts when the run's ceiling is used
         up (a resumed run whose earlier runs spent it, or a run stopped on it)."""
         budget = self._budget
         verdict = None if budget is None else budget.preflight(Slot.of(current), cursor.run_id)
         if verdict is None:
             return False
-        cursor.failure = f"{verdict.message}; {current.codon_id} is not started; {_RAISE_HINT}"
-        await self._end_run(manager, cursor, failed=True)
-        self._snapshot(cursor.run_id)
+        reason = f"{verdict.message}; {current.codon_id} is not started"
+        self._perform(self.machine.budget_stop(reason, _budget_stop(verdict)))
         return True
 
-    async def _end_run(self, manager: StateManager, cursor: Cursor, *, failed: bool) -> None:
+    async def _end_run(self, manager: StateManager, cursor: Cursor, ending: Ending) -> None:
+        """Journals how the run ended: ``RunCompleted``, ``RunFailed`` (which
+        codon, why) or ``RunStopped`` (by you or by the budget)."""
         if not cursor.open:
             return
         if self._runner is not None:
@@ -277,9 +352,26 @@ class RunLoop(RuntimeState):
             # sentinels told the ledger every call's cost (settled above).
             self._emit(self._budget.summary(), cursor.run_id)
         cursor.open = False
-        end = utc_now_iso()
-        ended = RunFailed(run_id=cursor.run_id, end_time=end) if failed else None
-        await manager.transition_and_wait(ended or RunCompleted(run_id=cursor.run_id, end_time=end))
+        end, run_id = utc_now_iso(), cursor.run_id
+        ended: Transition
+        if ending.kind == "completed":
+            ended = RunCompleted(run_id=run_id, end_time=end)
+        elif ending.kind in ("stopped", "budget"):
+            budget = ending.budget
+            ended = RunStopped(
+                run_id=run_id,
+                end_time=end,
+                by="budget" if ending.kind == "budget" else "user",
+                forced=ending.forced,
+                reason=ending.reason or "stopped",
+                codon_id=ending.codon_id,
+                budget=None if budget is None else msgspec.convert(budget, BudgetStop),
+            )
+        else:
+            ended = RunFailed(
+                run_id=run_id, end_time=end, codon_id=ending.codon_id, reason=ending.reason
+            )
+        await manager.transition_and_wait(ended)
 
     async def _read_thread(self, manager: StateManager) -> None:
         """Reads the finished codons and the cost from the execution thread:
@@ -304,7 +396,7 @@ class RunLoop(RuntimeState):
                 completed_digest=digest,
                 total_cost=self._manager.core.total_cost() if self._manager else 0.0,
                 total_time=int((time.monotonic() - self._started) * 1000),
-                is_rolling_back=self._rolling_back,
+                is_rolling_back=self.machine.rolling_back,
                 current_codon=None
                 if cursor is None or cursor.current is None
                 else cursor.current.codon_id,
@@ -313,30 +405,35 @@ class RunLoop(RuntimeState):
         )
 
     async def _finish(
-        self, manager: StateManager, cursor: Cursor, outcome: RunOutcome
+        self,
+        manager: StateManager,
+        cursor: Cursor,
+        outcome: RunOutcome,
+        ending: Ending,
+        snapshot: bool = False,
     ) -> RunOutcome:
-        """The outcome, with the run ended the way it went."""
+        """The outcome, with the run ended the way the machine decided."""
         outcome.run_id = cursor.run_id
         outcome.cost = manager.core.run_cost(cursor.run_id) or 0.0
-        if self._fatal is not None:
-            outcome.status, outcome.exit_code, outcome.message = "failed", 1, self._fatal
-            self._emit(ErrorEvent(message=self._fatal, fatal=True, severity="fatal"), cursor.run_id)
-        elif cursor.failure is not None:
-            outcome.status, outcome.exit_code, outcome.message = "failed", 1, cursor.failure
-        elif cursor.current is not None:
-            code = 128 + (self._signal or int(signal.SIGINT))
-            outcome.status, outcome.exit_code = "interrupted", code
-            outcome.message = "Stopped before the run finished; run the same command to continue"
-        if outcome.status == "completed":
-            outcome.message = "All codons completed"
-            await self._end_run(manager, cursor, failed=False)
-            if self.options.autostart:
-                self._emit(
-                    ServerIdleEvent(reason="all-codons-completed", message=outcome.message),
-                    cursor.run_id,
-                )
-        else:
-            await self._end_run(manager, cursor, failed=True)
+        outcome.ending = ending
+        stop = self.machine.stopping
+        signal = None if stop is None else stop.signal
+        outcome.exit_code = exit_code(ending, signal)
+        if ending.kind == "failed" and ending.codon_id is None and ending.reason:
+            # A run-wide failure (a refused transition, a full disk): said as fatal.
+            self._emit(
+                ErrorEvent(message=ending.reason, fatal=True, severity="fatal"), cursor.run_id
+            )
+        outcome.status = "nothing_to_do" if ending.kind == "running" else ending.kind  # type: ignore[assignment]
+        outcome.message = _ending_message(ending, outcome.codons)
+        await self._end_run(manager, cursor, ending)
+        if snapshot:
+            self._snapshot(cursor.run_id)
+        if ending.kind == "completed" and self.options.autostart:
+            self._emit(
+                ServerIdleEvent(reason="all-codons-completed", message=outcome.message),
+                cursor.run_id,
+            )
         await manager.flush()
         return outcome
 
@@ -367,9 +464,10 @@ class RunLoop(RuntimeState):
             result = await runner.run(request)
             if result.failure is not None and result.failure.kind == "storage":
                 # A full disk: no retry or failure policy can help, the run ends.
-                self._fatal = self._fatal or result.failure.message
+                self._perform(self.machine.fatal(result.failure.message or "the disk is full"))
                 return result
-            if result.status != "failed" or self._stopping or self._fatal is not None:
+            self._run_ceiling()
+            if result.status != "failed" or not self.machine.live:
                 return result
             failure = result.failure
             decision = decide(
@@ -407,7 +505,7 @@ class RunLoop(RuntimeState):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sleep
             self._sleep = None
-            if self._stopping:
+            if not self.machine.live:
                 return result
             parent = runner.tips.get(branch, parent)
             attempt += 1

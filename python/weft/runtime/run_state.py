@@ -3,7 +3,9 @@ run it records into and what runs next), the run loop's requests, and
 :class:`RuntimeState`, the state every part of :class:`~weft.runtime.runtime.Runtime`
 reads (each part is a mixin over it: :mod:`~weft.runtime.recovery` starts the
 run, :mod:`~weft.runtime.steering` takes the server's commands,
-:mod:`~weft.runtime.run_loop` runs the codons).
+:mod:`~weft.runtime.run_loop` runs the codons). The run's control state is
+the run machine's (:class:`~weft.runtime.run.machine.RunMachine`), never a flag
+here; :meth:`RuntimeState._perform` carries out its effects.
 """
 
 from __future__ import annotations
@@ -26,13 +28,27 @@ from weft.config.runtime import RuntimeBreakerSettings, RuntimeSessionSettings
 from weft.config.schema import Loop
 from weft.errors import CommandRejectedError
 from weft.events.completed import CompletedCodons
-from weft.events.stream import CodonSummary, StreamData
+from weft.events.stream import CodonSummary, InfoEvent, StreamData
+from weft.outcome import Ending
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.progress import RunProgress
 from weft.runtime import rollback
+from weft.runtime.attempt import Interrupt as AttemptInterrupt
 from weft.runtime.breakers import ProviderBreakers
 from weft.runtime.execution import PreparedExecution
 from weft.runtime.replan import Replan
+from weft.runtime.run.machine import (
+    CancelSleep,
+    Effect,
+    End,
+    Kill,
+    RunCodon,
+    RunMachine,
+    Say,
+    ShuttingDown,
+    Wait,
+    WakeLoop,
+)
 from weft.runtime.runner import CodonRunner
 from weft.runtime.sessions import Sleep
 from weft.server import ProtocolServer
@@ -94,7 +110,8 @@ class RuntimeOptions:
 class RunOutcome:
     """How a ``weft run`` ended."""
 
-    status: Literal["completed", "failed", "interrupted", "nothing_to_do"]
+    status: Literal["completed", "failed", "stopped", "budget", "nothing_to_do"]
+    """The ending's kind (:mod:`weft.outcome`), or ``nothing_to_do``."""
     exit_code: int
     run_id: str | None
     message: str
@@ -104,6 +121,8 @@ class RunOutcome:
     """The run's cost, read from the core's cost cache when it ended."""
     checkpoints: int = 0
     duration_ms: int = 0
+    ending: Ending | None = None
+    """How the run ended, as journaled (None: nothing ran)."""
 
 
 def new_run_id() -> str:
@@ -123,9 +142,7 @@ class Cursor:
     parent: str
     """The checkpoint the next codon starts from."""
     open: bool = True
-    """The run is still ``running`` (not yet completed or failed)."""
-    failure: str | None = None
-    """Why the last codon failed for good (manual mode parks on it)."""
+    """The run is still ``running`` (not yet ended)."""
     sessions: dict[str, str] = field(default_factory=dict)
     """Sessions this run's codons established, for ``continue-previous``
     successors (earlier runs' sessions come from the execution thread)."""
@@ -207,18 +224,15 @@ class RuntimeState:
         self._on_state = on_state
         self._on_server = on_server
         self._requests: asyncio.Queue[Request] = asyncio.Queue()
-        self._waiting = False
-        """The run loop waits for a command (manual mode, or parked)."""
-        self._rolling_back = False
-        self._stopping = False
-        self._forced = False
-        self._fatal: str | None = None
+        self.machine = RunMachine(autostart=self.options.autostart)
+        """The run's control state: waiting, running, rolling back, stopping, done."""
+        self._effects: set[asyncio.Task[Any]] = set()
+        """The agent interrupts and kills the machine asked for, still going."""
         self._runner: CodonRunner | None = None
         self._manager: StateManager | None = None
         self._checkpoints: AsyncCheckpointRepo | None = None
         self._cursor: Cursor | None = None
         self._sleep: asyncio.Future[None] | None = None
-        self._signal = 0
         self._started = time.monotonic()
         self._thread: ExecutionThread | None = None
         self._replan: Replan | None = None
@@ -251,6 +265,41 @@ class RuntimeState:
     ) -> None:
         assert self._manager is not None
         self._manager.emit(event, run_id=run_id, codon_id=codon_id)
+
+    def _perform(self, effects: list[Effect]) -> Effect | None:
+        """Carries out the run machine's effects; returns the one that says what
+        the run loop does next (:class:`RunCodon`, :class:`Wait`, :class:`End`),
+        if any. Agent interrupts and kills run as tasks (:attr:`_effects`)."""
+        control: Effect | None = None
+        runner = self._runner
+        for effect in effects:
+            if isinstance(effect, RunCodon | Wait | End):
+                control = effect
+            elif isinstance(effect, Say):
+                if self._manager is not None:
+                    self._emit(InfoEvent(message=effect.message))
+            elif isinstance(effect, ShuttingDown):
+                if self.server is not None:
+                    self.server.mark_shutting_down()
+            elif isinstance(effect, CancelSleep):
+                if self._sleep is not None:
+                    self._sleep.cancel()
+            elif isinstance(effect, WakeLoop):
+                self._requests.put_nowait(Shutdown())
+            elif runner is not None:
+                act = (
+                    runner.kill()
+                    if isinstance(effect, Kill)
+                    else runner.interrupt(
+                        AttemptInterrupt.BUDGET
+                        if effect.why == "budget"
+                        else AttemptInterrupt.SHUTDOWN
+                    )
+                )
+                task: asyncio.Task[Any] = asyncio.ensure_future(act)
+                self._effects.add(task)
+                task.add_done_callback(self._effects.discard)
+        return control
 
     def _parts(self) -> tuple[Cursor, StateManager, AsyncCheckpointRepo]:
         cursor, manager, checkpoints = self._cursor, self._manager, self._checkpoints

@@ -877,6 +877,17 @@ class CodonRunner:
         why = a.interrupt
         verdict = None if self.budget is None else self.budget.verdict
         if why is Interrupt.BUDGET and verdict is not None:
+            if verdict.stops_run and not (a.status == "running" and a.exit is not None):
+                # The run's ceiling is a safety stop, not the codon's end: the
+                # codon stops with a checkpoint and stays to do (raising the cap
+                # and running again goes on from it), whatever onExceeded says.
+                return await self._fail(
+                    a,
+                    "interrupted",
+                    True,
+                    f"Stopped by the run's budget: {verdict.message}",
+                    budget=budget_of(verdict),
+                )
             if verdict.on_exceeded == "fail":
                 return await self._fail(
                     a, "budget", False, verdict.message, budget=budget_of(verdict)

@@ -29,12 +29,15 @@ and stays up when the codons are done; while it waits, a rollback or a redo
 ends the current run and starts a new one from a checkpoint, and the loop
 goes on in that run. The first SIGINT or SIGTERM stops
 gracefully (the agent gets its stop sequence, an error checkpoint is taken,
-the run ends as failed and can be continued); the second kills the agent.
+the run ends as stopped, ``RunStopped`` by the user, and can be continued);
+the second kills the agent. The run's budget ceiling stops it the same way
+(``RunStopped`` by budget): the codon it cut stays to do.
 
 This module holds :class:`Runtime` itself: startup and shutdown in that
-order, signals, and the refusal watch. Its parts, one job each, are mixins
-over :class:`~weft.runtime.run_state.RuntimeState`: the start of a run in
-:mod:`weft.runtime.recovery`, the server's commands in
+order, signals, and the refusal watch. The run's control state is the run
+machine's (:mod:`weft.runtime.run.machine`); the parts that drive it, one job
+each, are mixins over :class:`~weft.runtime.run_state.RuntimeState`: the start
+of a run in :mod:`weft.runtime.recovery`, the server's commands in
 :mod:`weft.runtime.steering`, the run loop in :mod:`weft.runtime.run_loop`.
 """
 
@@ -56,14 +59,14 @@ from weft.events.completed import mark_of
 from weft.events.stream import InfoEvent, StateSnapshotEvent
 from weft.events.transitions import InitialCheckpointSet
 from weft.heap import run_heap
+from weft.outcome import EXIT_FAILED, Ending
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback, survivors
-from weft.runtime.attempt import Interrupt
 from weft.runtime.file_updates import FileUpdates
 from weft.runtime.recovery import Recovery
 from weft.runtime.replan import PrefixChangedError, replan
 from weft.runtime.run_loop import RunLoop
-from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, Shutdown, new_run_id
+from weft.runtime.run_state import Cursor, RunOutcome, RuntimeOptions, new_run_id
 from weft.runtime.runner import CodonRunner
 from weft.runtime.steering import Steering
 from weft.sentinels.host import RuntimeSentinels
@@ -86,14 +89,14 @@ class Runtime(Steering, Recovery, RunLoop):
     """
 
     def _on_processed(self, item: Processed) -> None:
-        if item.event is not None and not item.outcome.ok and self._fatal is None:
+        if item.event is not None and not item.outcome.ok:
             # The runtime is the only writer; a refusal means its picture of
             # the state is wrong, and going on would only make it worse.
-            self._fatal = f"internal error: {item.outcome.kind} was refused: {item.outcome.message}"
-            self._requests.put_nowait(Shutdown())  # wakes a waiting run loop
-            runner = self._runner
-            if runner is not None:
-                asyncio.get_running_loop().create_task(runner.interrupt(Interrupt.FORCE_STOP))
+            self._perform(
+                self.machine.fatal(
+                    f"internal error: {item.outcome.kind} was refused: {item.outcome.message}"
+                )
+            )
 
     async def run(self) -> RunOutcome:
         """Starts, runs the codons, shuts down. Never leaves the lock held.
@@ -223,7 +226,13 @@ class Runtime(Steering, Recovery, RunLoop):
     def _failed_outcome(self, message: str) -> RunOutcome:
         """A run ended by a persistence failure (exit 1, one line saying why)."""
         cursor = self._cursor
-        return RunOutcome("failed", 1, None if cursor is None else cursor.run_id, message)
+        return RunOutcome(
+            "failed",
+            EXIT_FAILED,
+            None if cursor is None else cursor.run_id,
+            message,
+            ending=Ending("failed", reason=message),
+        )
 
     async def _execute(self, manager: StateManager, checkpoints: AsyncCheckpointRepo) -> RunOutcome:
         state, thread, _ = await rollback.analyze(manager, checkpoints)

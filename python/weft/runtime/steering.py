@@ -1,9 +1,12 @@
 """Steering: the server's commands to a running execution.
 
 ``codon.*`` and ``server.*`` commands, ``checkpoint.list`` and the
-``rollback.*`` commands. A command is checked here (one that does not apply
-now raises :class:`~weft.errors.CommandRejectedError` saying why and what to
-do instead) and handed to the run loop as a request; the loop carries it out.
+``rollback.*`` commands. Whether a command applies now is the run machine's
+to say (:meth:`~weft.runtime.run.machine.RunMachine.claim`; one that does not
+raises :class:`~weft.errors.CommandRejectedError` saying why and what to do
+instead); an accepted one is handed to the run loop as a request, and the loop
+carries it out. Stops and signals go to the machine too, which answers with
+what to do (interrupt or kill the agent, wake the loop).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from weft.events.stream import CheckpointEntry, CheckpointListEvent, InfoEvent
 from weft.runtime import rollback
 from weft.runtime.attempt import Interrupt
 from weft.runtime.breakers import PROVIDERS, Emit
-from weft.runtime.run_state import Next, Request, Rewind, RuntimeState, Shutdown
+from weft.runtime.run_state import Next, Request, Rewind, RuntimeState
 from weft.server.protocol import (
     BreakerResetData,
     CodonStartData,
@@ -94,7 +97,7 @@ class Steering(RuntimeState):
     @property
     def rolling_back(self) -> bool:
         """A rollback was accepted and has not finished."""
-        return self._rolling_back
+        return self.machine.rolling_back
 
     async def checkpoint_list(self, run_id: str | None) -> CheckpointListEvent:
         """The checkpoints of every run (or of ``run_id``), newest first.
@@ -137,7 +140,7 @@ class Steering(RuntimeState):
         ``rollback.*``, then ``server.idle{rollback-completed}`` or, with
         ``autoRestart``, the next codon)."""
         self._claim(command, rollback=True)
-        self._rolling_back = True  # from here on other steering commands are refused
+        self.machine.rewinding()  # from here on other steering commands are refused
         try:
             _, manager, checkpoints = self._parts()
             state, thread, confirmed = await rollback.analyze(manager, checkpoints)
@@ -154,10 +157,10 @@ class Steering(RuntimeState):
             else:
                 raise CommandRejectedError(f"{command}: not a rollback command")
         except rollback.RollbackError as exc:
-            self._waiting, self._rolling_back = True, False
+            self.machine.release()
             raise CommandRejectedError(f"{command} refused: {exc}") from exc
         except BaseException:
-            self._waiting, self._rolling_back = True, False
+            self.machine.release()
             raise
         self._requests.put_nowait(
             Rewind(target, "rollback", run_next=getattr(data, "auto_restart", False))
@@ -165,32 +168,11 @@ class Steering(RuntimeState):
 
     def _claim(self, command: str, *, rollback: bool = False) -> None:
         """Takes the waiting run loop for ``command``, or says why it cannot be."""
-        if self._stopping:
-            raise CommandRejectedError(f"{command} refused: the runtime is shutting down")
-        if self._rolling_back:
-            raise CommandRejectedError(
-                f"{command} refused: a rollback is in progress", code="ROLLBACK_IN_PROGRESS"
-            )
-        if self._waiting:
-            self._waiting = False
-            return
         runner = self._runner
         running = None if runner is None else runner.current_codon
-        if running is not None:
-            if rollback:
-                raise CommandRejectedError(
-                    "Cannot rollback while codon is running. Use 'codon.forceStop' first."
-                )
-            raise CommandRejectedError(
-                f"{command} refused: codon {running} is running; wait for it to finish, "
-                "or send codon.skip / codon.forceStop"
-            )
-        if self.options.autostart:
-            raise CommandRejectedError(
-                f"{command} refused: this run starts its codons itself (autostart); "
-                "start `weft run` with --no-autostart to step through codons"
-            )
-        raise CommandRejectedError(f"{command} refused: the runtime is busy; try again")
+        refused = self.machine.claim(command, rollback=rollback, running=running)
+        if refused is not None:
+            raise CommandRejectedError(refused.message, code=refused.code)
 
     async def _start(self, name: str, codon_id: str | None, skip_rig: bool) -> Request:
         """The request for ``codon.next`` / ``codon.start`` / ``codon.redo``:
@@ -200,17 +182,19 @@ class Steering(RuntimeState):
         try:
             cursor, manager, checkpoints = self._parts()
             upcoming = cursor.current
+            failure = self.machine.failure
             if (
                 name != "codon.redo"
-                and cursor.failure is None
+                and failure is None
                 and upcoming is not None
                 and codon_id in (None, upcoming.codon_id)
             ):
                 return Next(skip_rig)
             if name != "codon.redo" and codon_id is None:
-                if cursor.failure is not None:
+                if failure is not None:
                     raise CommandRejectedError(
-                        f"{name} refused: {cursor.failure}. Send codon.redo to run it again, "
+                        f"{name} refused: Codon {failure[0]} failed: {failure[1]}. "
+                        "Send codon.redo to run it again, "
                         "a rollback.* command to go back, or server.shutdown"
                     )
                 raise CommandRejectedError(
@@ -232,42 +216,32 @@ class Steering(RuntimeState):
                 )
             target = rollback.redo_target(thread, codon_id)
         except rollback.RollbackError as exc:
-            self._waiting = True
+            self.machine.release()
             raise CommandRejectedError(f"{name} refused: {exc}") from exc
         except BaseException:
-            self._waiting = True
+            self.machine.release()
             raise
         return Rewind(target, "retry", codon_id=codon_id, run_next=True, skip_rig=skip_rig)
 
     async def stop(self, *, force: bool = False) -> None:
         """Graceful stop (the agent is stopped, a checkpoint taken); ``force``
         kills the agent at once. A second graceful stop forces."""
-        force = force or self._stopping
-        self._stopping = True
-        if self.server is not None:
-            self.server.mark_shutting_down()
-        if self._sleep is not None:
-            self._sleep.cancel()
-        self._requests.put_nowait(Shutdown())
-        runner = self._runner
-        if runner is None:
-            return
-        if force:
-            self._forced = True
-            await runner.kill()
-        else:
-            await runner.interrupt(Interrupt.SHUTDOWN)
+        self._perform(self.machine.stop(force=force))
+        await self._effects_done()
+
+    async def _effects_done(self) -> None:
+        """Waits for the interrupts and kills the machine asked for."""
+        if self._effects:
+            await asyncio.gather(*list(self._effects), return_exceptions=True)
 
     def _on_signal(self, signum: int) -> None:
         # Said at once: stopping an agent and checkpointing can take seconds.
-        if self._manager is not None:
+        first = self.machine.stopping is None
+        self._perform(self.machine.stop(signal=signum))
+        if first and self._manager is not None:
             self._emit(
                 InfoEvent(
-                    message="Killing the agent now"
-                    if self._stopping
-                    else "Stopping: the agent is asked to stop and a checkpoint is taken "
+                    message="Stopping: the agent is asked to stop and a checkpoint is taken "
                     "(Ctrl-C again to kill it now)"
                 )
             )
-        asyncio.get_running_loop().create_task(self.stop())
-        self._signal = signum

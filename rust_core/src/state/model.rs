@@ -79,6 +79,12 @@ pub struct Run {
     pub end_time: Option<String>,
     /// The process that owned the run.
     pub server_pid: i64,
+    /// Why a `failed` run failed (which codon, why), when its `RunFailed` said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
+    /// Who stopped a `stopped` run, and how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<RunStop>,
     /// codonId -> index of its latest record in `codons`.
     #[serde(skip)]
     pub(crate) latest: FxHashMap<String, usize>,
@@ -100,6 +106,9 @@ pub enum RunStatus {
     Completed,
     /// Ended by a failure.
     Failed,
+    /// Ended by a stop: the user's, or the run's budget ceiling. Its work
+    /// is not done and not failed: the stopped codon stays to do.
+    Stopped,
     /// Found dead on a later start.
     Crashed,
 }
@@ -111,9 +120,67 @@ impl RunStatus {
             RunStatus::Running => "running",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
+            RunStatus::Stopped => "stopped",
             RunStatus::Crashed => "crashed",
         }
     }
+}
+
+/// Why a run failed, as its `RunFailed` said.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunFailure {
+    /// The codon whose failure ended the run; none for a run-wide failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codon_id: Option<String>,
+    /// In words.
+    pub reason: String,
+}
+
+/// Who stopped a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopBy {
+    /// A signal, `q`, `server.shutdown`.
+    User,
+    /// The run's budget ceiling (`--max-cost`, `--max-time`, the runtime config).
+    Budget,
+}
+
+/// The ceiling that stopped a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetStop {
+    /// `run` (the ceiling), or the scope of the budget.
+    pub scope: String,
+    /// `dollars`, `timeSeconds`, `outputTokens`, `contextTokens`.
+    pub kind: String,
+    /// The cap.
+    pub limit: f64,
+    /// What was used when it stopped.
+    pub used: f64,
+    /// Where the cap came from (`--max-cost`, `WEFT_RUNTIME_BUDGET_MAX_DOLLARS`...).
+    #[serde(default)]
+    pub source: String,
+}
+
+/// How a run was stopped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunStop {
+    /// The user, or a budget.
+    pub by: StopBy,
+    /// The agent was killed (a second Ctrl-C, `server.force_shutdown`).
+    #[serde(default)]
+    pub forced: bool,
+    /// In words.
+    pub reason: String,
+    /// The codon that was stopped and stays to do, if one was running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codon_id: Option<String>,
+    /// The ceiling, for a stop by budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetStop>,
 }
 
 /// How a run began.

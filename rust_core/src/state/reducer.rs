@@ -25,16 +25,16 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::machine::codon::{check_metadata, CodonStatus, InvalidTransition, TransitionError};
 use crate::state::model::{
-    share_configs, CodonExecution, FailureReason, Run, RunStatus, Sentinels, StartingConditions,
-    State,
+    share_configs, CodonExecution, FailureReason, Run, RunFailure, RunStatus, RunStop, Sentinels,
+    StartingConditions, State, StopBy,
 };
 use crate::state::money::Money;
 use crate::state::record::{enter, settle};
 use crate::state::transition::{
     AssistantMessageCountUpdated, CheckpointCreated, CheckpointType, CodonFinalCostSet,
     CodonStarted, CodonTransitioned, CostsIncremented, CostsUpdated, ExtensionCountUpdated,
-    InitialCheckpointSet, PlanExtended, PlanTrimmed, RunCrashed, RunStarted, SentinelStatesUpdated,
-    Transition,
+    InitialCheckpointSet, PlanExtended, PlanTrimmed, RunCrashed, RunFailed, RunStarted, RunStopped,
+    SentinelStatesUpdated, Transition,
 };
 
 /// Why a transition was refused.
@@ -94,7 +94,8 @@ pub fn apply(state: &mut State, t: Transition<'_>) -> Result<Applied, Rejection>
     match t {
         Transition::RunStarted(d) => run_started(state, d),
         Transition::RunCompleted(d) => end_run(state, &d.run_id, d.end_time, RunStatus::Completed),
-        Transition::RunFailed(d) => end_run(state, &d.run_id, d.end_time, RunStatus::Failed),
+        Transition::RunFailed(d) => run_failed(state, d),
+        Transition::RunStopped(d) => run_stopped(state, d),
         Transition::RunCrashed(d) => run_crashed(state, d),
         Transition::CodonStarted(d) => codon_started(state, d),
         Transition::CodonTransitioned(d) => codon_transitioned(state, d),
@@ -134,6 +135,8 @@ fn run_started(state: &mut State, d: RunStarted<'_>) -> Result<Applied, Rejectio
         start_time: d.start_time,
         end_time: None,
         server_pid: d.server_pid,
+        failure: None,
+        stop: None,
         latest: FxHashMap::default(),
         active: None,
         cost: Money::ZERO,
@@ -219,7 +222,40 @@ fn run_crashed(state: &mut State, d: RunCrashed<'_>) -> Result<Applied, Rejectio
     Ok(applied)
 }
 
-/// Ends a run that has no active codon (`RunCompleted`, `RunFailed`).
+/// `RunFailed`: ends the run and records what failed, when it says.
+fn run_failed(state: &mut State, d: RunFailed<'_>) -> Result<Applied, Rejection> {
+    let applied = end_run(state, &d.run_id, d.end_time, RunStatus::Failed)?;
+    if let Some(reason) = d.reason {
+        let ri = state.run_index[&*d.run_id];
+        state.runs[ri].failure = Some(RunFailure {
+            codon_id: d.codon_id,
+            reason,
+        });
+    }
+    Ok(applied)
+}
+
+/// `RunStopped`: ends the run as stopped, by the user or its budget.
+fn run_stopped(state: &mut State, d: RunStopped<'_>) -> Result<Applied, Rejection> {
+    if d.by == StopBy::Budget && d.budget.is_none() {
+        return Err(conflict(
+            "invalid_value",
+            "RunStopped by budget needs the budget that stopped it".to_owned(),
+        ));
+    }
+    let applied = end_run(state, &d.run_id, d.end_time, RunStatus::Stopped)?;
+    let ri = state.run_index[&*d.run_id];
+    state.runs[ri].stop = Some(RunStop {
+        by: d.by,
+        forced: d.forced,
+        reason: d.reason,
+        codon_id: d.codon_id,
+        budget: d.budget,
+    });
+    Ok(applied)
+}
+
+/// Ends a run that has no active codon (`RunCompleted`, `RunFailed`, `RunStopped`).
 fn end_run(
     state: &mut State,
     run_id: &str,

@@ -1,4 +1,4 @@
-//! The sixteen transition types: the only way the state changes.
+//! The seventeen transition types: the only way the state changes.
 //!
 //! Each arrives as `{"type": "...", "data": {...}}`, the same bytes that go
 //! to the journal. Ids are borrowed from the input where they are only
@@ -12,7 +12,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::machine::codon::{CodonStatus, TransitionMetadata};
-use crate::state::model::{LoopContext, PlanEntry, SentinelState, StartingConditions, TokenUsage};
+use crate::state::model::{
+    BudgetStop, LoopContext, PlanEntry, SentinelState, StartingConditions, StopBy, TokenUsage,
+};
 use crate::state::money::Money;
 
 /// A borrowed-when-possible string.
@@ -33,7 +35,10 @@ pub enum Transition<'a> {
     RunCompleted(RunEnded<'a>),
     /// Ends the current run as failed.
     #[serde(borrow)]
-    RunFailed(RunEnded<'a>),
+    RunFailed(RunFailed<'a>),
+    /// Ends the current run as stopped (by the user, or by its budget ceiling).
+    #[serde(borrow)]
+    RunStopped(RunStopped<'a>),
     /// Marks a run found dead on a later start.
     #[serde(borrow)]
     RunCrashed(RunCrashed<'a>),
@@ -82,6 +87,7 @@ impl Transition<'_> {
             Transition::RunStarted(_) => "RunStarted",
             Transition::RunCompleted(_) => "RunCompleted",
             Transition::RunFailed(_) => "RunFailed",
+            Transition::RunStopped(_) => "RunStopped",
             Transition::RunCrashed(_) => "RunCrashed",
             Transition::CodonStarted(_) => "CodonStarted",
             Transition::CodonTransitioned(_) => "CodonTransitioned",
@@ -103,7 +109,9 @@ impl Transition<'_> {
     pub fn subject(&self) -> Subject<'_> {
         let (run, codon) = match self {
             Transition::RunStarted(d) => (Some(&*d.run_id), None),
-            Transition::RunCompleted(d) | Transition::RunFailed(d) => (Some(&*d.run_id), None),
+            Transition::RunCompleted(d) => (Some(&*d.run_id), None),
+            Transition::RunFailed(d) => (Some(&*d.run_id), None),
+            Transition::RunStopped(d) => (Some(&*d.run_id), None),
             Transition::RunCrashed(d) => (Some(&*d.run_id), None),
             Transition::CodonStarted(d) => (Some(&*d.run_id), Some(d.codon_id.as_str())),
             Transition::CodonTransitioned(d) => (Some(&*d.run_id), Some(&*d.codon_id)),
@@ -126,10 +134,11 @@ impl Transition<'_> {
     }
 
     /// Every type name, in declaration order.
-    pub const KINDS: [&'static str; 16] = [
+    pub const KINDS: [&'static str; 17] = [
         "RunStarted",
         "RunCompleted",
         "RunFailed",
+        "RunStopped",
         "RunCrashed",
         "CodonStarted",
         "CodonTransitioned",
@@ -179,7 +188,7 @@ pub struct RunStarted<'a> {
     pub execution_plan: Option<Vec<PlanEntry>>,
 }
 
-/// Data of `RunCompleted` and `RunFailed`.
+/// Data of `RunCompleted`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunEnded<'a> {
@@ -188,6 +197,47 @@ pub struct RunEnded<'a> {
     pub run_id: Str<'a>,
     /// ISO-8601.
     pub end_time: String,
+}
+
+/// Data of `RunFailed`: the seed's two fields, and what failed (Weft's).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunFailed<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// ISO-8601.
+    pub end_time: String,
+    /// The codon whose failure ended the run.
+    #[serde(default)]
+    pub codon_id: Option<String>,
+    /// Why, in words (absent in journals older than Weft's outcomes).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Data of `RunStopped`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunStopped<'a> {
+    /// The run.
+    #[serde(borrow)]
+    pub run_id: Str<'a>,
+    /// ISO-8601.
+    pub end_time: String,
+    /// The user, or a budget.
+    pub by: StopBy,
+    /// The agent was killed.
+    #[serde(default)]
+    pub forced: bool,
+    /// In words.
+    pub reason: String,
+    /// The codon that was stopped and stays to do.
+    #[serde(default)]
+    pub codon_id: Option<String>,
+    /// The ceiling, for a stop by budget.
+    #[serde(default)]
+    pub budget: Option<BudgetStop>,
 }
 
 /// Data of `RunCrashed`.
