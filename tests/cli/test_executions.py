@@ -359,14 +359,16 @@ def test_the_continue_command_works_from_any_folder_with_the_runs_flags(
         execution,
         "--headless",
         "-m",
-        "fake/haiku",
+        "fake/sonnet",  # the model it ran on: another one is a change to confirm
+        "--max-cost",
+        "5",
         env=world["env"],
         cwd=elsewhere,
     )
     assert done.returncode == 0, done.stderr + done.stdout
     (line,) = [x for x in done.stdout.splitlines() if "continue " in x]
     command = line.split("continue", 1)[1].strip()
-    assert command == f"weft run --execution {execution} --model fake/haiku"
+    assert command == f"weft run --execution {execution} --model fake/sonnet --max-cost 5"
     # The printed command itself, from yet another folder, works.
     again = weft(*command.split()[1:], "--headless", env=world["env"], cwd=tmp_path)
     assert again.returncode == 0, again.stderr + again.stdout
@@ -584,7 +586,9 @@ def test_codons_removed_after_a_stopped_run_stay_removed(world: dict[str, Any]) 
     assert "d" not in _statuses(world)
     _rewrite(world, codon("a"), codon("b"), codon("c"))
     for _ in range(2):  # the removal is journaled: the next resume does not bring d back
-        done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
+        # The cap given above is kept with the execution: raised, or c stays to do.
+        args = ("run", "--headless", "--yes", "--max-cost", "5")
+        done = weft(*args, env=world["env"], cwd=world["project"])
         assert done.returncode == 0, done.stderr + done.stdout
         assert "d" not in _statuses(world)
     assert [e["codonId"] for e in _state(world)["executionPlan"]] == ["a", "b", "c"]
