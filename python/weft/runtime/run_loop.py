@@ -132,6 +132,8 @@ class RunLoop(RuntimeState):
                     continue
                 skip_rig = request.skip_rig
                 if isinstance(request, Rewind):
+                    if not machine.rolling_back:
+                        machine.rewinding()  # a redo (a rollback said so when accepted)
                     rewound = await self._rewind(manager, cursor, request)
                     if rewound is not None:
                         cursor = self._cursor = rewound

@@ -217,14 +217,15 @@ class RunMachine:
 
     def rewinding(self) -> None:
         """A claimed rollback or redo is being carried out."""
-        self._expect("rewinding", "claimed", "waiting")
+        self._expect("rewinding", "claimed")
         self.phase = "rolling-back"
 
     def rewound(self, next_codon: str | None, *, run_next: bool, ok: bool = True) -> list[Effect]:
         """A rollback or redo finished (``ok``) or could not be done; a new run
         starts at ``next_codon``, and runs it when ``run_next``."""
-        if self.phase != "rolling-back":
-            return self._after_stop()
+        if self.phase == "stopping":
+            return self._end()  # stopped while it rolled back: the run ends now
+        self._expect("rewound", "rolling-back")
         if not ok:
             self.phase = "waiting"
             return [Wait("codon-completed")]
@@ -238,7 +239,7 @@ class RunMachine:
 
     def codon_started(self, codon_id: str) -> None:
         """The loop starts running ``codon_id`` (under its failure policy)."""
-        self._expect("codon_started", "starting", "waiting", "claimed", "running")
+        self._expect("codon_started", "claimed", "running")
         self.phase = "running"
         self.codon = codon_id
 
@@ -259,8 +260,7 @@ class RunMachine:
             if moved_on:
                 self.codon = next_codon
             return self._end()
-        if self.phase != "running":
-            return []
+        self._expect("codon_ended", "running")
         if not moved_on:
             self.failure = (codon_id, reason or "failed")
             self.codon = codon_id
@@ -303,6 +303,7 @@ class RunMachine:
         if self.phase == "done" or (self.stopping is not None and self.stopping.by == "fatal"):
             return []
         self.stopping = StopState("fatal", True, message)
+        self.phase = "stopping"
         return [ShuttingDown(), CancelSleep(), WakeLoop(), Kill()]
 
     def finish(self) -> Ending:
@@ -327,12 +328,6 @@ class RunMachine:
         self.ending = self._decide()
         self.phase = "done"
         return [End(self.ending)]
-
-    def _after_stop(self) -> list[Effect]:
-        # A rewind finished after a stop began: the run ends now.
-        if self.phase == "stopping":
-            return self._end()
-        return []
 
     def _decide(self) -> Ending:
         stop = self.stopping
