@@ -239,3 +239,34 @@ def test_a_garbage_setting_kept_in_the_metadata_is_a_clear_error(
     assert again.returncode == EXIT_USAGE, again.stdout + again.stderr
     assert said in again.stderr
     assert "execution-meta.json" in again.stderr
+
+
+# --------------------------------------------------------------------------- the continue line
+
+
+def test_the_continue_line_gives_the_settings_in_force_and_raises_a_reached_cap(
+    tmp_path: Path,
+) -> None:
+    from weft.cli import build_parser
+    from weft.cli.run import continue_command
+    from weft.runtime.meta import RunSettings
+
+    args = build_parser().parse_args(["run", "-m", "fake/gpt-5", "--max-time", "30"])
+    root = tmp_path / "x"
+    # As typed, without settings kept with the execution.
+    assert (
+        continue_command(args, root)
+        == f"weft run --execution {root} --model fake/gpt-5 --max-time 30"
+    )
+    # The settings in force win over the flags as typed (a kept cost cap included).
+    kept = RunSettings(model="fake/gpt-5", max_dollars=0.25, max_seconds=30)
+    assert continue_command(args, root, kept) == (
+        f"weft run --execution {root} --model fake/gpt-5 --max-cost 0.25 --max-time 30"
+    )
+    # A cap the run reached is never repeated: the line says to raise it.
+    assert continue_command(args, root, kept, reached={"dollars": 0.25}) == (
+        f"weft run --execution {root} --model fake/gpt-5 --max-time 30 --max-cost <more than 0.25>"
+    )
+    assert continue_command(args, root, RunSettings(), reached={"timeSeconds": 30.0}) == (
+        f"weft run --execution {root} --max-time <more than 30>"
+    )

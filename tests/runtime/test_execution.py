@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -27,6 +28,8 @@ from weft.runtime.execution import (
     HankChangedError,
     InputPathError,
     PreparedExecution,
+    RunSettings,
+    RunSettingsChangedError,
     hank_hash,
     hash_data,
     managed_base_dir,
@@ -617,3 +620,155 @@ def test_new_force_refuses_while_a_live_process_holds_the_execution(tmp_path: Pa
     )
     assert prepared.backup is not None
     assert (prepared.backup / "execution-meta.json").exists()
+
+
+# --------------------------------------------------------------------------- run settings
+
+
+def _ran(layout: ExecutionLayout, *, finished: tuple[str, ...], status: str = "failed") -> None:
+    """A state.json saying codons a and b were planned on fake/ok and ``finished`` ran
+    (no journal: the settings check reads the snapshot then)."""
+    plan = [{"codonId": c, "codon": {"id": c, "model": "fake/ok"}} for c in ("a", "b")]
+    codons = [{"codonId": c, "status": "completed"} for c in finished]
+    state = {"executionPlan": plan, "runs": [{"status": status, "codons": codons}]}
+    (layout.weft_dir / "state.json").write_text(json.dumps(state))
+
+
+def test_settings_given_are_kept_and_a_resume_without_them_keeps_them(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    given = RunSettings(model="fake/ok", max_dollars=2.5, max_seconds=60)
+    created = prepare(env, execution_dir=target, settings=given)
+    assert created.settings == given
+    assert json.loads(created.layout.meta_path.read_text())["runSettings"] == {
+        "model": "fake/ok",
+        "maxDollars": 2.5,
+        "maxSeconds": 60,
+    }
+    resumed = prepare(env, execution_dir=target)
+    assert resumed.settings == given
+    assert any("--max-cost $2.5 is kept with execution" in n for n in resumed.notes)
+    assert any("--max-time 60s is kept with execution" in n for n in resumed.notes)
+    assert read_meta(resumed.layout.meta_path).run_settings == given
+
+
+def test_a_new_ceiling_replaces_the_kept_one_and_says_so(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    prepare(env, execution_dir=target, settings=RunSettings(max_dollars=1))
+    raised = prepare(env, execution_dir=target, settings=RunSettings(max_dollars=3))
+    assert raised.settings.max_dollars == 3
+    assert raised.notes == (f"--max-cost $3 replaces the $1 kept with execution {target.name}",)
+    assert read_meta(raised.layout.meta_path).run_settings.max_dollars == 3
+
+
+def test_another_model_after_a_run_is_refused_without_a_person_to_ask(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    layout = prepare(env, execution_dir=target).layout
+    _ran(layout, finished=("a",))
+    with pytest.raises(RunSettingsChangedError) as caught:
+        prepare(env, execution_dir=target, settings=RunSettings(model="fake/other"))
+    message = str(caught.value)
+    assert "ran on (fake/ok)" in message
+    for choice in ("--yes", "--new", "drop --model"):
+        assert choice in message
+    assert read_meta(layout.meta_path).run_settings == RunSettings()
+
+
+def test_another_model_is_asked_and_yes_makes_the_rest_follow_it(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    layout = prepare(env, execution_dir=target).layout
+    _ran(layout, finished=("a",))
+    answers = Answers(True)
+    loaded: list[str | None] = []
+
+    def load(model: str | None) -> Any:
+        loaded.append(model)
+        return None
+
+    resumed = prepare(
+        env,
+        execution_dir=target,
+        interactive=True,
+        prompt=answers,
+        settings=RunSettings(model="fake/other"),
+        setting_names={"model": "WEFT_RUNTIME_MODEL"},
+        load_hank=load,
+    )
+    (question,) = answers.questions
+    assert "WEFT_RUNTIME_MODEL asks for fake/other" in question
+    assert resumed.hank_changed  # the run re-plans b on the new model
+    assert resumed.settings.model == "fake/other"
+    assert loaded == []  # the hank was loaded with the asked model already
+    assert read_meta(layout.meta_path).run_settings.model == "fake/other"
+
+    # Declined: refused, nothing recorded.
+    with pytest.raises(RunSettingsChangedError, match="was declined"):
+        prepare(
+            env,
+            execution_dir=target,
+            interactive=True,
+            prompt=Answers(False),
+            settings=RunSettings(model="fake/third"),
+        )
+    assert read_meta(layout.meta_path).run_settings.model == "fake/other"
+
+    # Without the flag: the kept model, the hank loaded with it, and said.
+    kept = prepare(env, execution_dir=target, load_hank=load)
+    assert kept.settings.model == "fake/other"
+    assert loaded == ["fake/other"]
+    assert kept.hank_changed  # b is still planned on fake/ok in the stored plan
+    assert any("codons run on fake/other, kept with execution" in n for n in kept.notes)
+
+
+def test_another_model_on_a_complete_execution_names_new_as_the_way(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    layout = prepare(env, execution_dir=target).layout
+    _ran(layout, finished=("a", "b"), status="completed")
+    with pytest.raises(RunSettingsChangedError, match=r"is complete.*Add --new"):
+        prepare(env, execution_dir=target, settings=RunSettings(model="fake/other"))
+    same = prepare(env, execution_dir=target, settings=RunSettings(model="fake/ok"))
+    assert not same.hank_changed
+    assert same.notes == ()
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ('{"maxDollars": 1e999}', r"out of range - at `\$\.runSettings\.maxDollars`"),
+        ('{"maxSeconds": -3}', r"Expected `float` > 0.0 - at `\$\.runSettings\.maxSeconds`"),
+        ('{"maxDollars": "5"}', r"got `str` - at `\$\.runSettings\.maxDollars`"),
+        ('{"model": 7}', r"at `\$\.runSettings\.model`"),
+        ("[]", r"at `\$\.runSettings`"),
+    ],
+)
+def test_a_garbage_kept_setting_is_a_metadata_error_saying_where(
+    env: dict[str, Path], tmp_path: Path, settings: str, match: str
+) -> None:
+    target = tmp_path / "exe"
+    meta_path = prepare(env, execution_dir=target).layout.meta_path
+    doc = json.loads(meta_path.read_text())
+    del doc["runSettings"]
+    text = json.dumps(doc).removesuffix("}")
+    meta_path.write_text(f'{text}, "runSettings": {settings}}}')
+    with pytest.raises(ExecutionMetaError, match=match):
+        read_meta(meta_path)
+    with pytest.raises(ExecutionMetaError, match="--new --force"):
+        prepare(env, execution_dir=target)
+
+
+def test_metadata_without_run_settings_keeps_nothing(env: dict[str, Path], tmp_path: Path) -> None:
+    target = tmp_path / "exe"
+    meta_path = prepare(env, execution_dir=target).layout.meta_path
+    doc = json.loads(meta_path.read_text())
+    del doc["runSettings"]
+    meta_path.write_text(json.dumps(doc))
+    assert read_meta(meta_path).run_settings == RunSettings()

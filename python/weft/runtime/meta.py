@@ -10,7 +10,6 @@ the folder), so a crash leaves the old file or the new one, never half of one.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import platform
 import secrets
@@ -120,13 +119,6 @@ def read_meta(path: Path) -> ExecutionMeta:
         meta = _meta_decoder.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise ExecutionMetaError(f"{path}: not a valid execution-meta.json ({e}). {fix}") from None
-    settings = meta.run_settings
-    for name, value in (("maxDollars", settings.max_dollars), ("maxSeconds", settings.max_seconds)):
-        if value is not None and not math.isfinite(value):
-            raise ExecutionMetaError(
-                f"{path}: runSettings.{name} is {value}, not a finite number of "
-                f"{'dollars' if name == 'maxDollars' else 'seconds'}. {fix}"
-            )
     major = meta.version.split(".", 1)[0]
     if major != META_VERSION.split(".", 1)[0]:
         raise ExecutionMetaError(
