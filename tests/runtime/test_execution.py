@@ -772,3 +772,23 @@ def test_metadata_without_run_settings_keeps_nothing(env: dict[str, Path], tmp_p
     del doc["runSettings"]
     meta_path.write_text(json.dumps(doc))
     assert read_meta(meta_path).run_settings == RunSettings()
+
+
+def test_another_sentinel_model_after_a_run_is_refused_and_yes_keeps_it(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "exe"
+    layout = prepare(
+        env, execution_dir=target, settings=RunSettings(sentinel_model="fake/a")
+    ).layout
+    _ran(layout, finished=("a",))
+    with pytest.raises(RunSettingsChangedError, match=r"--new.*drop --sentinel-model"):
+        prepare(env, execution_dir=target, settings=RunSettings(sentinel_model="fake/b"))
+    accepted = prepare(
+        env, execution_dir=target, yes=True, settings=RunSettings(sentinel_model="fake/b")
+    )
+    assert accepted.settings.sentinel_model == "fake/b"
+    assert not accepted.hank_changed  # sentinels are no part of the plan
+    kept = prepare(env, execution_dir=target)
+    assert kept.settings.sentinel_model == "fake/b"
+    assert any("sentinels run on fake/b, kept with execution" in n for n in kept.notes)

@@ -133,3 +133,34 @@ def test_the_journaled_change_turns_the_stored_plan_into_the_new_one(
         assert plan == new_ids
     else:
         assert not done  # nothing ran: the run is a fresh one, with the new plan
+
+
+def test_a_new_model_keeps_what_ran_and_moves_every_codon_not_yet_run(tmp_path: Path) -> None:
+    items = (codon("a"), loop("l", codon("x"), codon("y")), codon("c"))
+    old = hank_of(tmp_path, *items)
+    stored = ExecutionPlan.from_hank(old).on_codon_finished("x#0").plan
+    stored = stored.on_codon_finished("y#0").plan
+    # a, x#0, y#0 and x#1 ran on fake/sonnet; y#1 (planned) and c did not.
+    new = load_hank(tmp_path / "h" / "hank.json", model="fake/gpt-5", check_environment=False)
+    result = replan(state_of(stored, ["a", "x#0", "y#0", "x#1"]), new.hank)
+    models = {e.codon_id: e.codon.model for e in result.plan}
+    assert models == {
+        "a": "fake/sonnet",
+        "x#0": "fake/sonnet",
+        "y#0": "fake/sonnet",
+        "x#1": "fake/sonnet",
+        "y#1": "fake/gpt-5",
+        "c": "fake/gpt-5",
+    }
+    assert result.after == "y#1"
+    assert result.dropped == ("c",)
+    assert [e.codon_id for e in result.inserted] == ["c"]
+
+
+def test_a_model_change_beside_another_change_to_what_ran_is_still_refused(
+    tmp_path: Path,
+) -> None:
+    old = hank_of(tmp_path, codon("a"), codon("b"))
+    new = hank_of(tmp_path, codon("a", prompt="Other.\n", model="fake/gpt-5"), codon("b"))
+    with pytest.raises(PrefixChangedError, match="changed a, which already ran"):
+        replan(state_of(ExecutionPlan.from_hank(old), ["a"]), new)
