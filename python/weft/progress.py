@@ -126,6 +126,8 @@ class CodonProgress:
     checkpoint: str | None = None
     failure: str | None = None
     """``<type>: <message>`` of the latest failure."""
+    failure_kind: str | None = None
+    """The latest failure's type (``interrupted``: a stop cut it short; it stays to do)."""
     failed_during: str | None = None
     messages: int = 0
     sentinel_cost: float = 0.0
@@ -148,6 +150,12 @@ class CodonProgress:
     def finished(self) -> bool:
         """Terminal in this run."""
         return self.status in TERMINAL
+
+    @property
+    def stopped(self) -> bool:
+        """Failed because a stop (yours, the run's budget) cut it short: not a
+        failure of its own; it stays to do."""
+        return self.status == "failed" and self.failure_kind == "interrupted"
 
     @property
     def cost(self) -> float:
@@ -200,6 +208,7 @@ class CodonProgress:
         self.started_ns = at_ns
         self.ended_ns = None
         self.failure = None
+        self.failure_kind = None
         self.failed_during = None
         self.messages = 0
         self.status = "preparing"
@@ -225,7 +234,7 @@ class CodonProgress:
         self._cost_before = self._cost_now = self._spent_before = 0
         self.unpriced = False
         self.last = None
-        self.failure = self.failed_during = None
+        self.failure = self.failure_kind = self.failed_during = None
         self.checkpoint = None
         self.messages = 0
 
@@ -472,6 +481,7 @@ class RunProgress:
             c.failure = "unknown reason"
         else:
             c.failure = f"{reason.kind}: {reason.message}" if reason.message else reason.kind
+            c.failure_kind = reason.kind
         c.failed_during = meta.failed_during if meta is not None else None
         self._failed(c.codon_id, c.failure)
         if reason is None or reason.kind != "interrupted":

@@ -47,6 +47,7 @@ from weft.client import (
 )
 from weft.client import connect as client_connect
 from weft.errors import WeftError
+from weft.outcome import exit_code
 from weft.server.auth import client_token, read_read_token, read_token
 from weft.store.execution import weft_dir_of
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -393,8 +394,10 @@ async def _follow(client: Client, target: Target, view: RunView, keys_from: Text
         view.note(f"lost the run: {e}")
         return 1
     progress = view.progress
-    status = progress.run_status or "ended"
-    code = 0 if status == "completed" else 1
+    ending = progress.ending
+    # weft run's exit code for the run's journaled ending (attach saw no signal).
+    status = "ended" if ending is None else ending.kind
+    code = 1 if ending is None else exit_code(ending)
     view.stop()
     view.summary(
         RunSummary(

@@ -30,13 +30,17 @@ exit codes:
   143  stopped by SIGTERM; likewise"""
 
 _RUN_EXIT_CODES = f"""\
-exit codes:
-  0    success (also when the last codon crossed the budget ceiling)
-  1    the run failed, or the store cannot be used; or the budget ceiling (--max-cost,
-       --max-time, runtime settings, overrides.budget) was crossed with codons left to
-       run: raise it and run the same command to continue
+exit codes (the same outcome weft status, weft ls and the dashboard show):
+  0    completed: every codon done (a codon whose onFailure is ignore may have failed:
+       the summary says which); also when there was nothing to do
+  1    failed: a codon failed for good (the summary says which and why), or the run could
+       not go on (the store cannot be used, the disk is full)
   2    usage or configuration error (nothing was run)
-  130  interrupted by Ctrl-C (SIGINT); what was saved stays saved: run again to continue
+  3    stopped by the budget ceiling (--max-cost, --max-time, runtime settings,
+       overrides.budget) with work left: the cut codon stays to do; raise the ceiling and
+       run the same command to continue exactly there
+  130  stopped by you (Ctrl-C, q, server.shutdown); what was saved stays saved: run the same
+       command to continue
 {_PIPE_CLOSED}
   143  stopped by SIGTERM; likewise"""
 

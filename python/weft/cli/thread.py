@@ -34,6 +34,7 @@ from weft.events.stream import (
     RollbackStartedEvent,
 )
 from weft.events.transitions import RunCompleted
+from weft.outcome import ending_of
 from weft.plan import ExecutionPlan
 from weft.runtime import rollback
 from weft.runtime.layout import ExecutionLayout
@@ -159,7 +160,9 @@ def run_thread(args: argparse.Namespace) -> int:
             else f"continues {conditions['source']['runId']} after "
             f"{conditions['source']['afterCodon'] or '(rig setup)'}"
         )
-        print(printable(f"run {run_id}  {run['status']}  {origin}"))
+        ending = ending_of(run)
+        said = f": {ending.reason}" if ending.reason and ending.kind != "running" else ""
+        print(printable(f"run {run_id}  {ending.word}  {origin}{said}"))
         for index, record in enumerate(run["codons"]):
             mark = " " if (run_id, record["codonId"], index) in on_thread else "~"
             shas = [

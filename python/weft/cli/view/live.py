@@ -39,7 +39,9 @@ _STYLES = {
     "completing-sentinels": "cyan",
     "completed": "green",
     "failed": "bold red",
-    "interrupted": "bold yellow",
+    "stopped": "bold yellow",
+    "budget": "bold yellow",
+    "crashed": "bold red",
     "skipped": "magenta",
 }
 _ICONS = {PENDING: "·", "completed": "✓", "failed": "✗", "skipped": "↷"}
@@ -310,7 +312,8 @@ def _totals(progress: RunProgress, now_ns: int, *, waiting: bool = False) -> Tex
         status = "waiting"
     text.append(f"run {progress.run_id} ", style="bold")
     fallback = {"running": "bold cyan", "waiting": "bold yellow"}.get(status, "red")
-    text.append(status, style=_STYLES.get(status, fallback))
+    word = progress.ending.word if progress.ending is not None else status
+    text.append(word, style=_STYLES.get(status, fallback))
     text.append(f" · {counts['completed']}/{total} completed")
     if counts["failed"]:
         text.append(f" · {counts['failed']} failed", style="red")

@@ -25,6 +25,8 @@ from weft.cli.view.format import (
     format_duration,
     format_tokens,
     format_wait,
+    iteration_cost,
+    known_cost,
     rig_label,
     run_cost,
 )
@@ -70,6 +72,7 @@ from weft.events.transitions import (
     RunCrashed,
     RunFailed,
     RunStarted,
+    RunStopped,
 )
 from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
@@ -190,6 +193,10 @@ def _moved(p: RunProgress, event: CodonTransitioned, at: int, _: str | None) -> 
         where = f" during {during}" if during else ""
         return Note("codon", f"{c.codon_id}: skipped{where} after {took}", c.codon_id, to)
     where = f" during {c.failed_during}" if c.failed_during else ""
+    if c.stopped:
+        # A stop (yours, or the run's budget) cut it short: it stays to do.
+        text = f"{c.codon_id}: stopped{where} after {took} ({figures}{total}); it stays to do"
+        return Note("codon", text, c.codon_id, to)
     text = f"{c.codon_id}: FAILED{where} after {took} ({figures}{total}): {c.failure}"
     return Note("codon", text, c.codon_id, to)
 
@@ -202,7 +209,8 @@ def _run_started(p: RunProgress, event: RunStarted, at: int, _: str | None) -> N
 
 def _run_ended(p: RunProgress, event: Any, at: int, _: str | None) -> Note:
     took = format_duration(p.elapsed(at) or 0.0)
-    return Note("run", f"run {p.run_id} {p.run_status} after {took} ({run_cost(p)})")
+    word = p.ending.word if p.ending is not None else p.run_status
+    return Note("run", f"run {p.run_id} {word} after {took} ({run_cost(p)})")
 
 
 def _run_crashed(p: RunProgress, event: RunCrashed, at: int, _: str | None) -> Note | None:
@@ -326,7 +334,8 @@ def _iteration(p: RunProgress, event: LoopIterationCompletedEvent, at: int, _: s
     return Note(
         "loop",
         f"loop {event.loop_id} iteration {event.iteration} done in {took} "
-        f"({format_cost(event.cost_usd)}, {format_tokens(event.tokens_used)} tokens{end})",
+        f"({iteration_cost(p, event.loop_id, event.iteration, event.cost_usd)}, "
+        f"{format_tokens(event.tokens_used)} tokens{end})",
     )
 
 
@@ -437,9 +446,10 @@ def _budget_summary(p: RunProgress, event: BudgetSummaryEvent, at: int, _: str |
         limits.append(f"of {format_cost(event.ceiling['maxDollars'])}")
     if "maxTimeSeconds" in event.ceiling:
         limits.append(f"time cap {format_duration(event.ceiling['maxTimeSeconds'])}")
-    spent = format_cost(event.actual_dollars)
-    if event.unpriced_codons:
-        spent = f"≥ {spent} ({event.unpriced_codons} unpriced)"
+    spent = known_cost(event.actual_dollars, event.unpriced_codons)
+    if spent.startswith("≥"):
+        n = event.unpriced_codons
+        spent += f" ({n} attempt{'s' * (n > 1)} unpriced)"
     cap = f" {', '.join(limits)}" if limits else ""
     took = format_duration(event.actual_time_seconds)
     return Note("budget", f"budget: spent {spent}{cap} in {took} (all runs of the execution)")
@@ -474,6 +484,7 @@ _NOTES: dict[type[Any], _NoteOf] = {
     RunStarted: _run_started,
     RunCompleted: _run_ended,
     RunFailed: _run_ended,
+    RunStopped: _run_ended,
     RunCrashed: _run_crashed,
     PlanExtended: _extended,
     PlanTrimmed: _trimmed,
