@@ -206,24 +206,57 @@ def text(page: Any, element_id: str) -> str:
 
 
 @contextlib.contextmanager
-def replayed(tmp_path: Path, events: Sequence[Any]) -> Iterator[str]:
-    """``events`` (Weft's own msgspec structs: transitions and stream events)
-    journaled by a real StateManager, so the core validates every transition
-    (a refused one fails the test) and the journal holds the bytes a run would
-    write; then served as ``weft ui`` serves a finished execution
-    (:func:`weft.web.machine.start_replay`). Yields the page's address."""
+def _loop_thread() -> Iterator[Callable[[Any], Any]]:
+    """An event loop on a thread; yields ``run(coroutine) -> its result``."""
     import asyncio
     import threading
 
     import uvloop
 
-    from weft.events.transitions import Transition
-    from weft.store import ExecutionStore, Journal
+    loop = uvloop.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(work: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(work, loop).result(30)
+
+    try:
+        yield on_loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@contextlib.contextmanager
+def served(execution: Path) -> Iterator[str]:
+    """A finished execution served as ``weft ui`` serves one
+    (:func:`weft.web.machine.start_replay`); yields the page's address."""
     from weft.web import dashboard_url
     from weft.web.machine import start_replay
 
+    with _loop_thread() as on_loop:
+        server = on_loop(start_replay(execution / ".weft" / "weft.db", execution=execution))
+        try:
+            yield dashboard_url(server, server.read_token)
+        finally:
+            on_loop(server.close())
+
+
+@contextlib.contextmanager
+def replayed(tmp_path: Path, events: Sequence[Any]) -> Iterator[str]:
+    """``events`` (Weft's own msgspec structs: transitions and stream events)
+    journaled by a real StateManager, so the core validates every transition
+    (a refused one fails the test) and the journal holds the bytes a run would
+    write; then :func:`served`. Yields the page's address."""
+    import asyncio
+
+    from weft.events.transitions import Transition
+    from weft.store import ExecutionStore, Journal
+
+    execution = tmp_path / "execution"
+
     async def journal() -> Path:
-        store = await asyncio.to_thread(ExecutionStore.open, tmp_path / "execution")
+        store = await asyncio.to_thread(ExecutionStore.open, execution)
         manager = store.state_manager()
         for event in events:
             if isinstance(event, Transition):
@@ -235,31 +268,18 @@ def replayed(tmp_path: Path, events: Sequence[Any]) -> Iterator[str]:
         await store.close(manager)
         return path
 
-    loop = uvloop.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def on_loop(work: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(work, loop).result(30)
-
-    try:
+    with _loop_thread() as on_loop:
         database = on_loop(journal())
-        written = Journal.open(database, readonly=True, check=False)
-        try:
-            refused = [
-                e.payload
-                for page in written.pages()
-                for e in page
-                if e.type == "error" and '"transitionType"' in str(e.payload)
-            ]
-        finally:
-            written.close()
-        assert not refused, f"the core refused a transition of the test: {refused}"
-        server = on_loop(start_replay(database))
-        try:
-            yield dashboard_url(server, server.read_token)
-        finally:
-            on_loop(server.close())
+    written = Journal.open(database, readonly=True, check=False)
+    try:
+        refused = [
+            e.payload
+            for page in written.pages()
+            for e in page
+            if e.type == "error" and '"transitionType"' in e.payload
+        ]
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+        written.close()
+    assert not refused, f"the core refused a transition of the test: {refused}"
+    with served(execution) as url:
+        yield url

@@ -338,6 +338,12 @@ def test_stopping_the_run_from_the_page_shows_it_stopped_not_failed(
         assert ("work", "pending") in rows(page)
         assert ("after", "pending") in rows(page)
         page.save_screenshot(str(artifacts_dir() / "dashboard-stopped.png"))
+    from tests.runtime.hanks import journal
+
+    ends = [
+        (kind, data.get("by")) for kind, data in journal(run.execution) if kind.startswith("Run")
+    ]
+    assert ends[-1] == ("RunStopped", "user"), ends
 
 
 def idle_text(run: LiveRun) -> str:

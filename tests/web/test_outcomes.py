@@ -8,10 +8,23 @@ bytes a run would have journaled, never a hand-written shape.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from tests.web.browser import artifacts_dir, cells, replayed, rows, stats, text, wait_for
+from tests.runtime.hanks import codon, journal, write_hank
+from tests.web.browser import (
+    artifacts_dir,
+    cells,
+    child_environment,
+    replayed,
+    rows,
+    served,
+    stats,
+    text,
+    wait_for,
+)
 
 from weft.events.stream import (
     AssistantActionEvent,
@@ -277,3 +290,35 @@ def test_sentinel_budget_and_error_events_are_shown_by_their_shape(
         assert "rate limited" in text(page, "errors")
         assert cells(page, "plan")[5] == "Planning."
         page.save_screenshot(str(artifacts_dir() / "dashboard-sentinels-budget.png"))
+
+
+def test_a_real_run_stopped_by_its_budget_reads_budget_stopped(page: Any, tmp_path: Path) -> None:
+    """A real ``weft run --max-cost`` that crosses its cap in the first codon (exit 3),
+    replayed as ``weft ui`` would: budget-stopped with the cap, nothing failed,
+    the codon that stays to do pending."""
+    hank = write_hank(tmp_path / "hank", codon("a"), codon("b"))
+    execution = tmp_path / "executions" / "x"
+    argv = [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
+    done = subprocess.run(
+        [*argv, "--headless", "--max-cost", "0.001"],
+        env=child_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    stopped = [data for kind, data in journal(execution) if kind == "RunStopped"]
+    assert [s["by"] for s in stopped] == ["budget"]
+    with served(execution) as url:
+        page.get(url)
+        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+        outcome = page.find_element("id", "outcome")
+        wait_for(lambda: outcome.text != "running", "the outcome", page=page)
+        assert outcome.get_attribute("data-outcome") == "budget"
+        assert outcome.text.startswith("budget-stopped: "), outcome.text
+        # The fake codon's spend is known at its end: a finished, b stays to do.
+        assert outcome.text.endswith("(b stays to do)"), outcome.text
+        assert "--max-cost" in outcome.text
+        assert rows(page) == [("a", "completed"), ("b", "pending")]
+        assert page.find_element("id", "connection").text == "finished · replay"
+        page.save_screenshot(str(artifacts_dir() / "dashboard-budget-stopped-run.png"))
