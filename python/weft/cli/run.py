@@ -102,7 +102,11 @@ def register(commands: Any) -> None:
         "with --execution: relink to different data",
     )
     parser.add_argument(
-        "-y", "--yes", action="store_true", help="answer yes (resume with a changed hank)"
+        "-y",
+        "--yes",
+        action="store_true",
+        help="answer yes (resume with a changed hank, model or sentinel model: the codons not "
+        "yet run follow it)",
     )
     parser.add_argument(
         "--rebind",
@@ -126,11 +130,17 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--no-wipe", action="store_true", help="with --new --force, keep the workspace's files"
     )
-    parser.add_argument("-m", "--model", help="run every codon on this model")
+    parser.add_argument(
+        "-m",
+        "--model",
+        help="run every codon on this model (kept with the execution; on one that already "
+        "ran on another model, asks first)",
+    )
     parser.add_argument(
         "--sentinel-model",
         metavar="MODEL",
-        help="every sentinel calls this provider/model (fake/haiku runs them offline)",
+        help="every sentinel calls this provider/model (fake/haiku runs them offline; kept with "
+        "the execution)",
     )
     parser.add_argument(
         "--config",
@@ -198,13 +208,15 @@ def register(commands: Any) -> None:
         type=_positive,
         metavar="USD",
         help="stop the run when it has spent more than this many dollars (all its runs "
-        "together; overrides the hank's and the runtime config's budget)",
+        "together; overrides the hank's and the runtime config's budget; kept with the "
+        "execution until another --max-cost replaces it)",
     )
     parser.add_argument(
         "--max-time",
         type=_positive,
         metavar="SECONDS",
-        help="stop the run after this much wall time (all its runs together)",
+        help="stop the run after this much wall time (all its runs together; kept with the "
+        "execution like --max-cost)",
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
