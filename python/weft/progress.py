@@ -36,6 +36,7 @@ from weft.events.stream import (
     CodonStartedEvent,
     ErrorEvent,
     Event,
+    LoopIterationCompletedEvent,
     RejectedTransition,
     RigOutputEvent,
     RigSetupFailedEvent,
@@ -298,6 +299,9 @@ class RunProgress:
         """The budgets crossed in this run, in order."""
         self.budget: BudgetSummaryEvent | None = None
         """The run's ``budget.summary``, once emitted."""
+        self.loops_cut: list[tuple[str, int]] = []
+        """``(loop id, iterations run)`` of each loop a budget of the hank ended
+        early (its ``onExceeded: complete``), in order."""
         self._active: str | None = None
         self._stopped_by: str | None = None
         """What ends the run as failed if it ends now: the newest codon's own
@@ -380,10 +384,11 @@ class RunProgress:
         return sum(c.tokens for c in self._codons.values())
 
     def counts(self) -> dict[str, int]:
-        """How many codons are in each status (``pending`` = not started in this run)."""
-        counts = dict.fromkeys(("completed", "failed", "skipped", "active", PENDING), 0)
+        """How many codons are in each status (``pending`` = not started in this
+        run; ``stopped`` = cut short by a stop, to do again, not ``failed``)."""
+        counts = dict.fromkeys(("completed", "failed", "stopped", "skipped", "active", PENDING), 0)
         for c in self._codons.values():
-            counts["active" if c.active else c.status] += 1
+            counts["active" if c.active else "stopped" if c.stopped else c.status] += 1
         return counts
 
     def elapsed(self, now_ns: int) -> float | None:
@@ -483,11 +488,11 @@ class RunProgress:
             c.failure = f"{reason.kind}: {reason.message}" if reason.message else reason.kind
             c.failure_kind = reason.kind
         c.failed_during = meta.failed_during if meta is not None else None
+        if c.stopped:
+            return  # a stop (yours, the run's budget) ended it: not a failure; it stays to do
         self._failed(c.codon_id, c.failure)
-        if reason is None or reason.kind != "interrupted":
-            # Interrupted is the codon a stop ended; any other failure ends the
-            # run as failed (unless the codon's onFailure ignores it).
-            self._stopped_by = f"codon {c.codon_id}"
+        # Any other failure ends the run as failed (unless its onFailure ignores it).
+        self._stopped_by = f"codon {c.codon_id}"
 
     def _run_started(self, event: RunStarted, at: int, _: str | None) -> None:
         if self.run_id is not None:
@@ -503,6 +508,7 @@ class RunProgress:
         self.crashed = None
         self.budget_exceeded = []
         self.budget = None
+        self.loops_cut = []
         self._active = None
         self._stopped_by = None
         if event.execution_plan is not None:
@@ -609,6 +615,10 @@ class RunProgress:
         if event.scope == "run":
             self._stopped_by = "budget"
 
+    def _iteration(self, event: LoopIterationCompletedEvent, at: int, _: str | None) -> None:
+        if event.is_final and event.termination_reason == "budget_exceeded":
+            self.loops_cut.append((event.loop_id, event.iteration + 1))
+
     def _budget_summary(self, event: BudgetSummaryEvent, at: int, _: str | None) -> None:
         self.budget = event
 
@@ -704,6 +714,7 @@ _HANDLERS: dict[type[Any], _Handler] = {
     TokenUsageEvent: RunProgress._token_usage,
     BudgetExceededEvent: RunProgress._budget_exceeded,
     BudgetSummaryEvent: RunProgress._budget_summary,
+    LoopIterationCompletedEvent: RunProgress._iteration,
     ErrorEvent: RunProgress._error,
     SentinelOutput: RunProgress._sentinel_output,
     RejectedTransition: RunProgress._rejected,

@@ -1,7 +1,8 @@
 """``weft ls`` (alias ``weft executions``): the managed executions, newest first.
 
 Each line shows the execution's id, its hank, its data, its state, when it
-was last used, what it cost and how much disk it takes; ``--hank`` and
+was last used, what it cost (``unpriced``, or ``≥ $X``, when a model had no
+price; ``null`` in JSON when nothing priced was spent) and how much disk it takes; ``--hank`` and
 ``--state`` filter, ``--json`` prints the same as a JSON list. Read-only
 (see :func:`weft.cli.resolve.scan`).
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from weft.cli.resolve import ExecutionInfo, managed_root, scan
+from weft.cli.view.format import known_cost
 from weft.terminal import printable_lines
 
 STATES = (
@@ -112,7 +114,7 @@ def render(found: list[ExecutionInfo]) -> str:
                 _short(Path(e.data).name, 20) if e.data else "-",
                 e.state,
                 age(e.last_used),
-                f"${e.cost:.4f}",
+                known_cost(e.cost, e.unpriced),
                 human_size(e.size),
             )
         )

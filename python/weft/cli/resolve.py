@@ -23,21 +23,31 @@ no lock), so it is fast and safe beside live runs.
 from __future__ import annotations
 
 import json
+import math
 import os
+import sqlite3
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weft.errors import LockHeldError, WeftError
+
+if TYPE_CHECKING:
+    from weft.store.journal import JournalEvent
 
 __all__ = [
     "EXECUTION_HELP",
     "ExecutionInfo",
     "ResolveError",
+    "codon_cost",
+    "journal_unpriced",
+    "known_dollars",
     "latest_for_hank",
     "resolve_execution",
     "scan",
+    "unpriced_pairs",
 ]
 
 _HANK = "hank.json"
@@ -67,7 +77,10 @@ class ExecutionInfo:
     nothing left to run, ``rolled-back`` when a rollback left codons to run,
     ``incomplete`` when a run stopped with codons left (a budget, Ctrl-C);
     ``new`` when no run was recorded, ``unknown`` when the state cannot be
-    read. ``cost`` is in dollars, ``size`` in bytes.
+    read. ``cost`` is in dollars (the seed's getCodonCost of every record, as
+    ``weft status``'s total), ``unpriced`` how many codons used a model without
+    a price (``cost`` is then a lower bound, or unknown when it is 0: see
+    :func:`known_dollars`), ``size`` in bytes.
     """
 
     root: Path
@@ -79,6 +92,7 @@ class ExecutionInfo:
     cost: float
     size: int
     live_pid: int | None
+    unpriced: int = 0
 
     @property
     def execution_id(self) -> str:
@@ -95,7 +109,8 @@ class ExecutionInfo:
             "created": self.created,
             "lastUsed": self.last_used,
             "state": self.state,
-            "cost": self.cost,
+            "cost": known_dollars(self.cost, self.unpriced),
+            "unpricedCodons": self.unpriced,
             "sizeBytes": self.size,
             "livePid": self.live_pid,
         }
@@ -223,17 +238,18 @@ def _size(root: Path) -> int:
     return total
 
 
-def _state_and_cost(weft_dir: Path) -> tuple[str, float]:
+def _state_and_cost(weft_dir: Path) -> tuple[str, float, int]:
     try:
         raw = (weft_dir / "state.json").read_bytes()
         state: Any = json.loads(raw)
         runs = state["runs"]
-        cost = sum(codon_cost(c) for run in runs for c in run["codons"])
+        cost = records_cost(runs)
     except (OSError, ValueError, KeyError, TypeError):
-        return "unknown", 0.0
+        return "unknown", 0.0, 0
+    unpriced = len(journal_unpriced(weft_dir, runs))
     if not runs:
-        return "new", cost
-    return execution_state(raw, runs), cost
+        return "new", cost, unpriced
+    return execution_state(raw, runs), cost, unpriced
 
 
 def execution_state(state_json: bytes, runs: list[dict[str, Any]]) -> str:
@@ -264,7 +280,7 @@ def execution_state(state_json: bytes, runs: list[dict[str, Any]]) -> str:
     return "incomplete"
 
 
-def codon_cost(codon: dict[str, Any]) -> float:
+def codon_cost(codon: Mapping[str, Any]) -> float:
     """The seed's getCodonCost of one codon record of ``state.json``."""
     status = codon["status"]
     if status == "completed":
@@ -274,6 +290,96 @@ def codon_cost(codon: dict[str, Any]) -> float:
     if status in ("running", "completing-sentinels"):
         return float(codon.get("currentCost", 0.0))
     return 0.0
+
+
+def records_cost(runs: Iterable[Mapping[str, Any]]) -> float:
+    """The seed's cost of every codon record of ``runs`` (a state document's):
+    what the core's :meth:`~weft._core.Core.total_cost` says, read from the file."""
+    return math.fsum(codon_cost(c) for run in runs for c in run.get("codons") or ())
+
+
+def known_dollars(dollars: float, unpriced: int | bool) -> float | None:
+    """Dollars as the JSON of every view says them: ``None`` when some codon
+    used a model without a price and nothing priced was spent (the money is
+    unknown, never ``0``); else the dollars (a lower bound when ``unpriced``)."""
+    return None if unpriced and not dollars else dollars
+
+
+UnpricedPairs = frozenset[tuple[str | None, str | None]]
+"""(run id, codon id) of the codons that used a model without a price."""
+
+
+def unpriced_pairs(rows: Iterable[JournalEvent]) -> UnpricedPairs:
+    """The (run id, codon id) of every journaled ``token.usage`` among ``rows``
+    that reports tokens without a cost (:func:`weft.events.stream.unpriced_usage`,
+    the rule of a live attempt and of the budget's restore): their dollars are
+    unknown, not zero. ``state.json`` cannot say it (it keeps their cost as 0)."""
+    from weft.events.stream import TokenUsageEvent, unpriced_usage
+
+    return frozenset(
+        (row.run_id, row.codon_id)
+        for row in rows
+        if row.type == TokenUsageEvent.TYPE and unpriced_usage(row.payload)
+    )
+
+
+_unpriced_cache: dict[Path, tuple[tuple[int, ...], UnpricedPairs]] = {}
+
+
+def journal_unpriced(weft_dir: Path, runs: Iterable[Mapping[str, Any]] = ()) -> UnpricedPairs:
+    """:func:`unpriced_pairs` of the journal in ``weft_dir``, read without a
+    store or a lock (a read-only SQLite connection beside any live writer).
+
+    Skipped when no record of ``runs`` used a token (nothing can be unpriced).
+    Remembered until the journal's files change, so ``weft ui``'s list, which
+    is read every few seconds, reads a finished execution's journal once.
+    Empty when the journal cannot be read: the cost is then shown as priced."""
+    if not any(_used_tokens(c) for run in runs for c in run.get("codons") or ()):
+        return frozenset()
+    from weft.store.execution import DATABASE
+
+    database = weft_dir / DATABASE
+    stamp = tuple(n for name in (DATABASE, f"{DATABASE}-wal") for n in _stat_of(weft_dir / name))
+    cached = _unpriced_cache.get(database)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    found = _read_unpriced(database)
+    if len(_unpriced_cache) >= 512:
+        _unpriced_cache.clear()
+    _unpriced_cache[database] = (stamp, found)
+    return found
+
+
+def _read_unpriced(database: Path) -> UnpricedPairs:
+    from weft.events.stream import TokenUsageEvent
+    from weft.store.journal import Journal
+
+    try:
+        journal = Journal.open(database, readonly=True, check=False)
+    except (WeftError, OSError, sqlite3.Error):
+        return frozenset()
+    try:
+        return unpriced_pairs(journal.of_types([TokenUsageEvent.TYPE]))
+    except sqlite3.Error:
+        return frozenset()
+    finally:
+        journal.close()
+
+
+def _stat_of(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0)
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def _used_tokens(record: Mapping[str, Any]) -> bool:
+    for key in ("finalTokens", "partialTokens", "currentTokens"):
+        tokens = record.get(key)
+        if isinstance(tokens, Mapping):
+            return any(isinstance(v, int) and v > 0 for v in tokens.values())
+    return False
 
 
 def _live_pid(weft_dir: Path) -> int | None:
@@ -299,7 +405,7 @@ def scan(base: Path | None = None, *, sizes: bool = True) -> list[ExecutionInfo]
         if not (child / _WEFT).is_dir():
             continue
         meta = _read_meta(child) or {}
-        state, cost = _state_and_cost(child / _WEFT)
+        state, cost, unpriced = _state_and_cost(child / _WEFT)
         live = _live_pid(child / _WEFT)
         found.append(
             ExecutionInfo(
@@ -312,6 +418,7 @@ def scan(base: Path | None = None, *, sizes: bool = True) -> list[ExecutionInfo]
                 cost=cost,
                 size=_size(child) if sizes else 0,
                 live_pid=live,
+                unpriced=unpriced,
             )
         )
     found.sort(key=lambda e: (e.last_used, e.created, e.execution_id), reverse=True)

@@ -14,7 +14,14 @@ import sys
 from typing import Any
 
 from weft.cli.colour import STATUS_STYLES, paint, wants_colour
-from weft.cli.resolve import EXECUTION_HELP, codon_cost, resolve_execution
+from weft.cli.resolve import (
+    EXECUTION_HELP,
+    codon_cost,
+    known_dollars,
+    resolve_execution,
+    unpriced_pairs,
+)
+from weft.cli.view.format import known_cost, total_cost
 from weft.errors import LockHeldError
 from weft.events.stream import (
     BreakerChangedEvent,
@@ -22,8 +29,8 @@ from weft.events.stream import (
     SessionCooldownEvent,
     SessionGaveUpEvent,
     SessionResumedEvent,
+    TokenUsageEvent,
     decode_event,
-    unpriced_usage,
 )
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -56,12 +63,9 @@ def codon_spent(codon: dict[str, Any]) -> float:
 
 def unpriced_codons(store: ExecutionStore) -> set[tuple[str | None, str | None]]:
     """(run id, codon id) of every codon that used a model without a price
-    (a ``token.usage`` with tokens and no cost): their dollars are unknown, not zero."""
-    return {
-        (event.run_id, event.codon_id)
-        for event in store.journal.of_types(["token.usage"])
-        if unpriced_usage(event.payload)
-    }
+    (a ``token.usage`` with tokens and no cost): their dollars are unknown, not zero.
+    ``weft ls`` and ``weft ui`` read the same (:func:`weft.cli.resolve.journal_unpriced`)."""
+    return set(unpriced_pairs(store.journal.of_types([TokenUsageEvent.TYPE])))
 
 
 def budget_report(store: ExecutionStore) -> dict[str, Any] | None:
@@ -178,8 +182,8 @@ def report(store: ExecutionStore) -> dict[str, Any]:
             entry: dict[str, Any] = {
                 "codonId": c["codonId"],
                 "status": c["status"],
-                "cost": None if is_unpriced and not cost else cost,
-                "spent": spent,
+                "cost": known_dollars(cost, is_unpriced),
+                "spent": known_dollars(spent, is_unpriced),
                 "unpriced": is_unpriced,
                 "startTime": c["startTime"],
             }
@@ -194,13 +198,15 @@ def report(store: ExecutionStore) -> dict[str, Any]:
                 entry["session"] = session
             codons.append(entry)
         dead = run["status"] == "running" and nobody_runs
+        run_unpriced = sum(1 for pair in unpriced if pair[0] == run["runId"])
         runs.append(
             {
                 "runId": run["runId"],
                 "status": CRASHED_UNMARKED if dead else run["status"],
                 "startTime": run["startTime"],
                 "endTime": run.get("endTime"),
-                "cost": store.core.run_cost(run["runId"]),
+                "cost": known_dollars(store.core.run_cost(run["runId"]) or 0.0, run_unpriced),
+                "unpricedCodons": run_unpriced,
                 "sentinelCost": math.fsum(
                     c.get("sentinels", {}).get("totalCost", 0.0) for c in codons
                 ),
@@ -214,9 +220,9 @@ def report(store: ExecutionStore) -> dict[str, Any]:
         "notes": store.recovery.notes,
         "lock": holder,
         "currentRunId": state["currentRunId"],
-        "totalCost": store.core.total_cost(),
+        "totalCost": known_dollars(store.core.total_cost(), len(unpriced)),
         "sentinelCost": math.fsum(r["sentinelCost"] for r in runs),
-        "spent": round(spent_total, 9),
+        "spent": known_dollars(round(spent_total, 9), len(unpriced)),
         "unpricedCodons": len(unpriced),
         "budget": budget_report(store),
         "breakers": breakers_of(store),
@@ -267,7 +273,8 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
         ceiling = summary.get("ceiling") or {}
         if ceiling:
             caps = ", ".join(f"{k} {v:g}" for k, v in ceiling.items())
-            lines.append(f"  budget: {caps} (spent ${summary.get('actualDollars', 0.0):.4f})")
+            spent = known_cost(summary.get("actualDollars"), summary.get("unpricedCodons", 0))
+            lines.append(f"  budget: {caps} (spent {spent})")
         lines += [f"  run {e['runId']}: {e['message']}" for e in budget["exceeded"]]
     for provider, b in status.get("breakers", {}).items():
         lines.append(
@@ -284,7 +291,10 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
         lines.append(
             printable(f"run {run['runId']}  ")
             + state(run["status"])
-            + printable(f"  started {run['startTime']}  ${run['cost']:.4f}{current}")
+            + printable(
+                f"  started {run['startTime']}  "
+                f"{known_cost(run['cost'], run['unpricedCodons'])}{current}"
+            )
         )
         for c in run["codons"]:
             detail = ""
@@ -308,22 +318,13 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
 
 
 def _total(status: dict[str, Any]) -> str:
-    text = f"${status['totalCost']:.4f}"
-    n = status["unpricedCodons"]
-    if n:
-        text = f"≥ {text} ({n} codon{'s' * (n > 1)} unpriced)"
-    if status["spent"] > status["totalCost"] + 5e-10:
-        text += f"; spent ${status['spent']:.4f} (skipped attempts included)"
-    return text
+    # The words of the run summary's cost (weft.cli.view.format.total_cost).
+    return total_cost(status["totalCost"], status["unpricedCodons"], status["spent"])
 
 
 def _cost(c: dict[str, Any]) -> str:
-    if c["cost"] is None:
-        return "unpriced"
-    text = f"${c['cost']:.4f}"
-    if c["unpriced"]:
-        text = f"≥ {text}"
-    if c["spent"] > c["cost"] + 5e-10:
+    text = known_cost(c["cost"], c["unpriced"])
+    if not c["unpriced"] and c["spent"] > c["cost"] + 5e-10:
         text += f" (spent ${c['spent']:.4f})"
     return text
 

@@ -23,6 +23,7 @@ from weft.clock import utc_now_iso
 from weft.errors import CheckpointLossError
 from weft.events.stream import InfoEvent, ProcessEndedEvent
 from weft.events.transitions import Continuation, ContinuationSource, Fresh, RunStarted
+from weft.outcome import ending_of
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.runtime import rollback, survivors
 from weft.runtime.archive import restore_archives
@@ -32,6 +33,18 @@ from weft.store.execution import ExecutionStore
 from weft.store.integrity import load_checks, run_folders
 
 Start: TypeAlias = tuple[ExecutionPlan, PlannedCodon | None, str]
+
+
+def _stopped_codon(state: Mapping[str, Any]) -> str | None:
+    """The codon the newest run's stop (yours or its budget's) cut short, if it did."""
+    runs = state.get("runs") or []
+    if not runs:
+        return None
+    newest = max(runs, key=lambda r: str(r.get("startTime", "")))
+    ending = ending_of(newest)
+    return ending.codon_id if ending.kind in ("stopped", "budget") else None
+
+
 """The run's plan, its first codon and the checkpoint it starts from."""
 
 
@@ -107,18 +120,26 @@ class Recovery(RuntimeState):
         """The thread ended in failure: roll back to its last git-confirmed
         success and go on after it, or start over when it has none."""
         target = rollback.last_success(thread)
+        stopped = _stopped_codon(state)
+        ended = (
+            f"the last run was stopped while {stopped} ran"
+            if stopped is not None
+            else "the execution thread ended in failure"
+        )
         if target is None:
             await self._clean_restart(
-                checkpoints,
-                state,
-                plan,
-                "the execution thread ended in failure and has no git-confirmed success",
+                checkpoints, state, plan, f"{ended} and has no git-confirmed success"
             )
             return await self._fresh(
                 manager, checkpoints, ExecutionPlan.from_hank(self.hank.hank), run_id
             )
         self._emit(
-            InfoEvent(message="The last run ended in failure: rolling back to its last success")
+            InfoEvent(
+                message=f"The last run was stopped while {stopped} ran: going back to the "
+                "checkpoint it started from"
+                if stopped is not None
+                else "The last run ended in failure: rolling back to its last success"
+            )
         )
         await rollback.execute(
             target,

@@ -91,7 +91,7 @@ def _ending_message(ending: Ending, codons: dict[str, str]) -> str:
         return "All codons completed"
     if ending.kind == "budget":
         left = f"; {ending.codon_id} stays to do" if ending.codon_id else ""
-        return f"Stopped by the budget: {ending.reason}{left}; {_RAISE_HINT}"
+        return f"{ending.reason}{left}; {_RAISE_HINT}"
     if ending.kind == "stopped":
         how = "the agent was killed; " if ending.forced else ""
         left = f"{ending.codon_id} stays to do; " if ending.codon_id else ""

@@ -877,10 +877,12 @@ class CodonRunner:
         why = a.interrupt
         verdict = None if self.budget is None else self.budget.verdict
         if why is Interrupt.BUDGET and verdict is not None:
-            if verdict.stops_run and not (a.status == "running" and a.exit is not None):
-                # The run's ceiling is a safety stop, not the codon's end: the
-                # codon stops with a checkpoint and stays to do (raising the cap
-                # and running again goes on from it), whatever onExceeded says.
+            if verdict.stops_run and (a.result is None or not a.result.ok):
+                # The run's ceiling is a safety stop, not the codon's end: unless
+                # the agent already gave its result (a stopped agent reports an
+                # error result: not that), the codon stops with a
+                # checkpoint and stays to do (raising the cap and running again
+                # goes on from it), whatever onExceeded says.
                 return await self._fail(
                     a,
                     "interrupted",

@@ -4,7 +4,9 @@ Read from files only, without opening a store or taking a lock, so listing
 is safe beside live runs and costs one small read per execution: the
 ``state.json`` snapshot (runs, codons, costs; it may trail a live run's
 journal by the events since its last snapshot), ``execution-meta.json`` (the
-hank) and ``runtime.lock`` (a live run's pid and port).
+hank) and ``runtime.lock`` (a live run's pid and port). Which codons had no
+price only the journal says: it is read (read-only, once until it changes) as
+``weft ls`` reads it (:func:`weft.cli.resolve.journal_unpriced`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weft.cli.resolve import codon_cost, execution_state
+from weft.cli.resolve import execution_state, journal_unpriced, known_dollars, records_cost
+from weft.cli.view.format import known_cost
 from weft.runtime.layout import META_FILE, WEFT_DIR
 from weft.store.execution import DATABASE
 from weft.store.lock import LOCK, pid_alive, read_lock
@@ -44,11 +47,14 @@ class ExecutionEntry:
     (``completed``, ``failed``, ``crashed``, ``rolled-back``, ``incomplete``), ``new``
     before any run."""
     cost: float
+    """Dollars, the seed's cost of every record (as ``weft status``'s total)."""
     codons: int
     updated: float
     """When the execution last changed (seconds since the epoch)."""
     port: int | None
     """A live run's WebSocket (and dashboard) port."""
+    unpriced: int = 0
+    """Codons that used a model without a price: :attr:`cost` is a lower bound."""
 
     def to_json(self, now: float) -> dict[str, Any]:
         """What the list page gets (``ageSeconds`` from ``now``)."""
@@ -57,7 +63,9 @@ class ExecutionEntry:
             "path": str(self.path),
             "hank": self.hank,
             "state": self.state,
-            "cost": round(self.cost, 6),
+            "cost": known_dollars(round(self.cost, 9), self.unpriced),
+            "costText": known_cost(self.cost, self.unpriced),
+            "unpricedCodons": self.unpriced,
             "codons": self.codons,
             "updated": self.updated,
             "ageSeconds": max(0.0, round(now - self.updated, 1)),
@@ -86,7 +94,8 @@ def read_execution(path: Path) -> ExecutionEntry | None:
     raw = _bytes(weft_dir / STATE_FILE)
     state = _parse(raw)
     runs: list[dict[str, Any]] = list(state.get("runs", [])) if state else []
-    cost = sum(codon_cost(c) for run in runs for c in run.get("codons", []))
+    cost = records_cost(runs)
+    unpriced = len(journal_unpriced(weft_dir, runs))
     codons = sum(len(run.get("codons", [])) for run in runs)
     port = _live_port(weft_dir)
     if port is not None:
@@ -109,6 +118,7 @@ def read_execution(path: Path) -> ExecutionEntry | None:
         codons=codons,
         updated=updated or time.time(),
         port=port,
+        unpriced=unpriced,
     )
 
 

@@ -778,7 +778,15 @@ async def test_json_summary_is_one_last_line_with_the_figures() -> None:
     assert nanos(data["totalCost"]) == nanos(rec.manager.core.run_cost(RUN) or 0)
     assert data["journal"] == "/work/exec/.weft/weft.db"
     assert data["checkpointRepository"] == "/work/exec/.weft/checkpoints/.weftcheckpoints"
-    assert data["failures"] == [{"codonId": "build", "reason": "rate_limit: 429 Too Many Requests"}]
+    assert data["failures"] == [
+        {
+            "codonId": "build",
+            "reason": "rate_limit: 429 Too Many Requests",
+            "failedAttempts": 1,
+            "attempts": 2,
+            "status": "completed",
+        }
+    ]
     assert (data["exitCode"], data["wallTimeMs"]) == (0, 81_000)
 
 
@@ -907,7 +915,11 @@ async def test_headless_summary_lists_counts_cost_time_checkpoints_and_paths() -
     assert f"time         {format_duration(len(rec.items) - 1)}" in summary
     made = len(core_checkpoints(json.loads(rec.manager.core.state_json())))
     assert f"checkpoints  {made} made" in summary
-    assert "failed       build: rate_limit: 429 Too Many Requests" in summary
+    # Listed once, with its attempts: the retry completed it.
+    assert (
+        "failed       build (1 of 2 attempts failed, then completed): "
+        "rate_limit: 429 Too Many Requests"
+    ) in summary
     assert "journal      /work/exec/.weft/weft.db" in summary
     assert "continue     weft run --execution /work/exec" in summary
 

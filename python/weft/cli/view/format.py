@@ -20,7 +20,7 @@ from weft.events.stream import (
     SessionResumedEvent,
     ToolResultEvent,
 )
-from weft.progress import NANO, CodonProgress, RunProgress
+from weft.progress import NANO, CodonProgress, RunProgress, nanos
 
 
 def format_cost(usd: float | None) -> str:
@@ -34,6 +34,25 @@ def _known(nanos: int, unpriced: bool) -> str:
     if unpriced:
         return "unpriced" if nanos == 0 else f"≥ {format_cost(nanos / NANO)}"
     return format_cost(nanos / NANO)
+
+
+def known_cost(usd: float | None, unpriced: int | bool) -> str:
+    """Dollars of a JSON figure as they are known (:func:`_known`): ``None``
+    (JSON's ``null``) or ``0`` with ``unpriced`` is ``unpriced``."""
+    return _known(0 if usd is None else nanos(usd), bool(unpriced))
+
+
+def total_cost(usd: float | None, unpriced: int, spent: float | None = None) -> str:
+    """A total of several codons as every view says it: :func:`known_cost`,
+    with how many codons have no price when part of it is priced (``≥ $0.0320
+    (2 codons unpriced)``), then the money skipped attempts spent when the
+    seed's total leaves it out (``, spent $0.0400``)."""
+    text = known_cost(usd, unpriced)
+    if unpriced and text != "unpriced":
+        text += f" ({unpriced} codon{'s' * (unpriced > 1)} unpriced)"
+    if spent is not None and nanos(spent) > nanos(usd or 0.0):  # None: unpriced
+        text += f", spent {format_cost(spent)}"
+    return text
 
 
 def codon_cost(c: CodonProgress) -> str:
@@ -57,16 +76,17 @@ def attempt_figures(c: CodonProgress) -> str:
 
 
 def run_cost(p: RunProgress) -> str:
-    """A run's total: ``≥ $X (n codons unpriced)`` when some model has no
-    price, and what skipped attempts spent when the seed's total leaves it out."""
-    unpriced = p.unpriced
-    if unpriced:
-        text = f"≥ {format_cost(p.total_cost)} ({unpriced} codon{'s' * (unpriced > 1)} unpriced)"
-    else:
-        text = format_cost(p.total_cost)
-    if p.spent_nanos > p.total_cost_nanos:
-        text += f", spent {format_cost(p.spent)}"
-    return text
+    """A run's total (:func:`total_cost`): ``≥ $X (n codons unpriced)`` when
+    some model has no price, ``unpriced`` when nothing priced was spent, and
+    what skipped attempts spent when the seed's total leaves it out."""
+    return total_cost(p.total_cost, p.unpriced, p.spent)
+
+
+def iteration_cost(p: RunProgress, loop_id: str, iteration: int, usd: float) -> str:
+    """A loop iteration's cost (its ``loop.iteration.completed`` figure) as it
+    is known: ``unpriced`` or ``≥ $X`` when one of its codons has no price."""
+    unpriced = any(c.unpriced for c in map(p.codon, p.iteration(loop_id, iteration)) if c)
+    return known_cost(usd, unpriced)
 
 
 def format_tokens(count: int) -> str:

@@ -317,6 +317,8 @@ def _totals(progress: RunProgress, now_ns: int, *, waiting: bool = False) -> Tex
     text.append(f" · {counts['completed']}/{total} completed")
     if counts["failed"]:
         text.append(f" · {counts['failed']} failed", style="red")
+    if counts["stopped"]:
+        text.append(f" · {counts['stopped']} stopped", style="yellow")
     if counts["skipped"]:
         text.append(f" · {counts['skipped']} skipped")
     text.append(f" · {run_cost(progress)} · {format_tokens(progress.total_tokens)} tokens")

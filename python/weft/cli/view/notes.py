@@ -435,7 +435,12 @@ def _archive_restored(
 
 
 def _over_budget(p: RunProgress, event: BudgetExceededEvent, at: int, codon: str | None) -> Note:
-    then = "stopping it (fail)" if event.on_exceeded == "fail" else "ending it as completed"
+    if event.scope == "run":
+        then = "stopping the run; the codon stays to do"
+    elif event.on_exceeded == "fail":
+        then = "stopping it (fail)"
+    else:
+        then = "ending it as completed"
     doing = f"; {then}" if event.codon_id else ""
     return Note("budget", f"{_where(codon)}{clip(event.message, 300)}{doing}", codon)
 

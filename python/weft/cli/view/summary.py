@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weft.cli.view.format import clip, format_cost, format_duration, format_tokens
+from weft.cli.resolve import known_dollars
+from weft.cli.view.format import (
+    clip,
+    format_cost,
+    format_duration,
+    format_tokens,
+    known_cost,
+    total_cost,
+)
 from weft.progress import PENDING, RunProgress
 from weft.runtime.execution import ExecutionLayout
 from weft.store.execution import DATABASE
@@ -65,23 +73,47 @@ def summary_data(progress: RunProgress, result: RunSummary, now_ns: int) -> dict
             "total": len(progress.codons),
             "doneEarlier": earlier,
         },
-        "totalCost": None
-        if progress.unpriced and not progress.total_cost_nanos
-        else (progress.total_cost),
+        "totalCost": known_dollars(progress.total_cost, progress.unpriced),
         "unpricedCodons": progress.unpriced,
-        "spent": progress.spent,
+        "spent": known_dollars(progress.spent, progress.unpriced),
+        "allRuns": _all_runs(progress),
         "budgetExceeded": [e.message for e in progress.budget_exceeded],
         "sentinelCost": progress.sentinel_cost,
         "tokens": progress.total_tokens,
         "wallTimeMs": wall_ms,
         "checkpoints": len(progress.checkpoints),
-        "failures": [{"codonId": c, "reason": r} for c, r in progress.failures],
+        "failures": [_failure(progress, c, r) for c, r in progress.failures],
         "execution": None if result.execution is None else str(result.execution),
         "journal": None if result.journal is None else str(result.journal),
         "checkpointRepository": (
             None if result.checkpoint_repository is None else str(result.checkpoint_repository)
         ),
         "resumeCommand": result.resume_command,
+    }
+
+
+def _all_runs(progress: RunProgress) -> dict[str, Any] | None:
+    """What every run of the execution spent, as the run's ``budget.summary``
+    (the ``budget:`` line) says: earlier runs (a redo or a rollback in manual
+    mode starts a new run), skipped attempts and sentinels included."""
+    budget = progress.budget
+    if budget is None:
+        return None
+    return {
+        "spent": known_dollars(budget.actual_dollars, budget.unpriced_codons),
+        "unpricedAttempts": budget.unpriced_codons,
+    }
+
+
+def _failure(progress: RunProgress, codon_id: str, reason: str) -> dict[str, Any]:
+    """One codon that failed in the run, once however often it was tried."""
+    c = progress.codon(codon_id)
+    return {
+        "codonId": codon_id,
+        "reason": reason,
+        "failedAttempts": progress.failed_attempts.get(codon_id, 1),
+        "attempts": c.attempts if c is not None else 1,
+        "status": c.status if c is not None else "failed",
     }
 
 
@@ -111,11 +143,16 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     if codons["doneEarlier"]:
         counted += f"; {codons['doneEarlier']} done in earlier runs"
     rows = [("codons", counted)]
-    rows.append(("cost", f"{_cost_text(data)} ({format_tokens(data['tokens'])} tokens)"))
+    cost = total_cost(data["totalCost"], data["unpricedCodons"], data["spent"])
+    all_runs = _all_runs_text(data)
+    this_run = " in this run" if all_runs else ""
+    rows.append(("cost", f"{cost} ({format_tokens(data['tokens'])} tokens){this_run}"))
     if data.get("sentinelCost"):
         rows.append(
             ("sentinels", f"{format_cost(data['sentinelCost'])} (apart from the cost above)")
         )
+    if all_runs:
+        rows.append(("all runs", all_runs))
     for message in data["budgetExceeded"]:
         rows.append(("budget", clip(message, 160)))
     if data["wallTimeMs"] is not None:
@@ -123,26 +160,45 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(("checkpoints", f"{data['checkpoints']} made"))
     failures = data["failures"]
     for failure in failures[:5]:
-        rows.append(("failed", f"{failure['codonId']}: {clip(failure['reason'], 160)}"))
+        said = f"{failure['codonId']}{_attempts(failure)}: {clip(failure['reason'], 160)}"
+        rows.append(("failed", said))
     if len(failures) > 5:
         rows.append(("failed", f"… and {len(failures) - 5} more (weft status)"))
     return rows
 
 
-def _cost_text(data: Mapping[str, Any]) -> str:
-    """The run's cost: a lower bound with unpriced codons, and what skipped
-    attempts spent beside it."""
-    unpriced = data["unpricedCodons"]
-    total = data["totalCost"] or 0.0
-    text = format_cost(total)
-    if unpriced:
-        text = f"≥ {text} ({unpriced} codon{'s' * (unpriced > 1)} unpriced)"
-    if data["spent"] > total + 5e-10:
-        text += f", spent {format_cost(data['spent'])}"
-    return text
+def _all_runs_text(data: Mapping[str, Any]) -> str | None:
+    """The ``all runs`` row: what every run of the execution spent (the
+    ``budget:`` line's figure), when it is not what this run spent (the cost
+    row's money, skipped attempts and sentinels included)."""
+    every = data.get("allRuns")
+    if not every:
+        return None
+    spent = known_cost(every["spent"], every["unpricedAttempts"])
+    this_run = known_cost((data["spent"] or 0.0) + data["sentinelCost"], data["unpricedCodons"])
+    if spent == this_run:
+        return None
+    return f"{spent} spent by every run of the execution (the budget line's figure)"
 
 
-_TITLES = {"nothing_to_do": "Nothing to do"}
+def _attempts(failure: Mapping[str, Any]) -> str:
+    """How often a failed codon was tried: `` (3 attempts failed)``, or
+    `` (1 of 2 attempts failed, then completed)``; nothing for one attempt."""
+    failed, attempts = failure["failedAttempts"], failure["attempts"]
+    if attempts <= 1:
+        return ""
+    if failed >= attempts and failure["status"] == "failed":
+        return f" ({failed} attempts failed)"
+    status = failure["status"]
+    then = f", then {status}" if status in ("completed", "skipped") else ""
+    return f" ({failed} of {attempts} attempts failed{then})"
+
+
+_TITLES = {
+    "nothing_to_do": "Nothing to do",
+    "stopped": "Run stopped",
+    "budget": "Run stopped by its budget",
+}
 
 
 def title(result: RunSummary, *, with_message: bool = True) -> str:
