@@ -219,6 +219,7 @@ def test_a_max_cost_is_kept_with_the_execution_and_a_new_one_replaces_it(
         ({"maxDollars": -1}, "runSettings.maxDollars"),
         ({"maxSeconds": 0}, "runSettings.maxSeconds"),
         ({"model": ""}, "runSettings.model"),
+        ({"model": "nonsense-model"}, "runSettings.model 'nonsense-model', kept with the"),
         ("cheap", "runSettings"),
     ],
 )

@@ -673,7 +673,7 @@ def test_another_model_after_a_run_is_refused_without_a_person_to_ask(
     with pytest.raises(RunSettingsChangedError) as caught:
         prepare(env, execution_dir=target, settings=RunSettings(model="fake/other"))
     message = str(caught.value)
-    assert "ran on (fake/ok)" in message
+    assert "runs on (fake/ok)" in message
     for choice in ("--yes", "--new", "drop --model"):
         assert choice in message
     assert read_meta(layout.meta_path).run_settings == RunSettings()

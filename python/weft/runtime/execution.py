@@ -59,7 +59,7 @@ import msgspec
 
 from weft.clock import utc_now_iso
 from weft.config.schema import Hank, Loop
-from weft.errors import LockHeldError, WeftError
+from weft.errors import ConfigError, LockHeldError, WeftError
 from weft.runtime.basedir import BASE_DIR_ENV, managed_base_dir
 from weft.runtime.datahash import DEFAULT_DATA_HASH_TIME_LIMIT, DataHash, hank_hash, hash_data
 from weft.runtime.datalink import backup_stamp, link_data, link_intact, park_data
@@ -710,10 +710,14 @@ def _check_settings(
     )
     ran = _what_ran(layout)
     if asked.model is not None and ran is not None:
-        was = kept.model or ran.models_of(ran.models)
-        if (kept.model or None) not in (None, asked.model) or (
-            kept.model is None and set(ran.models.values()) - {asked.model}
-        ):
+        planned = set(ran.models.values())
+        if ran.complete:
+            # What ran is all there is: a change only when it ran on another model.
+            changed = bool(planned - {asked.model})
+        else:
+            changed = asked.model != kept.model if kept.model else bool(planned - {asked.model})
+        if changed:
+            was = ran.models_of(ran.models) if ran.complete or not kept.model else kept.model
             _confirm_model(layout, ctx, ran, was=was, now=asked.model)
     if (
         asked.sentinel_model is not None
@@ -763,7 +767,15 @@ def _check_settings(
                 f"earlier run ({flag} changes it)"
             )
     if ctx.load_hank is not None and settings.model != asked.model:
-        ctx.hank = ctx.load_hank(settings.model)
+        try:
+            ctx.hank = ctx.load_hank(settings.model)
+        except ConfigError as exc:
+            why = exc.problems[0].message if exc.problems else str(exc)
+            raise ExecutionMetaError(
+                f"{layout.meta_path}: runSettings.model {settings.model!r}, kept with the "
+                f"execution, cannot run this hank ({why}). Pass another with "
+                f"{names['model']} MODEL --yes, or fix the file"
+            ) from None
     follow = False
     if settings.model is not None and ran is not None:
         follow = any(ran.models[i] != settings.model for i in ran.left)
@@ -813,10 +825,10 @@ def _confirm_model(
         )
         return
     ctx.confirm(
-        f"Execution {execution} ran on {was}; {name} asks for {now}. Run the codons not yet "
+        f"Execution {execution} runs on {was}; {name} asks for {now}. Run the codons not yet "
         f"run on {now} (the ones that finished keep their results)?",
         refusal=(
-            f"{name} {now} differs from the model execution {execution} ({layout.root}) ran "
+            f"{name} {now} differs from the model execution {execution} ({layout.root}) runs "
             f"on ({was}); refusing to resume in non-interactive mode. Choose: --yes to run "
             f"the codons not yet run on {now} (the ones that finished keep their results), "
             f"--new to run the whole hank on {now} in a new execution, or drop {name} to "
