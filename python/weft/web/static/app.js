@@ -248,7 +248,11 @@ const ON = {
     if (d.by === "budget") {
       endRun(d.runId, "budget", `budget-stopped: ${d.reason || budgetText(d.budget)}${stays}`);
     } else {
-      endRun(d.runId, "stopped", `stopped${d.forced ? " (forced)" : ""}${d.reason ? `: ${d.reason}` : ""}${stays}`);
+      // "stopped (forced) by you": the reason says who, without the word twice.
+      const word = d.forced ? "stopped (forced)" : "stopped";
+      const why = d.reason || "";
+      const said = /^stopped\b/i.test(why) ? `${word}${why.slice(7)}` : why ? `${word}: ${why}` : word;
+      endRun(d.runId, "stopped", `${said}${stays}`);
     }
   },
   RunCrashed(d, ev) {
@@ -931,17 +935,25 @@ function codonRow(rec) {
   return tr;
 }
 
+// What a row calls a record's state: the seed's eight, except that a codon a
+// stop cut short (failed as `interrupted`) is "stopped", as weft run says: it
+// did not fail, it stays to do (weft.progress.CodonProgress.stopped).
+function shownStatus(rec) {
+  return rec.status === "failed" && rec.interrupted ? "stopped" : rec.status;
+}
+
 function fillRow(tr, rec) {
   const c = tr.cells;
   c[0].textContent = rec.name ? `${rec.codonId} · ${rec.name}` : rec.codonId;
   const pending = rec.status === PENDING;
-  c[1].textContent = rec.status;
-  c[1].className = `state s-${rec.status}`;
+  const status = shownStatus(rec);
+  c[1].textContent = status;
+  c[1].className = `state s-${status}`;
   c[2].textContent = fmtDuration(rec.start, rec.end);
   c[3].textContent = pending ? "" : fmtTokens(rec.tokens);
   c[4].textContent = pending ? "" : fmtCost(rec.cost);
   c[5].textContent = lastAction(rec);
-  tr.dataset.state = rec.status;
+  tr.dataset.state = status;
   tr.classList.toggle("superseded", rec.superseded);
   tr.classList.toggle("selected", rec.key === selected);
 }
@@ -1029,9 +1041,9 @@ function renderTimeline() {
       const key = run.keys[i];
       const rec = S.codons.get(key);
       const chip = document.createElement("span");
-      chip.className = `chip s-${rec.status}${rec.superseded ? " superseded" : ""}`;
+      chip.className = `chip s-${shownStatus(rec)}${rec.superseded ? " superseded" : ""}`;
       chip.textContent = rec.codonId;
-      chip.title = `${rec.codonId}: ${rec.status}${rec.superseded ? " (superseded)" : " (on the thread)"}`;
+      chip.title = `${rec.codonId}: ${shownStatus(rec)}${rec.superseded ? " (superseded)" : " (on the thread)"}`;
       chip.dataset.key = key;
       chips.append(chip);
     }
