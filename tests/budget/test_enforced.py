@@ -78,7 +78,7 @@ def test_max_cost_stops_hello_when_crossed_says_so_and_status_shows_the_spend(
     shutil.copytree(EXAMPLES / "hello", hank)
     execution = tmp_path / "x"
     first = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.02", env=env)
-    assert first.returncode == 1, first.stdout
+    assert first.returncode == 3, first.stdout  # stopped by the budget
     assert "Budget exceeded: the run used $" in first.stdout
     assert "of its $0.0200 cap (--max-cost)" in first.stdout
     (crossed,) = events(execution, "budget.exceeded")
@@ -88,10 +88,21 @@ def test_max_cost_stops_hello_when_crossed_says_so_and_status_shows_the_spend(
     state = read_state(execution)
     records = codon_records(state)
     stopped = records[crossed["codonId"]]
-    # onExceeded complete: the codon keeps its work, the rest of the run does not start.
-    assert stopped["status"] == "completed"
+    run = runs_oldest_first(state)[0]
+    assert (run["status"], run["stop"]["by"], run["stop"]["budget"]["limit"]) == (
+        "stopped", "budget", 0.02,
+    )  # fmt: skip
+    # The ceiling is a safety stop: the codon it cut stays to do (unless its agent
+    # had already given its result), and the rest of the run does not start.
     assert stopped["budgetExceeded"]["limit"] == 0.02
+    if stopped["status"] == "failed":
+        assert stopped["failureReason"]["type"] == "interrupted"
+        assert run["stop"]["codonId"] == crossed["codonId"]
+    else:
+        assert stopped["status"] == "completed"
     assert "review" not in records
+    assert "Run stopped by its budget (exit 3)" in first.stdout
+    assert "All codons completed" not in first.stdout
     # Tripped by the message that crossed it (live estimates); what is billed is the
     # agents' own totals, never less (the live lines undercount output tokens).
     assert 0.02 < crossed["used"] <= 0.02 + max(message_deltas(execution, crossed["codonId"]))
@@ -110,13 +121,16 @@ def test_max_cost_stops_hello_when_crossed_says_so_and_status_shows_the_spend(
 
     # Resumed under the same cap, nothing more starts: earlier runs' spend counts.
     again = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.02", env=env)
-    assert again.returncode == 1
+    assert again.returncode == 3
     assert "is not started" in again.stdout
     assert len(events(execution, "CodonStarted")) == len(records)
-    # Without the cap the rest runs.
-    rest = weft("run", hank, "-e", execution, "--headless", env=env)
+    # Without the flag the cap kept with the execution still holds; a higher one lets
+    # the rest run, from where it stopped.
+    kept = weft("run", hank, "-e", execution, "--headless", env=env)
+    assert kept.returncode == 3, kept.stdout
+    rest = weft("run", hank, "-e", execution, "--headless", "--max-cost", "1", env=env)
     assert rest.returncode == 0, rest.stdout
-    assert "review" in codon_records(read_state(execution), run_index=2)
+    assert "review" in codon_records(read_state(execution), run_index=3)
 
 
 def test_a_runtime_config_ceiling_is_enforced_like_the_flag(
@@ -125,7 +139,7 @@ def test_a_runtime_config_ceiling_is_enforced_like_the_flag(
     hank = write_hank(tmp_path / "hank", codon("a"), codon("b"), codon("c"))
     env["WEFT_RUNTIME_BUDGET_MAX_DOLLARS"] = "0.001"
     result = weft("run", hank, "-e", tmp_path / "x", "--headless", env=env)
-    assert result.returncode == 1
+    assert result.returncode == 3
     assert "(WEFT_RUNTIME_BUDGET_MAX_DOLLARS)" in result.stdout
     assert set(codon_records(read_state(tmp_path / "x"))) == {"a"}
 
@@ -267,7 +281,7 @@ def test_a_sigkilled_run_keeps_its_budget_when_resumed(tmp_path: Path, env: dict
     below = weft(
         "run", hank, "-e", execution, "--headless", "--max-cost", f"{a_cost * 0.9}", env=env
     )
-    assert below.returncode == 1
+    assert below.returncode == 3
     assert "is not started" in below.stdout
     # A cap above it: b runs, and the summary counts the killed run's money too.
     above = weft("run", hank, "-e", execution, "--headless", "--max-cost", "5", env=env)
@@ -327,13 +341,26 @@ def test_dollar_budgets_at_every_level(
     stopped = records[crossed["codonId"]]
     assert stopped["budgetExceeded"]["used"] > 0.02
     assert 1 <= len([c for c in records if c.startswith("d#")]) < 4
+    if level == "run":
+        # The run's ceiling is a safety stop whatever onExceeded says: the codon
+        # it cut stays to do (unless its agent had given its result), nothing
+        # more starts, the run is stopped by its budget (exit 3).
+        assert result.returncode == 3, result.stdout
+        if stopped["status"] == "failed":
+            assert stopped["failureReason"]["type"] == "interrupted"
+        else:
+            assert stopped["status"] == "completed"
+        assert "after" not in records
+        run = runs_oldest_first(read_state(execution))[0]
+        assert (run["status"], run["stop"]["by"]) == ("stopped", "budget")
+        return
     assert stopped["status"] == ("completed" if on_exceeded == "complete" else "failed")
-    if on_exceeded == "complete" and level != "run":
+    if on_exceeded == "complete":
         # The loop ends early; the run goes on.
         assert result.returncode == 0, result.stdout
         assert records["after"]["status"] == "completed"
     else:
-        # The run's own ceiling, or a codon failed under abort: the run stops.
+        # A codon failed under abort: the run fails.
         assert result.returncode == 1, result.stdout
         assert "after" not in records
 
@@ -342,12 +369,16 @@ def test_max_time_stops_a_silent_agent_and_the_run(tmp_path: Path, env: dict[str
     hank = write_hank(tmp_path / "hank", codon("a", scenario("hang_after_init")), codon("b"))
     execution = tmp_path / "x"
     result = weft("run", hank, "-e", execution, "--headless", "--max-time", "1.5", env=env)
-    assert result.returncode == 1, result.stdout
+    assert result.returncode == 3, result.stdout
     assert "of its 1.5s cap (--max-time)" in result.stdout
     (crossed,) = events(execution, "budget.exceeded")
     assert (crossed["scope"], crossed["limitKind"]) == ("run", "timeSeconds")
-    records = codon_records(read_state(execution))
-    assert records["a"]["status"] == "completed"
+    state = read_state(execution)
+    records = codon_records(state)
+    # Stopped mid-work, not completed: a stays to do.
+    assert records["a"]["status"] == "failed"
+    assert records["a"]["failureReason"]["type"] == "interrupted"
+    assert runs_oldest_first(state)[0]["stop"]["codonId"] == "a"
     assert "b" not in records
 
 
@@ -371,13 +402,15 @@ def test_extension_spend_counts_against_the_run_ceiling(
     hank = write_hank(tmp_path / "hank", grind, codon("c"))
     execution = tmp_path / "x"
     result = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.003", env=env)
-    assert result.returncode == 1, result.stdout
+    assert result.returncode == 3, result.stdout
     (crossed,) = events(execution, "budget.exceeded")
     assert (crossed["scope"], crossed["codonId"]) == ("run", "b")
     extended = events(execution, "codon.extended")
     assert 1 <= len(extended) < 8
     records = codon_records(read_state(execution))
-    spent = records["b"]["finalCost"]
+    # Stopped mid-extension: b stays to do, billed what its sessions spent.
+    assert records["b"]["failureReason"]["type"] == "interrupted"
+    spent = records["b"]["partialCost"]
     # Honoured to within the one message that crossed it (plus the output tokens
     # its live line undercounts, which the session's result adds).
     finals = [e["totalCost"] for e in events(execution, "token.usage") if e.get("final")]
@@ -400,36 +433,44 @@ def test_a_budget_stopped_codon_is_billed_what_it_spent_and_the_cap_holds_on_res
     # aborted result, as Claude Code 2.1.330 answers SIGINT).
     env["FAKE_AGENT_LINE_DELAY_MS"] = "300"
     first = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.001", env=env)
-    assert first.returncode == 1, first.stdout
+    assert first.returncode == 3, first.stdout
     (crossed,) = events(execution, "budget.exceeded")
     a = codon_records(read_state(execution))["a"]
-    assert a["status"] == "completed"
+    # Cut mid-work by the ceiling: a stays to do (not completed, not failed for good).
+    assert a["status"] == "failed"
+    assert a["failureReason"]["type"] == "interrupted"
     (aborted,) = agent_results(execution, "a")
     assert aborted["terminal_reason"] == "aborted_streaming"
     # Golden: the codon costs what the stopped agent reported for its process,
     # which is at least what its message was seen to spend live; never $0.
-    assert a["finalCost"] == pytest.approx(aborted["total_cost_usd"], abs=1e-9)
-    assert a["finalCost"] >= crossed["used"] > 0.001
-    (done,) = [line for line in first.stdout.splitlines() if "a: completed in" in line]
-    assert f"(${a['finalCost']:.4f}, " in done
+    assert a["partialCost"] == pytest.approx(aborted["total_cost_usd"], abs=1e-9)
+    assert a["partialCost"] >= crossed["used"] > 0.001
+    (done,) = [line for line in first.stdout.splitlines() if "a: stopped during" in line]
+    assert f"(${a['partialCost']:.4f}, " in done
+    assert "it stays to do" in done
     (summary,) = events(execution, "budget.summary")
-    assert summary["actualDollars"] == pytest.approx(a["finalCost"])
+    assert summary["actualDollars"] == pytest.approx(a["partialCost"])
     status = weft("status", execution, env=env)
-    assert f"total cost: ${a['finalCost']:.4f}" in status.stdout
-    # Resumed under the same cap: the spend counts, nothing more starts.
+    assert f"total cost: ${a['partialCost']:.4f}" in status.stdout
+    # Resumed under the same cap: the spend counts, nothing more starts, not even a.
     again = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.001", env=env)
-    assert again.returncode == 1, again.stdout
-    assert "b is not started" in again.stdout
-    assert "b" not in codon_records(read_state(execution), run_index=-1)
+    assert again.returncode == 3, again.stdout
+    assert "a is not started" in again.stdout
+    assert "a" not in codon_records(read_state(execution), run_index=-1)
 
 
-def test_a_run_ceiling_crossed_by_the_last_codon_ends_the_run_with_exit_0(
+def test_a_run_ceiling_crossed_by_the_last_codon_stops_it_and_a_higher_cap_finishes_it(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
-    # Nothing was left to run: the codon completed (onExceeded complete), so did the run.
+    # The last codon cut mid-work is not completed: the run is stopped by its budget.
     hank = write_hank(tmp_path / "hank", codon("only"))
     execution = tmp_path / "x"
     result = weft("run", hank, "-e", execution, "--headless", "--max-cost", "0.001", env=env)
-    assert result.returncode == 0, result.stdout
+    assert result.returncode == 3, result.stdout
     assert "Budget exceeded: the run used $" in result.stdout
-    assert codon_records(read_state(execution))["only"]["status"] == "completed"
+    assert "All codons completed" not in result.stdout
+    assert codon_records(read_state(execution))["only"]["status"] == "failed"
+    again = weft("run", hank, "-e", execution, "--headless", "--max-cost", "1", env=env)
+    assert again.returncode == 0, again.stdout
+    assert "All codons completed" in again.stdout
+    assert codon_records(read_state(execution), run_index=-1)["only"]["status"] == "completed"

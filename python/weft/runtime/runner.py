@@ -890,6 +890,8 @@ class CodonRunner:
                     f"Stopped by the run's budget: {verdict.message}",
                     budget=budget_of(verdict),
                 )
+            if verdict.stops_run and a.exit is not None:
+                return await self._ended(a, budget=verdict)  # its work is done: it keeps it
             if verdict.on_exceeded == "fail":
                 return await self._fail(
                     a, "budget", False, verdict.message, budget=budget_of(verdict)
