@@ -330,9 +330,9 @@ def test_an_execution_with_codons_left_is_incomplete(world: dict[str, Any]) -> N
     spent = sum(r.get("finalCost") or 0.0 for run in _state(world)["runs"] for r in run["codons"])
     args = ("run", "--headless", "--yes", "--max-cost", f"{spent + 0.002:.4f}")
     done = weft(*args, env=world["env"], cwd=world["project"])
-    assert done.returncode == 1, done.stderr + done.stdout
+    assert done.returncode == 3, done.stderr + done.stdout  # stopped by the budget
     (info,) = scan()
-    assert info.state == "incomplete"  # the budget stopped it; the thread did not fail
+    assert info.state == "budget-stopped"  # not failed, not completed: codons are left
     assert candidates(scan(), states=None, older_than=None, hank=None) == []
 
 
@@ -582,7 +582,7 @@ def test_codons_removed_after_a_stopped_run_stay_removed(world: dict[str, Any]) 
     assert spent > 0.005
     args = ("run", "--headless", "--yes", "--max-cost", f"{spent + 0.002:.4f}")
     done = weft(*args, env=world["env"], cwd=world["project"])
-    assert done.returncode == 1, done.stderr + done.stdout
+    assert done.returncode == 3, done.stderr + done.stdout
     assert "d" not in _statuses(world)
     _rewrite(world, codon("a"), codon("b"), codon("c"))
     for _ in range(2):  # the removal is journaled: the next resume does not bring d back

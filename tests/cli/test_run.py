@@ -233,7 +233,7 @@ def test_sigint_stops_the_codon_gracefully_and_the_same_command_continues(
 
     state = read_state(execution)
     (run,) = state["runs"]
-    assert run["status"] == "failed"
+    assert (run["status"], run["stop"]["by"], run["stop"]["codonId"]) == ("stopped", "user", "b")
     b = codon_records(state)["b"]
     assert b["status"] == "failed"
     assert b["failureReason"]["type"] == "interrupted"
@@ -273,7 +273,9 @@ def test_sigint_in_the_middle_of_a_codon_exits_130(tmp_path: Path, env: dict[str
     # Said at once, before the agent's stop sequence and the checkpoint.
     out = (tmp_path / "weft.out").read_text()
     assert "Stopping: the agent is asked to stop and a checkpoint is taken" in out
-    assert out.index("Stopping:") < out.index("b: FAILED")
+    assert out.index("Stopping:") < out.index("b: stopped during running")
+    assert "b: FAILED" not in out
+    assert "Run stopped (exit 130)" in out
 
 
 # --------------------------------------------------------------------------- SIGKILL

@@ -350,7 +350,7 @@ async def test_attach_rolls_a_manual_run_back_to_a_picked_checkpoint_and_it_goes
             run.kill()
             await run.wait()
     assert echoed == b""
-    assert attach.returncode == 1, err.decode()[-800:]  # the run ended, not completed
+    assert attach.returncode == 130, err.decode()[-800:]  # stopped by you, as weft run says
     assert run.returncode == 130, run_err.decode()[-800:]  # stopped before its last codon
     state = json.loads((execution / ".weft" / "state.json").read_text())
     kinds = [r["startingConditions"].get("reason", "fresh") for r in state["runs"]]

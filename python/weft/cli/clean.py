@@ -26,7 +26,8 @@ from weft.terminal import printable
 
 DEFAULT_STATES = ("completed",)
 """What ``weft clean`` removes without ``--state``: executions with nothing left to run
-(a rolled-back or stopped one has codons left: ``rolled-back``, ``incomplete``)."""
+(a rolled-back or stopped one has codons left: ``rolled-back``, ``stopped``,
+``budget-stopped``, ``incomplete``)."""
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

@@ -37,6 +37,7 @@ from weft.events.transitions import (
     Fresh,
     RunCompleted,
     RunStarted,
+    Transition,
 )
 from weft.plan import ExecutionPlan
 from weft.runtime.archive import restore_archives
@@ -340,8 +341,13 @@ async def execute(
     server_pid: int,
     emit: Callable[[StreamData, str | None], None],
     reason: Literal["rollback", "retry"] = "rollback",
+    current_ending: Transition | None = None,
 ) -> str:
     """Rolls back to ``target`` and starts the run ``new_run_id`` from it.
+
+    ``current_ending`` ends the current run (``current_run_id``) the way its
+    run machine says (``RunFailed`` when parked on a failure, ``RunStopped``
+    with codons left); by default, ``RunCompleted``.
 
     ``reason="rollback"`` reports ``rollback.*`` events; ``"retry"`` (a redo)
     says one ``info``. A None target is the initial checkpoint: the new run
@@ -394,6 +400,7 @@ async def execute(
         new_run_id=new_run_id,
         server_pid=server_pid,
         reason=reason,
+        current_ending=current_ending,
     )
     say(
         RollbackCompletedEvent(
@@ -446,11 +453,14 @@ def _start_run_from(
     new_run_id: str,
     server_pid: int,
     reason: Literal["rollback", "retry"],
+    current_ending: Transition | None = None,
 ) -> None:
     """Ends the current run (if one is open) and starts ``new_run_id`` from ``sha``: a fresh
     run with the whole plan for the initial checkpoint, else a continuation."""
     if current_run_id is not None:
-        manager.transition(RunCompleted(run_id=current_run_id, end_time=utc_now_iso()))
+        manager.transition(
+            current_ending or RunCompleted(run_id=current_run_id, end_time=utc_now_iso())
+        )
     conditions: Fresh | Continuation = (
         Fresh(initial_checkpoint_sha=sha)
         if target is None

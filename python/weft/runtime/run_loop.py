@@ -79,6 +79,25 @@ def _budget_stop(verdict: Verdict) -> dict[str, object]:
     }
 
 
+def _ending_transition(run_id: str, ending: Ending) -> Transition:
+    """The transition that journals ``ending``."""
+    end = utc_now_iso()
+    if ending.kind == "completed":
+        return RunCompleted(run_id=run_id, end_time=end)
+    if ending.kind in ("stopped", "budget"):
+        budget = ending.budget
+        return RunStopped(
+            run_id=run_id,
+            end_time=end,
+            by="budget" if ending.kind == "budget" else "user",
+            forced=ending.forced,
+            reason=ending.reason or "stopped",
+            codon_id=ending.codon_id,
+            budget=None if budget is None else msgspec.convert(budget, BudgetStop),
+        )
+    return RunFailed(run_id=run_id, end_time=end, codon_id=ending.codon_id, reason=ending.reason)
+
+
 def _ending_message(ending: Ending, codons: dict[str, str]) -> str:
     """What the summary says of how the run ended: "All codons completed" only when true."""
     if ending.kind == "completed":
@@ -191,6 +210,11 @@ class RunLoop(RuntimeState):
                 self._emit(
                     InfoEvent(message=f"Redoing {request.codon_id} from {origin}"), cursor.run_id
                 )
+            ending: Transition | None = None
+            if cursor.open:
+                await self._closing(cursor)
+                why = "rolled back" if request.reason == "rollback" else "redone"
+                ending = _ending_transition(cursor.run_id, self.machine.rewind_ending(why))
             await rollback.execute(
                 request.target,
                 thread=thread,
@@ -203,6 +227,7 @@ class RunLoop(RuntimeState):
                 server_pid=os.getpid(),
                 emit=self._emit,
                 reason=request.reason,
+                current_ending=ending,
             )
             _, self._thread, _ = await rollback.analyze(manager, checkpoints)
         except (WeftError, OSError) as exc:
@@ -276,7 +301,7 @@ class RunLoop(RuntimeState):
             # never does: a cut loop keeps its remaining iterations.
             budget_exceeded=crossed is not None and not crossed.stops_run,
         )
-        cursor.plan = self._apply_plan_change(manager, change, cursor.run_id)
+        cursor.plan = await self._apply_plan_change(manager, change, cursor.run_id)
         context = current.loop_context
         if change.loop_finished and context is not None:
             loop = cursor.plan.loops.get(context.loop_id)
@@ -345,6 +370,13 @@ class RunLoop(RuntimeState):
         codon, why) or ``RunStopped`` (by you or by the budget)."""
         if not cursor.open:
             return
+        await self._closing(cursor)
+        cursor.open = False
+        await manager.transition_and_wait(_ending_transition(cursor.run_id, ending))
+
+    async def _closing(self, cursor: Cursor) -> None:
+        """What comes before a run's end is journaled: its sentinels' last drain
+        and its ``budget.summary``."""
         if self._runner is not None:
             # The last codon's second sentinel drain ends before its run does,
             # as in the reference (it runs in the background between codons).
@@ -353,27 +385,6 @@ class RunLoop(RuntimeState):
             # Before the run-terminal transition, as the reference does; the
             # sentinels told the ledger every call's cost (settled above).
             self._emit(self._budget.summary(), cursor.run_id)
-        cursor.open = False
-        end, run_id = utc_now_iso(), cursor.run_id
-        ended: Transition
-        if ending.kind == "completed":
-            ended = RunCompleted(run_id=run_id, end_time=end)
-        elif ending.kind in ("stopped", "budget"):
-            budget = ending.budget
-            ended = RunStopped(
-                run_id=run_id,
-                end_time=end,
-                by="budget" if ending.kind == "budget" else "user",
-                forced=ending.forced,
-                reason=ending.reason or "stopped",
-                codon_id=ending.codon_id,
-                budget=None if budget is None else msgspec.convert(budget, BudgetStop),
-            )
-        else:
-            ended = RunFailed(
-                run_id=run_id, end_time=end, codon_id=ending.codon_id, reason=ending.reason
-            )
-        await manager.transition_and_wait(ended)
 
     async def _read_thread(self, manager: StateManager) -> None:
         """Reads the finished codons and the cost from the execution thread:
@@ -535,12 +546,17 @@ class RunLoop(RuntimeState):
         loop = plan.loops.get(context.loop_id)
         return loop is not None and isinstance(loop.terminate_on, ContextExceeded)
 
-    def _apply_plan_change(
+    async def _apply_plan_change(
         self, manager: StateManager, change: PlanChange, run_id: str
     ) -> ExecutionPlan:
+        finished = change.finished
+        if change.iteration_completed and finished.loop_context is not None:
+            # The iteration's figures come from the fold, which sees events once
+            # their batch is committed: without this wait, a slow commit left the
+            # iteration's last codon out of them ($0.0000, 0 tokens).
+            await manager.flush()
         for transition in plan_transitions(change, run_id):
             manager.transition(transition)
-        finished = change.finished
         if change.iteration_completed and finished.loop_context is not None:
             context = finished.loop_context
             codons = [c.codon_id for c in change.plan.iteration(context.loop_id, context.iteration)]

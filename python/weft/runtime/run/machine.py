@@ -306,6 +306,17 @@ class RunMachine:
         self.phase = "stopping"
         return [ShuttingDown(), CancelSleep(), WakeLoop(), Kill()]
 
+    def rewind_ending(self, why: str) -> Ending:
+        """How the current run ends when a rollback or a redo (``why``) starts a
+        new one: failed when it was parked on a failure, completed when every
+        codon was done, else stopped by you with codons left."""
+        if self.failure is not None:
+            codon, reason = self.failure
+            return Ending("failed", codon_id=codon, reason=reason)
+        if self.codon is None:
+            return Ending("completed")
+        return Ending("stopped", codon_id=self.codon, reason=why)
+
     def finish(self) -> Ending:
         """The loop is over: how the run ended (see the module docstring)."""
         if self.ending is None:
