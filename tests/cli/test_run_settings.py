@@ -192,7 +192,7 @@ def test_a_max_cost_is_kept_with_the_execution_and_a_new_one_replaces_it(
     assert meta(execution)["runSettings"] == {"maxDollars": 0.001}
     # The cap just reached is not repeated: the line says to raise it.
     line = continue_line(first.stdout)
-    assert line == f"weft run --execution {execution} --max-cost <more than 0.001>"
+    assert line == f"weft run --execution {execution} --max-cost 0.002"
 
     # No flag: the kept cap still holds (the codons left are not run).
     kept = weft(*args, env=env, cwd=tmp_path)
@@ -266,8 +266,8 @@ def test_the_continue_line_gives_the_settings_in_force_and_raises_a_reached_cap(
     )
     # A cap the run reached is never repeated: the line says to raise it.
     assert continue_command(args, root, kept, reached={"dollars": 0.25}) == (
-        f"weft run --execution {root} --model fake/gpt-5 --max-time 30 --max-cost <more than 0.25>"
+        f"weft run --execution {root} --model fake/gpt-5 --max-time 30 --max-cost 0.5"
     )
     assert continue_command(args, root, RunSettings(), reached={"timeSeconds": 30.0}) == (
-        f"weft run --execution {root} --max-time <more than 30>"
+        f"weft run --execution {root} --max-time 60"
     )

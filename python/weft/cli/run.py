@@ -519,8 +519,8 @@ def continue_command(
     ``settings`` are the run-shaping settings in force (kept with the execution or
     given now): the command gives those, not the flags as typed. A run ceiling in
     ``reached`` (its kind, ``dollars`` or ``timeSeconds``, to its limit: the run
-    stopped on it) is never repeated: the command says to raise it
-    (``--max-cost <more than 5>``)."""
+    stopped on it) is never repeated: the command raises it to twice the cap
+    (``--max-cost 10`` after a stop at 5), so it runs as printed."""
     parser: argparse.ArgumentParser = args.run_parser
     words = ["weft", "run", "--execution", str(root)]
     raise_words: list[str] = []
@@ -534,7 +534,8 @@ def continue_command(
             value = getattr(settings, _IN_FORCE[action.dest])
         if action.dest in caps:
             flag = max(action.option_strings, key=len)
-            raise_words.append(f"{flag} <more than {_number(caps[action.dest])}>")
+            # Twice the cap: a command that runs as printed, and goes further.
+            raise_words += [flag, _number(float(f"{caps[action.dest] * 2:.6g}"))]
             continue
         if value is None or value == action.default:
             continue
@@ -545,7 +546,7 @@ def continue_command(
         for item in value if isinstance(value, list) else [value]:
             text = _number(item) if isinstance(item, float) else str(item)
             words += [flag, str(item.absolute()) if isinstance(item, Path) else text]
-    return " ".join([shlex.join(words), *raise_words])
+    return shlex.join([*words, *raise_words])
 
 
 def _number(value: float) -> str:

@@ -228,7 +228,11 @@ class Recovery(RuntimeState):
                 f"removed {', '.join(gone)}" if gone else "",
                 f"added {', '.join(new)}" if new else "",
             ]
-            said = "; ".join(p for p in parts if p) or "codons after it edited"
+            models = sorted({e.codon.model for e in added if e.codon.model})
+            edited = "codons after it edited" + (
+                f" (they run on {', '.join(models)})" if models else ""
+            )
+            said = "; ".join(p for p in parts if p) or edited
             self._emit(
                 InfoEvent(
                     message=f"The plan follows the changed hank after {self._replan.after}: {said}"
