@@ -27,6 +27,8 @@ STATES = (
     "incomplete",
     "rolled-back",
     "failed",
+    "stopped",
+    "budget-stopped",
     "crashed",
     "new",
     "unknown",

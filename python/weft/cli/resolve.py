@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from weft.errors import LockHeldError, WeftError
+from weft.outcome import ending_of
 
 if TYPE_CHECKING:
     from weft.store.journal import JournalEvent
@@ -73,9 +74,11 @@ class ExecutionInfo:
     ``state`` comes from ``state.json`` and its execution thread: ``live`` when
     a Weft process holds the execution now; ``running`` or ``crashed`` as the
     newest run says (a ``running`` one nothing holds was cut off without a
-    trace); else ``failed`` when the thread failed, ``completed`` when it has
-    nothing left to run, ``rolled-back`` when a rollback left codons to run,
-    ``incomplete`` when a run stopped with codons left (a budget, Ctrl-C);
+    trace); ``stopped`` or ``budget-stopped`` when the newest run was stopped by
+    you or by its budget ceiling (:mod:`weft.outcome`); else ``failed`` when the
+    thread failed, ``completed`` when it has nothing left to run, ``rolled-back``
+    when a rollback left codons to run, ``incomplete`` when codons are left
+    otherwise (a run whose codon plan grew, an older journal's stop);
     ``new`` when no run was recorded, ``unknown`` when the state cannot be
     read. ``cost`` is in dollars (the seed's getCodonCost of every record, as
     ``weft status``'s total), ``unpriced`` how many codons used a model without
@@ -266,6 +269,9 @@ def execution_state(state_json: bytes, runs: list[dict[str, Any]]) -> str:
     status = str(newest.get("status", "unknown"))
     if status in ("running", "crashed"):
         return status
+    if status == "stopped":
+        # Stopped by you or by its budget: its work is neither done nor failed.
+        return ending_of(newest).word
     try:
         thread = analyze_execution_thread(state_json, validate_checkpoints=False)
     except (WeftError, ValueError):

@@ -32,6 +32,7 @@ from weft.events.stream import (
     TokenUsageEvent,
     decode_event,
 )
+from weft.outcome import Ending, ending_of
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
 from weft.terminal import printable
@@ -199,10 +200,13 @@ def report(store: ExecutionStore) -> dict[str, Any]:
             codons.append(entry)
         dead = run["status"] == "running" and nobody_runs
         run_unpriced = sum(1 for pair in unpriced if pair[0] == run["runId"])
+        ending = ending_of(run)
         runs.append(
             {
                 "runId": run["runId"],
-                "status": CRASHED_UNMARKED if dead else run["status"],
+                # The outcome's one word (weft.outcome), as weft run and weft ls say it.
+                "status": CRASHED_UNMARKED if dead else ending.word,
+                "ending": None if dead or not ending.finished else _ending_data(ending),
                 "startTime": run["startTime"],
                 "endTime": run.get("endTime"),
                 "cost": known_dollars(store.core.run_cost(run["runId"]) or 0.0, run_unpriced),
@@ -248,6 +252,18 @@ def _sentinel_line(s: dict[str, Any]) -> str:
         f"{s['id']:<20} {s['model']:<28} {s['status']}{why}  {calls}  "
         f"${float(s.get('totalCost', 0.0)):.4f}"
     )
+
+
+def _ending_data(ending: Ending) -> dict[str, Any]:
+    """How a run ended, as ``weft status --json`` gives it (camelCase)."""
+    return {
+        "kind": ending.kind,
+        "word": ending.word,
+        "codonId": ending.codon_id,
+        "reason": ending.reason,
+        "forced": ending.forced,
+        "budget": None if ending.budget is None else dict(ending.budget),
+    }
 
 
 def render(status: dict[str, Any], *, colour: bool = False) -> str:
@@ -296,6 +312,11 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
                 f"{known_cost(run['cost'], run['unpricedCodons'])}{current}"
             )
         )
+        ending = run.get("ending")
+        if ending is not None and ending.get("reason"):
+            who = f"{ending['codonId']}: " if ending.get("codonId") else ""
+            forced = " (the agent was killed)" if ending.get("forced") else ""
+            lines.append(printable(f"  {ending['word']}: {who}{ending['reason']}{forced}"))
         for c in run["codons"]:
             detail = ""
             if c["status"] == "failed":

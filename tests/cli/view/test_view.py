@@ -465,6 +465,7 @@ async def test_the_model_tracks_attempts_actions_checkpoints_and_failures() -> N
     assert progress.counts() == {
         "completed": 4,
         "failed": 0,
+        "stopped": 0,
         "skipped": 1,
         "active": 0,
         "pending": 0,
@@ -770,6 +771,7 @@ async def test_json_summary_is_one_last_line_with_the_figures() -> None:
     assert data["codons"] == {
         "completed": 4,
         "failed": 0,
+        "stopped": 0,
         "skipped": 1,
         "notRun": 0,
         "total": 5,

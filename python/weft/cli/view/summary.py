@@ -27,7 +27,8 @@ class RunSummary:
     """What the runtime knows when ``weft run`` ends; the view adds the figures."""
 
     status: str
-    """``completed``, ``failed``, ``crashed``, ``interrupted``..."""
+    """The ending's kind (:mod:`weft.outcome`: ``completed``, ``failed``, ``stopped``,
+    ``budget``), or ``nothing_to_do``."""
     exit_code: int
     execution: Path | None = None
     """The execution directory (the journal and checkpoints are under it)."""
@@ -68,6 +69,7 @@ def summary_data(progress: RunProgress, result: RunSummary, now_ns: int) -> dict
         "codons": {
             "completed": counts["completed"],
             "failed": counts["failed"],
+            "stopped": counts["stopped"],
             "skipped": counts["skipped"],
             "notRun": counts[PENDING] - earlier + counts["active"],
             "total": len(progress.codons),
@@ -78,6 +80,8 @@ def summary_data(progress: RunProgress, result: RunSummary, now_ns: int) -> dict
         "spent": known_dollars(progress.spent, progress.unpriced),
         "allRuns": _all_runs(progress),
         "budgetExceeded": [e.message for e in progress.budget_exceeded],
+        "loopsCut": [{"loopId": loop, "iterations": n} for loop, n in progress.loops_cut],
+        "ending": _ending(progress),
         "sentinelCost": progress.sentinel_cost,
         "tokens": progress.total_tokens,
         "wallTimeMs": wall_ms,
@@ -90,6 +94,38 @@ def summary_data(progress: RunProgress, result: RunSummary, now_ns: int) -> dict
         ),
         "resumeCommand": result.resume_command,
     }
+
+
+def _ending(progress: RunProgress) -> dict[str, Any] | None:
+    """How the run ended, as journaled (the fold's), with the loop place of the
+    codon a stop left to do."""
+    ending = progress.ending
+    if ending is None:
+        return None
+    codon = None if ending.codon_id is None else progress.codon(ending.codon_id)
+    loop = None if codon is None or codon.loop is None else codon.loop
+    return {
+        "kind": ending.kind,
+        "word": ending.word,
+        "codonId": ending.codon_id,
+        "reason": ending.reason,
+        "forced": ending.forced,
+        "budget": None if ending.budget is None else dict(ending.budget),
+        "loop": None if loop is None else {"loopId": loop[0], "iteration": loop[1] + 1},
+    }
+
+
+def _left(ending: Mapping[str, Any] | None) -> str | None:
+    """What a stopped run left to do, in words."""
+    if ending is None or ending["kind"] not in ("stopped", "budget") or not ending["codonId"]:
+        return None
+    loop = ending.get("loop")
+    where = (
+        f" (loop {loop['loopId']}, iteration {loop['iteration']}; its remaining iterations too)"
+        if loop
+        else ""
+    )
+    return f"{ending['codonId']}{where} and what follows: run the same command to continue"
 
 
 def _all_runs(progress: RunProgress) -> dict[str, Any] | None:
@@ -137,6 +173,8 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     counted = (
         f"{codons['completed']} completed, {codons['failed']} failed, {codons['skipped']} skipped"
     )
+    if codons.get("stopped"):
+        counted += f", {codons['stopped']} stopped (to do again)"
     if codons["notRun"]:
         counted += f", {codons['notRun']} not run"
     counted += f" (of {codons['total']})"
@@ -155,6 +193,14 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("all runs", all_runs))
     for message in data["budgetExceeded"]:
         rows.append(("budget", clip(message, 160)))
+    for cut in data.get("loopsCut") or ():
+        n = cut["iterations"]
+        rows.append(
+            ("cut", f"loop {cut['loopId']} ended by its budget after {n} iteration{'s' * (n != 1)}")
+        )
+    left = _left(data.get("ending"))
+    if left:
+        rows.append(("left", left))
     if data["wallTimeMs"] is not None:
         rows.append(("time", format_duration(data["wallTimeMs"] / 1000)))
     rows.append(("checkpoints", f"{data['checkpoints']} made"))
