@@ -24,8 +24,8 @@ import uvloop
 
 from benches.test_bench_runtime import GOLDEN, _ReplayHarness
 from weft.config import load_hank
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import Runtime, RuntimeOptions
+from weft.runtime.execution.prepare import prepare_execution
+from weft.runtime.run.runtime import Runtime, RuntimeOptions
 
 CODONS = 200
 _CAPS = {

@@ -39,8 +39,8 @@ import uvloop
 from benches.test_bench_runtime import GOLDEN
 from benches.test_bench_scale import _EditingHarness, _Ends
 from weft.config import load_hank
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import Runtime, RuntimeOptions
+from weft.runtime.execution.prepare import prepare_execution
+from weft.runtime.run.runtime import Runtime, RuntimeOptions
 
 STEPS = 300
 ROUNDS = 5

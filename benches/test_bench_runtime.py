@@ -35,8 +35,8 @@ from weft.agents.registry import harness_for
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.cli import main
 from weft.config import load_hank
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import Runtime, RuntimeOptions
+from weft.runtime.execution.prepare import prepare_execution
+from weft.runtime.run.runtime import Runtime, RuntimeOptions
 from weft.store import ExecutionStore
 
 CODONS = 200

@@ -36,8 +36,8 @@ import uvloop
 from benches.test_bench_runtime import GOLDEN, _ReplaySession
 from weft.agents.harness import SessionSpec
 from weft.config import load_hank
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import Runtime, RuntimeOptions
+from weft.runtime.execution.prepare import prepare_execution
+from weft.runtime.run.runtime import Runtime, RuntimeOptions
 from weft.state import Processed
 
 CODONS = int(os.environ.get("WEFT_SCALE_CODONS", "10000"))

@@ -33,8 +33,8 @@ import uvloop
 
 from weft.config import load_hank
 from weft.config.schema import EventTrigger, SentinelConfig
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import Runtime, RuntimeOptions
+from weft.runtime.execution.prepare import prepare_execution
+from weft.runtime.run.runtime import Runtime, RuntimeOptions
 from weft.sentinels.conditions import lookup
 from weft.sentinels.triggers import SentinelSpec, TriggerEngine
 

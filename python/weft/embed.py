@@ -23,7 +23,7 @@ Weft execution: its folder, journal, lock and checkpoints are the ones ``weft
 run`` makes, so ``weft status``, ``weft attach`` and a later ``weft run
 --execution`` work on it. No new interpreter starts, so a batch step or a
 service pays only for the run itself. This module builds on
-:class:`weft.runtime.runtime.Runtime` without changing it.
+:class:`weft.runtime.run.runtime.Runtime` without changing it.
 
 While running, the run handles SIGINT and SIGTERM like ``weft run`` (the first
 stops it gracefully) unless ``handle_signals=False``; ``serve=False`` (the
@@ -45,9 +45,9 @@ from weft.config.loader import LoadedHank
 from weft.config.runtime import RuntimeConfig, resolve_runtime_config
 from weft.errors import ConfigError
 from weft.events.stream import ServerIdleEvent
-from weft.runtime.execution import PreparedExecution, prepare_execution
-from weft.runtime.layout import ExecutionLayout
-from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.execution.layout import ExecutionLayout
+from weft.runtime.execution.prepare import PreparedExecution, prepare_execution
+from weft.runtime.run.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.state import Processed
 
 __all__ = ["Execution", "RunOutcome", "open_execution", "run"]
@@ -81,7 +81,7 @@ def open_execution(
     WebSocket server on ``port``; ``handle_signals=False`` leaves SIGINT and
     SIGTERM to the host program (several runs in one process, a service with
     its own shutdown). Raises :class:`~weft.errors.ConfigError` for
-    a bad hank and :class:`~weft.runtime.setup_errors.ExecutionSetupError` for
+    a bad hank and :class:`~weft.runtime.execution.errors.ExecutionSetupError` for
     unusable paths.
     """
     hank_path = Path(hank).absolute()

@@ -1,7 +1,7 @@
 """Process groups Weft starts and ends: one helper for the agents and the rig.
 
 Every child Weft spawns (an agent CLI in :mod:`weft.agents.process`, a rig
-command in :mod:`weft.runtime.rig_command`) starts a new session, so it and
+command in :mod:`weft.runtime.rig.command`) starts a new session, so it and
 whatever it spawns share one process group whose id is the child's pid. This
 module is the one place that:
 
@@ -52,7 +52,7 @@ die_with_parent: Callable[[], None] | None = _pdeathsig_setter()
 (Linux; None elsewhere). Weft spawns from its event-loop thread, which lives
 as long as the process. It covers the direct child, also in the moment
 before its ``process.started`` is journaled; the child's own children are
-found through the journal (:mod:`weft.runtime.survivors`)."""
+found through the journal (:mod:`weft.runtime.run.survivors`)."""
 
 
 def signal_group(pgid: int, sig: int) -> None:

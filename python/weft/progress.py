@@ -66,13 +66,13 @@ from weft.events.transitions import (
     TokenUsage,
     decode,
 )
+from weft.money import NANO, nanos
 from weft.outcome import Ending, Kind
 from weft.state import Processed
 
 TERMINAL = frozenset({"completed", "failed", "skipped"})
 PENDING = "pending"
 """The status of a planned codon that has not started in this run."""
-NANO = 1_000_000_000
 
 LastAction = (
     AssistantActionEvent
@@ -85,12 +85,6 @@ LastAction = (
     | BreakerWaitingEvent
 )
 """What a codon did last, kept as the event itself: the views word it."""
-
-
-def nanos(usd: float) -> int:
-    """Dollars as whole nano-dollars, rounded half-even, as the core keeps money:
-    doing the same keeps the fold's totals equal to the core's, not merely close."""
-    return round(usd * NANO)
 
 
 def token_total(tokens: TokenUsage) -> int:

@@ -27,7 +27,7 @@ def test_version_and_status_load_no_run_machinery() -> None:
         "import sys; from weft.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept BaseException:\n    pass\n"
         "print('loaded:' + ','.join(m for m in sys.modules if m.startswith(("
-        "'weft.runtime.runtime', "
+        "'weft.runtime.run.runtime', "
         "'weft.cli.view', 'weft.agents', 'weft.server', 'uvloop', 'pygit2'))))"
     )
     for argv in (["-V"], ["status", "/nonexistent"]):

@@ -122,7 +122,7 @@ RUN_MACHINERY = (
     "rich",
     "weft.state",
     "weft.store.writer",
-    "weft.runtime.runtime",
+    "weft.runtime.run.runtime",
     "weft.cli.view",
     "weft.agents",
     "weft.server",
@@ -173,7 +173,10 @@ def test_status_of_a_real_execution_loads_no_run_machinery(tmp_path: Path) -> No
     assert loaded == "", f"weft status loaded {loaded}"
 
 
-def test_run_help_says_when_a_budget_ends_it_with_1() -> None:
-    text = commands()["run"].format_help()
-    assert "budget ceiling (--max-cost" in text
-    assert "crossed with codons left to" in text
+def test_run_help_gives_each_outcome_its_exit_code() -> None:
+    text = " ".join(commands()["run"].format_help().split())
+    assert "0 completed: every codon done" in text
+    assert "1 failed: a codon failed for good" in text
+    assert "3 stopped by the budget ceiling (--max-cost" in text
+    assert "130 stopped by you (Ctrl-C, q, server.shutdown)" in text
+    assert "143 stopped by SIGTERM" in text

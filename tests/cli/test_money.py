@@ -21,9 +21,9 @@ from tests.builders import move, run_started
 from tests.runtime.hanks import codon, loop, scenario, subprocess_environment, write_hank
 
 from weft import core
-from weft.cli.view.format import known_cost, total_cost
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows
 from weft.client import connect
+from weft.money import known_cost, total_cost
 from weft.progress import RunProgress
 from weft.server import read_token
 from weft.web.listing import read_execution

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from weft.cli.run_args import resolve_inputs
-from weft.runtime.setup_errors import InputPathError
+from weft.runtime.execution.errors import InputPathError
 
 HANK = '{"meta": {"name": "demo", "version": "1.0.0"}, "hank": []}'
 

@@ -250,7 +250,7 @@ def test_the_continue_line_gives_the_settings_in_force_and_raises_a_reached_cap(
 ) -> None:
     from weft.cli import build_parser
     from weft.cli.run import continue_command
-    from weft.runtime.meta import RunSettings
+    from weft.runtime.execution.meta import RunSettings
 
     args = build_parser().parse_args(["run", "-m", "fake/gpt-5", "--max-time", "30"])
     root = tmp_path / "x"

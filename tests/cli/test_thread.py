@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.cli.test_executions import made, weft, world  # noqa: F401  (fixtures)
 
-from weft.runtime.rollback import checkpoint_rows
+from weft.runtime.run.rollback import checkpoint_rows
 
 
 def record(codon: str, end: str, sha: str) -> dict[str, Any]:

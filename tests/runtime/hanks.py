@@ -341,8 +341,8 @@ async def runtime_for(
     import asyncio
 
     from weft.config import load_hank
-    from weft.runtime.execution import prepare_execution
-    from weft.runtime.runtime import Runtime
+    from weft.runtime.execution.prepare import prepare_execution
+    from weft.runtime.run.runtime import Runtime
 
     loaded = load_hank(hank, check_environment=check_environment)
     prepared = await asyncio.to_thread(

@@ -35,7 +35,7 @@ from tests.sentinels.offline import without_model_keys
 from weft.config.runtime import RuntimeSessionSettings
 from weft.errors import StoreError
 from weft.events.stream import SENTINEL_EVENT_TYPES
-from weft.runtime.runtime import RunOutcome, RuntimeOptions
+from weft.runtime.run.runtime import RunOutcome, RuntimeOptions
 
 
 @pytest.fixture(autouse=True)

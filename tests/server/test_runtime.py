@@ -34,8 +34,8 @@ import weft.client
 from weft.config import load_hank
 from weft.events.completed import digest, fold
 from weft.events.stream import CodonSummary, StateSnapshotEvent
-from weft.runtime.execution import prepare_execution
-from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
+from weft.runtime.execution.prepare import prepare_execution
+from weft.runtime.run.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, read_token
 from weft.server.auth import read_read_token
 from weft.server.session import READ_BURST

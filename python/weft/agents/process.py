@@ -9,7 +9,7 @@ harness only supplies the argv, the environment and a sans-I/O
   the CLI *and* every tool process it spawned. When the CLI exits, whatever
   is left in its group is killed, so nothing it started outlives the codon.
   On Linux the CLI also gets SIGKILL when Weft dies (:data:`~weft.process_group.die_with_parent`);
-  what it spawned is ended by the next run (:mod:`weft.runtime.survivors`).
+  what it spawned is ended by the next run (:mod:`weft.runtime.run.survivors`).
 * **Pipes.** The prompt is written to stdin, which is then closed. stdout is
   read as bytes and split by :class:`LineFramer` (no cap below 64 MiB; longer
   lines are counted and skipped, never buffered whole); a parser that takes

@@ -23,7 +23,7 @@ from weft.cli.attach import AttachError, Target, find_target
 from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.client import ClientError, CommandError
 from weft.client import connect as client_connect
-from weft.runtime.breakers import PROVIDERS
+from weft.runtime.codon.breakers import PROVIDERS
 from weft.terminal import printable_lines
 
 

@@ -30,7 +30,7 @@ exit codes:
   143  stopped by SIGTERM; likewise"""
 
 _RUN_EXIT_CODES = f"""\
-exit codes (the same outcome weft status, weft ls and the dashboard show):
+exit codes:
   0    completed: every codon done (a codon whose onFailure is ignore may have failed:
        the summary says which); also when there was nothing to do
   1    failed: a codon failed for good (the summary says which and why), or the run could

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from weft.cli.resolve import ExecutionInfo, managed_root, scan
-from weft.cli.view.format import known_cost
+from weft.money import known_cost
 from weft.terminal import printable_lines
 
 STATES = (

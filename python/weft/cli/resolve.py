@@ -121,7 +121,7 @@ class ExecutionInfo:
 
 def managed_root() -> Path:
     """The managed root (``~/.weft-executions`` or ``$WEFT_RUNTIME_EXECUTION_BASE_DIR``)."""
-    from weft.runtime.basedir import managed_base_dir
+    from weft.runtime.execution.basedir import managed_base_dir
 
     return managed_base_dir()
 

@@ -7,7 +7,7 @@ again to continue).
 
 The settings that shape the run (the model, the sentinel model, the ceilings
 given as ``--max-cost``/``--max-time``) are kept with the execution
-(:class:`~weft.runtime.meta.RunSettings`): a later run without the flag goes on
+(:class:`~weft.runtime.execution.meta.RunSettings`): a later run without the flag goes on
 with them, and a different model is confirmed like a changed hank.
 """
 
@@ -38,11 +38,11 @@ from weft.config.preflight import agent_cli_problems
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.config.schema import Hank
 from weft.errors import CommandRejectedError, ConfigError
-from weft.runtime.execution import PreparedExecution, hank_hash, prepare_execution
-from weft.runtime.layout import HANK_FILE, ExecutionLayout
-from weft.runtime.meta import RunSettings, read_meta
-from weft.runtime.runtime import RunOutcome, Runtime, RuntimeOptions
-from weft.runtime.setup_errors import ExecutionSetupError, HankChangedError, InputPathError
+from weft.runtime.execution.errors import ExecutionSetupError, HankChangedError, InputPathError
+from weft.runtime.execution.layout import HANK_FILE, ExecutionLayout
+from weft.runtime.execution.meta import RunSettings, read_meta
+from weft.runtime.execution.prepare import PreparedExecution, hank_hash, prepare_execution
+from weft.runtime.run.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, ServerError
 from weft.terminal import printable, printable_lines
 

@@ -2,15 +2,15 @@
 
 :func:`resolve_inputs` reads the zero, one or two positionals the way the
 reference runtime does and names what it expected when they do not fit
-(:class:`~weft.runtime.setup_errors.InputPathError`, exit 2).
+(:class:`~weft.runtime.execution.errors.InputPathError`, exit 2).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from weft.runtime.layout import HANK_FILE
-from weft.runtime.setup_errors import InputPathError
+from weft.runtime.execution.errors import InputPathError
+from weft.runtime.execution.layout import HANK_FILE
 
 __all__ = ["resolve_inputs"]
 

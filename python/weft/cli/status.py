@@ -21,7 +21,6 @@ from weft.cli.resolve import (
     resolve_execution,
     unpriced_pairs,
 )
-from weft.cli.view.format import known_cost, total_cost
 from weft.errors import LockHeldError
 from weft.events.stream import (
     BreakerChangedEvent,
@@ -32,6 +31,7 @@ from weft.events.stream import (
     TokenUsageEvent,
     decode_event,
 )
+from weft.money import known_cost, total_cost
 from weft.outcome import Ending, ending_of
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock

@@ -36,10 +36,10 @@ from weft.events.stream import (
 from weft.events.transitions import RunCompleted
 from weft.outcome import ending_of
 from weft.plan import ExecutionPlan
-from weft.runtime import rollback
-from weft.runtime.layout import ExecutionLayout
-from weft.runtime.meta import read_meta
-from weft.runtime.runtime import new_run_id
+from weft.runtime.execution.layout import ExecutionLayout
+from weft.runtime.execution.meta import read_meta
+from weft.runtime.run import rollback
+from weft.runtime.run.runtime import new_run_id
 from weft.store import ExecutionStore
 from weft.store.execution import live_holder, weft_dir_of
 from weft.terminal import plural, printable, printable_lines

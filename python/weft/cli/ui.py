@@ -22,7 +22,7 @@ from typing import Any
 
 import uvloop
 
-from weft.runtime.execution import managed_base_dir
+from weft.runtime.execution.prepare import managed_base_dir
 from weft.server import ServerError
 from weft.server.auth import is_loopback
 from weft.terminal import printable_lines

@@ -13,7 +13,7 @@ the target, the copy overwrites its source with itself. Both are refused:
   (:func:`check_copy_bounds`): the execution folder (or the managed base
   folder) inside a copy's source, or a copy's source inside its target;
 * and by the rig itself, defensively, just before copying
-  (:mod:`weft.runtime.rig`).
+  (:mod:`weft.runtime.rig.setup`).
 """
 
 from __future__ import annotations

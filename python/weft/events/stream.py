@@ -111,7 +111,7 @@ class ToolResultEvent(StreamData):
 
 class RigOutputEvent(StreamData, kw_only=True):
     """Lines a rig command wrote, coalesced: ``line`` holds ``lines`` of them;
-    ``droppedLines`` older ones did not fit (see :mod:`weft.runtime.rig`)."""
+    ``droppedLines`` older ones did not fit (see :mod:`weft.runtime.rig.setup`)."""
 
     TYPE: ClassVar[str] = "rig.output"
     stream: Literal["stdout", "stderr"]
@@ -345,7 +345,7 @@ class ProcessStartedEvent(StreamData):
     """Weft started a process group (an agent CLI or a rig command).
 
     Journaled so that a later ``weft run`` can end whatever a dead run left
-    behind (:mod:`weft.runtime.survivors`), and only that: ``startTicks``
+    behind (:mod:`weft.runtime.run.survivors`), and only that: ``startTicks``
     (field 22 of ``/proc/<pid>/stat``) and ``bootId`` tell the leader from a
     later process that reuses its pid, and ``mark`` is the value of
     ``WEFT_RUNTIME_PROCESS_MARK`` in the environment of every process of the

@@ -1,6 +1,6 @@
 """The runtime's side of sentinels: one :class:`SentinelManager` per codon.
 
-:class:`RuntimeSentinels` is the :class:`~weft.runtime.attempt.SentinelHost`
+:class:`RuntimeSentinels` is the :class:`~weft.runtime.codon.attempt.SentinelHost`
 ``weft run`` uses. It connects the sans-I/O pieces of this package to a run:
 
 * **load** (codon ``starting``, seed 001's step 5): the codon's sentinel

@@ -110,7 +110,7 @@ class EventFeed(Protocol):
 
 class RuntimeCommands(Protocol):
     """What the server calls for ``codon.*`` and ``server.*`` commands
-    (:class:`weft.runtime.runtime.Runtime` is one)."""
+    (:class:`weft.runtime.run.runtime.Runtime` is one)."""
 
     async def command(self, name: str, data: msgspec.Struct | None = None) -> bool:
         """Carries out ``name`` with its checked ``data``; False when it does

@@ -43,7 +43,6 @@ from weft.cli.view.format import (
     describe_action,
     describe_last,
     describe_tool,
-    format_cost,
     format_duration,
     format_tokens,
     rig_label,
@@ -53,6 +52,7 @@ from weft.cli.view.live import LiveView, render_progress
 from weft.cli.view.notes import Note, see
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows
 from weft.cli.view.terminal import wants_live
+from weft.money import format_cost
 from weft.progress import CodonProgress, RunProgress
 
 ViewMode = Literal["live", "headless", "json"]

@@ -20,45 +20,14 @@ from weft.events.stream import (
     SessionResumedEvent,
     ToolResultEvent,
 )
-from weft.progress import NANO, CodonProgress, RunProgress, nanos
-
-
-def format_cost(usd: float | None) -> str:
-    """Dollars with four decimals (``$0.0320``); ``-`` when unknown."""
-    return "-" if usd is None else f"${usd:.4f}"
-
-
-def _known(nanos: int, unpriced: bool) -> str:
-    """Dollars as they are known: ``unpriced`` when the model has no price
-    (never ``$0``), ``≥ $X`` when part of them is unpriced."""
-    if unpriced:
-        return "unpriced" if nanos == 0 else f"≥ {format_cost(nanos / NANO)}"
-    return format_cost(nanos / NANO)
-
-
-def known_cost(usd: float | None, unpriced: int | bool) -> str:
-    """Dollars of a JSON figure as they are known (:func:`_known`): ``None``
-    (JSON's ``null``) or ``0`` with ``unpriced`` is ``unpriced``."""
-    return _known(0 if usd is None else nanos(usd), bool(unpriced))
-
-
-def total_cost(usd: float | None, unpriced: int, spent: float | None = None) -> str:
-    """A total of several codons as every view says it: :func:`known_cost`,
-    with how many codons have no price when part of it is priced (``≥ $0.0320
-    (2 codons unpriced)``), then the money skipped attempts spent when the
-    seed's total leaves it out (``, spent $0.0400``)."""
-    text = known_cost(usd, unpriced)
-    if unpriced and text != "unpriced":
-        text += f" ({unpriced} codon{'s' * (unpriced > 1)} unpriced)"
-    if spent is not None and nanos(spent) > nanos(usd or 0.0):  # None: unpriced
-        text += f", spent {format_cost(spent)}"
-    return text
+from weft.money import format_cost, known, known_cost, total_cost
+from weft.progress import CodonProgress, RunProgress
 
 
 def codon_cost(c: CodonProgress) -> str:
-    """A codon's cost as it is known (:func:`_known`), and the money a skipped
+    """A codon's cost as it is known (:func:`weft.money.known`), and the money a skipped
     attempt spent beside the ``$0`` the seed counts for it."""
-    text = _known(c.cost_nanos, c.unpriced)
+    text = known(c.cost_nanos, c.unpriced)
     if not c.unpriced and c.spent_nanos > c.cost_nanos:
         text += f" (spent {format_cost(c.spent)})"
     return text
@@ -71,7 +40,7 @@ def attempt_figures(c: CodonProgress) -> str:
     :attr:`CodonProgress.tokens` add up every attempt of the run."""
     # ``unpriced`` is the codon's in this run, not the attempt's: its attempts
     # share its model, so what holds for one holds for the others.
-    cost = _known(c.attempt_cost_nanos, c.unpriced)
+    cost = known(c.attempt_cost_nanos, c.unpriced)
     return f"{cost}, {format_tokens(c.attempt_tokens)} tokens"
 
 

@@ -21,12 +21,10 @@ from weft.cli.view.format import (
     clip,
     codon_cost,
     describe_tool,
-    format_cost,
     format_duration,
     format_tokens,
     format_wait,
     iteration_cost,
-    known_cost,
     rig_label,
     run_cost,
 )
@@ -74,6 +72,7 @@ from weft.events.transitions import (
     RunStarted,
     RunStopped,
 )
+from weft.money import format_cost, known_cost
 from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
 from weft.terminal import plural

@@ -9,16 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from weft.cli.resolve import known_dollars
-from weft.cli.view.format import (
-    clip,
-    format_cost,
-    format_duration,
-    format_tokens,
-    known_cost,
-    total_cost,
-)
+from weft.cli.view.format import clip, format_duration, format_tokens
+from weft.money import format_cost, known_cost, total_cost
 from weft.progress import PENDING, RunProgress
-from weft.runtime.execution import ExecutionLayout
+from weft.runtime.execution.prepare import ExecutionLayout
 from weft.store.execution import DATABASE
 
 

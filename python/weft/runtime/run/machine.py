@@ -2,8 +2,8 @@
 
 The codon has its eight-state machine in the core; this is the run's. It holds
 the run's control state and answers every input with values, never doing
-anything itself; the run loop (:mod:`weft.runtime.run_loop`), the steering
-commands (:mod:`weft.runtime.steering`) and the signal handler feed it and
+anything itself; the run loop (:mod:`weft.runtime.run.loop`), the steering
+commands (:mod:`weft.runtime.run.steering`) and the signal handler feed it and
 perform what it returns.
 
 Phases::
