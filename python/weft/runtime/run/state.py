@@ -28,7 +28,7 @@ from weft.config.runtime import RuntimeBreakerSettings, RuntimeSessionSettings
 from weft.config.schema import Loop
 from weft.errors import CommandRejectedError
 from weft.events.completed import CompletedCodons
-from weft.events.stream import CodonSummary, InfoEvent, StreamData
+from weft.events.stream import CodonSummary, ErrorEvent, InfoEvent, StreamData
 from weft.outcome import Ending
 from weft.plan import ExecutionPlan, PlannedCodon
 from weft.progress import RunProgress
@@ -298,8 +298,24 @@ class RuntimeState:
                 )
                 task: asyncio.Task[Any] = asyncio.ensure_future(act)
                 self._effects.add(task)
-                task.add_done_callback(self._effects.discard)
+                task.add_done_callback(self._effect_done)
         return control
+
+    def _effect_done(self, task: asyncio.Task[Any]) -> None:
+        """An interrupt or kill the machine asked for has finished. One that
+        raised must not leave the agent running unseen: it is said, and the
+        agent is killed."""
+        self._effects.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        if self._manager is not None:
+            self._emit(
+                ErrorEvent(message=f"stopping the agent failed: {task.exception()}; killing it")
+            )
+        if self._runner is not None:
+            kill = asyncio.ensure_future(self._runner.kill())
+            self._effects.add(kill)
+            kill.add_done_callback(self._effects.discard)
 
     def _parts(self) -> tuple[Cursor, StateManager, AsyncCheckpointRepo]:
         cursor, manager, checkpoints = self._cursor, self._manager, self._checkpoints
