@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,16 @@ _ENVELOPE = (
     "|| substr(ltrim(payload, char(32, 9, 10, 13)), 2)"
 )
 _PAGE = f"SELECT seq, {_ENVELOPE} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
+_ROWS = (
+    "SELECT seq, id, codon_id, payload FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
+)
+
+FOLD_PAGE = 2000
+"""Rows read (and handed over) per step of :meth:`JournalHistory.fold`: between
+two steps the reader thread serves the replay pages clients are waiting for."""
+
+RowSink = Callable[[int, str, "str | None", bytes], None]
+"""Takes one journal row: ``(seq, id, codon id, payload)``."""
 
 NATIVE_PAGES = True
 """Whether pages are read by the core when it shares Python's SQLite (tests turn it off)."""
@@ -59,6 +70,10 @@ class HistorySource(Protocol):
 
     async def tail(self, upto: int, n: int) -> list[tuple[int, bytes]]:
         """The ``n`` newest events up to ``upto``, oldest first, as (seq, envelope)."""
+
+    async def fold(self, upto: int, sink: RowSink) -> None:
+        """Hands every journaled event up to ``upto`` to ``sink``, oldest first,
+        on the reader's thread (the server's fold is seeded so)."""
 
     async def close(self) -> None:
         """Releases the source."""
@@ -114,6 +129,19 @@ class JournalHistory:
             return self._pages.rows(max(upto - n, 0), upto, n)
         rows = conn.execute(_PAGE, (max(upto - n, 0), upto, n)).fetchall()
         return [(seq, env.encode()) for seq, env in rows]
+
+    def _fold(self, after: int, upto: int, sink: RowSink) -> int:
+        rows = self._connection().execute(_ROWS, (after, upto, FOLD_PAGE)).fetchall()
+        for seq, ident, codon_id, payload in rows:
+            sink(seq, ident, codon_id, payload.encode())
+        return int(rows[-1][0]) if rows else upto
+
+    async def fold(self, upto: int, sink: RowSink) -> None:
+        """See :meth:`HistorySource.fold`."""
+        loop = asyncio.get_running_loop()
+        cursor = 0
+        while cursor < upto:
+            cursor = await loop.run_in_executor(self._executor, self._fold, cursor, upto, sink)
 
     async def page(self, after: int, upto: int, limit: int, max_bytes: int) -> Page:
         """See :meth:`HistorySource.page`."""

@@ -30,6 +30,8 @@ import msgspec
 
 from weft.clock import iso_from_ms
 from weft.events.stream import CheckpointEntry
+from weft.events.transitions import BudgetStop
+from weft.outcome import Kind
 
 PROTOCOL_VERSION: Final = 1
 """Bumped when a message changes incompatibly; sent in ``handshake.response``."""
@@ -115,6 +117,9 @@ class HandshakeData(_Data):
     after_seq: Seq | None = None
     live_batches: bool = False
     page_size: PageSize | None = None
+    progress: bool = False
+    """(Weft) The connection also gets ``progress.snapshot`` messages: the
+    server's fold of the run (:class:`ProgressSnapshot`)."""
 
 
 class NoData(_Data):
@@ -337,6 +342,121 @@ class ErrorReply(_Reply):
     command_id: str | int | None = None
 
 
+class _Figures(msgspec.Struct, rename="camel", kw_only=True):
+    """Base of the progress figures: every field is always sent (``null`` included)."""
+
+
+class LoopPlace(_Figures):
+    """Where a codon sits in a loop."""
+
+    loop_id: str
+    iteration: int
+    """0 for the loop's first iteration (the plan's ``loopContext.iteration``)."""
+
+
+class CodonFigures(_Figures):
+    """One codon of the run, as :class:`weft.progress.CodonProgress` has it."""
+
+    codon_id: str
+    name: str | None
+    model: str | None
+    status: str
+    """The seed's codon states, ``pending`` (not started in this run) and
+    ``stopped`` (failed because a stop cut it short: it stays to do)."""
+    earlier: str | None
+    """The terminal state it reached in an earlier run of the execution."""
+    to_do: bool
+    """The run has still to run it: pending and not completed earlier, or stopped."""
+    attempts: int
+    cost: float | None
+    """Dollars of every attempt (the seed's rule); ``null`` when its model has no
+    price and nothing priced was spent (a lower bound when ``unpriced``)."""
+    cost_text: str
+    """:attr:`cost` in the words of every view: ``$0.0320``, ``unpriced``, ``≥ $0.0320``."""
+    unpriced: bool
+    spent: float | None
+    """Every dollar its attempts spent, skipped attempts included."""
+    tokens: int
+    started_at: str | None
+    """When its latest attempt started (ISO-8601 UTC)."""
+    ended_at: str | None
+    failure: str | None
+    """``<type>: <message>`` of its latest failure."""
+    loop: LoopPlace | None
+
+
+class RunEnding(_Figures):
+    """How a run ended (:class:`weft.outcome.Ending`), or that it runs."""
+
+    run_id: str
+    kind: Kind
+    word: str
+    """The one word of :data:`weft.outcome.WORD` (``budget-stopped``...)."""
+    codon_id: str | None
+    reason: str | None
+    forced: bool
+    budget: BudgetStop | None
+    loop: LoopPlace | None
+    """The loop place of ``codonId`` (what a stop left to do), if it is a loop's."""
+
+
+class CodonCounts(_Figures):
+    """How many codons are in each state (:meth:`weft.progress.RunProgress.counts`)."""
+
+    completed: int
+    failed: int
+    stopped: int
+    skipped: int
+    active: int
+    pending: int
+    to_do: int
+    done_earlier: int
+
+
+class ProgressTotals(_Figures):
+    """The run's figures."""
+
+    cost: float | None
+    """``null`` when unpriced codons spent nothing priced."""
+    cost_text: str
+    """The words of the run summary's cost row (``≥ $0.0320 (2 codons unpriced)``)."""
+    unpriced_codons: int
+    spent: float | None
+    tokens: int
+    sentinel_cost: float
+    codons: CodonCounts
+
+
+class LoopCut(_Figures):
+    """A loop a budget of the hank ended early."""
+
+    loop_id: str
+    iterations: int
+
+
+class ProgressSnapshot(_Figures):
+    """``progress.snapshot`` (Weft, with the handshake's ``progress``): the one
+    fold of the journal (:class:`weft.progress.RunProgress`), as every view shows
+    it: the newest run's codons in plan order, its outcome and totals. Sent when
+    the connection goes live (after its replay), then at most a few times a
+    second while events come."""
+
+    seq: int
+    """The newest journaled event the figures include."""
+    run_id: str | None
+    ending: RunEnding | None
+    """The newest run's outcome (``kind`` ``running`` while it runs); null before any run."""
+    runs: list[RunEnding]
+    """Every run the fold saw, oldest first, each with its outcome."""
+    started_at: str | None
+    ended_at: str | None
+    codons: list[CodonFigures]
+    totals: ProgressTotals
+    loops_cut: list[LoopCut]
+    series: list[tuple[str, float, int]]
+    """``[time, dollars, tokens]`` of the run's totals over time (a few hundred points)."""
+
+
 CONNECTION_MESSAGES: Final[dict[str, type[msgspec.Struct]]] = {
     "handshake.response": HandshakeResponse[WireEvent],
     "server.ready": ServerReady,
@@ -346,6 +466,7 @@ CONNECTION_MESSAGES: Final[dict[str, type[msgspec.Struct]]] = {
     "command.ack": CommandAck,
     "checkpoint.list": CheckpointListReply,
     "error": ErrorReply,
+    "progress.snapshot": ProgressSnapshot,
 }
 """Connection messages by type: their data shapes, for the client and the schema."""
 

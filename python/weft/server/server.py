@@ -87,6 +87,7 @@ from weft.server.session import (
     Session,
     error_message,
 )
+from weft.server.snapshot import ProgressFeed
 from weft.state import Listener, StateManager
 from weft.web.pages import dashboard_response
 
@@ -178,6 +179,10 @@ class ServerInfo:
 
 LAGGING_CLOSE_TIMEOUT = 30.0
 
+PROGRESS_INTERVAL = 0.25
+"""Seconds a ``progress.snapshot`` waits after the batch that changed the
+figures: the batches of that time share one snapshot (at most four a second)."""
+
 _REJECTED_HINTS = {
     "codon.skip": "no codon is running",
     "codon.forceStop": "no codon is running",
@@ -190,13 +195,15 @@ _REJECTED_HINTS = {
 class _Peer:
     """One connection: its session, its live cursor and its background tasks."""
 
-    __slots__ = ("cursor", "live_batches", "session", "tasks", "ws")
+    __slots__ = ("cursor", "live_batches", "progress", "session", "tasks", "ws")
 
     def __init__(self, ws: ServerConnection, session: Session) -> None:
         self.ws = ws
         self.session = session
         self.cursor = 0
         self.live_batches = False
+        self.progress = False
+        """It asked for ``progress.snapshot`` messages."""
         self.tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -273,6 +280,12 @@ class ProtocolServer:
         self._unsubscribe: Callable[[], None] | None = None
         self._shutting_down = False
         self._closed = False
+        self._feed: asyncio.Future[ProgressFeed] | None = None
+        """The run's fold, seeded when a client first asks for progress."""
+        self._feed_unsubscribe: Callable[[], None] | None = None
+        self._progress_peers: dict[_Peer, None] = {}
+        """Live connections that get ``progress.snapshot`` messages."""
+        self._progress_timer: asyncio.TimerHandle | None = None
         self.port = 0
         self.host = config.host
 
@@ -370,7 +383,16 @@ class ProtocolServer:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self._feed_unsubscribe is not None:
+            self._feed_unsubscribe()
+            self._feed_unsubscribe = None
         self._fanout.flush()
+        if self._progress_timer is not None:
+            # The figures of the run's last events go out before the connections close.
+            self._progress_timer.cancel()
+            self._send_progress()
+        if self._feed is not None and not self._feed.done():
+            self._feed.cancel()
         if self._server is not None:
             self._server.close(close_connections=False)
             for peer in list(self._peers):
@@ -448,6 +470,7 @@ class ProtocolServer:
         finally:
             self._fanout.remove(peer)
             self._peers.pop(peer, None)
+            self._progress_peers.pop(peer, None)
             for task in list(peer.tasks):
                 task.cancel()
 
@@ -487,6 +510,7 @@ class ProtocolServer:
             fanout.last(HISTORY_LIMIT) if join.send_previous and join.after_seq is None else []
         )
         peer.live_batches = join.live_batches
+        peer.progress = join.progress
         response = HandshakeResponse(
             client_id=peer.session.client_id,
             mode=join.mode,
@@ -513,6 +537,8 @@ class ProtocolServer:
             peer.cursor = head
             peer.session.joined(history[0][0] if history else head + 1)
             fanout.add(peer)
+            if peer.progress:
+                peer.spawn(self._progress_live(peer))
             return
         # A cursor past the journal's end cannot be honoured: start from the end.
         peer.cursor = min(join.after_seq, head)
@@ -534,6 +560,8 @@ class ProtocolServer:
                     self._send_rows(peer, tail, page_size, None, peer.cursor)
                     peer.cursor = fanout.head
                     fanout.add(peer)
+                    if peer.progress:
+                        await self._progress_live(peer)
                     return
                 page = await (
                     ahead
@@ -601,6 +629,59 @@ class ProtocolServer:
                 return
         if not sent or cursor < upto:
             peer.send(history_page(b"", False, cursor, request.command_id))
+
+    # -- progress ------------------------------------------------------------------
+
+    def _progress_feed(self) -> asyncio.Future[ProgressFeed]:
+        """The run's fold, seeded from the journal the first time a client asks:
+        subscribed first, then the journal up to then is read (off the loop);
+        the live items that come meanwhile wait in the feed."""
+        if self._feed is None:
+            feed = ProgressFeed(self._progress_changed)
+            head = self._manager.last_seq
+            self._feed_unsubscribe = self._manager.add_listener(feed.on_processed)
+
+            async def seed() -> ProgressFeed:
+                await self._history.fold(head, feed.fold_row)
+                feed.seed_done()
+                return feed
+
+            self._feed = asyncio.ensure_future(seed())
+        return self._feed
+
+    async def _progress_live(self, peer: _Peer) -> None:
+        """``peer`` is live: it gets the figures now, then with the batches."""
+        try:
+            feed = await asyncio.shield(self._progress_feed())
+        except Exception as exc:
+            log.error("the run's figures could not be folded from the journal: %s", exc)
+            peer.send(
+                error_message(Code.NOT_AVAILABLE, f"progress.snapshot is not available: {exc}")
+            )
+            return
+        if self._closed or not peer.open:
+            return
+        peer.send(encode_message("progress.snapshot", feed.snapshot()))
+        self._progress_peers[peer] = None
+
+    def _progress_changed(self) -> None:
+        """A batch changed the fold: a snapshot follows within PROGRESS_INTERVAL."""
+        if self._progress_timer is None and self._progress_peers:
+            self._progress_timer = asyncio.get_running_loop().call_later(
+                PROGRESS_INTERVAL, self._send_progress
+            )
+
+    def _send_progress(self) -> None:
+        """One snapshot, encoded once, to every live connection that asked."""
+        self._progress_timer = None
+        feed = self._feed
+        if not self._progress_peers or feed is None or not feed.done() or feed.cancelled():
+            return
+        if feed.exception() is not None:
+            return  # each waiting connection was told (_progress_live)
+        frame = text_frame(encode_message("progress.snapshot", feed.result().snapshot()))
+        for peer in list(self._progress_peers):
+            peer.write(frame)
 
     def _ping(self, peer: _Peer, ping: Ping) -> None:
         _, stamp = now_iso()

@@ -106,6 +106,8 @@ class Join:
     after_seq: int | None
     live_batches: bool
     page_size: int
+    progress: bool = False
+    """The client asked for ``progress.snapshot`` messages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +321,7 @@ class Session:
             after_seq=data.after_seq,
             live_batches=data.live_batches,
             page_size=data.page_size or self._page_size,
+            progress=data.progress,
         )
 
     def _refuse_token(self, data: HandshakeData) -> str | None:

@@ -71,7 +71,9 @@ async function refresh() {
     cell(tr, e.hank);
     cell(tr, e.state, `state s-${e.state === "live" ? "running" : e.state}`);
     cell(tr, String(e.codons));
-    cell(tr, `$${e.cost.toFixed(4)}`);
+    // The server words the cost (weft.money.known_cost): `unpriced`, `≥ $X` or `$X`;
+    // `cost` is null when the model had no price.
+    cell(tr, e.costText, "cost");
     cell(tr, age(e.ageSeconds));
     const button = document.createElement("button");
     button.textContent = e.live ? "Watch live" : "Replay";
