@@ -283,3 +283,56 @@ def replayed(tmp_path: Path, events: Sequence[Any]) -> Iterator[str]:
     assert not refused, f"the core refused a transition of the test: {refused}"
     with served(execution) as url:
         yield url
+
+
+def progress(page: Any) -> dict[str, Any] | None:
+    """The newest ``progress.snapshot`` the page got (its data), if any."""
+    found: dict[str, Any] | None = page.execute_script(
+        "return window.weftDashboard.state.progress;"
+    )
+    return found
+
+
+def assert_shows_the_figures(page: Any, execution: Path) -> dict[str, Any]:
+    """The page got a ``progress.snapshot`` of the whole journal, its figures are
+    :class:`weft.progress.RunProgress` folded over that journal, and the page
+    shows what it says: each codon's state, cost words and failure, the outcome's
+    word and kind, the totals' cost words. Returns the snapshot."""
+    from tests.server.figures import expected, folded, said
+
+    end = journal_end(execution)
+
+    def whole() -> dict[str, Any] | None:
+        snap = progress(page)
+        return snap if snap is not None and snap["seq"] == end else None
+
+    snap: dict[str, Any] = wait_for(whole, f"a snapshot of the journal's {end} events", page=page)
+    assert said(snap) == expected(folded(execution / ".weft" / "weft.db"))
+    drawn = [(c["codonId"], c["status"]) for c in snap["codons"]]
+    wait_for(lambda: rows(page) == drawn, f"the rows {drawn}", page=page)
+    for c in snap["codons"]:
+        row = cells(page, c["codonId"])
+        assert row[4] == (c["costText"] if c["attempts"] else ""), (c, row)
+        if c["failure"]:
+            assert row[5] == c["failure"], (c, row)
+    ending = snap["ending"]
+    outcome = page.find_element("id", "outcome")
+    assert outcome.text == ending["word"]
+    assert outcome.get_attribute("data-outcome") == ending["kind"]
+    assert text(page, "totals").startswith(snap["totals"]["costText"] + " · ")
+    return snap
+
+
+@contextlib.contextmanager
+def listed(root: Path) -> Iterator[str]:
+    """``weft ui``'s server (:class:`weft.web.machine.MachineDashboard`) over
+    ``root``, in this process; yields the list page's address with its token."""
+    from weft.web.machine import MachineDashboard
+
+    with _loop_thread() as on_loop:
+        dashboard = MachineDashboard(root)
+        on_loop(dashboard.start())
+        try:
+            yield f"{dashboard.url}#token={dashboard.token}"
+        finally:
+            on_loop(dashboard.close())

@@ -11,11 +11,14 @@ from typing import Any
 from tests.web.browser import (
     LiveRun,
     artifacts_dir,
+    assert_shows_the_figures,
+    cells,
     journal_end,
     live_run,
     replayed,
     rows,
     stats,
+    text,
     wait_for,
 )
 from websockets.sync.client import connect
@@ -173,16 +176,18 @@ def test_a_rollback_from_the_page_changes_the_work_tree(page: Any, tmp_path: Pat
         actions = [li.text for li in page.find_elements("css selector", "#actions li")]
         assert actions[0] == "rollback.toCheckpoint: accepted", actions
         assert notes.read_text() == "# Hello\n\nWelcome to the Weft demo.\n"
-        # polish is superseded on the thread; a second run continues.
-        wait_for(
-            lambda: page.find_elements(
-                "css selector", '#codons tr.superseded[data-codon="polish"]'
-            ),
-            "polish marked superseded",
-            page=page,
-        )
-        assert "rollback" in page.find_element("id", "timeline").text
+        # A second run continues after greet: the timeline says why.
+        wait_for(lambda: "rollback" in text(page, "timeline"), "the rollback's run", page=page)
         assert_exact(page, run)
+        snap = assert_shows_the_figures(page, run.execution)
+        # The rolled-back run was stopped by it; the new one runs, after greet.
+        assert [r["word"] for r in snap["runs"]] == ["stopped", "running"]
+        assert snap["runs"][0]["reason"] == "rolled back"
+        assert "stopped: draft#0: rolled back" in text(page, "timeline")
+        assert cells(page, "greet")[1] == "completed earlier"
+        assert ("draft#0", "pending") in rows(page)
+        # (Which codons the rollback undid is not in the fold yet: see
+        # test_outcomes.py's test_a_rollback_puts_the_codons_it_undid_back_to_do.)
 
 
 def test_an_urgent_message_from_the_page_resumes_the_agent_with_it(
@@ -302,6 +307,7 @@ def test_a_run_that_ends_says_so_and_does_not_call_it_a_disconnection(
         assert run.process.wait(timeout=30) == 0
         assert page.find_element("id", "outcome").text == "completed"
         assert rows(page) == [("work", "completed"), ("after", "completed")]
+        assert_shows_the_figures(page, run.execution)
         connects = stats(page)["connects"]
         time.sleep(1.5)  # a reconnect would be tried within 250 ms
         assert connection.text == "run ended"
@@ -329,15 +335,17 @@ def test_stopping_the_run_from_the_page_shows_it_stopped_not_failed(
         outcome = page.find_element("id", "outcome")
         wait_for(lambda: outcome.text != "running", "the run's end", timeout=60, page=page)
         assert outcome.get_attribute("data-outcome") == "stopped", outcome.text
-        assert outcome.text == "stopped by you (work stays to do)", outcome.text
-        # The codon the stop cut short did not fail: it is stopped, and to do again.
-        assert rows(page, pending=False) == [("work", "stopped")]
+        assert outcome.text == "stopped", outcome.text
         wait_for(
             lambda: page.find_element("id", "connection").text == "run ended", "closed", page=page
         )
-        # The stopped codon and the one after it are still to do.
-        assert ("work", "pending") in rows(page)
-        assert ("after", "pending") in rows(page)
+        snap = assert_shows_the_figures(page, run.execution)
+        assert snap["ending"]["codonId"] == "work"
+        assert text(page, "outcome-detail").startswith("work: "), text(page, "outcome-detail")
+        # The codon the stop cut short did not fail: it is stopped, and to do
+        # again, as is the one after it.
+        assert rows(page) == [("work", "stopped"), ("after", "pending")]
+        assert [c["toDo"] for c in snap["codons"]] == [True, True]
         page.save_screenshot(str(artifacts_dir() / "dashboard-stopped.png"))
     from tests.runtime.hanks import journal
 

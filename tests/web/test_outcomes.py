@@ -1,24 +1,31 @@
 """How the dashboard says a run and its codons ended, in a real headless Chromium.
 
 Every journal here is built from Weft's own msgspec structs and written by a
-real StateManager (the core validates each transition), then replayed by the
-server ``weft ui`` starts for a finished execution: the page gets exactly the
-bytes a run would have journaled, never a hand-written shape.
+real StateManager (the core validates each transition), or by a real run, then
+replayed by the server ``weft ui`` starts for a finished execution: the page
+gets exactly the bytes a run would have journaled, never a hand-written shape.
+The figures it shows are the server's ``progress.snapshot``: each test checks
+that they are the fold of the journal (:class:`weft.progress.RunProgress`) and
+that the page shows what the message says (``assert_shows_the_figures``).
 """
 
 from __future__ import annotations
 
-import re
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.runtime.hanks import codon, journal, write_hank
 from tests.web.browser import (
     artifacts_dir,
+    assert_shows_the_figures,
     cells,
     child_environment,
+    listed,
     replayed,
     rows,
     served,
@@ -51,6 +58,9 @@ from weft.events.transitions import (
     Transition,
     TransitionMetadata,
 )
+
+UNPRICED = "fake/openai/gpt-5.2"
+"""A model the fake agent runs and Weft's pricing table does not know."""
 
 T0 = "2026-11-21T10:00:00.000Z"
 T1 = "2026-11-21T10:00:05.000Z"
@@ -114,9 +124,54 @@ def completed(run: str, codon: str) -> list[Transition]:
 
 
 def open_replay(page: Any, url: str, events: int) -> None:
+    """Opens a replay and waits until every event and the figures are drawn."""
     page.get(url)
     wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
     wait_for(lambda: stats(page)["lastSeq"] == events, f"the page to reach seq {events}")
+
+
+def is_to_do(page: Any, codon: str) -> bool:
+    """Whether the page marks a codon's row as still to do."""
+    found: bool = page.execute_script(
+        "const tr = document.querySelector(`#codons tr[data-codon='${arguments[0]}']`);"
+        "return !!tr && tr.dataset.todo === '1';",
+        codon,
+    )
+    return found
+
+
+def weft_status(execution: Path, tmp_path: Path) -> dict[str, Any]:
+    """``weft status --json`` of an execution."""
+    argv = [sys.executable, "-m", "weft", "status", str(execution), "--json"]
+    done = subprocess.run(
+        argv, env=child_environment(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    status: dict[str, Any] = json.loads(done.stdout)
+    return status
+
+
+def assert_agrees_with_weft_status(snap: dict[str, Any], execution: Path, tmp_path: Path) -> None:
+    """A one-run execution: the snapshot's cost, outcome and codon states are
+    what ``weft status --json`` says (a stopped codon is its record's ``failed``)."""
+    status = weft_status(execution, tmp_path)
+    (run,) = status["runs"]
+    assert snap["runId"] == run["runId"]
+    assert snap["totals"]["cost"] == status["totalCost"]
+    assert snap["totals"]["unpricedCodons"] == status["unpricedCodons"]
+    assert snap["ending"]["word"] == run["status"]
+    if run["ending"] is not None:
+        for key in ("kind", "codonId", "reason", "forced", "budget"):
+            assert snap["ending"][key] == run["ending"][key], key
+    records = {c["codonId"]: c for c in run["codons"]}
+    for c in snap["codons"]:
+        record = records.get(c["codonId"])
+        if record is None:
+            assert c["status"] == "pending"
+            continue
+        assert {"stopped": "failed"}.get(c["status"], c["status"]) == record["status"]
+        assert c["cost"] == record["cost"]
+        assert c["unpriced"] == record["unpriced"]
 
 
 def run_titles(page: Any) -> list[str]:
@@ -142,12 +197,14 @@ def test_a_failed_codon_says_its_failure_type_and_message_and_the_run_which_codo
     ]  # fmt: skip
     with replayed(tmp_path, events) as url:
         open_replay(page, url, len(events))
+        assert_shows_the_figures(page, tmp_path / "execution")
         assert rows(page) == [("plan", "completed"), ("build", "failed")]
         assert cells(page, "build")[5] == "error_result: the tests do not pass"
         outcome = page.find_element("id", "outcome")
         assert outcome.get_attribute("data-outcome") == "failed"
-        assert outcome.text == "failed at build: error_result: the tests do not pass"
-        assert "failed at build" in run_titles(page)[0]
+        assert outcome.text == "failed"
+        assert text(page, "outcome-detail") == "build: error_result: the tests do not pass"
+        assert "failed: build: error_result: the tests do not pass" in run_titles(page)[0]
         page.save_screenshot(str(artifacts_dir() / "dashboard-failed-run.png"))
 
 
@@ -165,14 +222,14 @@ def test_a_run_stopped_in_an_older_journal_is_stopped_not_failed(page: Any, tmp_
     ]
     with replayed(tmp_path, events) as url:
         open_replay(page, url, len(events))
-        statuses = page.execute_script(
-            "const runs = window.weftDashboard.state.runs;"
-            "return Object.fromEntries([...runs.values()].map((r) => [r.runId, r.status]));"
-        )
-        assert statuses == {"r1": "stopped", "r2": "failed"}
+        snap = assert_shows_the_figures(page, tmp_path / "execution")
+        assert [(r["runId"], r["kind"]) for r in snap["runs"]] == [
+            ("r1", "stopped"),
+            ("r2", "failed"),
+        ]
         titles = run_titles(page)
-        assert "· stopped ·" in titles[0], titles
-        assert "failed at work: process_error: exit 1" in titles[1], titles
+        assert "· stopped: stopped ·" in titles[0], titles
+        assert "· failed ·" in titles[1], titles
         assert cells(page, "work")[5] == "process_error: exit 1"
 
 
@@ -186,9 +243,14 @@ def test_a_crash_fails_the_codon_it_was_running(page: Any, tmp_path: Path) -> No
     ]
     with replayed(tmp_path, events) as url:
         open_replay(page, url, len(events))
+        snap = assert_shows_the_figures(page, tmp_path / "execution")
         assert rows(page, pending=False) == [("plan", "completed"), ("build", "failed")]
         assert cells(page, "build")[5] == "crash: Server crashed"
-        assert cells(page, "build")[2] == "5.0 s"  # ended when the crash was found, not now
+        # Ended when the crash was journaled: its time no longer moves.
+        assert snap["codons"][1]["endedAt"] is not None
+        timed = cells(page, "build")[2]
+        time.sleep(1.2)
+        assert cells(page, "build")[2] == timed
         outcome = page.find_element("id", "outcome")
         assert outcome.get_attribute("data-outcome") == "crashed"
         assert "crashed" in outcome.text
@@ -217,24 +279,26 @@ def test_a_user_stop_and_a_budget_stop_are_said_as_such(page: Any, tmp_path: Pat
     ]  # fmt: skip
     with replayed(tmp_path, events) as url:
         open_replay(page, url, len(events))
-        statuses = page.execute_script(
-            "const runs = window.weftDashboard.state.runs;"
-            "return Object.fromEntries([...runs.values()].map((r) => [r.runId, r.status]));"
-        )
-        assert statuses == {"r1": "stopped", "r2": "budget"}
+        snap = assert_shows_the_figures(page, tmp_path / "execution")
+        assert [(r["runId"], r["word"]) for r in snap["runs"]] == [
+            ("r1", "stopped"),
+            ("r2", "budget-stopped"),
+        ]
         titles = run_titles(page)
-        assert "stopped (forced): SIGINT (build stays to do)" in titles[0], titles
-        # The codon the stop cut short is stopped, not failed, and to do again.
-        drawn = rows(page, pending=False)
-        assert drawn == [("plan", "completed"), ("build", "stopped"), ("build", "stopped")]
+        assert "stopped: build: SIGINT (the agent was killed)" in titles[0], titles
+        # The codon the stop cut short is stopped, not failed, and to do again;
+        # plan was completed by the first run.
+        assert rows(page) == [("plan", "pending"), ("build", "stopped")]
+        assert cells(page, "plan")[1] == "completed earlier"
+        assert is_to_do(page, "build")
+        assert not is_to_do(page, "plan")
         outcome = page.find_element("id", "outcome")
         assert outcome.get_attribute("data-outcome") == "budget"
-        assert outcome.text == (
-            "budget-stopped: the run's --max-cost $0.05 was reached ($0.0512 spent)"
-            " (build stays to do)"
+        assert outcome.text == "budget-stopped"
+        assert text(page, "outcome-detail") == (
+            "build: the run's --max-cost $0.05 was reached ($0.0512 spent)"
         )
-        # What is left: build, to do again.
-        assert ("build", "pending") in rows(page)
+        assert cells(page, "build")[4] == "$0.0512"
         page.save_screenshot(str(artifacts_dir() / "dashboard-budget-stopped.png"))
 
 
@@ -248,6 +312,7 @@ def test_a_finished_execution_is_a_replay_not_live(page: Any, tmp_path: Path) ->
     ]
     with replayed(tmp_path, events) as url:
         open_replay(page, url, len(events))
+        assert_shows_the_figures(page, tmp_path / "execution")
         connection = page.find_element("id", "connection")
         assert connection.text == "finished · replay"
         assert "good" not in (connection.get_attribute("class") or "")
@@ -260,8 +325,10 @@ def test_the_plan_shows_the_codons_still_to_do(page: Any, tmp_path: Path) -> Non
     events = [started("r1", "plan", "build", "ship"), *completed("r1", "plan")]
     with replayed(tmp_path, events) as url:
         open_replay(page, url, len(events))
+        assert_shows_the_figures(page, tmp_path / "execution")
         assert rows(page) == [("plan", "completed"), ("build", "pending"), ("ship", "pending")]
-        assert "to do · 2 codons not started" in text(page, "codons")
+        assert "to do: 2 codons" in text(page, "codons")
+        assert [is_to_do(page, c) for c in ("plan", "build", "ship")] == [False, True, True]
         assert cells(page, "build")[0] == "build · Build"
 
 
@@ -316,19 +383,138 @@ def test_a_real_run_stopped_by_its_budget_reads_budget_stopped(page: Any, tmp_pa
     with served(execution) as url:
         page.get(url)
         wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+        snap = assert_shows_the_figures(page, execution)
         outcome = page.find_element("id", "outcome")
-        wait_for(lambda: outcome.text != "running", "the outcome", page=page)
         assert outcome.get_attribute("data-outcome") == "budget"
-        assert outcome.text.startswith("budget-stopped: "), outcome.text
+        assert outcome.text == "budget-stopped"
         # Where the cap is crossed depends on when the fake's spend is reported
         # (usually at a's end: b stays to do); whichever it is stays to do, and
         # nothing is called failed.
-        assert "--max-cost" in outcome.text
-        stays = re.search(r"\((\w+) stays to do\)$", outcome.text)
-        assert stays is not None, outcome.text
+        detail = text(page, "outcome-detail")
+        assert "--max-cost" in detail
+        stays = snap["ending"]["codonId"]
+        assert detail.startswith(f"{stays}: "), detail
+        assert is_to_do(page, stays)
+        assert is_to_do(page, "b")
         drawn = rows(page)
-        assert (stays[1], "pending") in drawn, drawn
-        assert ("b", "pending") in drawn
         assert not [r for r in drawn if r[1] == "failed"], drawn
+        assert_agrees_with_weft_status(snap, execution, tmp_path)
         assert page.find_element("id", "connection").text == "finished · replay"
         page.save_screenshot(str(artifacts_dir() / "dashboard-budget-stopped-run.png"))
+
+
+def test_an_unpriced_codon_reads_unpriced_never_zero(page: Any, tmp_path: Path) -> None:
+    """A model without a price (tokens, no cost): the codon's cost and the
+    totals read ``unpriced``, as weft status says, never ``$0.0000``; a priced
+    codon beside it makes the total a lower bound (``≥ $X``)."""
+    from weft.events.stream import TokenUsageEvent
+
+    events: list[Any] = [
+        started("r1", "free", "paid"),
+        *running("r1", "free"),
+        TokenUsageEvent(codon_id="free", input_tokens=900, output_tokens=40,
+                        cache_creation_tokens=0, cache_read_tokens=0, total_cost=None),
+        moved("r1", "free", "running", "completed", checkpoint_sha="f" * 40),
+    ]  # fmt: skip
+    with replayed(tmp_path / "one", events) as url:
+        open_replay(page, url, len(events))
+        snap = assert_shows_the_figures(page, tmp_path / "one" / "execution")
+        assert cells(page, "free")[4] == "unpriced"
+        assert snap["totals"]["cost"] is None
+        assert text(page, "totals").startswith("unpriced · ")
+    events += [
+        *running("r1", "paid"),
+        CostsIncremented(run_id="r1", codon_id="paid", cost_delta=0.032,
+                         tokens_delta=TokenUsage(input_tokens=1000)),
+        moved("r1", "paid", "running", "completed", checkpoint_sha="e" * 40),
+        RunCompleted(run_id="r1", end_time=T1),
+    ]  # fmt: skip
+    with replayed(tmp_path / "two", events) as url:
+        open_replay(page, url, len(events))
+        assert_shows_the_figures(page, tmp_path / "two" / "execution")
+        assert cells(page, "free")[4] == "unpriced"
+        assert cells(page, "paid")[4] == "$0.0320"
+        assert text(page, "totals").startswith("≥ $0.0320 (1 codon unpriced) · ")
+        assert page.find_element("id", "outcome").text == "completed"
+        page.save_screenshot(str(artifacts_dir() / "dashboard-unpriced.png"))
+
+
+def test_a_real_run_on_an_unpriced_model_reads_as_weft_status_says(
+    page: Any, tmp_path: Path
+) -> None:
+    """A real ``weft run`` whose model has no price, replayed: the page shows
+    ``unpriced`` where ``weft status --json`` says null, and the same outcome."""
+    hank = write_hank(tmp_path / "hank", codon("a", model=UNPRICED), codon("b", model=UNPRICED))
+    execution = tmp_path / "executions" / "x"
+    argv = [sys.executable, "-m", "weft", "run", str(hank), "--execution", str(execution)]
+    done = subprocess.run(
+        [*argv, "--headless"],
+        env=child_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    with served(execution) as url:
+        page.get(url)
+        wait_for(lambda: page.execute_script("return document.body.dataset.rendered"), "render")
+        snap = assert_shows_the_figures(page, execution)
+        assert [(c["codonId"], c["status"], c["costText"]) for c in snap["codons"]] == [
+            ("a", "completed", "unpriced"),
+            ("b", "completed", "unpriced"),
+        ]
+        assert cells(page, "a")[4] == "unpriced"
+        assert page.find_element("id", "outcome").text == "completed"
+        assert_agrees_with_weft_status(snap, execution, tmp_path)
+    # The list page (weft ui) says it too, where it once threw on the null cost.
+    with listed(execution.parent) as address:
+        page.get(address)
+        cost = wait_for(
+            lambda: page.execute_script(
+                "const tr = document.querySelector('#executions tr[data-id=\"x\"]');"
+                "return tr && tr.querySelector('td.cost').textContent;"
+            ),
+            "the execution's row",
+            page=page,
+        )
+        assert cost == "unpriced"
+        assert (
+            page.find_element("css selector", '#executions tr[data-id="x"]').get_attribute(
+                "data-state"
+            )
+            == "completed"
+        )
+        errors = [e for e in page.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+        page.save_screenshot(str(artifacts_dir() / "ui-list-unpriced.png"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="weft.progress does not fold rollback.started: a codon the rollback undid keeps "
+    "`earlier: completed` in the continuation run, so the fold (and every view) calls it done",
+)
+def test_a_rollback_puts_the_codons_it_undid_back_to_do(page: Any, tmp_path: Path) -> None:
+    from weft.events.stream import RollbackStartedEvent
+    from weft.events.transitions import Continuation, ContinuationSource
+
+    events: list[Any] = [
+        started("r1", "plan", "build", "ship"),
+        *completed("r1", "plan"),
+        *completed("r1", "build"),
+        RollbackStartedEvent(from_run="r1", to_run="r2", to_codon="plan",
+                             to_checkpoint="plan".rjust(40, "0"), checkpoint_type="completed",
+                             codons_to_process=["build"]),
+        RunStopped(run_id="r1", end_time=T1, by="user", reason="rolled back"),
+        RunStarted(run_id="r2", run_folder="/x/.weft/runs/r2", git_branch="run-r2",
+                   starting_conditions=Continuation(
+                       source=ContinuationSource(run_id="r1", after_codon="plan",
+                                                 checkpoint_sha="plan".rjust(40, "0")),
+                       reason="rollback"),
+                   server_pid=1, start_time=T1),
+    ]  # fmt: skip
+    with replayed(tmp_path, events) as url:
+        open_replay(page, url, len(events))
+        snap = assert_shows_the_figures(page, tmp_path / "execution")
+        to_do = {c["codonId"]: c["toDo"] for c in snap["codons"]}
+        assert to_do == {"plan": False, "build": True, "ship": True}

@@ -8,6 +8,12 @@
 // missing. An event at or below `lastSeq` is counted as a duplicate and
 // dropped; one that skips a seq is counted as a gap (both must stay 0).
 //
+// Where the figures come from: the server. Codon states, the run's outcome, what
+// is to do, costs and totals are the server's `progress.snapshot` (the one fold of
+// the journal, weft.progress, that every view of Weft reads), asked for in the
+// handshake; the page renders them and never folds the events into figures. The
+// events give the rest: transcripts, checkpoints, sentinels, errors, each run's start.
+//
 // How it stays fast: events only update a model (plain objects and maps) and
 // mark what changed; nothing is drawn while a replay pours in, then the page
 // is drawn once. After that, one render per animation frame touches only the
@@ -17,12 +23,6 @@
 // and a codon's transcript is built from its events only when it is opened.
 // Nothing from an event is ever parsed as HTML (textContent only).
 
-const TERMINAL = new Set(["completed", "failed", "skipped"]);
-const DONE = new Set(["completed", "skipped"]); // a codon the plan does not run again
-const PENDING = "pending"; // a planned codon not started (or to run again): weft.progress.PENDING
-// The one word of each outcome (weft.outcome.WORD).
-const WORD = { running: "running", completed: "completed", failed: "failed", stopped: "stopped",
-  budget: "budget-stopped", crashed: "crashed" };
 const MAX_LIST = 300; // rows kept in the errors and sentinels lists (newest)
 const CHART_POINTS = 600; // the chart's polyline is thinned to about its width
 const HEAVY_MS = 300; // panels rebuilt whole (timeline, chart...) at most this often
@@ -35,96 +35,56 @@ const CHECKPOINT_ROWS = 100; // checkpoint rows drawn at first, and per "show ol
 const $ = (id) => document.getElementById(id);
 
 // -- the model ---------------------------------------------------------------
+//
+// Two sources, each with its own job. The journaled events (replayed, then live)
+// give what the page shows of them as they are: each codon's transcript, the
+// checkpoints, sentinels, errors, budget lines, each run's start. The figures,
+// which codon is in which state, how the run ended, what is to do, what it cost,
+// come from the server's `progress.snapshot` (docs/protocol.md): the one fold of
+// the journal every view of Weft reads (weft.progress), never folded here again.
 
 const S = {
   lastSeq: 0,
   targetSeq: null, // lastSeq of the first handshake: reached = first full render
   replayed: false,
-  stats: { events: 0, duplicates: 0, gaps: 0, connects: 0 },
+  stats: { events: 0, duplicates: 0, gaps: 0, connects: 0, snapshots: 0 },
   time: { parse: 0, apply: 0, render: 0 }, // ms spent on each (benchmarks read them)
   mode: null,
-  runs: new Map(), // runId -> {runId, reason, status, outcome, start, keys: [], stoppedBy}
+  progress: null, // the newest progress.snapshot's data: the figures
+  noProgress: false, // the server could not send them (its error is in the list)
+  runs: new Map(), // runId -> {runId, reason, start}: each RunStarted, as it says
   currentRun: null, // the newest RunStarted's runId (stream events carry none)
-  codons: new Map(), // runId/codonId -> codon record
-  order: [], // codon keys in the order they started
-  plan: new Map(), // codonId -> {name, loop, files}
-  planOrder: [], // codon ids in plan order (a fresh RunStarted's plan, PlanExtended, PlanTrimmed)
-  pending: new Map(), // codonId -> row record of a planned codon not started (status "pending")
+  codons: new Map(), // runId/codonId -> a codon's kept events (its transcript)
+  order: [], // codon ids of the table, in plan order (the snapshot's)
   replay: false, // the server replays a finished execution (server.ready's `replay`): nothing follows
   ended: false, // the server closed because the run ended
-  latest: new Map(), // codonId -> key of its newest record
+  latest: new Map(), // codonId -> key of its newest events record
   checkpoints: [],
   sentinels: [],
   errors: [],
-  series: [], // [timestamp (ISO; parsed only for the points drawn), total cost, total tokens]
   lastTimestamp: null, // the newest event's time, and when it arrived (Date.now())
   lastArrival: 0,
   budgets: [], // {label, value, axis}
-  totalCost: 0,
-  totalTokens: 0,
   idle: "",
   execution: "",
 };
 
-const dirty = { rows: new Set(), window: false, pending: false, timeline: false, checkpoints: false,
+const dirty = { rows: new Set(), window: false, lines: false, timeline: false, checkpoints: false,
   sentinels: false, errors: false, chart: false, header: true, transcript: false };
-let selected = null; // the codon key whose transcript is open
+let selected = null; // the codon id whose transcript is open
 let scheduled = false;
 
-function codonRecord(runId, codonId, time) {
+// A codon's events in one run, kept as they came; its transcript (`items`) is
+// built from them when it is first opened (see buildItems).
+function eventsRecord(runId, codonId) {
   const key = `${runId}/${codonId}`;
   let rec = S.codons.get(key);
   if (!rec) {
-    const plan = S.plan.get(codonId) || {};
-    // `events`: the codon's own stream events, kept as they came; its transcript
-    // (`items`) is built from them when it is first opened (see buildItems).
-    rec = { key, runId, codonId, name: plan.name || "", loop: plan.loop || null,
-      status: "preparing", start: time, end: null, cost: 0, tokens: 0, last: null,
-      failure: "", superseded: false, events: [], items: [], tools: new Map(), built: 0 };
+    rec = { key, runId, codonId, last: null, events: [], items: [], tools: new Map(), built: 0 };
     S.codons.set(key, rec);
-    S.order.push(key);
-    addDisplay(rec);
-    const run = S.runs.get(runId);
-    if (run) run.keys.push(key);
-    const older = S.latest.get(codonId);
-    if (older && older !== key) supersede(older);
     S.latest.set(codonId, key);
-    dirty.timeline = true;
-    dirty.pending = true;
   }
   return rec;
-}
-
-function supersede(key) {
-  const rec = S.codons.get(key);
-  if (rec && !rec.superseded) {
-    rec.superseded = true;
-    dirty.checkpoints = true;
-    dirty.pending = true;
-    touch(rec);
-  }
-}
-
-function touch(rec) {
-  dirty.rows.add(rec.key);
-  if (rec.key === selected) dirty.transcript = true;
-}
-
-function tokensOf(t) {
-  if (!t) return 0;
-  return (t.inputTokens || 0) + (t.outputTokens || 0) + (t.cacheReadTokens || 0)
-    + (t.cacheCreationTokens || 0);
-}
-
-function setCost(rec, cost, tokens, time) {
-  S.totalCost += cost - rec.cost;
-  S.totalTokens += tokens - rec.tokens;
-  rec.cost = cost;
-  rec.tokens = tokens;
-  S.series.push([time, S.totalCost, S.totalTokens]);
-  dirty.chart = true;
-  dirty.header = true;
-  touch(rec);
 }
 
 function codonOf(data) {
@@ -134,76 +94,38 @@ function codonOf(data) {
   return key ? S.codons.get(key) : null;
 }
 
-// The plan: what the run will do, in order. A fresh RunStarted carries it whole;
-// a loop's next iteration (PlanExtended) and the rest of a loop that ended early
-// (PlanTrimmed) change it; a continuation run keeps it. Codons of the plan that
-// have not started are the table's pending rows (weft.progress keeps the same order).
-function planEntries(entries) {
-  const ids = [];
-  for (const e of entries || []) {
-    const c = e.codon || {};
-    const loop = e.loopContext ? { id: e.loopContext.loopId, iteration: e.loopContext.iteration } : null;
-    S.plan.set(e.codonId, { name: c.name || "", loop, files: c.checkpointedFiles || [] });
-    ids.push(e.codonId);
-  }
-  dirty.pending = true;
-  return ids;
+// The events record a row shows: the codon's in the snapshot's run, else its newest.
+function recordOf(codonId) {
+  const run = S.progress && S.progress.runId;
+  return S.codons.get(`${run}/${codonId}`) || S.codons.get(S.latest.get(codonId)) || null;
 }
 
-function extendPlan(afterId, entries) {
-  const added = planEntries(entries);
-  const order = S.planOrder;
-  let at = order.length;
-  for (let i = order.length - 1; i >= 0; i--) {
-    if (order[i] === afterId) { at = i + 1; break; }
-  }
-  const known = new Set(order);
-  order.splice(at, 0, ...[...new Set(added)].filter((id) => !known.has(id)));
-}
-
-function trimPlan(codonIds) {
-  const dropped = new Set(codonIds);
-  S.planOrder = S.planOrder.filter((id) => !dropped.has(id));
-  dirty.pending = true;
-}
-
-// Whether a planned codon is still to do: never started, or its newest record
-// was undone by a rollback, ended by a stop (`interrupted`: it stays to do), or
-// failed in an earlier run (a continuation runs it again).
-function toDo(codonId) {
-  const key = S.latest.get(codonId);
-  if (!key) return true;
-  const rec = S.codons.get(key);
-  if (rec.superseded || rec.interrupted) return true;
-  return rec.runId !== S.currentRun && !DONE.has(rec.status) && TERMINAL.has(rec.status);
-}
-
-// The text of a FailureReason (its wire key is `type`): "<type>: <message>", as
-// weft.progress words it.
-function failureText(reason) {
-  if (!reason) return "unknown reason";
-  if (typeof reason !== "object") return String(reason);
-  const type = reason.type || "error";
-  return reason.message ? `${type}: ${reason.message}` : type;
+function touchCodon(codonId) {
+  dirty.rows.add(codonId);
+  if (codonId === selected) dirty.transcript = true;
 }
 
 // A codon's checkpoints come in its transitions' metadata (`checkpointSha`); the
 // state it moves to says which checkpoint it is.
 const CHECKPOINT_TYPES = { starting: "rig-setup", completed: "completed", failed: "error", skipped: "skipped" };
 const seenCheckpoints = new Set();
+const planFiles = new Map(); // codonId -> its checkpointed files (the plan's entries say them)
 
 function addCheckpoint(sha, type, codonId, runId, time) {
   if (!sha || seenCheckpoints.has(`${runId}/${codonId}/${sha}/${type}`)) return;
   seenCheckpoints.add(`${runId}/${codonId}/${sha}/${type}`);
-  const plan = (codonId && S.plan.get(codonId)) || {};
-  S.checkpoints.push({ sha, type, codonId, runId, time, files: plan.files || [] });
+  S.checkpoints.push({ sha, type, codonId, runId, time, files: (codonId && planFiles.get(codonId)) || [] });
   dirty.checkpoints = true;
+}
+
+function planned(entries) {
+  for (const e of entries || []) planFiles.set(e.codonId, (e.codon || {}).checkpointedFiles || []);
 }
 
 // A stream event of a codon: kept for its transcript (built when opened).
 function keep(rec, ev) {
   rec.events.push(ev);
-  if (rec.key === selected) dirty.transcript = true;
+  if (rec.codonId === selected) dirty.transcript = true;
 }
 
 function note(kind, time, text) {
@@ -212,97 +134,25 @@ function note(kind, time, text) {
   dirty.errors = true;
 }
 
-// One function per event type: each updates the model and marks what changed.
+// One function per event type: each keeps what the page shows of it and marks
+// what changed. No event here changes a figure: those are the snapshot's.
 const ON = {
   RunStarted(d, ev) {
     const cond = d.startingConditions || {};
     const reason = cond.reason ? `${cond.type}: ${cond.reason}` : cond.type || "";
-    // stoppedBy: what ends the run as failed if it ends now (the newest codon's own
-    // failure, a fatal error, the run's budget): only for journals older than
-    // RunFailed's codonId and reason, where a RunFailed with none was a stop.
-    S.runs.set(d.runId, { runId: d.runId, reason, status: "running", outcome: "",
-      start: ev.timestamp, keys: [], stoppedBy: null });
+    S.runs.set(d.runId, { runId: d.runId, reason, start: ev.timestamp });
     S.currentRun = d.runId;
-    // A fresh run carries its plan; a continuation's goes on with the one known.
-    if (d.executionPlan) S.planOrder = planEntries(d.executionPlan);
+    planned(d.executionPlan);
     dirty.timeline = true;
-    dirty.pending = true;
-  },
-  RunCompleted(d) { endRun(d.runId, "completed", ""); },
-  RunFailed(d) {
-    const run = S.runs.get(d.runId);
-    if (d.codonId || d.reason) {
-      endRun(d.runId, "failed", failedText(d.codonId, d.reason));
-    } else if (run && run.stoppedBy) {
-      const by = run.stoppedBy;
-      endRun(d.runId, "failed", by.codonId ? failedText(by.codonId, by.reason) : by.reason);
-    } else {
-      // An older journal's stop (Ctrl-C, q, server.shutdown) was a RunFailed
-      // that nothing failed: it was stopped.
-      endRun(d.runId, "stopped", "stopped");
-    }
-  },
-  // Weft's own: a stop asked for (graceful or forced) or a budget ceiling crossed.
-  RunStopped(d) {
-    const stays = d.codonId ? ` (${d.codonId} stays to do)` : "";
-    if (d.by === "budget") {
-      endRun(d.runId, "budget", `budget-stopped: ${d.reason || budgetText(d.budget)}${stays}`);
-    } else {
-      // "stopped (forced) by you": the reason says who, without the word twice.
-      const word = d.forced ? "stopped (forced)" : "stopped";
-      const why = d.reason || "";
-      const said = /^stopped\b/i.test(why) ? `${word}${why.slice(7)}` : why ? `${word}: ${why}` : word;
-      endRun(d.runId, "stopped", `${said}${stays}`);
-    }
   },
   RunCrashed(d, ev) {
-    // The core fails the crashed run's active codon ("Server crashed"): so does the page.
-    const run = S.runs.get(d.runId);
-    for (const key of run ? [...run.keys].reverse() : []) {
-      const rec = S.codons.get(key);
-      if (TERMINAL.has(rec.status) || rec.superseded) continue;
-      rec.status = "failed";
-      rec.end = d.detectedAt || ev.timestamp;
-      rec.failure = "crash: Server crashed";
-      touch(rec);
-      break;
-    }
-    endRun(d.runId, "crashed", `crashed (last seen ${d.detectedAt || "?"})`);
     note("recovery", ev.timestamp, `Run ${d.runId} crashed (its last codon was ${d.lastCodonStatus || "?"}); last seen ${d.detectedAt || ""}`);
   },
-  PlanExtended(d) { extendPlan(d.afterCodonId, d.entries); },
-  PlanTrimmed(d) { trimPlan(d.codonIds); },
-  CodonStarted(d, ev) {
-    codonRecord(d.runId, d.codonId, d.startTime || ev.timestamp);
-    const run = S.runs.get(d.runId);
-    if (run && run.stoppedBy && run.stoppedBy.codonId) run.stoppedBy = null; // its failure was ignored
-  },
+  PlanExtended(d) { planned(d.entries); },
+  CodonStarted(d) { eventsRecord(d.runId, d.codonId); },
   CodonTransitioned(d, ev) {
-    const rec = codonRecord(d.runId, d.codonId, ev.timestamp);
-    rec.status = d.to;
-    if (TERMINAL.has(d.to)) rec.end = d.timestamp || ev.timestamp;
     const meta = d.metadata || {};
     if (meta.checkpointSha) addCheckpoint(meta.checkpointSha, CHECKPOINT_TYPES[d.to] || d.to, d.codonId, d.runId, ev.timestamp);
-    if (d.to === "failed") {
-      rec.failure = failureText(meta.failureReason);
-      // Interrupted is the codon a stop ended; any other failure would end the run as failed.
-      rec.interrupted = (meta.failureReason || {}).type === "interrupted";
-      if (!rec.interrupted) stoppedBy({ codonId: d.codonId, reason: rec.failure });
-      dirty.pending = true;
-    }
-    if (d.to === "preparing") dirty.pending = true;
-    touch(rec);
-    dirty.timeline = true;
-  },
-  CostsUpdated(d, ev) {
-    setCost(codonRecord(d.runId, d.codonId, ev.timestamp), d.cost || 0, tokensOf(d.tokens), ev.timestamp);
-  },
-  CostsIncremented(d, ev) {
-    const rec = codonRecord(d.runId, d.codonId, ev.timestamp);
-    setCost(rec, rec.cost + (d.costDelta || 0), rec.tokens + tokensOf(d.tokensDelta), ev.timestamp);
-  },
-  CodonFinalCostSet(d, ev) {
-    setCost(codonRecord(d.runId, d.codonId, ev.timestamp), d.finalCost || 0, tokensOf(d.finalTokens), ev.timestamp);
   },
   CheckpointCreated(d, ev) { addCheckpoint(d.sha, d.checkpointType, d.codonId, d.runId, ev.timestamp); },
   InitialCheckpointSet(d, ev) { addCheckpoint(d.sha, "initial", null, null, ev.timestamp); },
@@ -312,7 +162,7 @@ const ON = {
     if (!rec) return;
     rec.last = d;
     keep(rec, ev);
-    touch(rec);
+    touchCodon(rec.codonId);
   },
   "tool.result"(d, ev) {
     const rec = codonOf(d);
@@ -327,18 +177,12 @@ const ON = {
     note("recovery", ev.timestamp, `${d.codonId} will run again (attempt ${d.attempt} of ${d.maxAttempts}): ${d.reason || ""}`);
   },
   "rollback.started"(d, ev) {
-    for (const id of d.codonsToProcess || []) {
-      const key = S.latest.get(id);
-      if (key) supersede(key);
-    }
-    dirty.timeline = true;
     note("recovery", ev.timestamp, `Rollback to ${d.toCodon || "?"} (${d.checkpointType || ""} ${String(d.toCheckpoint || "").slice(0, 10)}) started`);
   },
   "rollback.completed"(d, ev) {
     note("recovery", ev.timestamp, `Rollback completed: run ${d.toRun} continues from ${d.codonId || "?"}`);
   },
   error(d, ev) {
-    if (d.fatal) stoppedBy({ codonId: null, reason: d.message || "a fatal error" });
     note("error", ev.timestamp, d.message || JSON.stringify(d));
     const rec = codonOf(d);
     if (rec) keep(rec, ev);
@@ -383,6 +227,18 @@ const ON = {
     note("recovery", ev.timestamp, `${d.codonId}: ${sessionText(ev)}`);
   },
 };
+
+// The server's figures: the newest snapshot replaces the page's (it is whole).
+function progress(d) {
+  S.progress = d;
+  S.stats.snapshots++;
+  S.order = d.codons.map((c) => c.codonId);
+  dirty.lines = true;
+  dirty.header = true;
+  dirty.timeline = true;
+  dirty.chart = true;
+  if (selected) dirty.transcript = true;
+}
 
 function messageText(d) {
   return `${d.urgent ? "urgent message" : "queued message"}: ${d.message || ""}`;
@@ -453,39 +309,15 @@ function buildItems(rec) {
   }
 }
 
-function lastAction(rec) {
-  if (rec.status === "failed" && rec.failure) return rec.failure;
-  const d = rec.last;
-  if (!d) return rec.failure || "";
+// The last action column: the codon's failure (the snapshot's `<type>: <message>`),
+// else what its agent did last.
+function lastAction(c) {
+  if (c.failure) return c.failure;
+  const rec = recordOf(c.codonId);
+  const d = rec && rec.last;
+  if (!d) return "";
   return d.action === "tool_use" ? `tool: ${d.toolName || "?"}`
     : d.action === "thinking" ? "thinking" : (d.content || "").slice(0, 80);
-}
-
-function stoppedBy(what) {
-  const run = S.runs.get(S.currentRun);
-  if (run) run.stoppedBy = what;
-}
-
-function failedText(codonId, reason) {
-  return `failed${codonId ? ` at ${codonId}` : ""}${reason ? `: ${reason}` : ""}`;
-}
-
-function budgetText(b) {
-  if (!b) return "a budget ceiling";
-  return `${b.scope || "run"} ${b.kind} ${b.used} of ${b.limit}${b.source ? ` (${b.source})` : ""}`;
-}
-
-// status: the outcome's kind (weft.outcome: completed, failed, stopped, budget,
-// crashed); outcome: it in words, with which codon and why.
-function endRun(runId, status, outcome) {
-  const run = S.runs.get(runId);
-  if (run) {
-    run.status = status;
-    run.outcome = outcome || WORD[status] || status;
-  }
-  dirty.timeline = true;
-  dirty.header = true;
-  dirty.pending = true;
 }
 
 // Events of features that grow (sentinels, budgets) are shown by shape, not by name.
@@ -517,12 +349,7 @@ function apply(ev) {
   try {
     if (handler) handler(ev.data || {}, ev);
     else if (ev.type.startsWith("sentinel.")) sentinel(ev);
-    else if (ev.type.startsWith("budget")) {
-      if (ev.type === "budget.exceeded" && (ev.data || {}).scope === "run") {
-        stoppedBy({ codonId: null, reason: (ev.data || {}).message || "the run's budget" });
-      }
-      budget(ev);
-    }
+    else if (ev.type.startsWith("budget")) budget(ev);
   } catch (err) {
     note("error", ev.timestamp, `the dashboard could not show event ${ev.seq} (${ev.type}): ${err}`);
   }
@@ -580,7 +407,8 @@ function connect() {
 }
 
 function handshake(ws) {
-  const data = { mode: wantMode, afterSeq: S.lastSeq, liveBatches: true, pageSize: 10000 };
+  // progress: the server's figures come as progress.snapshot messages.
+  const data = { mode: wantMode, afterSeq: S.lastSeq, liveBatches: true, pageSize: 10000, progress: true };
   if (token) data.token = token;
   ws.send(JSON.stringify({ type: "handshake", data }));
 }
@@ -618,6 +446,9 @@ function receive(ws, text) {
       S.time.apply += performance.now() - t1;
       break;
     }
+    case "progress.snapshot":
+      progress(d);
+      break;
     case "command.ack":
       answered(d.commandId, true, `${d.command}: accepted`);
       break;
@@ -629,6 +460,9 @@ function receive(ws, text) {
         apply(msg);
       } else if (!handshaken && d.code === "INVALID_TOKEN") {
         refused(ws, d.message);
+      } else if (d.code === "NOT_AVAILABLE" && /^progress\.snapshot/.test(d.message || "")) {
+        S.noProgress = true; // the figures will not come: the page says why and draws the rest
+        note("error", msg.timestamp, d.message);
       } else if (d.commandId !== undefined && pending.has(String(d.commandId))) {
         answered(d.commandId, false, `${d.command || ""}: ${d.message}`);
       } else {
@@ -694,10 +528,10 @@ function answered(commandId, ok, text) {
   if (asked.then) asked.then(ok);
 }
 
-// Whether the newest run has ended (its outcome is journaled).
+// Whether the newest run has ended (the server's figures say how).
 function runEnded() {
-  const run = S.runs.get(S.currentRun);
-  return !!run && run.status !== "running";
+  const ending = S.progress && S.progress.ending;
+  return !!ending && ending.kind !== "running";
 }
 
 function status(text, kind) {
@@ -749,8 +583,13 @@ function renderAll() {
     $("totals").textContent = `replaying: ${S.lastSeq} of ${S.targetSeq} events`;
     return;
   }
+  if (S.targetSeq !== null && !S.progress && !S.noProgress) {
+    // The figures follow the replay (progress.snapshot): the panels wait for them.
+    $("totals").textContent = `replayed ${S.lastSeq} events; the run's figures are coming`;
+    return;
+  }
   if (dirty.header) renderHeader();
-  if (dirty.rows.size || dirty.window || dirty.pending) renderRows();
+  if (dirty.rows.size || dirty.window || dirty.lines) renderRows();
   if (dirty.transcript) renderTranscript();
   // Panels rebuilt whole are rebuilt at most every HEAVY_MS while events pour in.
   const now = performance.now();
@@ -779,18 +618,34 @@ function renderAll() {
 function renderHeader() {
   dirty.header = false;
   $("execution").textContent = S.execution;
-  $("totals").textContent = `${fmtCost(S.totalCost)} · ${fmtTokens(S.totalTokens)} tokens · `
-    + `${S.order.length} codon records · ${S.runs.size} run(s) · seq ${S.lastSeq}`;
-  // The newest run's outcome, in words: which codon failed and why, who stopped it.
-  const run = S.runs.get(S.currentRun);
+  const p = S.progress;
+  const totals = p ? p.totals : null;
+  const counts = totals ? totals.codons : null;
+  $("totals").textContent = totals
+    ? `${totals.costText} · ${fmtTokens(totals.tokens)} tokens · ${p.codons.length} codons`
+      + `${counts.toDo ? ` (${counts.toDo} to do)` : ""} · ${S.runs.size} run(s) · seq ${S.lastSeq}`
+    : `${S.runs.size} run(s) · seq ${S.lastSeq}`;
+  // The newest run's outcome: its one word (weft.outcome.WORD, as weft status and
+  // weft ls say it), then which codon and why, as weft status says it.
+  const ending = p && p.ending;
   const outcome = $("outcome");
-  outcome.hidden = !run;
-  if (run) {
-    outcome.textContent = run.status === "running" ? "running" : run.outcome;
-    outcome.className = `pill outcome s-${run.status}`;
-    outcome.dataset.outcome = run.status;
+  const detail = $("outcome-detail");
+  outcome.hidden = !ending;
+  detail.hidden = !ending || ending.kind === "running";
+  if (ending) {
+    outcome.textContent = ending.word;
+    outcome.className = `pill outcome s-${ending.kind}`;
+    outcome.dataset.outcome = ending.kind;
+    detail.textContent = endingText(ending);
   }
   $("idle").textContent = S.ended ? "" : S.idle; // nothing waits for a command any more
+}
+
+// Which codon and why, as `weft status` says a run's ending (the word is the badge's).
+function endingText(ending) {
+  const who = ending.codonId ? `${ending.codonId}: ` : "";
+  const forced = ending.forced ? " (the agent was killed)" : "";
+  return ending.reason ? `${who}${ending.reason}${forced}` : `${ending.codonId || ""}${forced}`;
 }
 
 function cell(tr, text, cls) {
@@ -801,62 +656,39 @@ function cell(tr, text, cls) {
   return td;
 }
 
-function groupOf(rec) {
-  const loop = rec.loop ? ` · loop ${rec.loop.id} iteration ${rec.loop.iteration}` : "";
-  return `${rec.runId}${loop}`;
-}
+// The codon table, as a list of lines: a group heading (the run, a loop
+// iteration) or a codon id. Only the lines in view get a <tr>. The lines are the
+// snapshot's codons in plan order: rebuilt when a snapshot comes.
+let display = [];
+const rows = new Map(); // codon id -> its <tr>, once it was in view
+const figures = new Map(); // codon id -> its figures in the newest snapshot
 
-// The codon table, as a list of lines: a group heading (a run, a loop
-// iteration) or a codon record's key. Only the lines in view get a <tr>.
-// After the records come the plan's codons still to do (`tail`, rebuilt when
-// the plan or a record changes), under a "to do" heading.
-const display = [];
-let tail = [];
-const rows = new Map(); // codon key -> its <tr>, once it was in view
-let lastGroup = "";
+const lineCount = () => display.length;
+const lineAt = (i) => display[i];
 
-const lineCount = () => display.length + tail.length;
-const lineAt = (i) => (i < display.length ? display[i] : tail[i - display.length]);
-const recOf = (key) => S.codons.get(key) || S.pending.get(key);
-
-function rebuildTail() {
-  dirty.pending = false;
-  const todo = S.planOrder.filter(toDo);
-  const pending = new Map();
-  const lines = [];
-  if (todo.length) {
-    lines.push({ loop: false, tr: null, text: `to do · ${todo.length} codon${todo.length === 1 ? "" : "s"} not started` });
-  }
+function rebuildLines() {
+  dirty.lines = false;
+  const p = S.progress;
+  figures.clear();
+  display = [];
+  if (!p) return;
+  const run = S.runs.get(p.runId);
+  const toDo = p.totals.codons.toDo;
+  display.push({ loop: false, tr: null, text: `run ${p.runId || "(not started)"}`
+    + `${run && run.reason ? ` (${run.reason})` : ""}`
+    + `${toDo ? ` · to do: ${toDo} codon${toDo === 1 ? "" : "s"}` : ""}` });
   let group = "";
-  for (const id of todo) {
-    const plan = S.plan.get(id) || {};
-    const loop = plan.loop || null;
-    const here = loop ? `${loop.id}#${loop.iteration}` : "";
-    if (loop && here !== group) lines.push({ loop: true, tr: null, text: `loop ${loop.id} · iteration ${loop.iteration}` });
+  for (const c of p.codons) {
+    figures.set(c.codonId, c);
+    const here = c.loop ? `${c.loop.loopId}#${c.loop.iteration}` : "";
+    if (c.loop && here !== group) {
+      display.push({ loop: true, tr: null, text: `loop ${c.loop.loopId} · iteration ${c.loop.iteration}` });
+    }
     group = here;
-    const key = `pending/${id}`;
-    pending.set(key, S.pending.get(key) || { key, runId: S.currentRun, codonId: id, name: plan.name || "",
-      loop, status: PENDING, start: null, end: null, cost: 0, tokens: 0, last: null, failure: "",
-      superseded: false });
-    lines.push(key);
+    display.push(c.codonId);
   }
-  for (const key of S.pending.keys()) if (!pending.has(key)) rows.delete(key);
-  S.pending = pending;
-  tail = lines;
+  for (const id of rows.keys()) if (!figures.has(id)) rows.delete(id);
   shown.total = -1; // redraw the lines in view
-}
-
-function addDisplay(rec) {
-  const group = groupOf(rec);
-  if (group !== lastGroup) {
-    lastGroup = group;
-    const run = S.runs.get(rec.runId);
-    display.push({ loop: !!rec.loop, tr: null,
-      text: rec.loop ? `loop ${rec.loop.id} · iteration ${rec.loop.iteration}`
-        : `run ${rec.runId}${run && run.reason ? ` (${run.reason})` : ""}` });
-  }
-  display.push(rec.key);
-  dirty.window = true;
 }
 
 let shown = { first: 0, last: 0, total: -1 };
@@ -883,7 +715,7 @@ function inView() {
 }
 
 function renderRows() {
-  if (dirty.pending) rebuildTail();
+  if (dirty.lines) rebuildLines();
   const [first, last] = inView();
   const total = lineCount();
   const moved = first !== shown.first || last !== shown.last || total !== shown.total;
@@ -894,10 +726,10 @@ function renderRows() {
       if (typeof line === "string") {
         let tr = rows.get(line);
         if (!tr) {
-          tr = codonRow(recOf(line));
+          tr = codonRow(line);
           rows.set(line, tr);
         }
-        fillRow(tr, recOf(line));
+        fillRow(tr, figures.get(line));
         lines.push(tr);
       } else {
         if (!line.tr) line.tr = groupRow(line);
@@ -911,9 +743,9 @@ function renderRows() {
     $("codons").tBodies[0].replaceChildren(spacers[0], ...lines, spacers[1]);
     shown = { first, last, total };
   } else {
-    for (const key of dirty.rows) {
-      const tr = rows.get(key);
-      if (tr && tr.isConnected) fillRow(tr, S.codons.get(key));
+    for (const id of dirty.rows) {
+      const tr = rows.get(id);
+      if (tr && tr.isConnected && figures.has(id)) fillRow(tr, figures.get(id));
     }
   }
   dirty.rows.clear();
@@ -927,35 +759,32 @@ function groupRow(line) {
   return head;
 }
 
-function codonRow(rec) {
+function codonRow(codonId) {
   const tr = document.createElement("tr");
-  tr.dataset.key = rec.key;
-  tr.dataset.codon = rec.codonId;
+  tr.dataset.key = codonId;
+  tr.dataset.codon = codonId;
   for (let i = 0; i < 6; i++) cell(tr, "");
   return tr;
 }
 
-// What a row calls a record's state: the seed's eight, except that a codon a
-// stop cut short (failed as `interrupted`) is "stopped", as weft run says: it
-// did not fail, it stays to do (weft.progress.CodonProgress.stopped).
-function shownStatus(rec) {
-  return rec.status === "failed" && rec.interrupted ? "stopped" : rec.status;
-}
-
-function fillRow(tr, rec) {
-  const c = tr.cells;
-  c[0].textContent = rec.name ? `${rec.codonId} · ${rec.name}` : rec.codonId;
-  const pending = rec.status === PENDING;
-  const status = shownStatus(rec);
-  c[1].textContent = status;
-  c[1].className = `state s-${status}`;
-  c[2].textContent = fmtDuration(rec.start, rec.end);
-  c[3].textContent = pending ? "" : fmtTokens(rec.tokens);
-  c[4].textContent = pending ? "" : fmtCost(rec.cost);
-  c[5].textContent = lastAction(rec);
-  tr.dataset.state = status;
-  tr.classList.toggle("superseded", rec.superseded);
-  tr.classList.toggle("selected", rec.key === selected);
+// A row says what the snapshot says of the codon: its state (the seed's eight,
+// `pending`, or `stopped` for one a stop cut short), the state an earlier run left
+// a pending one in, its attempts, time, tokens and cost in the words of every view.
+function fillRow(tr, c) {
+  const cells = tr.cells;
+  cells[0].textContent = c.name ? `${c.codonId} · ${c.name}` : c.codonId;
+  const started = c.attempts > 0;
+  cells[1].textContent = c.status === "pending" && c.earlier ? `${c.earlier} earlier`
+    : `${c.status}${c.attempts > 1 ? ` (try ${c.attempts})` : ""}`;
+  cells[1].className = `state s-${c.status}`;
+  cells[2].textContent = fmtDuration(c.startedAt, c.endedAt);
+  cells[3].textContent = started || c.tokens ? fmtTokens(c.tokens) : "";
+  cells[4].textContent = started ? c.costText : "";
+  cells[5].textContent = lastAction(c);
+  tr.dataset.state = c.status;
+  tr.dataset.todo = c.toDo ? "1" : "";
+  tr.classList.toggle("todo", c.toDo);
+  tr.classList.toggle("selected", c.codonId === selected);
 }
 
 let transcriptShown = 0;
@@ -963,10 +792,15 @@ let transcriptShown = 0;
 function renderTranscript() {
   dirty.transcript = false;
   const box = $("transcript");
-  const rec = S.codons.get(selected);
+  const rec = recordOf(selected);
   if (!rec) return;
+  if (box.dataset.key !== rec.key) {
+    box.textContent = "";
+    box.dataset.key = rec.key;
+    transcriptShown = 0;
+  }
   buildItems(rec);
-  $("transcript-title").textContent = `${rec.codonId} (run ${rec.runId})${rec.superseded ? " · superseded" : ""}`;
+  $("transcript-title").textContent = `${rec.codonId} (run ${rec.runId})`;
   // Tool results arrive after their call: re-render the open codon whole when
   // something was filled in, else append only the new items.
   const changed = rec.items.slice(0, transcriptShown).some((it) => it.result && !it.shownResult);
@@ -1017,40 +851,52 @@ function pre(text) {
   return el;
 }
 
+// Each run: how it started (its RunStarted) and how it ended (the snapshot's
+// `runs`); the newest run's codons that started, as chips.
+let allChips = false;
+
 function renderTimeline() {
   dirty.timeline = false;
   const list = $("timeline");
   const frag = document.createDocumentFragment();
+  const p = S.progress;
+  const endings = new Map((p ? p.runs : []).map((r) => [r.runId, r]));
   for (const run of S.runs.values()) {
     const li = document.createElement("li");
     const title = document.createElement("div");
-    title.textContent = `run ${run.runId} · ${run.reason} · ${run.status === "running" ? "running" : run.outcome} · started ${fmtTime(run.start)}`;
+    const ending = endings.get(run.runId);
+    const said = ending ? `${ending.word}${ending.kind !== "running" && (ending.reason || ending.codonId) ? `: ${endingText(ending)}` : ""}` : "";
+    title.textContent = `run ${run.runId} · ${run.reason} · ${said} · started ${fmtTime(run.start)}`;
+    li.dataset.run = run.runId;
+    li.dataset.outcome = ending ? ending.kind : "";
     li.append(title);
-    const chips = document.createElement("div");
-    chips.className = "chips";
-    // A run of thousands of codons shows its newest CHIPS; the rest on request.
-    const from = run.allChips ? 0 : Math.max(0, run.keys.length - CHIPS);
-    if (from > 0) {
-      const more = document.createElement("button");
-      more.className = "chip more";
-      more.textContent = `${from} earlier codons…`;
-      more.onclick = () => { run.allChips = true; dirty.timeline = true; schedule(); };
-      chips.append(more);
-    }
-    for (let i = from; i < run.keys.length; i++) {
-      const key = run.keys[i];
-      const rec = S.codons.get(key);
-      const chip = document.createElement("span");
-      chip.className = `chip s-${shownStatus(rec)}${rec.superseded ? " superseded" : ""}`;
-      chip.textContent = rec.codonId;
-      chip.title = `${rec.codonId}: ${shownStatus(rec)}${rec.superseded ? " (superseded)" : " (on the thread)"}`;
-      chip.dataset.key = key;
-      chips.append(chip);
-    }
-    li.append(chips);
+    if (p && run.runId === p.runId) li.append(chipsOf(p.codons.filter((c) => c.attempts > 0)));
     frag.append(li);
   }
   list.replaceChildren(frag);
+}
+
+function chipsOf(started) {
+  const chips = document.createElement("div");
+  chips.className = "chips";
+  // A run of thousands of codons shows its newest CHIPS; the rest on request.
+  const from = allChips ? 0 : Math.max(0, started.length - CHIPS);
+  if (from > 0) {
+    const more = document.createElement("button");
+    more.className = "chip more";
+    more.textContent = `${from} earlier codons…`;
+    more.onclick = () => { allChips = true; dirty.timeline = true; schedule(); };
+    chips.append(more);
+  }
+  for (const c of started.slice(from)) {
+    const chip = document.createElement("span");
+    chip.className = `chip s-${c.status}`;
+    chip.textContent = c.codonId;
+    chip.title = `${c.codonId}: ${c.status}`;
+    chip.dataset.key = c.codonId;
+    chips.append(chip);
+  }
+  return chips;
 }
 
 let checkpointsShown = 0; // S.checkpoints[oldestShown .. checkpointsShown) have rows
@@ -1072,11 +918,6 @@ function renderCheckpoints() {
   }
   checkpointsShown = S.checkpoints.length;
   body.prepend(frag);
-  for (let i = oldestShown; i < S.checkpoints.length; i++) {
-    const cp = S.checkpoints[i];
-    const rec = S.codons.get(`${cp.runId}/${cp.codonId}`);
-    cp.row.classList.toggle("superseded", !!(rec && rec.superseded));
-  }
   showOlderRow(body);
 }
 
@@ -1166,13 +1007,15 @@ function renderErrors() {
 function renderChart() {
   dirty.chart = false;
   const svg = $("chart");
-  const pts = S.series;
+  // The run's totals over time: the server's series (its fold's totals, thinned).
+  const pts = S.progress ? S.progress.series : [];
   const W = 600, H = 200;
   if (!pts.length) return;
+  const last = pts[pts.length - 1];
   const t0 = Date.parse(pts[0][0]);
   const t1 = Math.max(Date.parse(pts[pts.length - 1][0]), t0 + 1);
-  const maxCost = Math.max(...S.budgets.filter((b) => b.axis === "cost").map((b) => b.value), S.totalCost, 1e-9) * 1.05;
-  const maxTok = Math.max(...S.budgets.filter((b) => b.axis === "tokens").map((b) => b.value), S.totalTokens, 1) * 1.05;
+  const maxCost = Math.max(...S.budgets.filter((b) => b.axis === "cost").map((b) => b.value), last[1], 1e-9) * 1.05;
+  const maxTok = Math.max(...S.budgets.filter((b) => b.axis === "tokens").map((b) => b.value), last[2], 1) * 1.05;
   const step = Math.max(1, Math.floor(pts.length / CHART_POINTS));
   let cost = "", tok = "";
   for (let i = 0; i < pts.length; i += step) addPoint(pts[i]);
@@ -1202,13 +1045,12 @@ function renderChart() {
     parts.push(line);
   }
   svg.replaceChildren(...parts);
-  $("chart-legend").textContent = `cost (orange) up to ${fmtCost(S.totalCost)} · tokens (blue) up to ${fmtTokens(S.totalTokens)}`
+  $("chart-legend").textContent = `cost (orange) up to ${S.progress.totals.costText} · tokens (blue) up to ${fmtTokens(last[2])}`
     + (S.budgets.length ? ` · budgets (dashed): ${S.budgets.map((b) => `${b.label} ${b.value}`).join(", ")}` : "");
 }
 
 // -- formatting ------------------------------------------------------------------
 
-function fmtCost(v) { return `$${(v || 0).toFixed(4)}`; }
 function fmtTokens(v) { return v >= 1e6 ? `${(v / 1e6).toFixed(1)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : String(v || 0); }
 function fmtMs(ms) { return ms >= 1000 ? `${(ms / 1000).toFixed(1)} s` : `${ms || 0} ms`; }
 function fmtTime(iso) { return iso ? String(iso).slice(11, 19) : ""; }
@@ -1236,6 +1078,7 @@ $("codons").addEventListener("click", (e) => {
   if (before) before.classList.remove("selected");
   tr.classList.add("selected");
   $("transcript").textContent = "";
+  $("transcript").dataset.key = "";
   transcriptShown = 0;
   dirty.transcript = true;
   schedule();
@@ -1280,7 +1123,7 @@ $("login").addEventListener("submit", (e) => {
 
 // Running codons' times move on their own.
 setInterval(() => {
-  for (const rec of S.codons.values()) if (!TERMINAL.has(rec.status) && !rec.superseded && rec.start) dirty.rows.add(rec.key);
+  for (const c of figures.values()) if (c.startedAt && !c.endedAt) dirty.rows.add(c.codonId);
   if (dirty.rows.size) schedule();
 }, 1000);
 
