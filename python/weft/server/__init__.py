@@ -8,6 +8,8 @@ The pieces, each with one job:
 * :mod:`~weft.server.fanout`: live events, framed once, to every live client,
   with a bounded send queue per client;
 * :mod:`~weft.server.history`: replay pages read from the journal;
+* :mod:`~weft.server.snapshot`: the run's one fold (:class:`weft.progress.RunProgress`),
+  kept by the server and sent as ``progress.snapshot`` to the clients that ask;
 * :mod:`~weft.server.auth`: the execution's two tokens (read, read-write) and
   the loopback rule of the anonymous-read opt-in;
 * :mod:`~weft.server.server`: the adapter on the websockets library;

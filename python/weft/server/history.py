@@ -7,7 +7,9 @@ batches), on one dedicated thread. SQLite builds each envelope
 sends), and a page comes back as one string of envelopes joined by commas,
 ready to be spliced into a ``history.batch`` message. When the core shares
 Python's SQLite library, the core reads and joins each page in one call,
-detached from the interpreter (:class:`~weft._core.JournalPages`).
+detached from the interpreter (:class:`~weft._core.JournalPages`). The same
+thread hands the journal's rows to the server's fold when it is first seeded
+(:meth:`JournalHistory.fold`), a page at a time between the replay pages.
 """
 
 from __future__ import annotations
