@@ -19,6 +19,8 @@ _CODES = {"red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold": "1",
 STATUS_STYLES = {
     "completed": "green",
     "failed": "red",
+    "stopped": "yellow",
+    "budget-stopped": "yellow",
     "crashed": "yellow",
     "running": "cyan",
     "live": "cyan",

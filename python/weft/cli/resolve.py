@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from weft.store.journal import JournalEvent
 
 __all__ = [
+    "CRASHED_UNMARKED",
     "EXECUTION_HELP",
     "ExecutionInfo",
     "ResolveError",
@@ -46,6 +47,7 @@ __all__ = [
     "journal_unpriced",
     "known_dollars",
     "latest_for_hank",
+    "nobody_holds",
     "resolve_execution",
     "scan",
     "unpriced_pairs",
@@ -72,9 +74,12 @@ class ExecutionInfo:
     """One managed execution as ``weft ls`` shows it.
 
     ``state`` comes from ``state.json`` and its execution thread: ``live`` when
-    a Weft process holds the execution now; ``running`` or ``crashed`` as the
-    newest run says (a ``running`` one nothing holds was cut off without a
-    trace); ``stopped`` or ``budget-stopped`` when the newest run was stopped by
+    a Weft process holds the execution now; ``crashed`` when the newest run
+    crashed, or says ``running`` while no live process holds the lock (it was
+    cut off without a trace: ``weft status`` says ``crashed (not yet marked)``,
+    the next ``weft run`` marks it); ``running`` when it says so and its
+    process is alive but not heartbeating (stalled); ``stopped`` or
+    ``budget-stopped`` when the newest run was stopped by
     you or by its budget ceiling (:mod:`weft.outcome`); else ``failed`` when the
     thread failed, ``completed`` when it has nothing left to run, ``rolled-back``
     when a rollback left codons to run, ``incomplete`` when codons are left
@@ -112,7 +117,9 @@ class ExecutionInfo:
             "created": self.created,
             "lastUsed": self.last_used,
             "state": self.state,
-            "cost": known_dollars(self.cost, self.unpriced),
+            # Rounded to the nano-dollar, as weft status and weft ui say it (a sum of
+            # floats is not exactly the core's figure).
+            "cost": known_dollars(round(self.cost, 9), self.unpriced),
             "unpricedCodons": self.unpriced,
             "sizeBytes": self.size,
             "livePid": self.live_pid,
@@ -388,6 +395,24 @@ def _used_tokens(record: Mapping[str, Any]) -> bool:
     return False
 
 
+def nobody_holds(weft_dir: Path) -> bool:
+    """No live process holds the execution's lock (none, or its process is
+    gone): a run the state calls ``running`` was cut off. An unreadable lock
+    may be live, so it holds. ``weft status``'s rule."""
+    from weft.store.lock import LOCK, pid_alive, read_lock
+
+    try:
+        info = read_lock(weft_dir / LOCK)
+    except LockHeldError:
+        return False
+    return info is None or not pid_alive(info.pid)
+
+
+CRASHED_UNMARKED = "crashed (not yet marked)"
+"""A run the state still calls ``running`` that no live process holds, as
+``weft status`` and ``weft thread`` say it (the next ``weft run`` marks it)."""
+
+
 def _live_pid(weft_dir: Path) -> int | None:
     from weft.store.lock import LOCK, STALE_SECONDS, pid_alive, read_lock
 
@@ -413,6 +438,8 @@ def scan(base: Path | None = None, *, sizes: bool = True) -> list[ExecutionInfo]
         meta = _read_meta(child) or {}
         state, cost, unpriced = _state_and_cost(child / _WEFT)
         live = _live_pid(child / _WEFT)
+        if state == "running" and live is None and nobody_holds(child / _WEFT):
+            state = "crashed"
         found.append(
             ExecutionInfo(
                 root=child,

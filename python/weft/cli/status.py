@@ -15,6 +15,7 @@ from typing import Any
 
 from weft.cli.colour import STATUS_STYLES, paint, wants_colour
 from weft.cli.resolve import (
+    CRASHED_UNMARKED,
     EXECUTION_HELP,
     codon_cost,
     known_dollars,
@@ -83,9 +84,6 @@ def budget_report(store: ExecutionStore) -> dict[str, Any] | None:
         else:
             summary = data
     return {"summary": summary, "exceeded": exceeded}
-
-
-CRASHED_UNMARKED = "crashed (not yet marked)"
 
 
 def lock_holder(store: ExecutionStore) -> dict[str, Any] | None:
@@ -183,6 +181,9 @@ def report(store: ExecutionStore) -> dict[str, Any]:
             entry: dict[str, Any] = {
                 "codonId": c["codonId"],
                 "status": c["status"],
+                # Failed because a stop (yours, the run's budget) cut it short: not a
+                # failure of its own; it stays to do (the summary's "stopped").
+                "stopped": stopped_record(c),
                 "cost": known_dollars(cost, is_unpriced),
                 "spent": known_dollars(spent, is_unpriced),
                 "unpriced": is_unpriced,
@@ -232,6 +233,13 @@ def report(store: ExecutionStore) -> dict[str, Any]:
         "breakers": breakers_of(store),
         "runs": runs,
     }
+
+
+def stopped_record(record: dict[str, Any]) -> bool:
+    """A codon record a stop cut short (failed, ``interrupted``): it is to do again,
+    as :attr:`weft.progress.CodonProgress.stopped` says of it."""
+    reason = record.get("failureReason") or {}
+    return record["status"] == "failed" and reason.get("type") == "interrupted"
 
 
 def sentinels_of(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -319,6 +327,7 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
             lines.append(printable(f"  {ending['word']}: {who}{ending['reason']}{forced}"))
         for c in run["codons"]:
             detail = ""
+            word = "stopped" if c.get("stopped") else c["status"]
             if c["status"] == "failed":
                 reason = c.get("failureReason", {})
                 detail = (
@@ -328,7 +337,7 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
                 detail = f"  during {c.get('skippedDuring')}"
             lines.append(
                 printable(f"  {c['codonId']:<24} ")
-                + state(c["status"], 21)
+                + state(word, 21)
                 + printable(f" {_cost(c)}{detail}")
             )
             if "session" in c:

@@ -24,7 +24,13 @@ import uvloop
 from weft._core import ExecutionThread
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.cli.live_rollback import rollback_live
-from weft.cli.resolve import EXECUTION_HELP, resolve_execution
+from weft.cli.resolve import (
+    CRASHED_UNMARKED,
+    EXECUTION_HELP,
+    nobody_holds,
+    resolve_execution,
+)
+from weft.cli.status import stopped_record
 from weft.clock import utc_now_iso
 from weft.config import load_hank
 from weft.config.loader import LoadedHank
@@ -132,19 +138,60 @@ def _read(execution: Path) -> tuple[dict[str, Any], ExecutionThread, set[str]]:
         store.journal.close()
 
 
+def _newest_run(state: dict[str, Any]) -> dict[str, Any] | None:
+    runs: list[dict[str, Any]] = state["runs"]
+    return max(runs, key=lambda r: str(r.get("startTime", ""))) if runs else None
+
+
+def _next_words(state: dict[str, Any], thread: ExecutionThread, cut_off: bool) -> str:
+    """``next codon: b`` and what the next ``weft run`` does about the thread's end.
+
+    The core's thread (seed 003) calls a thread whose newest codon failed
+    ``failed`` and one with a codon running unfinished: a stop (yours, a
+    budget's) leaves its codon failed as ``interrupted``, and a run cut off
+    leaves its codon running; in both the next ``weft run`` does that codon
+    again (as :mod:`weft.runtime.run.recovery` does), nothing needs fixing."""
+    newest = _newest_run(state)
+    ending = None if newest is None else ending_of(newest)
+    top = thread.codons[0] if len(thread.codons) else None
+    if (
+        ending is not None
+        and ending.kind in ("stopped", "budget")
+        and thread.failed
+        and top is not None
+        and top.codon_id == ending.codon_id
+    ):
+        how = (
+            "stopped by its budget: raise it and run again"
+            if ending.kind == "budget"
+            else "stopped: run again"
+        )
+        return f"next codon: {ending.codon_id} ({how} to go on from it)"
+    if cut_off and thread.has_running_codon and top is not None:
+        return (
+            f"next codon: {top.codon_id} (its run was cut off: the next run marks it "
+            "crashed and goes on from it)"
+        )
+    return f"next codon: {thread.next_codon_id or '-'}" + (
+        "; FAILED: roll back or fix, then run again" if thread.failed else ""
+    )
+
+
 def run_thread(args: argparse.Namespace) -> int:
     """Prints the execution thread."""
-    state, thread, _ = _read(resolve_execution(args.execution))
+    execution = resolve_execution(args.execution)
+    state, thread, _ = _read(execution)
     if args.json:
         sys.stdout.write(thread.to_json().decode() + "\n")
         return 0
+    # A run the state calls running that no live process holds was cut off (weft status's rule).
+    cut_off = nobody_holds(weft_dir_of(execution))
     on_thread = {(tc.run_id, tc.codon_id, tc.codon_index_in_run) for tc in thread.codons}
     runs = {run["runId"]: run for run in state["runs"]}
     print(
         printable(
             f"{plural(thread.total_runs, 'run')} on the thread; "
-            f"next codon: {thread.next_codon_id or '-'}"
-            + ("; FAILED: roll back or fix, then run again" if thread.failed else "")
+            + _next_words(state, thread, cut_off)
         )
     )
     shown: list[str] = []
@@ -162,7 +209,8 @@ def run_thread(args: argparse.Namespace) -> int:
         )
         ending = ending_of(run)
         said = f": {ending.reason}" if ending.reason and ending.kind != "running" else ""
-        print(printable(f"run {run_id}  {ending.word}  {origin}{said}"))
+        word = CRASHED_UNMARKED if ending.kind == "running" and cut_off else ending.word
+        print(printable(f"run {run_id}  {word}  {origin}{said}"))
         for index, record in enumerate(run["codons"]):
             mark = " " if (run_id, record["codonId"], index) in on_thread else "~"
             shas = [
@@ -170,7 +218,9 @@ def run_thread(args: argparse.Namespace) -> int:
                 for field, kind in rollback.SHA_FIELDS.items()
                 if record.get(field)
             ]
-            line = f"  {mark} {record['codonId']:<24} {record['status']:<22} {' '.join(shas)}"
+            # A codon a stop cut short is to do again, not failed (weft status says so too).
+            status = "stopped" if stopped_record(record) else record["status"]
+            line = f"  {mark} {record['codonId']:<24} {status:<22} {' '.join(shas)}"
             print(printable(line))
     print("(~ superseded by a later run)")
     return 0
