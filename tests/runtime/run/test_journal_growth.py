@@ -31,7 +31,7 @@ from weft.state import Processed
 
 Listener = Callable[[Processed], None]
 
-GOLDEN = Path(__file__).parent.parent / "agents" / "golden" / "claude" / "tool_round.jsonl"
+GOLDEN = Path(__file__).parents[2] / "agents" / "golden" / "claude" / "tool_round.jsonl"
 CODONS = 150
 MAX_EVENT = 16 * 1024
 """The issue's bound for an event Weft writes itself (an agent's may be larger)."""

@@ -218,8 +218,11 @@ TABLE: dict[tuple[bool, str, str], tuple[str, str]] = {
     (False, "running", "rewound"): ("running", "error"),
     (False, "running", "codon_started"): ("running", "None"),
     (False, "running", "moved_on"): ("waiting", "[Wait(codon-completed)]"),
-    (False, "running", "moved_on_last"): ("waiting", "[Wait(all-codons-completed)]"),
-    (False, "running", "failed"): ("waiting", "[Wait(codon-completed)]"),
+    (False, "running", "moved_on_last"): (
+        "waiting",
+        "[End(completed),Wait(all-codons-completed)]",
+    ),
+    (False, "running", "failed"): ("waiting", "[End(failed),Wait(codon-completed)]"),
     (False, "running", "stop"): (
         "stopping",
         "[ShuttingDown,CancelSleep,WakeLoop,Interrupt(shutdown)]",

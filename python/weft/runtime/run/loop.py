@@ -121,34 +121,48 @@ def _ending_message(ending: Ending, codons: dict[str, str]) -> str:
     return ending.reason or "failed"
 
 
-class RunLoop(RuntimeState):
+class RunLoop:
     """Runs the cursor's codons, carries out rewinds, ends the run."""
 
-    async def _drive(self, manager: StateManager, runner: CodonRunner) -> RunOutcome:
+    def __init__(self, ctx: RuntimeState) -> None:
+        self.ctx = ctx
+        """The run's shared state (the runtime itself)."""
+
+    async def drive(self, manager: StateManager, runner: CodonRunner) -> RunOutcome:
         """The run machine's driver: codons one after another (autostart), or
         as commands ask (manual mode, which also stays up when the codons are
         done), until the machine says the run ends."""
-        cursor = self._cursor
+        cursor = self.ctx._cursor
         assert cursor is not None
-        if self._replan is not None and self._replan.changed and self._checkpoints is not None:
+        if (
+            self.ctx._replan is not None
+            and self.ctx._replan.changed
+            and self.ctx._checkpoints is not None
+        ):
             # The thread was read before the changed hank's entries were journaled:
             # a continue-previous codon added after what ran would find no
             # predecessor in its plan, hence no session to continue.
-            _, self._thread, _ = await rollback.analyze(manager, self._checkpoints)
+            _, self.ctx._thread, _ = await rollback.analyze(manager, self.ctx._checkpoints)
         # Read once, here: its plan would keep every later plan alive (see _execute).
-        self._replan = None
+        self.ctx._replan = None
         outcome = RunOutcome("completed", 0, cursor.run_id, "")
-        machine = self.machine
+        machine = self.ctx.machine
         effects = machine.began(_codon_id(cursor.current))
         skip_rig = False
         while True:
-            control = self._perform(effects)
+            control = self.ctx._perform(effects)
             if isinstance(control, Wait):
+                ended = next((e for e in effects if isinstance(e, End)), None)
+                if ended is not None:
+                    # Manual mode: the run ended (failed, or every codon done) and
+                    # the loop still waits for a redo, a rollback or a shutdown.
+                    await self._end_run(manager, cursor, ended.ending)
+                    self._snapshot(cursor.run_id)
                 request = await self._wait(cursor, control.reason)
                 if isinstance(request, Shutdown):
                     if not machine.live:
                         break
-                    effects = []  # a wake-up for a stop that has been handled
+                    effects = [Wait(control.reason)]  # a stale wake-up: wait again
                     continue
                 skip_rig = request.skip_rig
                 if isinstance(request, Rewind):
@@ -156,7 +170,7 @@ class RunLoop(RuntimeState):
                         machine.rewinding()  # a redo (a rollback said so when accepted)
                     rewound = await self._rewind(manager, cursor, request)
                     if rewound is not None:
-                        cursor = self._cursor = rewound
+                        cursor = self.ctx._cursor = rewound
                         outcome.run_id = cursor.run_id
                     effects = machine.rewound(
                         _codon_id(cursor.current),
@@ -169,13 +183,14 @@ class RunLoop(RuntimeState):
                 break
             effects = await self._step(manager, runner, cursor, outcome, skip_rig)
             skip_rig = False
-        # A codon that ended the run left its snapshot to be taken after the end.
-        after_codon = any(isinstance(e, End) for e in effects)
+        # A codon that ended the run left its snapshot to be taken after the end
+        # (manual mode took it already, when the run ended before waiting).
+        after_codon = isinstance(control, End)
         return await self._finish(manager, cursor, outcome, machine.finish(), after_codon)
 
     async def _wait(self, cursor: Cursor, reason: IdleReason) -> Request:
         """Waits for a command; says so with ``server.idle`` first."""
-        failure = self.machine.failure
+        failure = self.ctx.machine.failure
         if cursor.current is None and failure is None:
             reason = "all-codons-completed"
             message = "All codons completed: send codon.redo, rollback.* or server.shutdown"
@@ -187,16 +202,16 @@ class RunLoop(RuntimeState):
         else:
             assert cursor.current is not None
             message = f"Waiting for codon.next to start {cursor.current.codon_id}"
-        if self.machine.live:
-            self._emit(ServerIdleEvent(reason=reason, message=message), cursor.run_id)
-        return await self._requests.get()
+        if self.ctx.machine.live:
+            self.ctx._emit(ServerIdleEvent(reason=reason, message=message), cursor.run_id)
+        return await self.ctx._requests.get()
 
     async def _rewind(
         self, manager: StateManager, cursor: Cursor, request: Rewind
     ) -> Cursor | None:
         """Carries out a rollback or a redo: a new run from its target. None
         when it could not be done (an ``error`` event says why)."""
-        checkpoints = self._checkpoints
+        checkpoints = self.ctx._checkpoints
         assert checkpoints is not None
         new_id = new_run_id()
         try:
@@ -208,31 +223,31 @@ class RunLoop(RuntimeState):
                     else f"the {request.target.checkpoint_type} checkpoint of "
                     f"{request.target.codon_id} ({request.target.sha[:10]})"
                 )
-                self._emit(
+                self.ctx._emit(
                     InfoEvent(message=f"Redoing {request.codon_id} from {origin}"), cursor.run_id
                 )
             ending: Transition | None = None
             if cursor.open:
                 await self._closing(cursor)
                 why = "rolled back" if request.reason == "rollback" else "redone"
-                ending = _ending_transition(cursor.run_id, self.machine.rewind_ending(why))
+                ending = _ending_transition(cursor.run_id, self.ctx.machine.rewind_ending(why))
             await rollback.execute(
                 request.target,
                 thread=thread,
                 manager=manager,
                 checkpoints=checkpoints,
                 plan=cursor.plan,
-                layout=self.layout,
+                layout=self.ctx.layout,
                 current_run_id=cursor.run_id if cursor.open else None,
                 new_run_id=new_id,
                 server_pid=os.getpid(),
-                emit=self._emit,
+                emit=self.ctx._emit,
                 reason=request.reason,
                 current_ending=ending,
             )
-            _, self._thread, _ = await rollback.analyze(manager, checkpoints)
+            _, self.ctx._thread, _ = await rollback.analyze(manager, checkpoints)
         except (WeftError, OSError) as exc:
-            self._emit(
+            self.ctx._emit(
                 ErrorEvent(message=f"{request.reason} failed: {exc}", severity="operation"),
                 cursor.run_id,
             )
@@ -247,10 +262,10 @@ class RunLoop(RuntimeState):
         else:
             current = plan.next_codon(target.codon_id)
         parent = checkpoints.initial_sha if target is None else target.sha
-        await self._read_thread(manager)
-        self._cursor = Cursor(new_id, plan, current, parent)
+        await self.read_thread(manager)
+        self.ctx._cursor = Cursor(new_id, plan, current, parent)
         self._snapshot(new_id)
-        return self._cursor
+        return self.ctx._cursor
 
     async def _step(
         self,
@@ -264,13 +279,13 @@ class RunLoop(RuntimeState):
         and tells the run machine how it ended; returns the machine's effects."""
         assert cursor.current is not None
         current = self._configured(cursor.current)
-        machine = self.machine
+        machine = self.ctx.machine
         machine.codon_started(current.codon_id)
         if await self._out_of_budget(cursor, current):
             return machine.codon_ended(current.codon_id, moved_on=False)
         result = await self._attempts(runner, cursor, current, skip_rig)
         verdict = self._run_ceiling()
-        self._finished.append(
+        self.ctx._finished.append(
             CodonSummary(
                 codon_id=current.codon_id,
                 run_id=cursor.run_id,
@@ -294,7 +309,7 @@ class RunLoop(RuntimeState):
         if result.continuable and result.session_id is not None:
             cursor.sessions[current.codon_id] = result.session_id
         await self._archive(current.codon.archive_on_success, cursor.run_id, current)
-        crossed = None if self._budget is None else self._budget.verdict
+        crossed = None if self.ctx._budget is None else self.ctx._budget.verdict
         change = cursor.plan.on_codon_finished(
             current.codon_id,
             context_exceeded=result.context_exceeded,
@@ -310,7 +325,7 @@ class RunLoop(RuntimeState):
                 await self._archive(loop.archive_on_success, cursor.run_id, current, loop.id)
         cursor.current = cursor.plan.next_codon(current.codon_id)
         if verdict is not None and cursor.current is not None:
-            self._perform(machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict)))
+            self.ctx._perform(machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict)))
         effects = machine.codon_ended(
             current.codon_id, moved_on=True, next_codon=_codon_id(cursor.current)
         )
@@ -325,11 +340,13 @@ class RunLoop(RuntimeState):
 
     def _run_ceiling(self) -> Verdict | None:
         """The run's ceiling, when it was crossed; the machine is told (once)."""
-        verdict = None if self._budget is None else self._budget.verdict
+        verdict = None if self.ctx._budget is None else self.ctx._budget.verdict
         if verdict is None or not verdict.stops_run:
             return None
-        if self.machine.live:
-            self._perform(self.machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict)))
+        if self.ctx.machine.live:
+            self.ctx._perform(
+                self.ctx.machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict))
+            )
         return verdict
 
     async def _archive(
@@ -347,23 +364,23 @@ class RunLoop(RuntimeState):
         outcome = await asyncio.to_thread(
             archive.archive_paths,
             paths,
-            layout=self.layout,
+            layout=self.ctx.layout,
             owner=owner,
             run_id=run_id,
             codon_id=finished.codon_id,
             loop_id=loop_id,
         )
-        self._emit(archive.archive_event(outcome), run_id, finished.codon_id)
+        self.ctx._emit(archive.archive_event(outcome), run_id, finished.codon_id)
 
     async def _out_of_budget(self, cursor: Cursor, current: PlannedCodon) -> bool:
         """Stops the run before ``current`` starts when the run's ceiling is used
         up (a resumed run whose earlier runs spent it, or a run stopped on it)."""
-        budget = self._budget
+        budget = self.ctx._budget
         verdict = None if budget is None else budget.preflight(Slot.of(current), cursor.run_id)
         if verdict is None:
             return False
         reason = f"{verdict.message}; {current.codon_id} is not started"
-        self._perform(self.machine.budget_stop(reason, _budget_stop(verdict)))
+        self.ctx._perform(self.ctx.machine.budget_stop(reason, _budget_stop(verdict)))
         return True
 
     async def _end_run(self, manager: StateManager, cursor: Cursor, ending: Ending) -> None:
@@ -378,39 +395,39 @@ class RunLoop(RuntimeState):
     async def _closing(self, cursor: Cursor) -> None:
         """What comes before a run's end is journaled: its sentinels' last drain
         and its ``budget.summary``."""
-        if self._runner is not None:
+        if self.ctx._runner is not None:
             # The last codon's second sentinel drain ends before its run does,
             # as in the reference (it runs in the background between codons).
-            await self._runner.sentinels.settle()
-        if self._budget is not None:
+            await self.ctx._runner.sentinels.settle()
+        if self.ctx._budget is not None:
             # Before the run-terminal transition, as the reference does; the
             # sentinels told the ledger every call's cost (settled above).
-            self._emit(self._budget.summary(), cursor.run_id)
+            self.ctx._emit(self.ctx._budget.summary(), cursor.run_id)
 
-    async def _read_thread(self, manager: StateManager) -> None:
+    async def read_thread(self, manager: StateManager) -> None:
         """Reads the finished codons and the cost from the execution thread:
         at the start and after a rollback or a redo. Between those, codons
         are only added, and ``_step`` adds them without a read (a read waits
         for the journal's commit)."""
         thread = await manager.execution_thread()
-        self._finished.reset(
+        self.ctx._finished.reset(
             summary(tc) for tc in reversed(list(thread.codons)) if tc.status in DONE
         )
 
     def _snapshot(self, run_id: str) -> None:
         """Emits ``state.snapshot``: the thread's finished codons (what changed
         since the previous snapshot) and the cost."""
-        cursor = self._cursor
-        keep, added, count, digest = self._finished.delta()
-        self._emit(
+        cursor = self.ctx._cursor
+        keep, added, count, digest = self.ctx._finished.delta()
+        self.ctx._emit(
             StateSnapshotEvent(
                 completed_codons=added,
                 completed_from=keep,
                 completed_count=count,
                 completed_digest=digest,
-                total_cost=self._manager.core.total_cost() if self._manager else 0.0,
-                total_time=int((time.monotonic() - self._started) * 1000),
-                is_rolling_back=self.machine.rolling_back,
+                total_cost=self.ctx._manager.core.total_cost() if self.ctx._manager else 0.0,
+                total_time=int((time.monotonic() - self.ctx._started) * 1000),
+                is_rolling_back=self.ctx.machine.rolling_back,
                 current_codon=None
                 if cursor is None or cursor.current is None
                 else cursor.current.codon_id,
@@ -430,12 +447,12 @@ class RunLoop(RuntimeState):
         outcome.run_id = cursor.run_id
         outcome.cost = manager.core.run_cost(cursor.run_id) or 0.0
         outcome.ending = ending
-        stop = self.machine.stopping
+        stop = self.ctx.machine.stopping
         signal = None if stop is None else stop.signal
         outcome.exit_code = exit_code(ending, signal)
         if ending.kind == "failed" and ending.codon_id is None and ending.reason:
             # A run-wide failure (a refused transition, a full disk): said as fatal.
-            self._emit(
+            self.ctx._emit(
                 ErrorEvent(message=ending.reason, fatal=True, severity="fatal"), cursor.run_id
             )
         outcome.status = "nothing_to_do" if ending.kind == "running" else ending.kind  # type: ignore[assignment]
@@ -443,8 +460,8 @@ class RunLoop(RuntimeState):
         await self._end_run(manager, cursor, ending)
         if snapshot:
             self._snapshot(cursor.run_id)
-        if ending.kind == "completed" and self.options.autostart:
-            self._emit(
+        if ending.kind == "completed" and self.ctx.options.autostart:
+            self.ctx._emit(
                 ServerIdleEvent(reason="all-codons-completed", message=outcome.message),
                 cursor.run_id,
             )
@@ -478,10 +495,12 @@ class RunLoop(RuntimeState):
             result = await runner.run(request)
             if result.failure is not None and result.failure.kind == "storage":
                 # A full disk: no retry or failure policy can help, the run ends.
-                self._perform(self.machine.fatal(result.failure.message or "the disk is full"))
+                self.ctx._perform(
+                    self.ctx.machine.fatal(result.failure.message or "the disk is full")
+                )
                 return result
             self._run_ceiling()
-            if result.status != "failed" or not self.machine.live:
+            if result.status != "failed" or not self.ctx.machine.live:
                 return result
             failure = result.failure
             decision = decide(
@@ -492,7 +511,7 @@ class RunLoop(RuntimeState):
             )
             if decision.action is not Action.RETRY:
                 if decision.action is Action.IGNORE:
-                    self._emit(
+                    self.ctx._emit(
                         InfoEvent(
                             message=f"Codon {current.codon_id} failed, continuing "
                             "(onFailure=ignore)"
@@ -504,7 +523,7 @@ class RunLoop(RuntimeState):
             config_attempts = (
                 current.codon.retry_config.max_attempts if current.codon.retry_config else 3
             )
-            self._emit(
+            self.ctx._emit(
                 CodonRetryEvent(
                     codon_id=current.codon_id,
                     attempt=attempt + 1,
@@ -515,11 +534,11 @@ class RunLoop(RuntimeState):
                 run_id,
                 current.codon_id,
             )
-            self._sleep = asyncio.ensure_future(asyncio.sleep(decision.delay_ms / 1000))
+            self.ctx._sleep = asyncio.ensure_future(asyncio.sleep(decision.delay_ms / 1000))
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sleep
-            self._sleep = None
-            if not self.machine.live:
+                await self.ctx._sleep
+            self.ctx._sleep = None
+            if not self.ctx.machine.live:
                 return result
             parent = runner.tips.get(branch, parent)
             attempt += 1
@@ -529,13 +548,13 @@ class RunLoop(RuntimeState):
         execution whose hank changed (accepted with --yes) runs the codons it
         has not finished with their new configuration, while the stored plan
         keeps the order and the loop iterations."""
-        codon = self._codons_by_id.get(planned.codon.id)
+        codon = self.ctx._codons_by_id.get(planned.codon.id)
         if codon is None or codon == planned.codon:
             return planned
         return PlannedCodon(planned.codon_id, codon, planned.loop_context)
 
     def _thread_session(self, codon_id: str) -> str | None:
-        thread = self._thread
+        thread = self.ctx._thread
         return None if thread is None else thread.find_continuation_session_id(codon_id)
 
     def _accepts_context_exceeded(self, plan: ExecutionPlan, current: PlannedCodon) -> bool:
@@ -561,8 +580,8 @@ class RunLoop(RuntimeState):
         if change.iteration_completed and finished.loop_context is not None:
             context = finished.loop_context
             codons = [c.codon_id for c in change.plan.iteration(context.loop_id, context.iteration)]
-            figures = self._progress.figures(codons, time.time_ns())
-            self._emit(
+            figures = self.ctx._progress.figures(codons, time.time_ns())
+            self.ctx._emit(
                 LoopIterationCompletedEvent(
                     loop_id=context.loop_id,
                     iteration=context.iteration,

@@ -13,6 +13,8 @@ Phases::
                                \\--rewinding--> rolling-back --rewound--> waiting | claimed
                                \\--release--> waiting           (the command was refused)
     running  --codon_ended--> running | waiting | done
+                              (manual mode: a failure, or every codon done, ends the run
+                               and still waits: a redo or a rollback starts a new one)
     any live --stop / budget_stop / fatal--> stopping --codon_ended / finish--> done
     stopping --stop--> stopping (forced)
 
@@ -231,6 +233,7 @@ class RunMachine:
             return [Wait("codon-completed")]
         self.codon = next_codon
         self.failure = None
+        self.ending = None  # a new run
         if run_next and next_codon is not None:
             self.phase = "claimed"
             return [RunCodon()]
@@ -266,8 +269,9 @@ class RunMachine:
             self.codon = codon_id
             if self.autostart:
                 return self._end()
-            self.phase = "waiting"
-            return [Wait("codon-completed")]
+            # Manual mode parks on it: the run ends (failed) now, so a crash while
+            # it waits loses nothing, and the loop waits for a redo or a rollback.
+            return [*self._end(), *self._park("codon-completed")]
         self.codon = next_codon
         return self._next("codon-completed")
 
@@ -321,6 +325,7 @@ class RunMachine:
         """The loop is over: how the run ended (see the module docstring)."""
         if self.ending is None:
             self._end()
+        self.phase = "done"
         assert self.ending is not None
         return self.ending
 
@@ -328,12 +333,21 @@ class RunMachine:
 
     def _next(self, idle: Literal["startup", "codon-completed"]) -> list[Effect]:
         if not self.autostart:
+            if self.codon is None:
+                # Every codon is done: the run ends (completed) now; manual mode
+                # stays up for a redo, a rollback or server.shutdown.
+                return [*self._end(), *self._park("all-codons-completed")]
             self.phase = "waiting"
-            return [Wait(idle if self.codon is not None else "all-codons-completed")]
+            return [Wait(idle)]
         if self.codon is None:
             return self._end()
         self.phase = "running"
         return [RunCodon()]
+
+    def _park(self, reason: Literal["codon-completed", "all-codons-completed"]) -> list[Effect]:
+        """Manual mode, its run ended: it waits for a command all the same."""
+        self.phase = "waiting"
+        return [Wait(reason)]
 
     def _end(self) -> list[Effect]:
         self.ending = self._decide()

@@ -48,19 +48,23 @@ def _stopped_codon(state: Mapping[str, Any]) -> str | None:
 """The run's plan, its first codon and the checkpoint it starts from."""
 
 
-class Recovery(RuntimeState):
+class Recovery:
     """Chooses and starts the run (see the module docstring)."""
 
-    def _report_survivors(self, ended: list[survivors.Ended]) -> None:
+    def __init__(self, ctx: RuntimeState) -> None:
+        self.ctx = ctx
+        """The run's shared state (the runtime itself)."""
+
+    def report_survivors(self, ended: list[survivors.Ended]) -> None:
         """Says what was ended, and closes the journal's record of every group
         that is gone now (an unkillable one stays open, to be tried again)."""
         for item in ended:
             if item.how != "gone":
-                self._emit(InfoEvent(message=item.describe()))
+                self.ctx._emit(InfoEvent(message=item.describe()))
             if item.how != "unkillable":
-                self._emit(ProcessEndedEvent(pid=item.record.pid, how=item.how))
+                self.ctx._emit(ProcessEndedEvent(pid=item.record.pid, how=item.how))
 
-    async def _load_checks(
+    async def load_checks(
         self, store: ExecutionStore, checkpoints: AsyncCheckpointRepo
     ) -> list[str]:
         """The seed's load-time checks, before anything is journaled: raises
@@ -72,14 +76,14 @@ class Recovery(RuntimeState):
             state_json,
             store.core.execution_thread(checkpoints=confirmed),
             confirmed,
-            run_folders(self.layout.runs),
-            execution=self.layout.root,
+            run_folders(self.ctx.layout.runs),
+            execution=self.ctx.layout.root,
         )
         if checked.error is not None:
             raise CheckpointLossError(checked.error)
         return checked.notes
 
-    async def _start_run(
+    async def start_run(
         self,
         manager: StateManager,
         checkpoints: AsyncCheckpointRepo,
@@ -96,13 +100,17 @@ class Recovery(RuntimeState):
         if thread.failed:
             return await self._after_failure(manager, checkpoints, state, thread, plan, run_id)
         next_id = thread.next_codon_id
-        if self._replan is not None and self._replan.changed and not thread.has_running_codon:
+        if (
+            self.ctx._replan is not None
+            and self.ctx._replan.changed
+            and not thread.has_running_codon
+        ):
             # The thread computed its next codon on the stored plan; the run follows the new one.
             newest = thread.codons[0] if len(thread.codons) else None
             after = newest.codon_id if newest is not None and newest.codon_id in plan else None
             following = plan.next_codon(after)
             next_id = None if following is None else following.codon_id
-        if next_id is None and not (self._replan is not None and self._replan.changed):
+        if next_id is None and not (self.ctx._replan is not None and self.ctx._replan.changed):
             return None
         # A changed plan with nothing left still starts a run: it journals the change
         # (codons removed), or the next resume would run them from the stored plan.
@@ -131,9 +139,9 @@ class Recovery(RuntimeState):
                 checkpoints, state, plan, f"{ended} and has no git-confirmed success"
             )
             return await self._fresh(
-                manager, checkpoints, ExecutionPlan.from_hank(self.hank.hank), run_id
+                manager, checkpoints, ExecutionPlan.from_hank(self.ctx.hank.hank), run_id
             )
-        self._emit(
+        self.ctx._emit(
             InfoEvent(
                 message=f"The last run was stopped while {stopped} ran: going back to the "
                 "checkpoint it started from"
@@ -147,11 +155,11 @@ class Recovery(RuntimeState):
             manager=manager,
             checkpoints=checkpoints,
             plan=plan,
-            layout=self.layout,
+            layout=self.ctx.layout,
             current_run_id=None,
             new_run_id=run_id,
             server_pid=os.getpid(),
-            emit=self._emit,
+            emit=self.ctx._emit,
         )
         self._journal_replan(manager, run_id)
         current = plan.get(target.codon_id) if target.after_codon is None else None
@@ -185,7 +193,7 @@ class Recovery(RuntimeState):
                 else f"{newest.codon_id} has no git-confirmed checkpoint",
             )
             return await self._fresh(
-                manager, checkpoints, ExecutionPlan.from_hank(self.hank.hank), run_id
+                manager, checkpoints, ExecutionPlan.from_hank(self.ctx.hank.hank), run_id
             )
         sha = terminal[-1]
         current = None if next_id is None else plan.get(next_id)
@@ -196,7 +204,7 @@ class Recovery(RuntimeState):
         manager.transition(
             RunStarted(
                 run_id=run_id,
-                run_folder=str(self.layout.runs / run_id),
+                run_folder=str(self.ctx.layout.runs / run_id),
                 git_branch=run_branch(run_id),
                 starting_conditions=Continuation(
                     source=ContinuationSource(
@@ -209,18 +217,20 @@ class Recovery(RuntimeState):
             )
         )
         self._journal_replan(manager, run_id)
-        self._emit(InfoEvent(message=f"Continuing after {newest.codon_id} ({sha[:10]})"), run_id)
+        self.ctx._emit(
+            InfoEvent(message=f"Continuing after {newest.codon_id} ({sha[:10]})"), run_id
+        )
         return plan, current, sha
 
     def _journal_replan(self, manager: StateManager, run_id: str) -> None:
         """Records in the stored plan how the changed hank changed it, once the
         continuation run ``run_id`` started (plan changes need a live run)."""
-        if self._replan is None:
+        if self.ctx._replan is None:
             return
-        for transition in self._replan.transitions(run_id):
+        for transition in self.ctx._replan.transitions(run_id):
             manager.transition(transition)
-        if self._replan.changed and self._replan.after is not None:
-            dropped, added = self._replan.dropped, self._replan.inserted
+        if self.ctx._replan.changed and self.ctx._replan.after is not None:
+            dropped, added = self.ctx._replan.dropped, self.ctx._replan.inserted
             kept = {e.codon_id for e in added}
             gone = [c for c in dropped if c not in kept]
             new = [e.codon_id for e in added if e.codon_id not in set(dropped)]
@@ -233,10 +243,9 @@ class Recovery(RuntimeState):
                 f" (they run on {', '.join(models)})" if models else ""
             )
             said = "; ".join(p for p in parts if p) or edited
-            self._emit(
-                InfoEvent(
-                    message=f"The plan follows the changed hank after {self._replan.after}: {said}"
-                ),
+            after = self.ctx._replan.after
+            self.ctx._emit(
+                InfoEvent(message=f"The plan follows the changed hank after {after}: {said}"),
                 run_id,
             )
 
@@ -252,21 +261,21 @@ class Recovery(RuntimeState):
         started, and restores every covered file to the execution's initial
         checkpoint, so the fresh run starts where the first one did, not on
         top of half-done work."""
-        fresh = ExecutionPlan.from_hank(self.hank.hank)
+        fresh = ExecutionPlan.from_hank(self.ctx.hank.hank)
         # The stored plan holds the loop iterations that ran; the hank's, any
         # pattern added since. Their union is every file a run may have covered.
         patterns = list(dict.fromkeys(rollback.all_patterns(stored) + rollback.all_patterns(fresh)))
         saved = await checkpoints.recovery_snapshot(patterns, reason=why)
         started = rollback.possibly_started(state, (stored, fresh))
         # Every codon runs again: what any of them archived comes back first.
-        for restored in await asyncio.to_thread(restore_archives, self.layout, None):
-            self._emit(restored)
+        for restored in await asyncio.to_thread(restore_archives, self.ctx.layout, None):
+            self.ctx._emit(restored)
         removed = await asyncio.to_thread(
-            rollback.remove_rig_copies, self.layout, (stored, fresh), started
+            rollback.remove_rig_copies, self.ctx.layout, (stored, fresh), started
         )
         await checkpoints.restore(checkpoints.initial_sha, patterns)
         copies = f", removed the rig copies {', '.join(removed)}" if removed else ""
-        self._emit(
+        self.ctx._emit(
             InfoEvent(
                 message=(
                     f"Starting over: {why}. The work tree was saved to {saved.branch} "
@@ -288,7 +297,7 @@ class Recovery(RuntimeState):
         manager.transition(
             RunStarted(
                 run_id=run_id,
-                run_folder=str(self.layout.runs / run_id),
+                run_folder=str(self.ctx.layout.runs / run_id),
                 git_branch=run_branch(run_id),
                 starting_conditions=Fresh(initial_checkpoint_sha=checkpoints.initial_sha),
                 server_pid=os.getpid(),

@@ -35,10 +35,11 @@ the second kills the agent. The run's budget ceiling stops it the same way
 
 This module holds :class:`Runtime` itself: startup and shutdown in that
 order, signals, and the refusal watch. The run's control state is the run
-machine's (:mod:`weft.runtime.run.machine`); the parts that drive it, one job
-each, are mixins over :class:`~weft.runtime.run.state.RuntimeState`: the start
-of a run in :mod:`weft.runtime.run.recovery`, the server's commands in
-:mod:`weft.runtime.run.steering`, the run loop in :mod:`weft.runtime.run.loop`.
+machine's (:mod:`weft.runtime.run.machine`); :class:`Runtime` is that state
+(:class:`~weft.runtime.run.state.RuntimeState`) composed of the parts that drive
+it, one job each, each holding it: the start of a run
+(:mod:`weft.runtime.run.recovery`), the server's commands
+(:mod:`weft.runtime.run.steering`), the run loop (:mod:`weft.runtime.run.loop`).
 """
 
 from __future__ import annotations
@@ -47,46 +48,109 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import msgspec
 
 from weft.agents.harness import Harness, route
 from weft.agents.registry import harness_for
 from weft.budget import BudgetBook, Ledger, Watchdog, restore_from_state
 from weft.budget.report import journal_spend
 from weft.checkpoints.aio import AsyncCheckpointRepo
+from weft.config.loader import LoadedHank
 from weft.errors import PersistenceError, StorageFullError
 from weft.events.completed import mark_of
-from weft.events.stream import InfoEvent, StateSnapshotEvent
+from weft.events.stream import CheckpointListEvent, InfoEvent, StateSnapshotEvent
 from weft.events.transitions import InitialCheckpointSet
 from weft.heap import run_heap
 from weft.outcome import EXIT_FAILED, Ending
 from weft.plan import ExecutionPlan
 from weft.runtime.codon.file_updates import FileUpdates
 from weft.runtime.codon.runner import CodonRunner
+from weft.runtime.execution.prepare import PreparedExecution
 from weft.runtime.run import rollback, survivors
 from weft.runtime.run.loop import RunLoop
 from weft.runtime.run.recovery import Recovery
 from weft.runtime.run.replan import PrefixChangedError, replan
-from weft.runtime.run.state import Cursor, RunOutcome, RuntimeOptions, new_run_id
+from weft.runtime.run.state import (
+    Cursor,
+    Listener,
+    RunOutcome,
+    RuntimeOptions,
+    RuntimeState,
+    new_run_id,
+)
 from weft.runtime.run.steering import Steering
 from weft.sentinels.host import RuntimeSentinels
-from weft.server import ServerInfo, start_server
+from weft.server import ProtocolServer, ServerInfo, start_server
 from weft.state import Processed, StateManager
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.execution import ExecutionStore
 
 
-class Runtime(Steering, Recovery, RunLoop):
+class Runtime(RuntimeState):
     """Runs one execution's codons until they are done, a codon fails for
     good, or someone stops it; in manual mode (``autostart=False``) it waits
     for a command before each codon and stays up when the codons are done,
     until ``server.shutdown``.
 
-    It is both the server's :class:`~weft.server.RuntimeCommands` and its
-    :class:`~weft.server.RollbackHandler`. Steering commands that do not
-    apply now raise :class:`~weft.errors.CommandRejectedError` with a message
-    saying why and what to do instead.
+    It is the run's shared state (:class:`~weft.runtime.run.state.RuntimeState`)
+    and is composed of its parts, one job each, which read and move that state:
+    :attr:`recovery` (the start of a run), :attr:`loop` (the run machine's
+    driver), :attr:`steering` (the server's commands). It is both the server's
+    :class:`~weft.server.RuntimeCommands` and its
+    :class:`~weft.server.RollbackHandler`, through :attr:`steering`: commands
+    that do not apply now raise :class:`~weft.errors.CommandRejectedError` with
+    a message saying why and what to do instead.
     """
+
+    def __init__(
+        self,
+        prepared: PreparedExecution,
+        hank: LoadedHank,
+        options: RuntimeOptions | None = None,
+        *,
+        listeners: tuple[Listener, ...] = (),
+        on_state: Callable[[Mapping[str, Any]], None] | None = None,
+        on_server: Callable[[ProtocolServer], None] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            prepared,
+            hank,
+            options,
+            listeners=listeners,
+            on_state=on_state,
+            on_server=on_server,
+            env=env,
+        )
+        self.recovery = Recovery(self)
+        self.loop = RunLoop(self)
+        self.steering = Steering(self)
+
+    # -- the server's RuntimeCommands and RollbackHandler, carried out by steering --
+
+    async def command(self, name: str, data: msgspec.Struct | None = None) -> bool:
+        """See :meth:`Steering.command`."""
+        return await self.steering.command(name, data)
+
+    async def rollback(self, command: str, data: msgspec.Struct) -> None:
+        """See :meth:`Steering.rollback`."""
+        await self.steering.rollback(command, data)
+
+    async def checkpoint_list(self, run_id: str | None) -> CheckpointListEvent:
+        """See :meth:`Steering.checkpoint_list`."""
+        return await self.steering.checkpoint_list(run_id)
+
+    @property
+    def rolling_back(self) -> bool:
+        """A rollback was accepted and has not finished."""
+        return self.machine.rolling_back
+
+    async def stop(self, *, force: bool = False) -> None:
+        """See :meth:`Steering.stop`."""
+        await self.steering.stop(force=force)
 
     def _on_processed(self, item: Processed) -> None:
         if item.event is not None and not item.outcome.ok:
@@ -144,7 +208,7 @@ class Runtime(Steering, Recovery, RunLoop):
         installed: list[int] = []
         for signum in (int(signal.SIGINT), int(signal.SIGTERM)):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, self._on_signal, signum)
+                loop.add_signal_handler(signum, self.steering.on_signal, signum)
                 installed.append(signum)
         return installed
 
@@ -161,7 +225,7 @@ class Runtime(Steering, Recovery, RunLoop):
         self._finished.expect(None if last is None else mark_of(last.payload))
         checkpoints = await AsyncCheckpointRepo.open(self.layout.checkpoints, self.layout.workspace)
         self._checkpoints = checkpoints
-        warnings = await self._load_checks(store, checkpoints)
+        warnings = await self.recovery.load_checks(store, checkpoints)
         manager = store.state_manager()
         self._manager = manager
         # What earlier runs spent that their records do not hold (unpriced
@@ -177,7 +241,7 @@ class Runtime(Steering, Recovery, RunLoop):
             self._emit(InfoEvent(message=note))
         for repair in checkpoints.repairs:
             self._emit(InfoEvent(message=f"Checkpoint repository: {repair}"))
-        self._report_survivors(ended)
+        self.recovery.report_survivors(ended)
         crashed = await store.mark_crashed_runs(manager)
         for run_id in crashed:
             self._emit(
@@ -255,7 +319,7 @@ class Runtime(Steering, Recovery, RunLoop):
             plan = ExecutionPlan.from_hank(self.hank.hank)
         self._thread = thread
         run_id = new_run_id()
-        start = await self._start_run(manager, checkpoints, state, thread, plan, run_id)
+        start = await self.recovery.start_run(manager, checkpoints, state, thread, plan, run_id)
         if start is None:
             message = f"Execution {self.layout.root} is complete: nothing to do"
             self._emit(InfoEvent(message=message))
@@ -299,9 +363,9 @@ class Runtime(Steering, Recovery, RunLoop):
         # reference to this first plan, held by this frame for the whole run,
         # kept every plan since alive: three objects per codon, forever.
         del plan, start
-        await self._read_thread(manager)
+        await self.loop.read_thread(manager)
         try:
-            return await self._drive(manager, self._runner)
+            return await self.loop.drive(manager, self._runner)
         finally:
             await sentinels.aclose()  # the last codon's sentinels finish first
 

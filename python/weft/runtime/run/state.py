@@ -1,8 +1,9 @@
 """What the runtime's parts share: its options, its outcome, the cursor (the
 run it records into and what runs next), the run loop's requests, and
 :class:`RuntimeState`, the state every part of :class:`~weft.runtime.run.runtime.Runtime`
-reads (each part is a mixin over it: :mod:`~weft.runtime.run.recovery` starts the
-run, :mod:`~weft.runtime.run.steering` takes the server's commands,
+reads (the runtime is this state, composed of its parts, each holding it as
+``ctx``: :mod:`~weft.runtime.run.recovery` starts the run,
+:mod:`~weft.runtime.run.steering` takes the server's commands,
 :mod:`~weft.runtime.run.loop` runs the codons). The run's control state is
 the run machine's (:class:`~weft.runtime.run.machine.RunMachine`), never a flag
 here; :meth:`RuntimeState._perform` carries out its effects.

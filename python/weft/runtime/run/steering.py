@@ -31,9 +31,13 @@ from weft.server.protocol import (
 )
 
 
-class Steering(RuntimeState):
+class Steering:
     """The runtime as the server's :class:`~weft.server.RuntimeCommands` and
     :class:`~weft.server.RollbackHandler`."""
+
+    def __init__(self, ctx: RuntimeState) -> None:
+        self.ctx = ctx
+        """The run's shared state (the runtime itself)."""
 
     async def command(self, name: str, data: msgspec.Struct | None = None) -> bool:
         """Steers the run: ``codon.next``, ``codon.start`` (``data.codon_id``,
@@ -43,11 +47,11 @@ class Steering(RuntimeState):
         Returns False when ``name`` is not a command; raises
         :class:`~weft.errors.CommandRejectedError` when it does not apply now.
         """
-        runner = self._runner
+        runner = self.ctx._runner
         if name in ("codon.next", "codon.start", "codon.redo"):
             start = data if isinstance(data, CodonStartData) else CodonStartData()
             request = await self._start(name, start.codon_id, start.skip_pre_commands)
-            self._requests.put_nowait(request)
+            self.ctx._requests.put_nowait(request)
             return True
         if name == "codon.skip":
             if runner is None or not await runner.interrupt(Interrupt.SKIP):
@@ -76,7 +80,7 @@ class Steering(RuntimeState):
                 raise CommandRejectedError(
                     f"breaker.reset refused: no agent provider {data.provider!r} (one of {known})"
                 )
-            self.breakers.reset(data.provider, self._breaker_emit())
+            self.ctx.breakers.reset(data.provider, self._breaker_emit())
             return True
         if name == "server.shutdown":
             await self.stop()
@@ -88,7 +92,7 @@ class Steering(RuntimeState):
 
     def _breaker_emit(self) -> Emit | None:
         """Journals a breaker's change in the current run (None before it starts)."""
-        manager, cursor = self._manager, self._cursor
+        manager, cursor = self.ctx._manager, self.ctx._cursor
         if manager is None or cursor is None:
             return None
         run_id = cursor.run_id
@@ -97,14 +101,14 @@ class Steering(RuntimeState):
     @property
     def rolling_back(self) -> bool:
         """A rollback was accepted and has not finished."""
-        return self.machine.rolling_back
+        return self.ctx.machine.rolling_back
 
     async def checkpoint_list(self, run_id: str | None) -> CheckpointListEvent:
         """The checkpoints of every run (or of ``run_id``), newest first.
 
         Not journaled: the server sends it to the client that asked (a flood
         of requests must not grow the journal)."""
-        manager, checkpoints = self._manager, self._checkpoints
+        manager, checkpoints = self.ctx._manager, self.ctx._checkpoints
         if manager is None or checkpoints is None:
             raise CommandRejectedError("checkpoint.list refused: the run has not started yet")
         state, thread, confirmed = await rollback.analyze(manager, checkpoints)
@@ -112,7 +116,7 @@ class Steering(RuntimeState):
             known = ", ".join(run["runId"] for run in state["runs"]) or "none"
             raise CommandRejectedError(f"checkpoint.list: no run {run_id!r} (runs: {known})")
         on_thread = {cp.sha for tc in thread.codons for cp in tc.validated_checkpoints}
-        names = {cid: codon.name or cid for cid, codon in self._codons_by_id.items()}
+        names = {cid: codon.name or cid for cid, codon in self.ctx._codons_by_id.items()}
         entries = [
             CheckpointEntry(
                 codon_id=row["codonId"],
@@ -127,7 +131,7 @@ class Steering(RuntimeState):
             for row in rollback.checkpoint_rows(state, on_thread, confirmed)
             if run_id is None or row["runId"] == run_id
         ]
-        cursor = self._cursor
+        cursor = self.ctx._cursor
         return CheckpointListEvent(
             run_id=run_id,
             checkpoints=entries,
@@ -140,9 +144,9 @@ class Steering(RuntimeState):
         ``rollback.*``, then ``server.idle{rollback-completed}`` or, with
         ``autoRestart``, the next codon)."""
         self._claim(command, rollback=True)
-        self.machine.rewinding()  # from here on other steering commands are refused
+        self.ctx.machine.rewinding()  # from here on other steering commands are refused
         try:
-            _, manager, checkpoints = self._parts()
+            _, manager, checkpoints = self.ctx._parts()
             state, thread, confirmed = await rollback.analyze(manager, checkpoints)
             if isinstance(data, RollbackToCheckpointData):
                 target = rollback.target_for(
@@ -157,20 +161,20 @@ class Steering(RuntimeState):
             else:
                 raise CommandRejectedError(f"{command}: not a rollback command")
         except rollback.RollbackError as exc:
-            self.machine.release()
+            self.ctx.machine.release()
             raise CommandRejectedError(f"{command} refused: {exc}") from exc
         except BaseException:
-            self.machine.release()
+            self.ctx.machine.release()
             raise
-        self._requests.put_nowait(
+        self.ctx._requests.put_nowait(
             Rewind(target, "rollback", run_next=getattr(data, "auto_restart", False))
         )
 
     def _claim(self, command: str, *, rollback: bool = False) -> None:
         """Takes the waiting run loop for ``command``, or says why it cannot be."""
-        runner = self._runner
+        runner = self.ctx._runner
         running = None if runner is None else runner.current_codon
-        refused = self.machine.claim(command, rollback=rollback, running=running)
+        refused = self.ctx.machine.claim(command, rollback=rollback, running=running)
         if refused is not None:
             raise CommandRejectedError(refused.message, code=refused.code)
 
@@ -180,9 +184,9 @@ class Steering(RuntimeState):
         started from (a new run, reason ``retry``)."""
         self._claim(name)
         try:
-            cursor, manager, checkpoints = self._parts()
+            cursor, manager, checkpoints = self.ctx._parts()
             upcoming = cursor.current
-            failure = self.machine.failure
+            failure = self.ctx.machine.failure
             if (
                 name != "codon.redo"
                 and failure is None
@@ -216,30 +220,30 @@ class Steering(RuntimeState):
                 )
             target = rollback.redo_target(thread, codon_id)
         except rollback.RollbackError as exc:
-            self.machine.release()
+            self.ctx.machine.release()
             raise CommandRejectedError(f"{name} refused: {exc}") from exc
         except BaseException:
-            self.machine.release()
+            self.ctx.machine.release()
             raise
         return Rewind(target, "retry", codon_id=codon_id, run_next=True, skip_rig=skip_rig)
 
     async def stop(self, *, force: bool = False) -> None:
         """Graceful stop (the agent is stopped, a checkpoint taken); ``force``
         kills the agent at once. A second graceful stop forces."""
-        self._perform(self.machine.stop(force=force))
+        self.ctx._perform(self.ctx.machine.stop(force=force))
         await self._effects_done()
 
     async def _effects_done(self) -> None:
         """Waits for the interrupts and kills the machine asked for."""
-        if self._effects:
-            await asyncio.gather(*list(self._effects), return_exceptions=True)
+        if self.ctx._effects:
+            await asyncio.gather(*list(self.ctx._effects), return_exceptions=True)
 
-    def _on_signal(self, signum: int) -> None:
+    def on_signal(self, signum: int) -> None:
         # Said at once: stopping an agent and checkpointing can take seconds.
-        first = self.machine.stopping is None
-        self._perform(self.machine.stop(signal=signum))
-        if first and self._manager is not None:
-            self._emit(
+        first = self.ctx.machine.stopping is None
+        self.ctx._perform(self.ctx.machine.stop(signal=signum))
+        if first and self.ctx._manager is not None:
+            self.ctx._emit(
                 InfoEvent(
                     message="Stopping: the agent is asked to stop and a checkpoint is taken "
                     "(Ctrl-C again to kill it now)"
