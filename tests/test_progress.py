@@ -23,7 +23,13 @@ from weft import core
 from weft.cli.view import HeadlessView, format_tokens
 from weft.cli.view.notes import fold_wire
 from weft.client import Event as WireEvent
-from weft.events.stream import BudgetExceededEvent, ErrorEvent, TokenUsageEvent, decode_event
+from weft.events.stream import (
+    BudgetExceededEvent,
+    ErrorEvent,
+    RollbackStartedEvent,
+    TokenUsageEvent,
+    decode_event,
+)
 from weft.outcome import Ending
 from weft.progress import RunProgress, nanos
 from weft.server.fanout import envelope
@@ -389,3 +395,27 @@ def test_each_journaled_ending_is_its_own_outcome() -> None:
     assert _ended_by(*done, core.RunCompleted(run_id=RUN, end_time="t")).ending == Ending(
         "completed"
     )
+
+
+def test_a_rollback_puts_the_codons_it_undid_back_to_do() -> None:
+    """``rollback.started`` comes before the run it starts: that run has the undone
+    codons to do again, not done in an earlier run."""
+    progress = RunProgress()
+    events: list[Any] = [
+        run_started(RUN),
+        *lifecycle(RUN, "a"),
+        *lifecycle(RUN, "b"),
+        RollbackStartedEvent(
+            from_run=RUN, to_run="r2", to_codon="a", to_checkpoint="0" * 40,
+            checkpoint_type="completed", codons_to_process=["b"],
+        ),
+        core.RunStopped(run_id=RUN, end_time="t", by="user", reason="rolled back"),
+        run_started("r2"),
+    ]  # fmt: skip
+    for n, event in enumerate(events):
+        progress.fold(event, n, n + 1, None)
+    a, b = progress.codon("a"), progress.codon("b")
+    assert a is not None
+    assert b is not None
+    assert (a.earlier, a.to_do) == ("completed", False)
+    assert (b.earlier, b.to_do) == (None, True)

@@ -40,6 +40,7 @@ from weft.events.stream import (
     RejectedTransition,
     RigOutputEvent,
     RigSetupFailedEvent,
+    RollbackStartedEvent,
     SentinelOutput,
     SessionCooldownEvent,
     SessionResumedEvent,
@@ -145,6 +146,12 @@ class CodonProgress:
     def finished(self) -> bool:
         """Terminal in this run."""
         return self.status in TERMINAL
+
+    @property
+    def to_do(self) -> bool:
+        """The run has still to run it: not started in this run and not completed in
+        an earlier one (a rollback undid what it did then), or cut short by a stop."""
+        return (self.status == PENDING and self.earlier != "completed") or self.stopped
 
     @property
     def stopped(self) -> bool:
@@ -297,6 +304,8 @@ class RunProgress:
         """``(loop id, iterations run)`` of each loop a budget of the hank ended
         early (its ``onExceeded: complete``), in order."""
         self._active: str | None = None
+        self._undone: set[str] = set()
+        """Codons a rollback undid: the run it starts has them to do again."""
         self._stopped_by: str | None = None
         """What ends the run as failed if it ends now: the newest codon's own
         failure, a fatal error, the run's budget; None when only a stop would."""
@@ -492,6 +501,9 @@ class RunProgress:
         if self.run_id is not None:
             for c in self._codons.values():
                 c._reset_for_new_run()
+                if c.codon_id in self._undone:
+                    c.earlier = None
+        self._undone = set()
         self.run_id = event.run_id
         self.run_status = "running"
         self.ending = None
@@ -613,6 +625,15 @@ class RunProgress:
         if event.is_final and event.termination_reason == "budget_exceeded":
             self.loops_cut.append((event.loop_id, event.iteration + 1))
 
+    def _rollback_started(self, event: RollbackStartedEvent, at: int, _: str | None) -> None:
+        # What the rollback undoes is to do again: not done in an earlier run. The
+        # new run starts after this event; its start makes that so.
+        self._undone.update(event.codons_to_process)
+        for codon_id in event.codons_to_process:
+            c = self._codons.get(codon_id)
+            if c is not None:
+                c.earlier = None
+
     def _budget_summary(self, event: BudgetSummaryEvent, at: int, _: str | None) -> None:
         self.budget = event
 
@@ -708,6 +729,7 @@ _HANDLERS: dict[type[Any], _Handler] = {
     TokenUsageEvent: RunProgress._token_usage,
     BudgetExceededEvent: RunProgress._budget_exceeded,
     BudgetSummaryEvent: RunProgress._budget_summary,
+    RollbackStartedEvent: RunProgress._rollback_started,
     LoopIterationCompletedEvent: RunProgress._iteration,
     ErrorEvent: RunProgress._error,
     SentinelOutput: RunProgress._sentinel_output,

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from tests.runtime.hanks import codon, journal, write_hank
 from tests.web.browser import (
     artifacts_dir,
@@ -489,11 +488,6 @@ def test_a_real_run_on_an_unpriced_model_reads_as_weft_status_says(
         page.save_screenshot(str(artifacts_dir() / "ui-list-unpriced.png"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="weft.progress does not fold rollback.started: a codon the rollback undid keeps "
-    "`earlier: completed` in the continuation run, so the fold (and every view) calls it done",
-)
 def test_a_rollback_puts_the_codons_it_undid_back_to_do(page: Any, tmp_path: Path) -> None:
     from weft.events.stream import RollbackStartedEvent
     from weft.events.transitions import Continuation, ContinuationSource

@@ -71,12 +71,6 @@ def _loop(c: CodonProgress | None) -> LoopPlace | None:
     return LoopPlace(loop_id=c.loop[0], iteration=c.loop[1])
 
 
-def _to_do(c: CodonProgress) -> bool:
-    """Whether the run has still to run ``c``: not started in this run and not
-    completed in an earlier one (the summary's "not run"), or cut short by a stop."""
-    return (c.status == PENDING and c.earlier != "completed") or c.stopped
-
-
 def _time_ns(event_id: str) -> int:
     """When a journaled event was committed: its id starts with the milliseconds."""
     try:
@@ -223,7 +217,7 @@ class ProgressFeed:
             model=c.model,
             status=status,
             earlier=c.earlier,
-            to_do=_to_do(c),
+            to_do=c.to_do,
             attempts=c.attempts,
             cost=_dollars(c.cost_nanos, c.unpriced),
             cost_text=known(c.cost_nanos, c.unpriced),
