@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tests.runtime.hanks import (
     scenario,
     subprocess_environment,
     wait_for,
+    weft_cli,
     weft_run_argv,
     write_hank,
 )
@@ -42,17 +42,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def weft(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "weft", *map(str, args)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert "Traceback" not in result.stdout + result.stderr, result.stderr
-    return result
+    return weft_cli(*args, env=env, timeout=TIMEOUT)
 
 
 def events(execution: Path, kind: str) -> list[dict[str, Any]]:

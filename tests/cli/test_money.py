@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from tests.builders import move, run_started
-from tests.runtime.hanks import codon, loop, scenario, subprocess_environment, write_hank
+from tests.runtime.hanks import codon, loop, scenario, subprocess_environment, weft_cli, write_hank
 
 from weft import core
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows
@@ -34,17 +34,7 @@ TIMEOUT = 120
 
 
 def weft(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "weft", *map(str, args)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert "Traceback" not in result.stdout + result.stderr, result.stderr
-    return result
+    return weft_cli(*args, env=env, timeout=TIMEOUT)
 
 
 def run_json(hank: Path, env: dict[str, str], *extra: str) -> dict[str, Any]:

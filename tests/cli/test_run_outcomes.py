@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from tests.runtime.hanks import (
     runs_oldest_first,
     scenario,
     subprocess_environment,
+    weft_cli,
     workspace_files,
     write_file,
     write_hank,
@@ -42,17 +42,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def weft(*args: str | Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "weft", *map(str, args)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert "Traceback" not in done.stdout + done.stderr, done.stderr
-    return done
+    return weft_cli(*args, env=env, timeout=TIMEOUT)
 
 
 def surfaces(execution: Path, env: dict[str, str]) -> tuple[str, str]:

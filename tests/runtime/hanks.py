@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -141,6 +142,24 @@ def subprocess_environment(tmp_path: Path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def weft_cli(
+    *args: str | Path, env: Mapping[str, str], timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """``python -m weft ARGS`` as a user runs it (no terminal, nothing on stdin);
+    a traceback in its output fails the test, whatever the exit code."""
+    done = subprocess.run(
+        [sys.executable, "-m", "weft", *map(str, args)],
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    return done
 
 
 # --------------------------------------------------------------------------- artefacts

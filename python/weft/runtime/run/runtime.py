@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -58,7 +58,6 @@ from weft.agents.registry import harness_for
 from weft.budget import BudgetBook, Ledger, Watchdog, restore_from_state
 from weft.budget.report import journal_spend
 from weft.checkpoints.aio import AsyncCheckpointRepo
-from weft.config.loader import LoadedHank
 from weft.errors import PersistenceError, StorageFullError
 from weft.events.completed import mark_of
 from weft.events.stream import CheckpointListEvent, InfoEvent, StateSnapshotEvent
@@ -68,14 +67,12 @@ from weft.outcome import EXIT_FAILED, Ending
 from weft.plan import ExecutionPlan
 from weft.runtime.codon.file_updates import FileUpdates
 from weft.runtime.codon.runner import CodonRunner
-from weft.runtime.execution.prepare import PreparedExecution
 from weft.runtime.run import rollback, survivors
 from weft.runtime.run.loop import RunLoop
 from weft.runtime.run.recovery import Recovery
 from weft.runtime.run.replan import PrefixChangedError, replan
 from weft.runtime.run.state import (
     Cursor,
-    Listener,
     RunOutcome,
     RuntimeOptions,
     RuntimeState,
@@ -83,7 +80,7 @@ from weft.runtime.run.state import (
 )
 from weft.runtime.run.steering import Steering
 from weft.sentinels.host import RuntimeSentinels
-from weft.server import ProtocolServer, ServerInfo, start_server
+from weft.server import ServerInfo, start_server
 from weft.state import Processed, StateManager
 from weft.store.diskspace import is_storage_failure, storage_error
 from weft.store.execution import ExecutionStore
@@ -105,29 +102,20 @@ class Runtime(RuntimeState):
     a message saying why and what to do instead.
     """
 
-    def __init__(
-        self,
-        prepared: PreparedExecution,
-        hank: LoadedHank,
-        options: RuntimeOptions | None = None,
-        *,
-        listeners: tuple[Listener, ...] = (),
-        on_state: Callable[[Mapping[str, Any]], None] | None = None,
-        on_server: Callable[[ProtocolServer], None] | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(
-            prepared,
-            hank,
-            options,
-            listeners=listeners,
-            on_state=on_state,
-            on_server=on_server,
-            env=env,
-        )
-        self.recovery = Recovery(self)
-        self.loop = RunLoop(self)
-        self.steering = Steering(self)
+    @functools.cached_property
+    def recovery(self) -> Recovery:
+        """The start of a run (the recovery choice)."""
+        return Recovery(self)
+
+    @functools.cached_property
+    def loop(self) -> RunLoop:
+        """The run machine's driver."""
+        return RunLoop(self)
+
+    @functools.cached_property
+    def steering(self) -> Steering:
+        """The server's commands."""
+        return Steering(self)
 
     # -- the server's RuntimeCommands and RollbackHandler, carried out by steering --
 
