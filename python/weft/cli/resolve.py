@@ -276,6 +276,13 @@ def execution_state(state_json: bytes, runs: list[dict[str, Any]]) -> str:
     status = str(newest.get("status", "unknown"))
     if status in ("running", "crashed"):
         return status
+    conditions = newest.get("startingConditions") or {}
+    rolled_back = (
+        conditions.get("type") == "continuation" and conditions.get("reason") == "rollback"
+    )
+    if status == "stopped" and rolled_back and not newest.get("codons"):
+        # The run `weft rollback` records, stopped with codons left before it ran any.
+        return "rolled-back"
     if status == "stopped":
         # Stopped by you or by its budget: its work is neither done nor failed.
         return ending_of(newest).word
@@ -287,8 +294,7 @@ def execution_state(state_json: bytes, runs: list[dict[str, Any]]) -> str:
         return "failed"
     if thread.next_codon_id is None and not thread.has_running_codon:
         return "completed"
-    conditions = newest.get("startingConditions") or {}
-    if conditions.get("type") == "continuation" and conditions.get("reason") == "rollback":
+    if rolled_back:
         return "rolled-back"
     return "incomplete"
 

@@ -39,7 +39,7 @@ from weft.events.stream import (
     RollbackProgressEvent,
     RollbackStartedEvent,
 )
-from weft.events.transitions import RunCompleted
+from weft.events.transitions import RunCompleted, RunStopped
 from weft.outcome import ending_of
 from weft.plan import ExecutionPlan
 from weft.runtime.execution.layout import ExecutionLayout
@@ -325,7 +325,24 @@ async def _rollback(args: argparse.Namespace) -> int:
             emit=say,
         )
         # The run that records the rollback ends at once; `weft run` continues from it.
-        await manager.transition_and_wait(RunCompleted(run_id=run_id, end_time=utc_now_iso()))
+        # It ends as a live rollback ends a run (the run machine's rewind_ending):
+        # completed only when no codon is left, else stopped by you, its next codon
+        # to do (weft status says so, as weft ls says rolled-back).
+        _, after, _ = await rollback.analyze(manager, repo)
+        left = after.next_codon_id
+        end = utc_now_iso()
+        await manager.transition_and_wait(
+            RunCompleted(run_id=run_id, end_time=end)
+            if left is None
+            else RunStopped(
+                run_id=run_id,
+                end_time=end,
+                by="user",
+                reason=f"rolled back to {target.codon_id} ({target.checkpoint_type} checkpoint "
+                f"{target.sha[:10]})",
+                codon_id=left,
+            )
+        )
         print(f"Continue with: weft run --execution {layout.root}")
         return 0
     finally:
