@@ -1,10 +1,14 @@
-"""The run loop: codons one after another under their failure policy.
+"""The run loop: the run machine's driver.
 
-In autostart mode the loop runs the plan's codons in order; in manual mode it
-waits for a request before each codon (``server.idle`` says why), parks on a
-failed codon and stays up when the codons are done. A rewind (a rollback or
-a redo) ends the current run and starts a new one from a checkpoint, and the
-loop goes on in that run. Loops grow lazily as iterations finish.
+It feeds :class:`~weft.runtime.run.machine.RunMachine` (the run began, a codon
+ended under its failure policy, a rewind finished) and does what it answers:
+run the next codon, wait for a command (manual mode: ``server.idle`` says
+why), end the run with its journaled outcome (:func:`_ending_transition`). In
+autostart mode the codons run in plan order; in manual mode the loop waits
+before each, parks on a failed codon and stays up when the codons are done. A
+rewind (a rollback or a redo) ends the current run and starts a new one from a
+checkpoint, and the loop goes on in that run. Loops grow lazily as iterations
+finish. It decides nothing the machine decides.
 """
 
 from __future__ import annotations
