@@ -11,7 +11,9 @@ all failed under ``onFailure: ignore`` said "All codons completed".
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tests.runtime.hanks import (
     runs_oldest_first,
     scenario,
     subprocess_environment,
+    wait_for,
     weft_cli,
     workspace_files,
     write_file,
@@ -165,3 +168,37 @@ def test_a_run_whose_codons_all_failed_under_ignore_does_not_say_all_completed(
     summary = json.loads(again.stdout.strip().splitlines()[-1])["data"]
     assert summary["codons"]["failed"] == 2
     assert summary["message"].startswith("Completed; 2 codon(s) failed")
+
+
+def test_sigterm_is_a_stop_by_you_on_every_surface(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = write_hank(tmp_path / "hang", codon("a", scenario("hang_after_init")), codon("b"))
+    out = (tmp_path / "run.out").open("w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weft", "run", str(hank), "--headless"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(
+            lambda: "a: running" in (tmp_path / "run.out").read_text(),
+            timeout=TIMEOUT,
+            what="a running",
+        )
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    printed = (tmp_path / "run.out").read_text()
+    assert code == 128 + signal.SIGTERM, printed
+    assert "Run stopped (exit 143)" in printed
+    assert "a: stopped during running" in printed
+    assert "FAILED" not in printed
+    execution = only_execution(tmp_path)
+    run = runs_oldest_first(read_state(execution))[0]
+    assert (run["status"], run["stop"]["by"], run["stop"]["codonId"]) == ("stopped", "user", "a")
+    assert run["stop"]["reason"] == "stopped by SIGTERM"
+    assert surfaces(execution, env) == ("stopped", "stopped")
