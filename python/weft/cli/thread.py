@@ -23,7 +23,6 @@ import uvloop
 
 from weft._core import ExecutionThread
 from weft.checkpoints.aio import AsyncCheckpointRepo
-from weft.cli.live_rollback import rollback_live
 from weft.cli.resolve import (
     CRASHED_UNMARKED,
     EXECUTION_HELP,
@@ -45,7 +44,6 @@ from weft.plan import ExecutionPlan
 from weft.runtime.execution.layout import ExecutionLayout
 from weft.runtime.execution.meta import read_meta
 from weft.runtime.run import rollback
-from weft.runtime.run.runtime import new_run_id
 from weft.store import ExecutionStore
 from weft.store.execution import live_holder, weft_dir_of
 from weft.terminal import plural, printable, printable_lines
@@ -266,6 +264,10 @@ def run_rollback(args: argparse.Namespace) -> int:
     try:
         execution = resolve_execution(args.execution)
         if live_holder(weft_dir_of(execution)) is not None:
+            # Loaded here: it brings the client and the views, which thread and checkpoints
+            # (read-only, run beside every live run) need not load.
+            from weft.cli.live_rollback import rollback_live
+
             # The live run holds the lock: it carries the rollback out itself.
             return int(
                 _run(rollback_live(args, execution, save=lambda: _save_beside_live(execution)))
@@ -295,6 +297,8 @@ async def _rollback(args: argparse.Namespace) -> int:
         plan = ExecutionPlan.from_state(state["executionPlan"], _hank_of(layout).hank)
         if not args.discard:
             await _save_uncheckpointed(repo, rollback.all_patterns(plan))
+        from weft.runtime.run.runtime import new_run_id  # the run machinery, for a rollback only
+
         run_id = new_run_id()
 
         def say(event: Any, _run_id: str | None) -> None:
