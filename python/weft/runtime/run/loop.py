@@ -576,9 +576,12 @@ class RunLoop:
         finished = change.finished
         if change.iteration_completed and finished.loop_context is not None:
             # The iteration's figures come from the fold, which sees events once
-            # their batch is committed: without this wait, a slow commit left the
-            # iteration's last codon out of them ($0.0000, 0 tokens).
-            await manager.flush()
+            # their batch is committed: a slow commit left the iteration's last
+            # codon out of them ($0.0000, 0 tokens). The fold takes events in
+            # journal order, so once it has that codon's end it has the rest.
+            folded = self.ctx._progress.codon(finished.codon_id)
+            if folded is None or not folded.finished:
+                await manager.flush()
         for transition in plan_transitions(change, run_id):
             manager.transition(transition)
         if change.iteration_completed and finished.loop_context is not None:
