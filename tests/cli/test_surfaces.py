@@ -2,7 +2,8 @@
 
 Each scenario makes a real execution with real ``weft`` processes on the fake
 agent (completed; a codon failure under ``abort``, ``ignore`` and ``retry``; a
-retry that recovers; a budget stop and its continuation; a stop by you; a crash
+retry that recovers; a budget stop and its continuation; a stop by you (SIGINT,
+SIGTERM); a crash
 and its resume; a rollback and its continuation; an unpriced model; manual
 mode stopped between codons, watched by ``weft attach --json``). At each
 moment worth looking at, every surface is read:
@@ -55,6 +56,7 @@ from tests.runtime.hanks import (
 from weft.client import connect
 from weft.money import known_cost
 from weft.server import read_token
+from weft.store import ExecutionStore
 from weft.store.lock import read_lock
 from weft.web.listing import read_execution
 
@@ -740,11 +742,11 @@ def stop_hank(lab: Lab) -> Path:
     return lab.hank(*three(b), files={"prompts/b.md": hang})
 
 
-def user_stop(lab: Lab) -> Iterator[Moment]:
+def user_stop(lab: Lab, how: signal.Signals = signal.SIGINT) -> Iterator[Moment]:
     hank = stop_hank(lab)
     proc = lab.start(hank)
     lab.running("b", "b.md")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(how)
     yield Moment(
         Expect(
             "stopped",
@@ -752,11 +754,15 @@ def user_stop(lab: Lab) -> Iterator[Moment]:
             state="stopped",
             runs=("stopped",),
             next="b",
-            exit=130,
+            exit=128 + how,
             ending_codon="b",
         ),
         lab.ended(proc),
     )
+
+
+def sigterm_stop(lab: Lab) -> Iterator[Moment]:
+    return user_stop(lab, signal.SIGTERM)
 
 
 def crash_and_resume(lab: Lab) -> Iterator[Moment]:
@@ -879,6 +885,15 @@ def manual(lab: Lab) -> Iterator[Moment]:
     )
 
 
+def last_seq(execution: Path) -> int:
+    """The journal's last sequence number."""
+    store = ExecutionStore.open(execution, readonly=True)
+    try:
+        return int(store.journal.last_seq())
+    finally:
+        store.journal.close()
+
+
 async def _drive_manual(lab: Lab, attach: list[subprocess.Popen[str]], first: list[str]) -> None:
     execution = await asyncio.to_thread(lambda: lab.execution)
     weft_dir = execution / ".weft"
@@ -910,8 +925,16 @@ async def _drive_manual(lab: Lab, attach: list[subprocess.Popen[str]], first: li
             )
             attach.append(watcher)
             assert watcher.stdout is not None
-            # Its first line: it is connected and replaying the journal.
-            first.append(await asyncio.to_thread(watcher.stdout.readline))
+            # Stopped once the watcher has replayed the journal and follows live: a
+            # watcher still replaying when the run ends loses it ("the server ended the
+            # stream during a history sync", exit 1), a race of the server's.
+            last = await asyncio.to_thread(last_seq, execution)
+            while True:
+                line = await asyncio.to_thread(watcher.stdout.readline)
+                assert line, "weft attach ended before it replayed the journal"
+                first.append(line)
+                if json.loads(line).get("seq", -1) >= last:
+                    break
             await client.command("server.shutdown")
             break
 
@@ -924,6 +947,7 @@ SCENARIOS: dict[str, tuple[Scenario, bool]] = {
     "retry-recovers": (retry_recovers, False),
     "budget-stop": (budget_stop, True),
     "user-stop": (user_stop, True),
+    "sigterm-stop": (sigterm_stop, False),
     "crash-and-resume": (crash_and_resume, False),
     "rollback": (rollback, False),
     "unpriced": (unpriced, True),
