@@ -17,6 +17,13 @@ def nanos(usd: float) -> int:
     return round(usd * NANO)
 
 
+def known_dollars(dollars: float, unpriced: int | bool) -> float | None:
+    """Dollars as the JSON of every view says them: ``None`` when some codon
+    used a model without a price and nothing priced was spent (the money is
+    unknown, never ``0``); else the dollars (a lower bound when ``unpriced``)."""
+    return None if unpriced and not dollars else dollars
+
+
 def format_cost(usd: float | None) -> str:
     """Dollars with four decimals (``$0.0320``); ``-`` when unknown."""
     return "-" if usd is None else f"${usd:.4f}"
@@ -49,4 +56,4 @@ def total_cost(usd: float | None, unpriced: int, spent: float | None = None) -> 
     return text
 
 
-__all__ = ["NANO", "format_cost", "known", "known_cost", "nanos", "total_cost"]
+__all__ = ["NANO", "format_cost", "known", "known_cost", "known_dollars", "nanos", "total_cost"]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from weft.errors import LockHeldError, WeftError
+from weft.money import known_dollars
 from weft.outcome import ending_of
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ __all__ = [
     "ResolveError",
     "codon_cost",
     "journal_unpriced",
-    "known_dollars",
     "latest_for_hank",
     "nobody_holds",
     "resolve_execution",
@@ -88,7 +88,7 @@ class ExecutionInfo:
     read. ``cost`` is in dollars (the seed's getCodonCost of every record, as
     ``weft status``'s total), ``unpriced`` how many codons used a model without
     a price (``cost`` is then a lower bound, or unknown when it is 0: see
-    :func:`known_dollars`), ``size`` in bytes.
+    :func:`weft.money.known_dollars`), ``size`` in bytes.
     """
 
     root: Path
@@ -315,13 +315,6 @@ def records_cost(runs: Iterable[Mapping[str, Any]]) -> float:
     """The seed's cost of every codon record of ``runs`` (a state document's):
     what the core's :meth:`~weft._core.Core.total_cost` says, read from the file."""
     return math.fsum(codon_cost(c) for run in runs for c in run.get("codons") or ())
-
-
-def known_dollars(dollars: float, unpriced: int | bool) -> float | None:
-    """Dollars as the JSON of every view says them: ``None`` when some codon
-    used a model without a price and nothing priced was spent (the money is
-    unknown, never ``0``); else the dollars (a lower bound when ``unpriced``)."""
-    return None if unpriced and not dollars else dollars
 
 
 UnpricedPairs = frozenset[tuple[str | None, str | None]]

@@ -18,7 +18,6 @@ from weft.cli.resolve import (
     CRASHED_UNMARKED,
     EXECUTION_HELP,
     codon_cost,
-    known_dollars,
     resolve_execution,
     unpriced_pairs,
 )
@@ -32,7 +31,7 @@ from weft.events.stream import (
     TokenUsageEvent,
     decode_event,
 )
-from weft.money import known_cost, total_cost
+from weft.money import known_cost, known_dollars, total_cost
 from weft.outcome import Ending, ending_of
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock

@@ -28,7 +28,7 @@ import msgspec
 from weft.clock import iso_from_ms
 from weft.events.stream import Event, decode_event
 from weft.events.transitions import BudgetStop
-from weft.money import NANO, known, total_cost
+from weft.money import NANO, known, known_dollars, total_cost
 from weft.outcome import Ending
 from weft.progress import PENDING, CodonProgress, RunProgress
 from weft.server.protocol import (
@@ -59,10 +59,8 @@ def _iso(ns: int | None) -> str | None:
 
 
 def _dollars(nano_dollars: int, unpriced: bool) -> float | None:
-    """Dollars as the JSON of every view says them (``weft status --json``,
-    ``weft run --json``): null when the model has no price and nothing priced
-    was spent, never 0."""
-    return None if unpriced and nano_dollars == 0 else nano_dollars / NANO
+    """Dollars as the JSON of every view says them (:func:`weft.money.known_dollars`)."""
+    return known_dollars(nano_dollars / NANO, unpriced)
 
 
 def _loop(c: CodonProgress | None) -> LoopPlace | None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weft.cli.resolve import execution_state, journal_unpriced, known_dollars, records_cost
-from weft.money import known_cost
+from weft.cli.resolve import execution_state, journal_unpriced, records_cost
+from weft.money import known_cost, known_dollars
 from weft.runtime.execution.layout import META_FILE, WEFT_DIR
 from weft.store.execution import DATABASE
 from weft.store.lock import LOCK, pid_alive, read_lock

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weft.cli.resolve import known_dollars
 from weft.cli.view.format import clip, format_duration, format_tokens
-from weft.money import format_cost, known_cost, total_cost
+from weft.money import format_cost, known_cost, known_dollars, total_cost
 from weft.progress import PENDING, RunProgress
 from weft.runtime.execution.prepare import ExecutionLayout
 from weft.store.execution import DATABASE
