@@ -42,6 +42,7 @@ their package::
     │   ├── InputPathError            the hank or data arguments are unusable
     │   ├── ExecutionMetaError        execution-meta.json missing or unreadable
     │   ├── HankChangedError          the hank changed and resuming was not confirmed
+    │   │   └── RunSettingsChangedError  a run-shaping setting (the model) changed, not confirmed
     │   └── DataMismatchError         the data differs from the execution's
     ├── RollbackError                 weft.runtime: a rollback that cannot be done
     ├── CopyError                     weft.runtime: a rig copy failed (its message is for the user)
