@@ -30,10 +30,10 @@ Inputs: :meth:`RunMachine.began`, :meth:`~RunMachine.claim`,
 apply now gets a :class:`Refused`.
 
 How a run ends (:class:`weft.outcome.Ending`) is decided here, once, by
-precedence: a fatal error fails the run; a stop (the user's or the budget's)
-stops it, even if a codon failed while it was being stopped (the stop ended
-it); a codon that failed for good fails it; otherwise a run with every codon
-done completed, and one with codons left was stopped by the user.
+precedence: a fatal error fails the run; the budget ceiling stops it (the codon
+it cut stays to do); a codon that failed for good fails it (one a stop cut
+short did not fail: it stays to do); a run with every codon done completed,
+even if a stop came after the last; otherwise you stopped it.
 """
 
 from __future__ import annotations
