@@ -543,3 +543,4 @@ def test_claude_parser_paired(
         f"target >= {TARGET_RATIO:.0f}x: {met}; the decode floor ({ms['floor']:,.0f} ms) "
         f"{floor:.2f}x"
     )
+    assert ratio >= TARGET_RATIO, benchmark.extra_info["summary"]

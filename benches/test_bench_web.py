@@ -6,10 +6,9 @@
   The page loads, replays the whole journal over the protocol and paints
   every panel (the codon table's rows in view: it draws no others); the
   figure is the page's own ``weft-rendered`` mark (the first frame after the
-  model holds the last event), in ms since navigation started. Target: at
-  most 1,000 ms, reported (met / MISSED) like the other absolute targets of
-  these benches, not asserted: on a shared machine it moves with the load,
-  while the baseline ratio stays meaningful. Baseline in the same run: ``weft.client``
+  model holds the last event), in ms since navigation started. Target: the
+  median load at most 1,000 ms, asserted (a miss fails ``make bench``; the
+  worst load is reported beside it). Baseline in the same run: ``weft.client``
   replaying the same journal into ``Event`` objects (no rendering), the
   protocol's own fastest consumer.
 - Live following: a real StateManager on a real store emits codon lifecycles
@@ -27,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -352,16 +352,18 @@ def test_first_full_render_in_the_browser(
         driver.quit()
     assert got == [end, 0, 0, CODONS]
     assert first == ["c0", "completed"]
-    best, worst = min(marks), max(marks)
+    best, worst, median = min(marks), max(marks), statistics.median(marks)
     benchmark.extra_info["items"] = end
     benchmark.extra_info["render_ms"] = marks
     benchmark.extra_info["summary"] = (
         f"first full render {best:.0f} ms (worst of {len(marks)}: {worst:.0f} ms; "
-        f"target <= {RENDER_TARGET_MS} ms: {'met' if worst <= RENDER_TARGET_MS else 'MISSED'}); "
+        f"median {median:.0f} ms, target <= {RENDER_TARGET_MS} ms: "
+        f"{'met' if median <= RENDER_TARGET_MS else 'MISSED'}); "
         f"the page's own work: JSON.parse {work['parse']:.0f} ms, model {work['apply']:.0f} ms, "
         f"DOM {work['render']:.0f} ms; last load: first page at {phases[0]:.0f} ms, "
         f"last event applied at {phases[1]:.0f} ms, painted at {phases[2]:.0f} ms"
     )
+    assert median <= RENDER_TARGET_MS, benchmark.extra_info["summary"]
 
 
 # --------------------------------------------------------------------------- live following
@@ -475,3 +477,4 @@ def test_live_following_in_the_browser(benchmark: Any, tmp_path: Path) -> None:
         f"(targets <= {LIVE_LAG_TARGET} events, <= {CATCH_UP_TARGET_MS} ms: "
         f"{'met' if met else 'MISSED'})"
     )
+    assert met, benchmark.extra_info["summary"]
