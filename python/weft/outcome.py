@@ -30,8 +30,6 @@ from typing import Any, Final, Literal, TypeAlias
 
 Kind: TypeAlias = Literal["running", "completed", "failed", "stopped", "budget", "crashed"]
 
-KINDS: Final[tuple[Kind, ...]] = ("running", "completed", "failed", "stopped", "budget", "crashed")
-
 EXIT_COMPLETED: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
@@ -51,12 +49,6 @@ WORD: Final[Mapping[Kind, str]] = {
     "crashed": "crashed",
 }
 """The one word a list shows (``weft ls``, ``weft status``, ``weft ui``, the dashboard)."""
-
-EXIT_CODES_HELP: Final = (
-    "exit codes: 0 completed (or nothing to do), 1 a codon failed or the run could not go on, "
-    "2 usage or hank error, 3 stopped by a budget (raise it and run again to continue), "
-    "130 stopped by you (Ctrl-C, q, server.shutdown), 143 stopped by SIGTERM"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +110,11 @@ def exit_code(ending: Ending, signal: int | None = None) -> int:
 
 __all__ = [
     "EXIT_BUDGET",
-    "EXIT_CODES_HELP",
     "EXIT_COMPLETED",
     "EXIT_FAILED",
     "EXIT_SIGINT",
     "EXIT_SIGTERM",
     "EXIT_USAGE",
-    "KINDS",
     "WORD",
     "Ending",
     "Kind",

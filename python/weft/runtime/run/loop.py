@@ -69,10 +69,6 @@ def _codon_id(planned: PlannedCodon | None) -> str | None:
     return None if planned is None else planned.codon_id
 
 
-def _ceiling_reason(verdict: Verdict) -> str:
-    return verdict.message
-
-
 def _budget_stop(verdict: Verdict) -> dict[str, object]:
     """The ``budget`` of a ``RunStopped`` by the run's ceiling."""
     return {
@@ -329,7 +325,7 @@ class RunLoop:
                 await self._archive(loop.archive_on_success, cursor.run_id, current, loop.id)
         cursor.current = cursor.plan.next_codon(current.codon_id)
         if verdict is not None and cursor.current is not None:
-            self.ctx._perform(machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict)))
+            self.ctx._perform(machine.budget_stop(verdict.message, _budget_stop(verdict)))
         effects = machine.codon_ended(
             current.codon_id, moved_on=True, next_codon=_codon_id(cursor.current)
         )
@@ -348,9 +344,7 @@ class RunLoop:
         if verdict is None or not verdict.stops_run:
             return None
         if self.ctx.machine.live:
-            self.ctx._perform(
-                self.ctx.machine.budget_stop(_ceiling_reason(verdict), _budget_stop(verdict))
-            )
+            self.ctx._perform(self.ctx.machine.budget_stop(verdict.message, _budget_stop(verdict)))
         return verdict
 
     async def _archive(

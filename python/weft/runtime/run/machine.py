@@ -164,10 +164,6 @@ class RunMachine:
         return self.phase not in ("stopping", "done")
 
     @property
-    def waiting(self) -> bool:
-        return self.phase == "waiting"
-
-    @property
     def rolling_back(self) -> bool:
         return self.phase == "rolling-back"
 
