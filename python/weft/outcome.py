@@ -70,6 +70,17 @@ class Ending:
         """The one word a list shows."""
         return WORD[self.kind]
 
+    def to_json(self) -> dict[str, Any]:
+        """The ending as every ``--json`` gives it (camelCase)."""
+        return {
+            "kind": self.kind,
+            "word": self.word,
+            "codonId": self.codon_id,
+            "reason": self.reason,
+            "forced": self.forced,
+            "budget": None if self.budget is None else dict(self.budget),
+        }
+
     @property
     def finished(self) -> bool:
         """The run is over (whatever the outcome)."""

@@ -32,7 +32,7 @@ from weft.events.stream import (
     decode_event,
 )
 from weft.money import known_cost, known_dollars, total_cost
-from weft.outcome import Ending, ending_of
+from weft.outcome import ending_of
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
 from weft.terminal import printable
@@ -206,7 +206,7 @@ def report(store: ExecutionStore) -> dict[str, Any]:
                 "runId": run["runId"],
                 # The outcome's one word (weft.outcome), as weft run and weft ls say it.
                 "status": CRASHED_UNMARKED if dead else ending.word,
-                "ending": None if dead or not ending.finished else _ending_data(ending),
+                "ending": None if dead or not ending.finished else ending.to_json(),
                 "startTime": run["startTime"],
                 "endTime": run.get("endTime"),
                 "cost": known_dollars(store.core.run_cost(run["runId"]) or 0.0, run_unpriced),
@@ -259,18 +259,6 @@ def _sentinel_line(s: dict[str, Any]) -> str:
         f"{s['id']:<20} {s['model']:<28} {s['status']}{why}  {calls}  "
         f"${float(s.get('totalCost', 0.0)):.4f}"
     )
-
-
-def _ending_data(ending: Ending) -> dict[str, Any]:
-    """How a run ended, as ``weft status --json`` gives it (camelCase)."""
-    return {
-        "kind": ending.kind,
-        "word": ending.word,
-        "codonId": ending.codon_id,
-        "reason": ending.reason,
-        "forced": ending.forced,
-        "budget": None if ending.budget is None else dict(ending.budget),
-    }
 
 
 def render(status: dict[str, Any], *, colour: bool = False) -> str:

@@ -97,15 +97,8 @@ def _ending(progress: RunProgress) -> dict[str, Any] | None:
         return None
     codon = None if ending.codon_id is None else progress.codon(ending.codon_id)
     loop = None if codon is None or codon.loop is None else codon.loop
-    return {
-        "kind": ending.kind,
-        "word": ending.word,
-        "codonId": ending.codon_id,
-        "reason": ending.reason,
-        "forced": ending.forced,
-        "budget": None if ending.budget is None else dict(ending.budget),
-        "loop": None if loop is None else {"loopId": loop[0], "iteration": loop[1] + 1},
-    }
+    place = None if loop is None else {"loopId": loop[0], "iteration": loop[1] + 1}
+    return {**ending.to_json(), "loop": place}
 
 
 def _left(ending: Mapping[str, Any] | None) -> str | None:
