@@ -199,8 +199,19 @@ def cells(page: Any, codon: str) -> list[str]:
     return found
 
 
+def settled(page: Any) -> None:
+    """Waits until the page has drawn everything it holds: the heavy panels
+    (timeline, checkpoints, chart...) are rebuilt at most every 300 ms."""
+    wait_for(
+        lambda: page.execute_script("return window.weftDashboard.settled()"),
+        "the page to draw what it holds",
+        page=page,
+    )
+
+
 def text(page: Any, element_id: str) -> str:
-    """An element's text as the page shows it."""
+    """An element's text as the page shows it, once it drew what it holds."""
+    settled(page)
     found: str = page.find_element("id", element_id).text
     return found
 

@@ -1135,6 +1135,11 @@ window.weftDashboard = {
     if (socket) socket.close();
   },
   send,
+  // Nothing left to draw: every panel shows what the page holds (tests wait
+  // for this before reading a panel rebuilt at most every HEAVY_MS).
+  settled() {
+    return !scheduled && dirty.rows.size === 0 && !Object.entries(dirty).some(([k, v]) => k !== "rows" && v === true);
+  },
 };
 
 // A token pasted into the address bar later (the same page, a new fragment).
