@@ -143,6 +143,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft batch reset-breaker sweep.toml upstream", "close tool upstream's breaker"),
     ),
     "batch schema": (("weft batch schema > batch.schema.json", "the batch file's JSON Schema"),),
+    "batch validate": (("weft batch validate sweep.toml", "every problem, nothing run"),),
 }
 """Each command's examples, keyed by its path after ``weft``: the command line,
 and what it does."""
@@ -176,6 +177,10 @@ exit codes:
 exit codes:
   0    printed
   2    usage error""",
+    "batch validate": """\
+exit codes:
+  0    valid
+  2    usage error, or a bad batch file (every problem printed)""",
 }
 """Exit codes of the commands whose codes are not :data:`EXIT_CODES`, keyed like
 :data:`EXAMPLES`."""
