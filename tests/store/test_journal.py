@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -279,3 +282,44 @@ def test_the_core_reports_sqlite_errors_as_python_does_and_keeps_nothing_of_the_
     closed.close()
     with pytest.raises(ValueError, match="closed"):
         closed.append(_rows(["{}"], first=3))
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.usefixtures("permissive_umask")
+@pytest.mark.parametrize(("shared", "mode"), [("", 0o600), ("1", 0o640)])
+def test_the_journal_and_the_files_sqlite_makes_beside_it_are_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: str, mode: int
+) -> None:
+    monkeypatch.setenv("WEFT_SHARED_GROUP", shared)
+    path = tmp_path / "weft.db"
+    journal = Journal.open(path)
+    try:
+        journal.append([(1, "e1", "t", "event", "info", None, None, "{}")])
+        # Open, so SQLite's -wal and -shm exist now: made by SQLite, with weft.db's mode.
+        for name in ("weft.db", "weft.db-wal", "weft.db-shm"):
+            assert _mode(tmp_path / name) == mode, name
+    finally:
+        journal.close()
+
+
+@pytest.mark.usefixtures("permissive_umask")
+def test_a_journal_an_older_weft_left_readable_is_tightened_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "weft.db"
+    Journal.open(path).close()
+    path.chmod(0o644)
+    Journal.open(path, readonly=True).close()
+    assert _mode(path) == 0o644  # a reader changes nothing
+    Journal.open(path).close()
+    assert _mode(path) == 0o600

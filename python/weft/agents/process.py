@@ -79,6 +79,7 @@ from weft.agents.harness import (
     StreamParser,
     Timeouts,
 )
+from weft.filemodes import open_private, private_folder
 from weft.process_group import die_with_parent, signal_group, terminate_group
 
 log = logging.getLogger(__name__)
@@ -278,8 +279,9 @@ class _Tee:
     def _run(self) -> None:
         stopped = False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("ab", buffering=1024 * 1024) as f:
+            private_folder(self.path.parent)
+            fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            with open(fd, "ab", buffering=1024 * 1024) as f:
                 while (chunk := self._queue.get()) is not None:
                     f.write(chunk)
                 # The sentinel is taken: the flush at close may still fail,

@@ -41,6 +41,7 @@ from pygit2.enums import ConfigLevel, RepositoryOpenFlag
 from weft.checkpoints.errors import CheckpointStorageError
 from weft.checkpoints.messages import AUTHOR_EMAIL, AUTHOR_NAME
 from weft.checkpoints.packs import consolidate_packs, sweep_orphan_packs
+from weft.filemodes import private_folder
 
 #: The git directory's name, inside ``.weft/checkpoints/``.
 GIT_DIR_NAME = ".weftcheckpoints"
@@ -169,7 +170,7 @@ def open_storage(git_dir: Path, *, repair: bool = True) -> OpenedStorage:
     repairs: list[str] = []
     parent = git_dir.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        private_folder(parent)
     except OSError as exc:
         raise CheckpointStorageError(
             f"checkpoint storage could not be created: {parent}: {exc.strerror or exc}. "
@@ -459,6 +460,7 @@ def _create(git_dir: Path) -> None:
     tmp = git_dir.with_name(f"{git_dir.name}.tmp-{os.getpid()}-{time.time_ns()}")
     try:
         repo = pygit2.init_repository(str(tmp), bare=True, initial_head=MAIN_BRANCH)
+        private_folder(tmp)  # libgit2 made it with the umask's mode
         try:
             _write_text(tmp / "config", _CONFIG)
             _write_text(tmp / "info" / "exclude", _EXCLUDE)

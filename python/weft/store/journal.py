@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from weft._core import JournalAppender
 from weft.errors import StoreCorruptError, StoreError
+from weft.filemodes import private_file, tighten
 from weft.store.schema import migrate
 
 if TYPE_CHECKING:
@@ -101,6 +102,11 @@ class Journal:
         if readonly and not path.exists():
             raise StoreError(f"{path}: no journal here; is this an execution directory?")
         uri = f"file:{path}?mode={'ro' if readonly else 'rwc'}"
+        if not readonly:
+            # SQLite gives the -wal and -shm files the database's mode: all three private.
+            private_file(path)
+            for companion in ("-wal", "-shm"):
+                tighten(f"{path}{companion}")
         try:
             conn = sqlite3.connect(
                 uri, uri=True, isolation_level=None, check_same_thread=False, timeout=10

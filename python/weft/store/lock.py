@@ -26,6 +26,7 @@ from pathlib import Path
 import msgspec
 
 from weft.errors import LockHeldError, LockLostError
+from weft.filemodes import open_private, private_folder
 
 LOCK = "runtime.lock"
 GUARD = "runtime.lock.guard"
@@ -67,7 +68,7 @@ class Previous:
 
 @contextlib.contextmanager
 def _guard(weft_dir: Path) -> Iterator[None]:
-    fd = os.open(weft_dir / GUARD, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_private(weft_dir / GUARD, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -117,7 +118,7 @@ class RuntimeLock:
     ) -> RuntimeLock:
         """Takes the lock, or raises :class:`~weft.errors.LockHeldError` if a live
         process holds it. ``previous`` tells whether a dead or stale lock was taken over."""
-        weft_dir.mkdir(parents=True, exist_ok=True)
+        private_folder(weft_dir)
         with _guard(weft_dir):
             current = read_lock(weft_dir / LOCK)
             previous = None
@@ -149,7 +150,9 @@ class RuntimeLock:
 
     def _write(self) -> None:
         temp = self.path.with_name(LOCK + ".tmp")
-        temp.write_bytes(msgspec.json.encode(self.info))
+        fd = open_private(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "wb") as f:
+            f.write(msgspec.json.encode(self.info))
         os.replace(temp, self.path)
         st = self.path.stat()
         self._written = (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -20,6 +20,7 @@ from weft._core import Core
 from weft.clock import utc_now_iso
 from weft.errors import StoreError, WeftError
 from weft.events.stream import InfoEvent
+from weft.filemodes import private_folder
 from weft.state import encode_stream
 from weft.store.journal import Journal
 from weft.store.lock import RuntimeLock
@@ -71,6 +72,7 @@ def restore_from_snapshot(weft_dir: Path) -> Restored:
         if present:
             moved_to = weft_dir / f"lost-journal-{time.strftime('%Y%m%dT%H%M%S')}"
             moved_to.mkdir()
+            private_folder(moved_to)
             for n in present:
                 (weft_dir / n).rename(moved_to / n)
         doc = json.loads(data)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from weft.filemodes import open_private, private_file
+
 STATE = "state.json"
 BACKUP = "state.json.bak"
 TEMP = "state.json.tmp"
@@ -24,7 +26,7 @@ BACKUP_LINK = "state.json.bak.tmp"
 
 
 def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         view = memoryview(data)
         while view:
@@ -65,6 +67,8 @@ def write_snapshot(weft_dir: Path, data: bytes | Callable[[Path], int]) -> int:
         _keep_backup(weft_dir, state)
     temp = weft_dir / TEMP
     if callable(data):
+        # The core truncates an existing file and keeps its mode: made private here first.
+        private_file(temp)
         size = data(temp)
     else:
         _write_synced(temp, data)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from weft.filemodes import private_folder
 from weft.runtime.execution.layout import ExecutionLayout
 
 __all__ = ["backup_stamp", "link_data", "link_intact", "park_data"]
@@ -53,7 +54,7 @@ def park_data(layout: ExecutionLayout) -> None:
             children[0].unlink()
             slot.rmdir()
             return
-    layout.weft_dir.mkdir(parents=True, exist_ok=True)
+    private_folder(layout.weft_dir)
     parked = layout.weft_dir / f"replaced-data-{backup_stamp()}"
     n = 1
     while parked.exists():

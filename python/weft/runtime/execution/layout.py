@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weft.checkpoints.storage import checkpoint_git_dir
+from weft.filemodes import private_folder
 
 __all__ = [
     "DATA_LINK",
@@ -95,5 +96,10 @@ class ExecutionLayout:
     def create_dirs(self) -> None:
         """Creates every directory of the layout that is missing (the checkpoint
         repository makes its own folder, atomically, when it is first opened)."""
-        for path in (self.workspace, self.rig_archive, self.runs, self.logs):
+        # Weft's own folders are private (weft.filemodes); the work tree and its
+        # archive are the user's project, made with the usual modes. The root is
+        # made private by whoever creates it (an existing folder the user named stays as it is).
+        for path in (self.weft_dir, self.runs, self.logs):
+            private_folder(path)
+        for path in (self.workspace, self.rig_archive):
             path.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from weft.filemodes import open_private
 from weft.runtime.execution.errors import ExecutionMetaError
 from weft.store.diskspace import STORAGE_ERRNOS, storage_error
 
@@ -139,7 +140,7 @@ def write_meta(path: Path, meta: ExecutionMeta) -> None:
     data = msgspec.json.format(_meta_encoder.encode(meta), indent=2)
     temp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = open_private(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             view = memoryview(data + b"\n")
             while view:

@@ -60,6 +60,7 @@ import msgspec
 from weft.clock import utc_now_iso
 from weft.config.schema import Hank, Loop
 from weft.errors import ConfigError, LockHeldError, WeftError
+from weft.filemodes import folder_mode, private_folder
 from weft.runtime.execution.basedir import BASE_DIR_ENV, managed_base_dir
 from weft.runtime.execution.datahash import (
     DEFAULT_DATA_HASH_TIME_LIMIT,
@@ -343,7 +344,8 @@ def _prepare(
         _check_placement(root, data_path)
         if root.exists() and not root.is_dir():
             raise ExecutionSetupError(f"{root}: exists and is not a directory; choose another path")
-        root.mkdir(parents=True, exist_ok=True)
+        if not root.exists():
+            private_folder(root)  # Weft's; a folder the user already had keeps its mode
         with _preparing(root):
             return _explicit(
                 ExecutionLayout(root), base, ctx, new=new, keep_workspace=keep_workspace
@@ -514,14 +516,15 @@ def _find_resumable(base: Path, ctx: _Context) -> tuple[ExecutionLayout, Executi
 
 
 def _new_managed_root(base: Path, data_hash: DataHash) -> Path:
-    base.mkdir(parents=True, exist_ok=True)
+    if not base.exists():
+        private_folder(base)  # an existing base (one the user named) keeps its mode
     while True:
         root = base / f"{int(time.time() * 1000)}-{secrets.token_hex(2)}-{data_hash.short}"
         try:
-            root.mkdir()
+            root.mkdir(mode=folder_mode())
         except FileExistsError:
             continue
-        return root
+        return private_folder(root)  # the mode again, past the umask
 
 
 def _create(root: Path, ctx: _Context) -> PreparedExecution:
