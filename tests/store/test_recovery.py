@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -97,14 +98,15 @@ async def test_a_snapshot_ahead_of_the_journal_proves_a_loss_and_is_refused(
 ) -> None:
     await build(tmp_path, 2)
     path = weft(tmp_path) / "state.json"
-    doc = json.loads(path.read_bytes())
-    doc["journalSeq"] = 10_000
-    path.write_text(json.dumps(doc))
+    seq = json.loads(path.read_bytes())["journalSeq"]
+    # The journal's last five rows gone (c1's end): state.json holds what they did.
+    with sqlite3.connect(weft(tmp_path) / "weft.db") as conn:
+        conn.execute("DELETE FROM events WHERE seq > ?", (seq - 5,))
     before = path.read_bytes()
     with pytest.raises(JournalLossError) as caught:
         reopen(tmp_path)
     message = str(caught.value)
-    assert "state.json reflects journal seq 10000 but the journal ends at" in message
+    assert f"state.json reflects journal seq {seq} but the journal ends at {seq - 5}" in message
     assert "weft store rebuild --from-snapshot" in message
     assert "\n" not in message
     assert path.read_bytes() == before
@@ -214,3 +216,50 @@ async def test_a_snapshot_written_after_a_reader_read_the_end_is_no_loss(tmp_pat
         journal.close()
     assert found.source == "state.json"
     assert found.core.state_json() == state
+
+
+async def test_a_wrong_journal_seq_over_an_intact_journal_is_noted_and_the_journal_wins(
+    tmp_path: Path,
+) -> None:
+    state = await build(tmp_path, 2)
+    path = weft(tmp_path) / "state.json"
+    doc = json.loads(path.read_bytes())
+    last = doc["journalSeq"]
+    doc["journalSeq"] = 10_000
+    path.write_text(json.dumps(doc))
+    for store in (reopen(tmp_path), ExecutionStore.open(tmp_path)):
+        try:
+            notes = store.recovery.notes
+            assert notes[0] == (
+                f"state.json says it reflects journal seq 10000 but the journal ends at {last}, "
+                f"and what it holds is the journal's state at {last}: its journalSeq is wrong "
+                "(or the rows gone changed no state); the journal wins"
+            )
+            assert store.recovery.source == "state.json.bak"
+            assert store.core.state_json() == state
+            assert store.core.next_seq == last + 1
+        finally:
+            if store.lock is not None:
+                await store.close()
+            else:
+                store.journal.close()
+
+
+async def test_an_edited_figure_in_state_json_is_noted_and_the_journal_wins(
+    tmp_path: Path,
+) -> None:
+    state = await build(tmp_path, 2)
+    for name in ("state.json", "state.json.bak"):
+        path = weft(tmp_path) / name
+        doc = json.loads(path.read_bytes())
+        journaled = doc["runs"][0]["codons"][0]["finalCost"]
+        doc["runs"][0]["codons"][0]["finalCost"] = 99.5
+        path.write_text(json.dumps(doc))
+    store = reopen(tmp_path)
+    assert store.recovery.source == "journal"
+    assert store.recovery.notes[0] == (
+        f"state.json does not match the journal: runs[0].codons[0].finalCost is 99.5 in "
+        f"state.json, {json.dumps(journaled)} in the journal; the journal wins"
+    )
+    assert store.recovery.notes[1].startswith("state.json.bak does not match the journal")
+    assert store.core.state_json() == state

@@ -16,7 +16,8 @@ the journal before any of those, so none of them can exist beside a journal
 that never held anything.
 
 The third check, a snapshot whose ``journalSeq`` lies beyond the journal's
-end, needs the journal open: :func:`check_reach` makes it on a read-only
+end (and which holds more than the journal's state: else only its number is
+wrong), needs the journal open: :func:`check_reach` makes it on a read-only
 connection before the writable one opens (whose close would fold a torn WAL
 into the database and remove it, evidence included), and
 :mod:`weft.store.recovery` makes it again on the snapshot it uses.
@@ -223,9 +224,12 @@ def check_reach(weft_dir: Path) -> None:
         on_empty=lambda: refuse_empty(weft_dir, "holds no schema (its tables are gone)"),
     )
     try:
-        last = journal.last_seq()
+        if reach[1] > journal.last_seq():
+            # Recovery's own cross-check (read-only here): a snapshot holding exactly
+            # the journal's state has a wrong journalSeq (noted when the store opens),
+            # one holding more proves the loss and raises.
+            from weft.store.recovery import recover  # recovery imports this module
+
+            recover(weft_dir, journal)
     finally:
         journal.close()
-    name, seq = reach
-    if seq > last:
-        raise JournalLossError(lost_events_message(weft_dir, name, seq, last))
