@@ -12,7 +12,6 @@ with its defaults resolved, its paths absolute and its breaker's tool named.
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,23 +19,24 @@ from typing import Any
 
 import msgspec
 
-from weft.batch.file import ID_PATTERN, Backoff, BatchFile, BreakerSpec, StepSpec, WorkstreamSpec
-from weft.config.problems import ConfigProblem
-from weft.errors import ConfigError
+from weft.batch.file import (
+    Backoff,
+    BatchFile,
+    BreakerSpec,
+    StepSpec,
+    WorkstreamSpec,
+    combinations,
+    expanded_id,
+    placeholders,
+    substitute,
+)
 
 __all__ = ["BatchPlan", "PlannedStep", "PlannedWorkstream", "expand", "placeholders"]
 
-_PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SLUG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-_ID = re.compile(ID_PATTERN)
+_TOOL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 DEFAULT_BREAKER = BreakerSpec()
 """The seed's breaker: open after 5 failures, 60 s cool-down, close after 1 success."""
-
-
-def placeholders(text: str) -> set[str]:
-    """The ``{key}`` names in ``text`` (``${VAR}`` is left to the shell)."""
-    return set(_PLACEHOLDER.findall(text))
 
 
 @dataclass(frozen=True)
@@ -115,44 +115,22 @@ class BatchPlan:
         return [s for ws in self.workstreams for s in ws.steps]
 
 
-def expand(batch: BatchFile, base: Path, *, name: str, display: str) -> BatchPlan:
-    """The plan of ``batch`` (paths relative to ``base``). Raises :class:`ConfigError`
-    when an expansion makes a bad or duplicate id or names a missing path."""
-    problems: list[ConfigProblem] = []
+def expand(batch: BatchFile, base: Path, *, name: str, display: str | None = None) -> BatchPlan:
+    """The plan of ``batch`` (paths relative to ``base``).
+
+    ``batch`` is one :func:`weft.batch.file.load_batch_file` checked: every
+    expansion's ids, paths and hanks, and the number of steps, so nothing
+    here can fail or grow beyond the file's ``max_steps``. (``display``, the
+    file's name as shown, named the problems found here before that check
+    took them over; it is accepted and unused.)
+    """
+    del display
     planned: list[PlannedWorkstream] = []
-    seen: dict[str, int] = {}
-    for w, ws in enumerate(batch.workstreams):
-        for values in _combinations(ws.matrix):
+    for ws in batch.workstreams:
+        for values in combinations(ws.matrix):
             concrete = _substitute(ws, values)
-            ws_id = _expanded_id(ws.id, values)
-            where = f"workstreams[{w}]"
-            if not _ID.match(ws_id):
-                problems.append(
-                    ConfigProblem(
-                        file=display,
-                        path=f"{where}.id",
-                        code="bad_id",
-                        message=f'the workstream id "{ws_id}" is not a valid id',
-                        hint="use letters, digits, '_', '.' and '-' (they name folders)",
-                    )
-                )
-                continue
-            if ws_id in seen:
-                problems.append(
-                    ConfigProblem(
-                        file=display,
-                        path=f"{where}.id",
-                        code="duplicate_id",
-                        message=f'workstream "{ws_id}" appears twice',
-                        hint="give each workstream (or matrix expansion) its own id",
-                    )
-                )
-                continue
-            seen[ws_id] = w
-            steps = tuple(
-                _plan_step(batch, ws_id, step, base, display, f"{where}.steps[{s}]", problems)
-                for s, step in enumerate(concrete.steps)
-            )
+            ws_id = expanded_id(ws.id, values)
+            steps = tuple(_plan_step(batch, ws_id, step, base) for step in concrete.steps)
             planned.append(
                 PlannedWorkstream(
                     ws_id=ws_id,
@@ -161,8 +139,6 @@ def expand(batch: BatchFile, base: Path, *, name: str, display: str) -> BatchPla
                     steps=steps,
                 )
             )
-    if problems:
-        raise ConfigError(problems)
     return BatchPlan(
         name=name,
         workstreams=tuple(planned),
@@ -171,70 +147,29 @@ def expand(batch: BatchFile, base: Path, *, name: str, display: str) -> BatchPla
     )
 
 
-def _combinations(matrix: dict[str, list[str]]) -> list[dict[str, str]]:
-    if not matrix:
-        return [{}]
-    keys = list(matrix)
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*matrix.values())]
-
-
 def _substitute(ws: WorkstreamSpec, values: dict[str, str]) -> WorkstreamSpec:
     if not values:
         return ws
-
-    def replace(node: Any) -> Any:
-        if isinstance(node, str):
-            return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), node)
-        if isinstance(node, list):
-            return [replace(x) for x in node]
-        if isinstance(node, dict):
-            return {k: replace(v) for k, v in node.items()}
-        return node
-
     doc = msgspec.to_builtins(ws)
-    doc["steps"] = replace(doc["steps"])
+    doc["steps"] = substitute(doc["steps"], values)
     return msgspec.convert(doc, WorkstreamSpec)
 
 
-def _expanded_id(written: str, values: dict[str, str]) -> str:
-    if not values:
-        return written
-    if placeholders(written):
-        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), written)
-    parts = [_SLUG_BAD.sub("_", Path(v).name or v) for v in values.values()]
-    return "-".join([written, *parts])
+def _command_tool(program: str) -> str:
+    """A command step's default tool: its program's name, made a valid tool
+    name (``g++`` -> ``g_``), ``command`` when nothing is left."""
+    return _TOOL_BAD.sub("_", Path(program).name).lstrip(".-") or "command"
 
 
-def _plan_step(
-    batch: BatchFile,
-    ws_id: str,
-    step: StepSpec,
-    base: Path,
-    display: str,
-    where: str,
-    problems: list[ConfigProblem],
-) -> PlannedStep:
+def _plan_step(batch: BatchFile, ws_id: str, step: StepSpec, base: Path) -> PlannedStep:
     defaults = batch.defaults
 
     def path(name: str) -> Path | None:
         value: str | None = getattr(step, name)
-        if value is None:
-            return None
-        full = (base / value).resolve()
-        if not full.exists():
-            problems.append(
-                ConfigProblem(
-                    file=display,
-                    path=f"{where}.{name}",
-                    code="no_file",
-                    message=f"{value} does not exist (relative to the batch file)",
-                    hint="check the path, or the matrix values that build it",
-                )
-            )
-        return full
+        return None if value is None else (base / value).resolve()
 
     if step.command is not None:
-        tool = step.tool or Path(step.command[0]).name
+        tool = step.tool or _command_tool(step.command[0])
     else:
         tool = step.tool or "weft"
     codes = step.expected_exit_codes
