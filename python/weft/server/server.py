@@ -225,14 +225,33 @@ class _Peer:
 
     def lagging(self) -> None:
         # The close frame queues behind up to send_limit bytes; give a slow
-        # reader time to reach it, so it learns why and how to resume.
-        self.ws.close_timeout = LAGGING_CLOSE_TIMEOUT
-        self.spawn(self.ws.close(CLOSE_TOO_SLOW, CLOSE_TOO_SLOW_REASON))
+        # reader time to reach it, so it learns why and how to resume. One
+        # that reads nothing loses its connection then, and what it held.
+        self.spawn(
+            close_within(self.ws, CLOSE_TOO_SLOW, CLOSE_TOO_SLOW_REASON, LAGGING_CLOSE_TIMEOUT)
+        )
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(_quietly(work))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+async def close_within(ws: ServerConnection, code: int, reason: str, grace: float) -> None:
+    """Closes ``ws`` with ``code``, giving the client ``grace`` seconds to read
+    what was sent before and answer; then drops the TCP connection.
+
+    ``ServerConnection.close`` alone can wait forever: it drains the send
+    buffer before its own close timeout starts, and a client that stopped
+    reading never lets the buffer drain. Nothing Weft waits for may hang so.
+    """
+    try:
+        async with asyncio.timeout(grace):
+            await ws.close(code, reason)
+    except TimeoutError:
+        ws.transport.abort()
+    except ConnectionClosed:
+        pass
 
 
 async def _quietly(work: Coroutine[Any, Any, None]) -> None:
@@ -374,8 +393,17 @@ class ProtocolServer:
         except ``server.force_shutdown``."""
         self._shutting_down = True
 
+    def drop_connections(self) -> None:
+        """Drops every connection now, without a closing handshake (the
+        process is told to end while clients are still being let go)."""
+        if self._server is not None:
+            for connection in list(self._server.connections):
+                connection.transport.abort()
+
     async def close(self) -> None:
-        """Sends every event seen so far, then closes every connection (1001).
+        """Sends every event seen so far, then closes every connection (1001),
+        each within ``config.close_timeout`` seconds: a client that does not
+        read its last events and the close frame by then is dropped.
         Idempotent."""
         if self._closed:
             return
@@ -395,13 +423,24 @@ class ProtocolServer:
             self._feed.cancel()
         if self._server is not None:
             self._server.close(close_connections=False)
+            grace = self.config.close_timeout
             for peer in list(self._peers):
                 task = asyncio.get_running_loop().create_task(
-                    _quietly(peer.ws.close(CLOSE_GOING_AWAY, "Weft run ended"))
+                    _quietly(close_within(peer.ws, CLOSE_GOING_AWAY, "Weft run ended", grace))
                 )
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            await self._server.wait_closed()
+            try:
+                # Every connection was closed or dropped within the grace; a
+                # handler still busy after that (a reply it cannot send) has
+                # lost its transport and ends at its next await.
+                async with asyncio.timeout(grace + 1.0):
+                    await self._server.wait_closed()
+            except TimeoutError:
+                self.drop_connections()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await self._server.wait_closed()
             self._server = None
         for task in list(self._tasks):
             task.cancel()
@@ -572,7 +611,9 @@ class ProtocolServer:
                 ahead = None
                 if page.count == 0:
                     log.error("the journal has no events after %d for a catch-up", peer.cursor)
-                    await peer.ws.close(CLOSE_GOING_AWAY, "journal unreadable")
+                    await close_within(
+                        peer.ws, CLOSE_GOING_AWAY, "journal unreadable", self.config.close_timeout
+                    )
                     return
                 if page.last_seq < fanout.head:
                     ahead = asyncio.ensure_future(

@@ -179,10 +179,15 @@ class Runtime(RuntimeState):
                 raise
             outcome = self._failed_outcome(str(storage_error(str(self.layout.weft_dir), exc)))
         finally:
-            loop = asyncio.get_running_loop()
-            for signum in installed:
-                loop.remove_signal_handler(signum)
-            closing_failure = await self._close(store)
+            # The handlers stay while the server closes: a signal then hastens
+            # the close (Steering.on_signal) instead of killing the process
+            # with the run's ending said nowhere.
+            try:
+                closing_failure = await self._close(store)
+            finally:
+                loop = asyncio.get_running_loop()
+                for signum in installed:
+                    loop.remove_signal_handler(signum)
         if closing_failure is not None and outcome.exit_code == 0:
             # Everything is in the journal, but the final snapshot is not on disk.
             outcome = self._failed_outcome(str(closing_failure))

@@ -239,6 +239,12 @@ class Steering:
             await asyncio.gather(*list(self.ctx._effects), return_exceptions=True)
 
     def on_signal(self, signum: int) -> None:
+        if self.ctx.machine.phase == "done":
+            # The run has ended and its clients are being let go: a signal
+            # means now, so the ones still reading lose their connections.
+            if self.ctx.server is not None:
+                self.ctx.server.drop_connections()
+            return
         # Said at once: stopping an agent and checkpointing can take seconds.
         first = self.ctx.machine.stopping is None
         self.ctx._perform(self.ctx.machine.stop(signal=signum))
