@@ -84,6 +84,8 @@ def _data(tmp: Path) -> list[Path]:
 def _batch_file(tmp: Path, folders: list[Path]) -> Path:
     doc = {
         "name": "bench",
+        "allow_absolute_paths": True,  # the example's hank, outside tmp
+        "max_steps": max(len(folders), 1),  # WEFT_BENCH_BATCH_STEPS may pass the default 1,000
         "workstreams": [
             {
                 "id": "bench-{d}",

@@ -21,7 +21,9 @@ DATA = ROOT / "examples" / "batch" / "data" / "alpha"
 
 def hank_batch(tmp_path: Path) -> Path:
     step = {"id": "analyse", "hank": str(HANK), "data": str(DATA)}
-    return write_batch(tmp_path, {"workstreams": [{"id": "w", "steps": [step]}]})
+    # The example's hank and data are outside tmp_path: named absolute, by choice.
+    doc = {"allow_absolute_paths": True, "workstreams": [{"id": "w", "steps": [step]}]}
+    return write_batch(tmp_path, doc)
 
 
 def test_a_hank_step_killed_with_its_coordinator_resumes_its_execution(tmp_path: Path) -> None:
