@@ -189,3 +189,83 @@ async def test_the_supervisor_line_says_why_a_session_resumed(tmp_path: Path) ->
         "supervisor: session 2 resumed sess-p with an urgent message (the agent was interrupted)",
         "supervisor: session 2 started afresh (no session to resume) after a cool-down",
     ]
+
+
+def garble_a_payload(db: Path) -> None:
+    """Bytes that are not UTF-8 in the middle of one journaled payload: pages and
+    SQLite's quick check stay intact, the row's text cannot be read."""
+    data = bytearray(db.read_bytes())
+    at = data.index(b'"type":"CodonTransitioned"')
+    data[at + 2 : at + 8] = b"\xff\xfe\xff\xfe\xff\xfe"
+    db.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("command", ["status", "logs"])
+async def test_a_journal_row_of_random_bytes_is_refused_in_one_line(
+    tmp_path: Path, command: str
+) -> None:
+    await make_execution(tmp_path)
+    db = tmp_path / ".weft" / "weft.db"
+    garble_a_payload(db)
+    done = weft(command, str(tmp_path))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"weft: error: {db.resolve()}: the journal is damaged (a row's text is not valid "
+        "UTF-8); the run will not continue. Keep a copy of .weft/ for inspection; "
+        "`weft store rebuild` cannot help when the journal itself is unreadable\n"
+    )
+
+
+async def test_an_edited_cost_in_state_json_shows_the_journals_total_and_says_so(
+    tmp_path: Path,
+) -> None:
+    await make_execution(tmp_path)
+    for name in ("state.json", "state.json.bak"):
+        path = tmp_path / ".weft" / name
+        doc = json.loads(path.read_bytes())
+        doc["runs"][0]["codons"][0]["finalCost"] = 99.5
+        path.write_text(json.dumps(doc))
+    done = weft("status", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "  total cost: $0.0060" in done.stdout.splitlines()
+    assert (
+        "  note: state.json does not match the journal: runs[0].codons[0].finalCost is 99.5 in "
+        "state.json, 0.006 in the journal; the journal wins"
+    ) in done.stdout.splitlines()
+
+
+async def test_a_wrong_journal_seq_is_noted_and_status_reads_the_journal(tmp_path: Path) -> None:
+    await make_execution(tmp_path)
+    path = tmp_path / ".weft" / "state.json"
+    doc = json.loads(path.read_bytes())
+    doc["journalSeq"] = 10_000
+    path.write_text(json.dumps(doc))
+    done = weft("status", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "  total cost: $0.0060" in lines
+    assert any(
+        line.startswith("  note: state.json says it reflects journal seq 10000 but the journal ")
+        and "its journalSeq is wrong" in line
+        for line in lines
+    ), done.stdout
+
+
+def test_weft_run_continues_past_a_wrong_journal_seq_and_says_so(tmp_path: Path) -> None:
+    from tests.runtime.hanks import codon, subprocess_environment, weft_cli, write_file, write_hank
+
+    hank = write_hank(tmp_path / "hank", codon("a", write_file("notes.md", "first")))
+    execution = tmp_path / "ex"
+    env = subprocess_environment(tmp_path)
+    first = weft_cli("run", hank, "--execution", execution, "--headless", env=env)
+    assert first.returncode == 0, first.stderr
+    path = execution / ".weft" / "state.json"
+    doc = json.loads(path.read_bytes())
+    doc["journalSeq"] = 10_000
+    path.write_text(json.dumps(doc))
+    again = weft_cli("run", "--execution", execution, "--headless", env=env)
+    out = again.stdout + again.stderr
+    assert "journal lost committed events" not in out
+    assert "recovery: state.json says it reflects journal seq 10000" in out, out
+    assert again.returncode == 0, out

@@ -23,7 +23,7 @@ from weft._core import Core
 from weft.clock import iso_from_ms, ms_from_iso
 from weft.errors import LockHeldError, LockLostError, StoreError
 from weft.store.diskspace import is_storage_failure, storage_error
-from weft.store.journal import Journal
+from weft.store.journal import Journal, damaged, is_damage
 from weft.store.lock import (
     HEARTBEAT_SECONDS,
     LOCK,
@@ -183,6 +183,9 @@ class ExecutionStore:
         try:
             return cls._open(weft_dir, readonly=readonly)
         except (OSError, sqlite3.Error, StoreError) as exc:
+            if isinstance(exc, sqlite3.Error) and not is_storage_failure(exc) and is_damage(exc):
+                # Read past the open's checks (the loss checks, recovery): the same refusal.
+                raise damaged(weft_dir / DATABASE, exc) from exc
             if not is_storage_failure(exc):
                 raise
             raise storage_error(f"the store {weft_dir}", exc) from exc

@@ -50,6 +50,29 @@ _CHECK_PAGE = 20_000
 """Rows read per query when verifying payload checksums at open."""
 
 
+def is_damage(error: sqlite3.Error) -> bool:
+    """Whether ``error`` says the journal's bytes are damaged (a malformed page,
+    not a database, text that is not UTF-8), not that the disk or a lock failed."""
+    name = getattr(error, "sqlite_errorname", "")
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or type(error) is sqlite3.DatabaseError:
+        return True
+    # Python's own decoding of a TEXT column: SQLite never checks what it stores.
+    return str(error).startswith("Could not decode to UTF-8")
+
+
+def damaged(path: Path, error: sqlite3.Error) -> StoreCorruptError:
+    """The refusal of a journal whose bytes are damaged (:func:`is_damage`), one line."""
+    text = str(error)
+    if text.startswith("Could not decode to UTF-8"):
+        # The rest quotes the garbled row itself: bytes no terminal should get.
+        text = "a row's text is not valid UTF-8"
+    return StoreCorruptError(
+        f"{path}: the journal is damaged ({text}); the run will not continue. "
+        "Keep a copy of .weft/ for inspection; `weft store rebuild` cannot help "
+        "when the journal itself is unreadable"
+    )
+
+
 def payload_crc(payload: str) -> int:
     """The checksum stored beside a payload (CRC-32 of its UTF-8 bytes)."""
     return zlib.crc32(payload.encode())
@@ -129,11 +152,7 @@ class Journal:
                 migrate(conn, str(path))
         except sqlite3.DatabaseError as e:
             conn.close()
-            raise StoreCorruptError(
-                f"{path}: the journal is damaged ({e}); the run will not continue. "
-                "Keep a copy of .weft/ for inspection; `weft store rebuild` cannot help "
-                "when the journal itself is unreadable"
-            ) from e
+            raise damaged(path, e) from e
         except BaseException:
             conn.close()
             raise
@@ -142,6 +161,12 @@ class Journal:
             try:
                 journal._check_sequence()
                 journal._check_payloads()
+            except sqlite3.DatabaseError as e:
+                # A page SQLite's quick check passes can still hold rows it cannot read.
+                conn.close()
+                if not is_damage(e):
+                    raise
+                raise damaged(path, e) from e
             except BaseException:
                 conn.close()
                 raise
