@@ -88,10 +88,18 @@ def private_folder(path: str | os.PathLike[str]) -> Path:
     for made in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile by another process
             os.mkdir(made, mode)
-        _chmod(made, mode)
-    if not missing and stat.S_IMODE(os.stat(folder).st_mode) != mode:
-        _chmod(folder, mode)
+        _chmod_folder(made, mode)
+    if not missing:
+        _chmod_folder(folder, mode)
     return folder
+
+
+def _chmod_folder(folder: Path, mode: int) -> None:
+    # A setgid bit (inherited from a shared parent) is kept: it gives new files the group.
+    current = stat.S_IMODE(os.stat(folder).st_mode)
+    wanted = mode | (current & stat.S_ISGID)
+    if current != wanted:
+        _chmod(folder, wanted)
 
 
 def open_private(path: str | os.PathLike[str], flags: int, *, dir_fd: int | None = None) -> int:
