@@ -23,6 +23,15 @@ adopted if its process still runs or left an exit code, and launched again
 otherwise (a hank step's execution then resumes; a finished step never runs
 again, as it is no longer ``S_RUNNING``).
 
+**Step env values stay out of the store.** A step's ``env`` is planned with
+its names and :data:`weft.plan.REDACTED` for each value, as a hank's codon
+``env`` is journaled; the values go to :data:`~weft.batch.store.ENV_FILE`
+(0600, written again from the batch file at every run and resume, the file
+being checked against the stored digest first), read back at each launch.
+
+**Rebuild.** :func:`rebuild` makes a new store from the batch file and what
+the step folders prove, for a store refused as damaged (``weft batch rebuild``).
+
 Listeners see every committed change, after its commit (the live view,
 ``--headless`` lines, ``--json`` lines).
 
@@ -37,24 +46,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from weft.batch.engine import LaunchSpec, LocalEngine, launch_spec
+from weft.batch.engine import LaunchSpec, LocalEngine, execution_cost, launch_spec
 from weft.batch.matrix import BatchPlan
 from weft.batch.scheduler import Outcome, Scheduler, breaker_row
-from weft.batch.store import BatchStore, Change, StepRow, WorkstreamRow
+from weft.batch.store import (
+    ENV_FILE,
+    BatchStore,
+    Change,
+    StepRow,
+    StepTrace,
+    WorkstreamRow,
+    step_traces,
+)
 from weft.errors import ConfigError, StoreError
+from weft.plan import REDACTED
 
 __all__ = [
     "Coordinator",
     "Engine",
     "Listener",
     "apply_commands_offline",
+    "check_rebuildable",
     "default_state_dir",
+    "rebuild",
     "record_plan",
     "wall_clock_ms",
 ]
@@ -108,7 +130,9 @@ def record_plan(store: BatchStore, plan: BatchPlan, file_sha: str, now_ms: int) 
                     "--state-dir NEW_FOLDER (or delete the old folder)"
                 ),
             )
+        _write_env(store.folder, plan)
         return
+    _write_env(store.folder, plan)
     wss: list[WorkstreamRow] = []
     steps: list[StepRow] = []
     for position, ws in enumerate(plan.workstreams):
@@ -135,7 +159,7 @@ def record_plan(store: BatchStore, plan: BatchPlan, file_sha: str, now_ms: int) 
                     retry_count=0,
                     max_retries=step.max_retries,
                     retry_ready_at_ms=None,
-                    plan=step.to_json(),
+                    plan=_masked(step.to_json()),
                 )
             )
     tools = sorted({s.tool for s in plan.steps()})
@@ -155,6 +179,46 @@ def record_plan(store: BatchStore, plan: BatchPlan, file_sha: str, now_ms: int) 
     if plan.max_dollars is not None:
         meta["max_dollars"] = repr(plan.max_dollars)
     store.set_meta(meta)
+
+
+def _masked(plan: dict[str, Any]) -> dict[str, Any]:
+    """A step's plan as stored: its ``env`` names kept, the values masked."""
+    if plan.get("env"):
+        plan = {**plan, "env": dict.fromkeys(plan["env"], REDACTED)}
+    return plan
+
+
+def _write_env(folder: Path, plan: BatchPlan) -> None:
+    """Writes the steps' ``env`` values to :data:`ENV_FILE` (0600, through a
+    rename), or removes it when no step has any."""
+    values = {
+        f"{ws.ws_id}/{step.step_id}": dict(step.env)
+        for ws in plan.workstreams
+        for step in ws.steps
+        if step.env
+    }
+    path = folder / ENV_FILE
+    if not values:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(values, fh)
+    os.replace(tmp, path)
+
+
+def _read_env(folder: Path) -> dict[str, dict[str, str]]:
+    try:
+        data: dict[str, dict[str, str]] = json.loads((folder / ENV_FILE).read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise StoreError(
+            f"cannot read the steps' env values in {folder / ENV_FILE}: {e}; "
+            "`weft batch resume FILE` writes it again from the batch file"
+        ) from e
+    return data
 
 
 def file_sha256(path: Path) -> str:
@@ -295,8 +359,21 @@ class Coordinator:
             self.commit(self.scheduler.finished(key, outcome, at), at)
 
     def spec(self, key: str) -> LaunchSpec:
-        """The launch of step ``key``."""
-        return launch_spec(key, self.scheduler.step(key).row.plan, self.store.folder)
+        """The launch of step ``key``, its ``env`` values read back (see the module doc)."""
+        plan = self.scheduler.step(key).row.plan
+        env: dict[str, str] = plan.get("env") or {}
+        masked = [name for name, value in env.items() if value == REDACTED]
+        if masked:
+            given = _read_env(self.store.folder).get(key, {})
+            missing = [name for name in masked if name not in given]
+            if missing:
+                raise StoreError(
+                    f"step {key} needs env {', '.join(missing)}, whose values the batch store "
+                    f"does not keep and {self.store.folder / ENV_FILE} does not hold; "
+                    "`weft batch resume FILE` writes them again from the batch file"
+                )
+            plan = {**plan, "env": {name: given.get(name, v) for name, v in env.items()}}
+        return launch_spec(key, plan, self.store.folder)
 
     async def _launch(self, key: str) -> None:
         spec = self.spec(key)
@@ -406,3 +483,122 @@ def apply_commands_offline(
         # worker free it launches nothing, only moves states.
         coordinator.commit(coordinator.scheduler.tick(clock(), 0).changes)
         return results
+
+
+def check_rebuildable(folder: Path, plan: BatchPlan) -> dict[str, StepTrace]:
+    """The step folders, if a store for ``plan`` can be rebuilt from them (see
+    :func:`rebuild`); else :class:`StoreError`: a step folder that is no step of
+    ``plan``, or a step whose process still runs."""
+    traces = step_traces(folder)
+    keys = {f"{ws.ws_id}/{step.step_id}" for ws in plan.workstreams for step in ws.steps}
+    strangers = [t.where for t in traces.values() if t.key not in keys]
+    if strangers:
+        raise StoreError(
+            f"{folder}: {', '.join(strangers)} belong to no step of the batch file; "
+            "rebuild with the batch file this batch ran"
+        )
+    for key, trace in traces.items():
+        spec = launch_spec(key, {"command": ["true"], "cwd": "."}, folder)
+        pid = spec.wrapper_pid()
+        if pid is not None and not trace.has_exit:
+            raise StoreError(
+                f"step {key} still runs (pid {pid}, {trace.where}); wait for it to end "
+                "(or stop it) before rebuilding"
+            )
+    return traces
+
+
+def rebuild(
+    store: BatchStore,
+    plan: BatchPlan,
+    file_sha: str,
+    now_ms: int,
+    traces: dict[str, StepTrace],
+) -> dict[str, list[str]]:
+    """Fills a new, empty ``store`` from ``plan`` and what the step folders
+    prove (``traces``, from :func:`check_rebuildable`): a step whose ``exit``
+    file holds one of its expected exit codes succeeded (``S_SUCCESS``, with its
+    launches, exit code and cost); every other step is ``S_PENDING`` with fresh
+    retries and runs again (a hank step's execution resumes in its folder);
+    breakers start ``CLOSED``. Each move is audited with its evidence. Returns
+    the keys ``kept`` and ``again``."""
+    record_plan(store, plan, file_sha, now_ms)
+    kept: list[str] = []
+    again: list[str] = []
+    changes: list[Change] = []
+    for ws in plan.workstreams:
+        ws_changes: list[Change] = []
+        proven = 0
+        for step in ws.steps:
+            key = f"{ws.ws_id}/{step.step_id}"
+            trace = traces.get(key)
+            if trace is None:
+                continue
+            where = {"rebuilt_from": trace.where}
+            if trace.exit_code is not None and trace.exit_code in step.expected_exit_codes:
+                proven += 1
+                kept.append(key)
+                execution = trace.folder / "execution"
+                why = f"rebuilt: {trace.where}/exit holds {trace.exit_code}"
+                ws_changes += [
+                    Change(
+                        "steps",
+                        (ws.ws_id, step.step_id),
+                        "S_PENDING",
+                        "S_RUNNING",
+                        values={"launches": max(1, trace.launches or 0), "started_at_ms": now_ms},
+                        metadata={"reason": why, **where},
+                    ),
+                    Change(
+                        "steps",
+                        (ws.ws_id, step.step_id),
+                        "S_RUNNING",
+                        "S_SUCCESS",
+                        values={
+                            "exit_code": trace.exit_code,
+                            "cost_usd": execution_cost(execution if execution.is_dir() else None),
+                        },
+                        metadata={"reason": why, "exit_code": trace.exit_code, **where},
+                    ),
+                ]
+            else:
+                again.append(key)
+                found = f"exit {trace.exit_code}" if trace.exit_code is not None else "no exit code"
+                ws_changes.append(
+                    Change(
+                        "steps",
+                        (ws.ws_id, step.step_id),
+                        "S_PENDING",
+                        "S_PENDING",
+                        metadata={
+                            "reason": f"rebuilt: {trace.where} shows no success ({found}); "
+                            "runs again",
+                            **where,
+                        },
+                        audit=True,
+                    )
+                )
+        if proven:
+            ws_changes.insert(
+                0,
+                Change(
+                    "workstreams",
+                    (ws.ws_id,),
+                    "S_PENDING",
+                    "S_RUNNING",
+                    metadata={"reason": f"rebuilt: {proven} step(s) proven finished"},
+                ),
+            )
+            if proven == len(ws.steps):
+                ws_changes.append(
+                    Change(
+                        "workstreams",
+                        (ws.ws_id,),
+                        "S_RUNNING",
+                        "S_SUCCESS",
+                        metadata={"reason": "rebuilt: all steps succeeded"},
+                    )
+                )
+        changes += ws_changes
+    store.commit(changes, now_ms)
+    return {"kept": kept, "again": again}

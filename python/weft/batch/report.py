@@ -27,22 +27,23 @@ def _ms(iso: str) -> int:
 
 def slot_gaps_ms(transitions: list[dict[str, Any]], workers: int) -> list[int]:
     """How long each worker slot stayed free between a step's end and the next
-    launch in it, replayed from the audit trail (``BatchStore.transitions()``):
-    the ``workers`` first launches take the initially free slots; every later
-    launch takes the slot freed earliest. In a batch whose steps are all ready
-    (no dependencies, backoffs or open breakers), that is the coordinator's
-    latency per step: noticing the end, committing it, scheduling, committing
-    the launch."""
+    launch in it, replayed from the audit trail (``BatchStore.transitions()``)
+    in the order it was written (the coordinator records an end before the
+    launch that reuses its slot; two rows can share a millisecond, so their
+    times cannot order them): the ``workers`` first launches take the initially
+    free slots; every later launch takes the slot freed earliest. In a batch
+    whose steps are all ready (no dependencies, backoffs or open breakers),
+    that is the coordinator's latency per step: noticing the end, committing
+    it, scheduling, committing the launch."""
     events = []
     for t in transitions:
         if t["step_id"] is None or (t["from"] == "S_RUNNING") == (t["to"] == "S_RUNNING"):
             continue
-        # Ends first at the same time: a slot freed in that millisecond is reusable.
-        events.append((_ms(t["at"]), 0 if t["from"] == "S_RUNNING" else 1, t["id"]))
+        events.append((t["id"], _ms(t["at"]), t["from"] != "S_RUNNING"))
     free: list[int] = []
     initial = workers
     gaps = []
-    for at, launch, _ in sorted(events):
+    for _, at, launch in sorted(events):
         if not launch:
             heapq.heappush(free, at)
         elif initial > 0:

@@ -23,26 +23,90 @@ also checks that the row still holds the change's ``from`` state, so a change
 made on a stale view is refused (``StoreError``) instead of written. A
 :meth:`commit` is one transaction: all its changes and their audit rows, or
 nothing.
+
+**Damage is refused, never papered over.** SQLite opens a missing or empty
+file as a new database, ignores a WAL whose header is damaged and forgets
+one that was deleted: a coordinator trusting it would run finished steps
+again. So :meth:`BatchStore.open` checks before it trusts (the checks are
+:func:`check_files`, before SQLite opens the files, and ``_check_contents``,
+in one read transaction):
+
+* the files: a database missing, empty, truncated or not SQLite's, or a WAL
+  damaged (:func:`weft.store.loss.wal_damage`) or deleted (its ``-shm`` left
+  behind), beside step folders that prove steps ran;
+* the schema: the tables, and ``PRAGMA user_version`` (:data:`SCHEMA_VERSION`);
+* the rows: every state is one the machines know; the rows are those the plan
+  recorded (``meta.plan_keys``); each row's state is the one its latest audit
+  row moved it to;
+* the audit trail: its row count and SHA-256 (``meta.audit_rows``,
+  ``meta.audit_sha256``), kept in the same transaction as every audit row;
+* the step folders (``steps/WS/STEP``): one that shows a launch belongs to a
+  step the store records as launched; for the writer, its ``exit`` file agrees
+  with the step's recorded exit code and its log counts no more launches than
+  the store.
+
+A failed check raises :class:`StoreError` naming what was found and the ways
+forward (``weft batch rebuild FILE``, see :func:`step_traces`); nothing on
+disk is changed. The audit ids are one sequence over both audit tables, so
+the trail's order is the order it was written in, whatever the timestamps.
+
+**Private.** The state folder is 0700 and the store's files 0600: a step's
+plan may carry secrets in ``env``, which the store keeps masked anyway
+(:data:`ENV_FILE` holds the values, 0600).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import re
 import sqlite3
+import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from weft.clock import iso_from_ms
+from weft.core import CIRCUIT_STATES, STEP_STATES, WORKSTREAM_STATES
 from weft.errors import LockHeldError, StoreError
+from weft.store.loss import wal_damage
 
-__all__ = ["DB_FILE", "LOCK_FILE", "BatchStore", "BreakerRow", "Change", "StepRow", "WorkstreamRow"]
+__all__ = [
+    "DB_FILE",
+    "ENV_FILE",
+    "LOCK_FILE",
+    "SCHEMA_VERSION",
+    "BatchStore",
+    "BreakerRow",
+    "Change",
+    "StepRow",
+    "StepTrace",
+    "WorkstreamRow",
+    "check_files",
+    "step_traces",
+]
 
 DB_FILE = "batch.db"
 LOCK_FILE = "batch.lock"
+ENV_FILE = "step-env.json"
+"""The real values of the steps' ``env`` (0600); the store holds them masked."""
+STEPS_DIR = "steps"
+SCHEMA_VERSION = 1
+"""``PRAGMA user_version`` of the store this code writes (and the only one it reads)."""
+TABLES = (
+    "meta",
+    "workstreams",
+    "steps",
+    "breakers",
+    "state_transitions",
+    "breaker_transitions",
+    "commands",
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -204,45 +268,114 @@ class StoredBatch:
     breakers: list[BreakerRow]
 
 
+@dataclass
+class _Audit:
+    """The writer's running view of the audit trail: row count, SHA-256 so far,
+    and the next id (one sequence over both audit tables)."""
+
+    rows: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+    next_id: int = 1
+
+    def copy(self) -> _Audit:
+        return _Audit(self.rows, self.digest.copy(), self.next_id)
+
+    def add(self, line: bytes) -> None:
+        self.digest.update(line)
+        self.rows += 1
+        self.next_id += 1
+
+
 class BatchStore:
     """One batch's database. Open with :meth:`open`; close when done."""
 
-    def __init__(self, folder: Path, conn: sqlite3.Connection, lock_fd: int | None) -> None:
+    def __init__(
+        self, folder: Path, conn: sqlite3.Connection, lock_fd: int | None, audit: _Audit
+    ) -> None:
         self.folder = folder
         self._conn = conn
         self._lock_fd = lock_fd
+        self._audit = audit
 
     @classmethod
-    def open(cls, folder: str | os.PathLike[str], *, writer: bool) -> BatchStore:
+    def open(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        writer: bool,
+        batch_file: str | os.PathLike[str] | None = None,
+        _fresh: bool = False,
+    ) -> BatchStore:
         """The store in ``folder`` (created for a writer). A writer takes
-        ``batch.lock`` first and raises :class:`LockHeldError` if it is held."""
+        ``batch.lock`` first and raises :class:`LockHeldError` if it is held.
+
+        Raises :class:`StoreError` when the store is damaged (see the module
+        doc); ``batch_file`` only makes the message name the file to rebuild with.
+        """
         path = Path(folder)
         lock_fd: int | None = None
         if writer:
-            path.mkdir(parents=True, exist_ok=True)
+            _private_dir(path)
             lock_fd = _take_lock(path / LOCK_FILE)
-        elif not (path / DB_FILE).is_file():
-            raise StoreError(
-                f"no batch store in {path} (no {DB_FILE}); run `weft batch run FILE` first"
-            )
+        conn: sqlite3.Connection | None = None
         try:
+            # A store made again by `set_aside` is new beside the step folders.
+            traces = {} if _fresh else step_traces(path, full=writer)
+            found = check_files(path, traces, writer=writer, batch_file=batch_file)
+            if not writer and not found:
+                raise StoreError(
+                    f"no batch store in {path} (no {DB_FILE}); run `weft batch run FILE` first"
+                )
+            if writer:
+                _private_file(path / DB_FILE)
             conn = sqlite3.connect(path / DB_FILE, isolation_level=None, timeout=10.0)
             conn.execute("PRAGMA busy_timeout = 10000")
+            audit = _check_contents(conn, path, traces, writer=writer, batch_file=batch_file)
+            if audit is None and not writer:
+                raise StoreError(f"the batch store {path / DB_FILE} is not set up yet (or not one)")
             if writer:
                 conn.execute("PRAGMA journal_mode = WAL")
                 # FULL: a step is launched only after its S_RUNNING is on disk.
                 conn.execute("PRAGMA synchronous = FULL")
-                conn.executescript(_SCHEMA)
-            elif not conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'commands'"
-            ).fetchone():
+                if audit is None:
+                    conn.executescript(
+                        f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                    )
+                    audit = _Audit()
+                for suffix in ("", "-wal", "-shm"):
+                    _private_file(path / (DB_FILE + suffix), create=False)
+        except BaseException as e:
+            if conn is not None:
                 conn.close()
-                raise StoreError(f"the batch store {path / DB_FILE} is not set up yet (or not one)")
-        except sqlite3.Error as e:
             if lock_fd is not None:
                 os.close(lock_fd)
-            raise StoreError(f"cannot open the batch store {path / DB_FILE}: {e}") from e
-        return cls(path, conn, lock_fd)
+            if isinstance(e, sqlite3.Error):
+                raise StoreError(f"cannot open the batch store {path / DB_FILE}: {e}") from e
+            raise
+        assert audit is not None
+        return cls(path, conn, lock_fd, audit)
+
+    @classmethod
+    def set_aside(cls, folder: str | os.PathLike[str]) -> tuple[BatchStore, Path | None]:
+        """For ``weft batch rebuild``: takes the lock, moves the damaged store's
+        files (``batch.db`` and its WAL and shared memory) into a new
+        ``damaged-<time>`` folder beside them, and opens a new, empty store.
+        Returns it and that folder (``None`` if there was nothing to move)."""
+        path = Path(folder)
+        _private_dir(path)
+        lock_fd = _take_lock(path / LOCK_FILE)
+        aside: Path | None = None
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                file = path / (DB_FILE + suffix)
+                if file.exists():
+                    if aside is None:
+                        aside = path / time.strftime("damaged-%Y%m%dT%H%M%SZ", time.gmtime())
+                        aside.mkdir(mode=0o700)
+                    file.rename(aside / file.name)
+        finally:
+            os.close(lock_fd)
+        return cls.open(path, writer=True, _fresh=True), aside
 
     @property
     def is_writer(self) -> bool:
@@ -351,6 +484,11 @@ class BatchStore:
                     for b in breakers
                 ],
             )
+            self._conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('plan_keys', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (json.dumps(_row_keys(self._conn)),),
+            )
 
     def load(self) -> StoredBatch:
         """Every row, workstreams and steps in plan order."""
@@ -421,11 +559,22 @@ class BatchStore:
             return
         self._require_writer()
         at = iso_from_ms(now_ms)
+        audit = self._audit.copy()
         with self._transaction():
             for change in changes:
-                self._apply(change, at)
+                self._apply(change, at, audit)
+            if audit.rows != self._audit.rows:
+                self._write_audit_meta(audit)
+        self._audit = audit
 
-    def _apply(self, change: Change, at: str) -> None:
+    def _write_audit_meta(self, audit: _Audit) -> None:
+        self._conn.executemany(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [("audit_rows", str(audit.rows)), ("audit_sha256", audit.digest.hexdigest())],
+        )
+
+    def _apply(self, change: Change, at: str, audit: _Audit) -> None:
         where = _KEYS[change.table]
         row = self._conn.execute(
             f"SELECT state FROM {change.table} WHERE {where}",
@@ -447,19 +596,25 @@ class BatchStore:
         if change.from_state == change.to_state and not change.audit:
             return
         meta = json.dumps(change.metadata, sort_keys=True) if change.metadata else None
+        line: tuple[Any, ...]
         if change.table == "breakers":
+            line = (audit.next_id, change.key[0], change.from_state, change.to_state, at, meta)
             self._conn.execute(
-                "INSERT INTO breaker_transitions (tool, from_state, to_state, transitioned_at, "
-                "metadata) VALUES (?,?,?,?,?)",
-                (change.key[0], change.from_state, change.to_state, at, meta),
+                "INSERT INTO breaker_transitions (transition_id, tool, from_state, to_state, "
+                "transitioned_at, metadata) VALUES (?,?,?,?,?,?)",
+                line,
             )
+            audit.add(_audit_line("breaker_transitions", line))
         else:
             step_id = change.key[1] if change.table == "steps" else None
+            line = (audit.next_id, change.key[0], step_id, change.from_state, change.to_state)
+            line += (at, meta)
             self._conn.execute(
-                "INSERT INTO state_transitions (ws_id, step_id, from_state, to_state, "
-                "transitioned_at, metadata) VALUES (?,?,?,?,?,?)",
-                (change.key[0], step_id, change.from_state, change.to_state, at, meta),
+                "INSERT INTO state_transitions (transition_id, ws_id, step_id, from_state, "
+                "to_state, transitioned_at, metadata) VALUES (?,?,?,?,?,?,?)",
+                line,
             )
+            audit.add(_audit_line("state_transitions", line))
 
     # ---- audit --------------------------------------------------------------
 
@@ -577,7 +732,8 @@ def _column(value: Any) -> Any:
 
 
 def _take_lock(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -590,3 +746,359 @@ def _take_lock(path: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+# ---- privacy ------------------------------------------------------------------
+
+
+def _private_dir(path: Path) -> None:
+    """Creates ``path`` (0700), or makes an existing one 0700."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+
+
+def _private_file(path: Path, *, create: bool = True) -> None:
+    """Makes ``path`` 0600, creating it empty first if asked. SQLite gives its WAL
+    and shared-memory files the database file's mode, so they follow."""
+    if create:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    with contextlib.suppress(FileNotFoundError):
+        path.chmod(0o600)
+
+
+# ---- damage -------------------------------------------------------------------
+
+_LAUNCH_HEADER = re.compile(rb"^--- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ launch", re.MULTILINE)
+"""The line :class:`weft.batch.engine.LocalEngine` writes to ``step.log`` at each launch."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SHOWN = 6
+"""Problems listed in a refusal; the rest are counted."""
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """What a step folder (``steps/WS/STEP``) proves: the step was launched."""
+
+    key: str
+    folder: Path
+    launches: int | None = None
+    """Launch lines in ``step.log`` (read only when asked: logs can be long)."""
+    exit_code: int | None = None
+    """The ``exit`` file's code: the last launch ended with it."""
+    has_exit: bool = False
+
+    @property
+    def where(self) -> str:
+        """``steps/WS/STEP``."""
+        return f"{STEPS_DIR}/{self.key}"
+
+
+def step_traces(folder: Path, *, full: bool = True) -> dict[str, StepTrace]:
+    """The step folders under ``folder/steps`` that show a launch (a ``step.log``,
+    an ``exit`` or ``exit.pid`` file, or an ``execution`` folder), by step key.
+    ``full`` also reads each exit code and counts the launches in each log."""
+    traces: dict[str, StepTrace] = {}
+    root = folder / STEPS_DIR
+    try:
+        ws_dirs = sorted(p for p in root.iterdir() if p.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
+        return traces
+    for ws_dir in ws_dirs:
+        for step_dir in sorted(p for p in ws_dir.iterdir() if p.is_dir()):
+            names = ("step.log", "exit", "exit.pid", "execution")
+            if not any((step_dir / name).exists() for name in names):
+                continue
+            key = f"{ws_dir.name}/{step_dir.name}"
+            exit_file = step_dir / "exit"
+            has_exit = exit_file.exists()
+            launches = code = None
+            if full:
+                try:
+                    launches = len(_LAUNCH_HEADER.findall((step_dir / "step.log").read_bytes()))
+                except OSError:
+                    launches = 0
+                try:
+                    code = int(exit_file.read_text().strip()) if has_exit else None
+                except (OSError, ValueError):
+                    code = None
+            traces[key] = StepTrace(key, step_dir, launches, code, has_exit)
+    return traces
+
+
+def _ways_forward(folder: Path, batch_file: str | os.PathLike[str] | None) -> str:
+    file = str(batch_file) if batch_file is not None else "FILE"
+    state = "" if batch_file is not None else f" --state-dir {folder}"
+    return (
+        f"Nothing was changed. Ways forward: `weft batch rebuild {file}{state}` rebuilds the "
+        "store from what the step folders prove (a step whose exit file shows it succeeded "
+        "is kept; the others run again; the damaged files are kept in a damaged-* folder), "
+        f"or move {folder} away to start the batch over."
+    )
+
+
+def _refuse(
+    folder: Path, problems: list[str], batch_file: str | os.PathLike[str] | None
+) -> StoreError:
+    shown = problems[:_SHOWN]
+    more = len(problems) - len(shown)
+    text = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    return StoreError(
+        f"the batch store {folder / DB_FILE} is damaged: {text}. "
+        "Resuming would run finished steps again. " + _ways_forward(folder, batch_file)
+    )
+
+
+def _evidence(traces: dict[str, StepTrace]) -> str:
+    keys = list(traces)
+    named = ", ".join(f"{STEPS_DIR}/{k}" for k in keys[:3])
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return f"{named}{more} prove{'s' if len(keys) == 1 else ''} steps were launched"
+
+
+def check_files(
+    folder: Path,
+    traces: dict[str, StepTrace],
+    *,
+    writer: bool,
+    batch_file: str | os.PathLike[str] | None = None,
+) -> bool:
+    """The checks made before SQLite opens the files (it would take a missing
+    file for a new store and reset a damaged WAL). Whether there is a database
+    file to open; raises :class:`StoreError` on damage."""
+    db = folder / DB_FILE
+    try:
+        size = db.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if not size:
+        if traces:
+            what = "is missing" if size is None else "is empty (0 bytes)"
+            raise _refuse(folder, [f"{DB_FILE} {what}, but {_evidence(traces)}"], batch_file)
+        return size is not None and writer
+    problems = []
+    with db.open("rb") as fh:
+        header = fh.read(100)
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        problems.append(f"{DB_FILE} is not a SQLite database (its header is damaged or cut)")
+    else:
+        page_size = struct.unpack(">H", header[16:18])[0]
+        page_size = 65536 if page_size == 1 else page_size
+        pages = struct.unpack(">I", header[28:32])[0]
+        if page_size < 512 or size % page_size or size < pages * page_size:
+            problems.append(
+                f"{DB_FILE} is truncated ({size} bytes; its header says {pages} pages of "
+                f"{page_size} bytes)"
+            )
+    wal = folder / (DB_FILE + "-wal")
+    try:
+        damage = wal_damage(wal)
+    except OSError as e:
+        damage = f"it cannot be read ({os.strerror(e.errno or 0)})"
+    if damage is not None:
+        problems.append(
+            f"its write-ahead log {wal.name} is damaged: {damage} (SQLite would drop "
+            "committed transactions)"
+        )
+    elif (
+        (folder / (DB_FILE + "-shm")).exists()
+        and not wal.exists()
+        # A running coordinator may be closing its store right now: ask only
+        # when no one holds the lock.
+        and (writer or not _locked(folder / LOCK_FILE))
+    ):
+        # SQLite removes the shared memory before the WAL when it closes a store:
+        # shared memory without a WAL is a WAL someone deleted, commits and all.
+        problems.append(
+            f"its write-ahead log {wal.name} is missing ({DB_FILE}-shm is still there): "
+            "the transactions it held are lost"
+        )
+    if problems:
+        raise _refuse(folder, problems, batch_file)
+    return True
+
+
+def _locked(path: Path) -> bool:
+    """Whether a writer holds ``batch.lock`` (tested without keeping it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _audit_line(table: str, row: Sequence[Any]) -> bytes:
+    """One audit row as hashed into ``meta.audit_sha256``."""
+    return json.dumps([table, *row], separators=(",", ":")).encode() + b"\n"
+
+
+def _row_keys(conn: sqlite3.Connection) -> list[str]:
+    """Every row's key, as ``meta.plan_keys`` records them."""
+    return [
+        *(f"workstream {r[0]}" for r in conn.execute("SELECT ws_id FROM workstreams ORDER BY 1")),
+        *(
+            f"step {r[0]}/{r[1]}"
+            for r in conn.execute("SELECT ws_id, step_id FROM steps ORDER BY 1, 2")
+        ),
+        *(f"breaker {r[0]}" for r in conn.execute("SELECT tool FROM breakers ORDER BY 1")),
+    ]
+
+
+def _check_contents(
+    conn: sqlite3.Connection,
+    folder: Path,
+    traces: dict[str, StepTrace],
+    *,
+    writer: bool,
+    batch_file: str | os.PathLike[str] | None,
+) -> _Audit | None:
+    """The checks of what the database holds, in one read transaction; the audit
+    trail's running view, or ``None`` for a database without any table yet."""
+    conn.execute("BEGIN")
+    try:
+        return _contents(conn, folder, traces, writer=writer, batch_file=batch_file)
+    finally:
+        conn.execute("COMMIT")
+
+
+def _contents(
+    conn: sqlite3.Connection,
+    folder: Path,
+    traces: dict[str, StepTrace],
+    *,
+    writer: bool,
+    batch_file: str | os.PathLike[str] | None,
+) -> _Audit | None:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        if traces:
+            problem = f"{DB_FILE} holds no batch (no tables), but {_evidence(traces)}"
+            raise _refuse(folder, [problem], batch_file)
+        return None
+    missing = [t for t in TABLES if t not in tables]
+    if missing:
+        raise _refuse(folder, [f"its tables {', '.join(missing)} are gone"], batch_file)
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version != SCHEMA_VERSION:
+        problem = (
+            f"its schema version (PRAGMA user_version) is {version}, and this Weft reads "
+            f"version {SCHEMA_VERSION} only"
+        )
+        if version == 0:
+            problem += " (a store made before the audit trail was checksummed)"
+        raise _refuse(folder, [problem], batch_file)
+    problems: list[str] = []
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
+    # The audit trail against its count and checksum.
+    audit = _Audit()
+    rows = [
+        ("state_transitions", r)
+        for r in conn.execute(
+            "SELECT transition_id, ws_id, step_id, from_state, to_state, transitioned_at, "
+            "metadata FROM state_transitions"
+        )
+    ] + [
+        ("breaker_transitions", r)
+        for r in conn.execute(
+            "SELECT transition_id, tool, from_state, to_state, transitioned_at, metadata "
+            "FROM breaker_transitions"
+        )
+    ]
+    rows.sort(key=lambda tr: int(tr[1][0]))
+    for table, row in rows:
+        audit.add(_audit_line(table, row))
+    audit.next_id = (int(rows[-1][1][0]) + 1) if rows else 1
+    want_rows = int(meta.get("audit_rows", "0"))
+    want_sha = meta.get("audit_sha256", hashlib.sha256().hexdigest())
+    if audit.rows != want_rows:
+        problems.append(
+            f"the audit trail (state_transitions, breaker_transitions) has {audit.rows} rows, "
+            f"but {want_rows} were written"
+        )
+    elif audit.digest.hexdigest() != want_sha:
+        problems.append("the audit trail was edited (its checksum does not match)")
+
+    # The rows: known states, the plan's keys, each as its latest audit row left it.
+    latest: dict[str, str] = {}
+    for r in conn.execute(
+        "SELECT ws_id, step_id, to_state FROM state_transitions ORDER BY transition_id"
+    ):
+        latest[f"step {r[0]}/{r[1]}" if r[1] is not None else f"workstream {r[0]}"] = r[2]
+    for r in conn.execute("SELECT tool, to_state FROM breaker_transitions ORDER BY transition_id"):
+        latest[f"breaker {r[0]}"] = r[1]
+    stored: dict[str, str] = {}
+    exit_codes: dict[str, int | None] = {}
+    launches: dict[str, int] = {}
+    for r in conn.execute("SELECT ws_id, state FROM workstreams"):
+        stored[f"workstream {r[0]}"] = r[1]
+    for r in conn.execute("SELECT ws_id, step_id, state, exit_code, launches FROM steps"):
+        stored[f"step {r[0]}/{r[1]}"] = r[2]
+        exit_codes[f"{r[0]}/{r[1]}"] = r[3] if r[2] != "S_RUNNING" else -1
+        launches[f"{r[0]}/{r[1]}"] = int(r[4])
+    for r in conn.execute("SELECT tool, state FROM breakers"):
+        stored[f"breaker {r[0]}"] = r[1]
+    for who, state in stored.items():
+        known = (
+            CIRCUIT_STATES
+            if who.startswith("breaker")
+            else STEP_STATES
+            if who.startswith("step")
+            else WORKSTREAM_STATES
+        )
+        if state not in known:
+            problems.append(f"{who} is in the unknown state {state!r} (known: {', '.join(known)})")
+            continue
+        initial = "CLOSED" if who.startswith("breaker") else "S_PENDING"
+        expected = latest.get(who, initial)
+        if state != expected:
+            problems.append(
+                f"{who} is {state}, but its audit trail leaves it {expected}"
+                if who in latest
+                else f"{who} is {state}, but its audit trail never moved it"
+            )
+    planned = json.loads(meta.get("plan_keys", "[]"))
+    if stored or planned:
+        gone = [k for k in planned if k not in stored]
+        extra = [k for k in stored if k not in set(planned)]
+        problems += [f"the {k} row is gone (the plan recorded it)" for k in gone]
+        problems += [f"the {k} row is not in the recorded plan" for k in extra]
+        problems += [
+            f"the audit trail moves {k}, which has no row"
+            for k in latest
+            if k not in stored and k not in gone
+        ]
+
+    # The step folders: each launch they show, the store recorded.
+    for key, trace in traces.items():
+        who = f"step {key}"
+        if who not in stored:
+            if who not in planned:
+                problems.append(f"{trace.where} shows a launch of {key}, which has no row")
+            continue
+        if who not in latest:
+            problems.append(
+                f"{trace.where} shows a launch, but the store never recorded one "
+                f"(step {key} is {stored[who]})"
+            )
+            continue
+        if not writer:
+            continue  # a running coordinator may be launching or ending it now
+        if trace.launches is not None and trace.launches > launches[key] + 1:
+            problems.append(
+                f"{trace.where}/step.log shows {trace.launches} launches, the store {launches[key]}"
+            )
+        code = exit_codes[key]
+        if trace.exit_code is not None and code not in (None, -1) and code != trace.exit_code:
+            problems.append(
+                f"{trace.where}/exit holds exit code {trace.exit_code}, but step {key} "
+                f"recorded {code}"
+            )
+    if problems:
+        raise _refuse(folder, problems, batch_file)
+    return audit

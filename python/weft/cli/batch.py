@@ -7,6 +7,8 @@
   trail (``state_transitions``), plus the consistency check (Recovery 4);
 * ``weft batch resume FILE``: continue a batch whose coordinator died
   (Recovery 1), the same as ``run`` on a started batch;
+* ``weft batch rebuild FILE``: a new store for a batch whose store was
+  refused as damaged, from the batch file and what the step folders prove;
 * ``weft batch abandon FILE WS``, ``retry FILE WS/STEP`` (Recovery 2),
   ``reset-breaker FILE TOOL`` (Recovery 3): sent to the running coordinator
   through the store's inbox, or applied at once when none runs;
@@ -91,6 +93,12 @@ def register(commands: Any) -> None:
         p.add_argument("--junit", type=Path, metavar="OUT", help="write a JUnit XML report")
         p.set_defaults(run=run_batch)
 
+    p = with_file(
+        "rebuild",
+        "rebuild a damaged batch store from the step folders (finished steps are kept)",
+    )
+    p.set_defaults(run=rebuild)
+
     p = with_file("status", "show states, costs, breakers and the audit trail")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=status)
@@ -159,7 +167,7 @@ def run_batch(args: argparse.Namespace) -> int:
     mode = (
         "json" if args.json else "headless" if args.headless or not sys.stdout.isatty() else "live"
     )
-    with BatchStore.open(state_dir, writer=True) as store:
+    with BatchStore.open(state_dir, writer=True, batch_file=args.file) as store:
         record_plan(store, plan, file_sha256(args.file), wall_clock_ms())
         try:
             engine = _engine(args)
@@ -309,7 +317,7 @@ def status(args: argparse.Namespace) -> int:
     from weft.batch.report import summary
     from weft.batch.store import BatchStore
 
-    with BatchStore.open(_state_dir(args), writer=False) as store:
+    with BatchStore.open(_state_dir(args), writer=False, batch_file=args.file) as store:
         report = summary(store)
         audit = store.transitions()
         breaker_audit = store.breaker_transitions()
@@ -317,30 +325,63 @@ def status(args: argparse.Namespace) -> int:
         print(json.dumps({**report, "transitions": audit, "breaker_transitions": breaker_audit}))
         return 0
     print(render_summary(report))
-    print("Audit trail (state_transitions and breaker_transitions, in time order):")
+    print("Audit trail (state_transitions and breaker_transitions, in the order written):")
     for line in render_trail(audit, breaker_audit):
         print(line)
     return 0 if not report["problems"] else 1
 
 
 def render_trail(audit: list[dict[str, Any]], breaker_audit: list[dict[str, Any]]) -> list[str]:
-    """Both audit tables as one trail, in time order. A step's end is stamped
-    when it ended, which can be before a row written just ahead of it, so
-    the rows are sorted by time; at the same millisecond, a table's rows keep
-    their written order and workstream and step moves come before the breaker
-    moves they caused."""
-    rows: list[tuple[str, int, int, str]] = []
+    """Both audit tables as one trail, in the order the rows were written: their
+    ids are one sequence over both tables. Never by time: two rows may share a
+    millisecond, and a step's end is stamped when it ended, which can be before
+    a row written just ahead of it."""
+    rows: list[tuple[int, str]] = []
     for t in audit:
         who = t["ws_id"] + (f"/{t['step_id']}" if t["step_id"] else "")
         reason = t["metadata"].get("reason", "")
-        rows.append(
-            (t["at"], 0, t["id"], f"  {t['at']}  {who:<28} {t['from']} -> {t['to']}  {reason}")
-        )
+        rows.append((t["id"], f"  {t['at']}  {who:<28} {t['from']} -> {t['to']}  {reason}"))
     for t in breaker_audit:
         reason = t["metadata"].get("reason", "")
         line = f"  {t['at']}  breaker {t['tool']:<20} {t['from']} -> {t['to']}  {reason}"
-        rows.append((t["at"], 1, t["id"], line))
-    return [printable(line) for *_, line in sorted(rows)]
+        rows.append((t["id"], line))
+    return [printable(line) for _, line in sorted(rows)]
+
+
+def rebuild(args: argparse.Namespace) -> int:
+    """``weft batch rebuild``: a store refused as damaged is set aside and made
+    again from the batch file and the step folders; a sound one is left alone."""
+    from weft.batch import load_batch
+    from weft.batch.coordinator import check_rebuildable, file_sha256, rebuild, wall_clock_ms
+    from weft.batch.store import BatchStore
+    from weft.errors import StoreError
+
+    plan = load_batch(args.file)
+    state_dir = _state_dir(args)
+    if not state_dir.is_dir():
+        raise StoreError(f"no batch in {state_dir}; run `weft batch run {args.file}`")
+    try:
+        # As the writer: its checks are the ones `resume` makes.
+        BatchStore.open(state_dir, writer=True, batch_file=args.file).close()
+    except StoreError as e:
+        damage = str(e)
+    else:
+        print(f"the batch store in {printable(str(state_dir))} is sound; nothing to rebuild")
+        return 0
+    traces = check_rebuildable(state_dir, plan)
+    store, aside = BatchStore.set_aside(state_dir)
+    with store:
+        result = rebuild(store, plan, file_sha256(args.file), wall_clock_ms(), traces)
+    print(printable(f"found: {damage.split('. Resuming would')[0]}"))
+    if aside is not None:
+        print(printable(f"the damaged files are kept in {aside}"))
+    print(
+        f"rebuilt: {len(result['kept'])} step(s) proven finished and kept "
+        f"({', '.join(result['kept']) or 'none'}); {len(result['again'])} launched before "
+        f"without a proven success will run again ({', '.join(result['again']) or 'none'})"
+    )
+    print(printable(f"continue with: weft batch resume {args.file}"))
+    return 0
 
 
 def send_command(args: argparse.Namespace) -> int:
@@ -349,7 +390,7 @@ def send_command(args: argparse.Namespace) -> int:
     from weft.batch.store import BatchStore
 
     state_dir = _state_dir(args)
-    with BatchStore.open(state_dir, writer=False) as store:
+    with BatchStore.open(state_dir, writer=False, batch_file=args.file) as store:
         command_id = store.add_command(args.kind, args.target, wall_clock_ms())
     results = apply_commands_offline(state_dir)
     if results is not None:
