@@ -776,6 +776,7 @@ def _options(
         overwrite_output=args.overwrite_output,
         sentinel_model=settings.sentinel.model,
         sentinel_persistence=settings.sentinel.enable_persistence,
+        sentinel_call_timeout=settings.sentinel.call_timeout_ms / 1000,
         anthropic_base_url=settings.anthropic_base_url,
         sessions=settings.session,
         breakers=settings.breaker,

@@ -78,6 +78,9 @@ class RuntimeSentinelSettings(_Settings, frozen=True, kw_only=True):
     wait_for_all_health_checks: bool = False
     model: Annotated[str, Meta(min_length=1)] | None = None
     """Overrides the model of every sentinel (``--sentinel-model``; ``fake/haiku`` offline)."""
+    call_timeout_ms: Annotated[int, Meta(ge=1, le=3_600_000)] = 60_000
+    """The longest one sentinel model call may take, answer streamed or not; a
+    call still going then fails as a retriable ``timeout``."""
 
 
 class RuntimeBudget(_Settings, frozen=True, kw_only=True):

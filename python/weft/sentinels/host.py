@@ -93,6 +93,8 @@ class _Live:
     """In the first drain: the states go out once, at its end."""
     until: int = 0
     """Once finished: the last event (seq) submitted while the codon ran."""
+    abandoned: bool = False
+    """Unloaded with ``shutdown`` by :meth:`RuntimeSentinels.abandon`."""
 
 
 class RuntimeSentinels:
@@ -108,6 +110,7 @@ class RuntimeSentinels:
         env: Mapping[str, str] | None = None,
         model_override: str | None = None,
         persist_history: bool = True,
+        call_timeout: float = 60.0,
         registry: ProviderRegistry | None = None,
         clock: Callable[[], int] = _clock_ms,
         before_drain: Callable[[], Awaitable[None]] | None = None,
@@ -118,12 +121,15 @@ class RuntimeSentinels:
         ``before_drain`` is awaited before each drain (events still being
         produced from what was committed, such as ``file.updated``);
         ``spend`` is told each model call's cost with its codon (the budget
-        counts it, whether or not the sentinel reports its outputs)."""
+        counts it, whether or not the sentinel reports its outputs);
+        ``call_timeout`` bounds each model call (``sentinel.callTimeoutMs``)."""
         self._state = state
         self._hank = hank
         self._workspace = workspace
         self._weft_dir = weft_dir
-        self._registry = registry or ProviderRegistry(dict(os.environ if env is None else env))
+        self._registry = registry or ProviderRegistry(
+            dict(os.environ if env is None else env), call_timeout=call_timeout
+        )
         self._override = model_override
         self._persist = persist_history
         self._clock = clock
@@ -230,7 +236,12 @@ class RuntimeSentinels:
         finally:
             live.draining = False
             self._flush_states(live)
-        self._emit(run_id, planned.codon_id, InfoEvent(message="Sentinel work completed"))
+        said = (
+            "Sentinel work abandoned: Weft is stopping"
+            if live.abandoned
+            else "Sentinel work completed"
+        )
+        self._emit(run_id, planned.codon_id, InfoEvent(message=said))
 
     def seal(self, planned: PlannedCodon, run_id: str) -> None:
         """Submits the codon's last sentinel states before its terminal move,
@@ -275,6 +286,20 @@ class RuntimeSentinels:
         task = asyncio.get_running_loop().create_task(self._end(live, "codon-complete"))
         self._ending.add(task)
         task.add_done_callback(self._ending.discard)
+
+    def abandon(self) -> None:
+        """Weft is stopping: every codon's sentinels are unloaded with
+        ``shutdown`` now, their queued triggers abandoned and their model
+        calls cancelled, so a drain in progress ends at once (the codon goes
+        on to its end) and the run's end waits for nothing they do."""
+        lives = [*self._finishing, *([self._live] if self._live is not None else [])]
+        for live in lives:
+            if live.abandoned:
+                continue
+            live.abandoned = True
+            task = asyncio.get_running_loop().create_task(live.manager.unload("shutdown"))
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
 
     async def settle(self) -> None:
         """Waits until the finished codons' sentinels did their last work (the

@@ -579,7 +579,7 @@ class SentinelManager:
         messages = (*sentinel.history, Message("user", user))
         called_at = self._clock()
         try:
-            response = await sentinel.provider.complete(_request(sentinel, messages, system))
+            response = await self._call(sentinel, _request(sentinel, messages, system))
         except ProviderError as e:
             self._count_call(sentinel, called_at, failed=True, cost=0.0)
             fatal = e.kind in _FATAL_PROVIDER_ERRORS
@@ -602,6 +602,21 @@ class SentinelManager:
         sentinel.failures = 0
         self._report_output(sentinel, trigger, content, cost, response)
         self._states_changed()
+
+    async def _call(self, sentinel: _Sentinel, request: LlmRequest) -> LlmResponse:
+        """One model call, bounded in all by the registry's ``call_timeout``:
+        a provider that accepts and never answers (or trickles) must not hold
+        the codon in ``completing-sentinels``."""
+        limit = self._registry.call_timeout
+        try:
+            async with asyncio.timeout(limit):
+                return await sentinel.provider.complete(request)
+        except TimeoutError:
+            raise ProviderError(
+                "timeout",
+                f"{sentinel.model_id} did not answer within {limit:g} s (sentinel.callTimeoutMs)",
+                retriable=True,
+            ) from None
 
     def _announce(self, sentinel: _Sentinel, trigger: Trigger) -> None:
         """Counts the trigger and says so (``sentinel.triggered``) when asked to."""
@@ -761,7 +776,7 @@ class SentinelManager:
         if self._closed:
             return
         self._engine.flush(self._clock())
-        while True:
+        while not self._closed:  # a shutdown's unload abandons the queued triggers
             self._wake_workers()
             tasks = [s.task for s in self._sentinels.values() if s.task is not None]
             if not tasks:

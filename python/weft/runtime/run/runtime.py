@@ -328,9 +328,11 @@ class Runtime(RuntimeState):
             env=self.env,
             model_override=self.options.sentinel_model,
             persist_history=self.options.sentinel_persistence,
+            call_timeout=self.options.sentinel_call_timeout,
             before_drain=files.settle,
             spend=budget.sentinel_spend,
         )
+        self._sentinels = sentinels
         self._runner = CodonRunner(
             manager,
             checkpoints,

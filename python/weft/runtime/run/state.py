@@ -52,6 +52,7 @@ from weft.runtime.run.machine import (
     WakeLoop,
 )
 from weft.runtime.run.replan import Replan
+from weft.sentinels.host import RuntimeSentinels
 from weft.server import ProtocolServer
 from weft.state import Processed, StateManager
 
@@ -84,6 +85,8 @@ class RuntimeOptions:
     sentinel_model: str | None = None
     """Every sentinel calls this model (``--sentinel-model``, ``sentinel.model``)."""
     sentinel_persistence: bool = True
+    sentinel_call_timeout: float = 60.0
+    """Seconds one sentinel model call may take (``sentinel.callTimeoutMs``)."""
     """Conversational sentinels keep their history on disk across codons and
     restarts (``sentinel.enablePersistence``); off: in memory, for one codon."""
     anthropic_base_url: str | None = None
@@ -230,6 +233,7 @@ class RuntimeState:
         self._effects: set[asyncio.Task[Any]] = set()
         """The agent interrupts and kills the machine asked for, still going."""
         self._runner: CodonRunner | None = None
+        self._sentinels: RuntimeSentinels | None = None
         self._manager: StateManager | None = None
         self._checkpoints: AsyncCheckpointRepo | None = None
         self._cursor: Cursor | None = None
@@ -282,6 +286,9 @@ class RuntimeState:
             elif isinstance(effect, ShuttingDown):
                 if self.server is not None:
                     self.server.mark_shutting_down()
+                if self._sentinels is not None:
+                    # Their model calls must not hold the stop (docs/sentinels.md).
+                    self._sentinels.abandon()
             elif isinstance(effect, CancelSleep):
                 if self._sleep is not None:
                     self._sleep.cancel()

@@ -94,9 +94,12 @@ def split_model(model_id: str) -> tuple[str, str]:
 class ProviderRegistry:
     """One provider per name for a run; keys and URLs from ``env``."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], *, call_timeout: float = 60.0) -> None:
         self._env = env
         self._made: dict[str, Provider] = {}
+        self.call_timeout = call_timeout
+        """Seconds one model call may take in all (the SDKs' own timeouts are
+        per read, so an endpoint trickling bytes would never trip them)."""
 
     def _lookup(self, names: tuple[str, ...]) -> str | None:
         for name in names:
@@ -137,11 +140,11 @@ class ProviderRegistry:
             if name == "anthropic":
                 from weft.sentinels.providers.anthropic_api import AnthropicProvider
 
-                provider = AnthropicProvider(key, base_url)
+                provider = AnthropicProvider(key, base_url, timeout=self.call_timeout)
             else:
                 from weft.sentinels.providers.openai_api import OpenAIProvider
 
-                provider = OpenAIProvider(key, base_url, name=name)
+                provider = OpenAIProvider(key, base_url, name=name, timeout=self.call_timeout)
         self._made[name] = provider
         return provider, model
 
