@@ -29,6 +29,7 @@ __all__ = [
     "JournalAppender",
     "JournalPages",
     "Outcome",
+    "Pattern",
     "SessionEffect",
     "SessionMachine",
     "StatCache",
@@ -448,6 +449,22 @@ def read_blob(
     for a file over ``max_size`` and for kinds git does not hold. With
     ``root``, ``path`` is relative to it and no link below it is followed (a
     parent that is one reads as ``"missing"``)."""
+
+@final
+class Pattern:
+    """A regular expression (Rust ``regex`` syntax) matched in time linear in
+    the text, whatever the pattern: finite automata, no backtracking. The
+    compiled program and its DFA cache are bounded (1 MiB each)."""
+
+    def __new__(cls, source: str) -> Pattern:
+        """Compile ``source``; ``ValueError`` with the engine's message when it
+        is not valid (a backreference, look-around) or compiles too large."""
+    @property
+    def source(self) -> str:
+        """The pattern's source."""
+    def search(self, text: str) -> bool:
+        """Whether the pattern matches somewhere in ``text`` (detached from
+        the interpreter for a text over 4 KiB)."""
 
 @final
 class JournalPages:

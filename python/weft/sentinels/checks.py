@@ -7,6 +7,10 @@
   the trigger never fires on it. A condition whose path starts with a field
   none of the watched events has is an error: it never matches. Paths below
   a free-form field (``toolInput.command``, ``content.x``) are not checked.
+* :func:`check_pattern`: a ``matches`` condition's pattern translates and
+  compiles for linear-time matching (:mod:`weft.sentinels.jsregex`); a
+  refused one (a backreference, look-around, too large) is an error naming
+  the sentinel, the condition and the pattern, with why and how to fix.
 * :func:`load_problems`: whether each sentinel of a loaded hank would load
   now, by the manager's own load steps without a network call: its model's
   provider is known and its API key is set (after the ``--sentinel-model``
@@ -22,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
+import orjson
 
 from weft.config.hints import did_you_mean
 from weft.config.loader import LoadedHank
@@ -31,7 +36,7 @@ from weft.events.stream import SENTINEL_EVENT_TYPES, STREAM_CLASSES
 from weft.sentinels.manager import AttachedSentinel
 from weft.sentinels.providers import PROVIDERS, ProviderError, ProviderRegistry
 
-__all__ = ["EVENT_FIELDS", "TRANSITION_EVENT", "check_trigger", "load_problems"]
+__all__ = ["EVENT_FIELDS", "TRANSITION_EVENT", "check_pattern", "check_trigger", "load_problems"]
 
 TRANSITION_EVENT: Final = "state.transition"
 """The type a sentinel sees a state transition as (the reference's name):
@@ -143,6 +148,30 @@ def _check_conditions(conditions: Any, types: list[str], path: JsonPath, sink: S
                 f'condition path "{target}": "{head}" holds no fields (it never matches)',
                 hint=f'test "{head}" itself',
             )
+
+
+def check_pattern(pattern: str, target: Any, path: JsonPath, sink: Sink, sentinel: str) -> None:
+    """Checks a ``matches`` condition's ``pattern`` (on the field ``target``)
+    compiles as Weft matches it, in linear time."""
+    from weft.sentinels.jsregex import PatternError, compile_js_pattern
+
+    try:
+        compile_js_pattern(pattern)
+    except PatternError as e:
+        on = f' on "{target}"' if isinstance(target, str) else ""
+        sink.add(
+            path,
+            "bad_value",
+            f'sentinel "{sentinel}": the matches condition{on} cannot use the pattern '
+            f"{_quote(pattern)}: {e.reason}",
+            hint=e.hint,
+        )
+
+
+def _quote(pattern: str) -> str:
+    """The pattern as a JSON string (as the config holds it), cut when long."""
+    text = orjson.dumps(pattern).decode()
+    return text if len(text) <= 120 else text[:117] + '..."'
 
 
 _FIX_TEMPLATE: Final = (

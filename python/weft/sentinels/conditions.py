@@ -11,8 +11,9 @@ JavaScript's strict ones rather than Python's:
 * ``in`` / ``notIn``: the field is (not) strictly equal to one of the values;
 * ``contains``: a string field holds the value as a substring, or a list field
   holds an element strictly equal to it;
-* ``matches``: the value is a regular expression found in a string (or number)
-  field;
+* ``matches``: the value is a regular expression (JavaScript syntax) found in
+  a string (or number) field, matched in time linear in the field's length
+  (:mod:`weft.sentinels.jsregex`: the agent writes that text);
 * ``greaterThan`` / ``lessThan``: both are numbers (booleans are not).
 
 A path that does not exist is JavaScript's ``undefined``: it equals nothing,
@@ -25,11 +26,11 @@ parsing: this is the inner loop of the trigger engine.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from weft.config.schema import Condition
+from weft.sentinels.jsregex import compile_js_pattern
 
 __all__ = ["MISSING", "Predicate", "compile_condition", "compile_conditions", "lookup"]
 
@@ -179,14 +180,15 @@ def _contains(get: Callable[[Any], Any], value: Any) -> Predicate:
 
 
 def _matches(get: Callable[[Any], Any], value: Any) -> Predicate:
-    pattern = re.compile(str(value))
+    # Raises PatternError for a pattern `weft validate` refuses.
+    search = compile_js_pattern(str(value)).search
 
     def test(data: Mapping[str, Any]) -> bool:
         v = get(data)
         if isinstance(v, str):
-            return pattern.search(v) is not None
+            return search(v)
         if _is_number(v):
-            return pattern.search(repr(v) if isinstance(v, float) else str(v)) is not None
+            return search(repr(v) if isinstance(v, float) else str(v))
         return False
 
     return test

@@ -10,6 +10,7 @@ mod codon;
 mod core;
 mod errors;
 mod journal;
+mod pattern;
 mod session;
 mod statcache;
 mod stream;
@@ -49,6 +50,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::StateValidation>()?;
     blob::register(m)?;
     journal::register(m)?;
+    pattern::register(m)?;
     session::register(m)?;
     statcache::register(m)?;
     stream::register(m)?;

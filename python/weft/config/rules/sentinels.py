@@ -5,7 +5,6 @@ once), their prompts, output paths, structured output and trigger conditions.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -200,11 +199,13 @@ def check_sentinel_config(
         from weft.sentinels.checks import check_trigger
 
         check_trigger(trigger, (*path, "trigger"), sink)
+        sentinel = get_str(config, "id") or "?"
         for i, condition in enumerate(get_list(trigger, "conditions")):
-            _check_condition(condition, (*path, "trigger", "conditions", i), sink)
+            _check_condition(condition, (*path, "trigger", "conditions", i), sink, sentinel)
         for i, step in enumerate(get_list(trigger, "pattern")):
             for j, condition in enumerate(get_list(step, "conditions")):
-                _check_condition(condition, (*path, "trigger", "pattern", i, "conditions", j), sink)
+                at = (*path, "trigger", "pattern", i, "conditions", j)
+                _check_condition(condition, at, sink, sentinel)
 
 
 def _check_structured_output(
@@ -271,7 +272,7 @@ _VALUE_KINDS = {
 }
 
 
-def _check_condition(condition: Any, path: JsonPath, sink: Sink) -> None:
+def _check_condition(condition: Any, path: JsonPath, sink: Sink, sentinel: str) -> None:
     if not isinstance(condition, dict) or "value" not in condition:
         return
     operator, value = condition.get("operator"), condition["value"]
@@ -291,7 +292,6 @@ def _check_condition(condition: Any, path: JsonPath, sink: Sink) -> None:
         )
         sink.add((*path, "value"), "bad_value", f'operator "{operator}" needs {what} as value')
     elif operator == "matches" and isinstance(value, str):
-        try:
-            re.compile(value)
-        except re.error as e:
-            sink.add((*path, "value"), "bad_value", f"not a valid regular expression: {e}")
+        from weft.sentinels.checks import check_pattern
+
+        check_pattern(value, condition.get("path"), (*path, "value"), sink, sentinel)
