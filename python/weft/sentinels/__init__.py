@@ -4,6 +4,8 @@ The pieces, each with one job (a sans-I/O core, thin I/O around it):
 
 * :mod:`~weft.sentinels.conditions`: trigger conditions compiled into
   predicates, with JavaScript's comparison rules;
+* :mod:`~weft.sentinels.jsregex`: ``matches`` patterns in JavaScript's syntax,
+  translated for the linear-time engine (``weft._core.Pattern``) or refused;
 * :mod:`~weft.sentinels.triggers`: the trigger engine, without I/O or clock:
   event and sequence triggers, the strategies (immediate, debounce, count,
   timeWindow), the bounded event buffer and trigger queue;
