@@ -71,7 +71,7 @@ def test_isolate_runs_the_hank_as_its_own_weft_run(tmp_path: Path) -> None:
     assert _step_row(state_dir, "w/analyse").cost_usd > 0
 
 
-def test_status_reports_contradicting_states_recovery_4(tmp_path: Path) -> None:
+def test_status_refuses_contradicting_states_recovery_4(tmp_path: Path) -> None:
     path = write_batch(
         tmp_path, {"workstreams": [{"id": "w", "steps": [{"id": "s", "command": ["true"]}]}]}
     )
@@ -80,9 +80,10 @@ def test_status_reports_contradicting_states_recovery_4(tmp_path: Path) -> None:
     db = tmp_path / ".weft-batch" / "batch" / "batch.db"
     with sqlite3.connect(db) as conn:  # what the seed calls manual state modification
         conn.execute("UPDATE steps SET state = 'S_FAILED'")
+    # The audit trail tells the edit from a move the machines made: refused.
     status = weft(env, "status", str(path))
-    assert status.returncode == 1
-    assert "inconsistent: workstream w is S_SUCCESS but not all its steps are" in status.stdout
+    assert status.returncode == 2
+    assert "step w/s is S_FAILED, but its audit trail leaves it S_SUCCESS" in status.stderr
 
 
 def test_address_without_the_ray_engine_is_a_usage_error(tmp_path: Path) -> None:
