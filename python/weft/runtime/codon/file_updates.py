@@ -43,8 +43,11 @@ WRITE_TOOLS: Final = frozenset(
 )
 """Tools whose success means a file changed."""
 _PATH_KEYS: Final = ("file_path", "path", "notebook_path", "filePath")
-_PATCH_LINE: Final = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.M)
-_MOVE_LINE: Final = re.compile(r"^\*\*\* Move to: (.+?)\s*$", re.M)
+# `(.*\S)`, not `(.+?)\s*$`: the lazy form retried the trailing whitespace
+# from every position, quadratic in a line the agent writes (20,000 spaces
+# took 7 s holding the interpreter).
+_PATCH_LINE: Final = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.*\S)", re.M)
+_MOVE_LINE: Final = re.compile(r"^\*\*\* Move to: (.*\S)", re.M)
 _CHUNK: Final = 1 << 20
 _CREATED: Final = "File created successfully"
 
