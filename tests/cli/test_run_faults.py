@@ -11,20 +11,16 @@ signal (-15) instead of exiting 143.
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from tests.runtime.hanks import codon, scenario, write_hank
+from tests.server.helpers import stalled_client
 from tests.web.browser import child_environment
 
 from weft.server.auth import read_read_token, read_token
@@ -62,43 +58,6 @@ def _port(process: subprocess.Popen[bytes], execution: Path) -> int:
             return int(port)
         time.sleep(0.02)
     pytest.fail("no port in the lock file")
-
-
-def _masked_text(payload: bytes) -> bytes:
-    """One client text frame (clients mask: RFC 6455 §5.3)."""
-    key = os.urandom(4)
-    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-    n = len(payload)
-    length = bytes((0x80 | n,)) if n < 126 else bytes((0x80 | 126,)) + n.to_bytes(2, "big")
-    head = b"\x81" + length
-    return head + key + masked
-
-
-@contextmanager
-def stalled_client(port: int, token: str, mode: str = "readonly") -> Iterator[socket.socket]:
-    """A client that hand-shakes (HTTP upgrade, then Weft's handshake) and never
-    reads another byte: its 4 KiB receive buffer fills and stays full."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (
-            f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-            "Sec-WebSocket-Version: 13\r\n\r\n"
-        ).encode()
-    )
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        answer += sock.recv(1)
-    assert b" 101 " in answer.split(b"\r\n", 1)[0], answer
-    hello = {"type": "handshake", "data": {"mode": mode, "token": token}}
-    sock.sendall(_masked_text(json.dumps(hello).encode()))
-    try:
-        yield sock
-    finally:
-        sock.close()
 
 
 def _wait_ended(process: subprocess.Popen[bytes], within: float) -> tuple[int, str]:

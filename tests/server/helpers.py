@@ -9,9 +9,12 @@ manager commits, replay reads the real journal.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import os
+import socket
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,3 +250,50 @@ class Proxy:
             await self._server.wait_closed()
         for task in list(self._tasks):
             task.cancel()
+
+
+# ------------------------------------------------------------ a client that stops reading
+
+
+def _masked_text(payload: bytes) -> bytes:
+    """One client text frame (clients mask: RFC 6455 §5.3)."""
+    key = os.urandom(4)
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    n = len(payload)
+    length = bytes((0x80 | n,)) if n < 126 else bytes((0x80 | 126,)) + n.to_bytes(2, "big")
+    head = b"\x81" + length
+    return head + key + masked
+
+
+def open_stalled(port: int, token: str, mode: str = "readonly") -> socket.socket:
+    """A client that hand-shakes (HTTP upgrade, then Weft's handshake) and never
+    reads another byte: its 4 KiB receive buffer fills and stays full. Blocking:
+    from a test's event loop, call it in a thread."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(1)
+    assert b" 101 " in answer.split(b"\r\n", 1)[0], answer
+    hello = {"type": "handshake", "data": {"mode": mode, "token": token}}
+    sock.sendall(_masked_text(json.dumps(hello).encode()))
+    return sock
+
+
+@contextlib.contextmanager
+def stalled_client(port: int, token: str, mode: str = "readonly") -> Iterator[socket.socket]:
+    """:func:`open_stalled`, closed at the end."""
+    sock = open_stalled(port, token, mode)
+    try:
+        yield sock
+    finally:
+        sock.close()

@@ -18,6 +18,7 @@ from tests.server.helpers import (
     Raw,
     Recorder,
     Rollbacks,
+    open_stalled,
     raw,
     running,
     seqs_of,
@@ -452,6 +453,57 @@ async def test_a_slow_client_is_dropped_with_a_resume_reason_and_slows_nobody(
     assert closed.rcvd.code == CLOSE_TOO_SLOW
     assert "resume" in closed.rcvd.reason
     assert 2 <= len(messages) < total + 2
+
+
+async def test_a_client_that_stops_reading_is_dropped_after_the_stall_timeout(
+    tmp_path: Path,
+) -> None:
+    """Far below ``send_limit`` (16 MB): it is the stall that drops it. Before,
+    a reader that stopped after a little connected held its buffer forever."""
+    config = ServerConfig(ping_interval=None, stall_timeout=1.0)
+    async with running(tmp_path, config=config) as h:
+        sock = await asyncio.to_thread(open_stalled, h.server.port, READ_TOKEN)
+        try:
+            async with asyncio.timeout(10):
+                while h.server.live_clients == 0:
+                    await asyncio.sleep(0.01)
+            blob = "x" * 8000
+            for burst in range(40):  # 3.2 MB: more than the sockets' buffers hold
+                for i in range(10):
+                    h.manager.emit(InfoEvent(message=f"{blob}{burst}-{i}"))
+                await h.manager.flush()
+            assert h.server.live_clients == 1
+            started = asyncio.get_running_loop().time()
+            async with asyncio.timeout(10):
+                while h.server.live_clients:
+                    await asyncio.sleep(0.05)
+            waited = asyncio.get_running_loop().time() - started
+        finally:
+            sock.close()
+    assert 0.5 <= waited <= 4.0, waited
+
+
+async def test_closing_drops_a_client_that_never_reads_within_the_grace(
+    tmp_path: Path,
+) -> None:
+    config = ServerConfig(ping_interval=None, stall_timeout=None, close_timeout=0.5)
+    async with running(tmp_path, config=config) as h:
+        sock = await asyncio.to_thread(open_stalled, h.server.port, READ_TOKEN)
+        try:
+            async with asyncio.timeout(10):
+                while h.server.live_clients == 0:
+                    await asyncio.sleep(0.01)
+            for burst in range(40):
+                for i in range(10):
+                    h.manager.emit(InfoEvent(message=f"{'y' * 8000}{burst}-{i}"))
+                await h.manager.flush()
+            started = asyncio.get_running_loop().time()
+            async with asyncio.timeout(10):  # forever before: the close waited for a drain
+                await h.server.close()
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            sock.close()
+    assert took < 3.0, took
 
 
 async def test_two_hundred_clients_each_get_every_event_in_order(tmp_path: Path) -> None:

@@ -163,6 +163,12 @@ class ServerConfig:
     """Seconds a client has to answer a ping before it is closed (code 1011); None:
     never closed for not answering."""
     close_timeout: float = 2.0
+    """Seconds a client has, when the server closes, to read what it was sent
+    and answer the close; then its connection is dropped."""
+    stall_timeout: float | None = 30.0
+    """Seconds a client may leave bytes waiting without taking any before it is
+    dropped as too slow (a reader that stopped holds no buffer for long, however
+    little it was sent); None: only ``send_limit`` drops it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +201,10 @@ _REJECTED_HINTS = {
 class _Peer:
     """One connection: its session, its live cursor and its background tasks."""
 
-    __slots__ = ("cursor", "live_batches", "progress", "session", "tasks", "ws")
+    __slots__ = (
+        "cursor", "live_batches", "progress", "sent", "session", "stalled_since", "tasks",
+        "written", "ws",
+    )  # fmt: skip
 
     def __init__(self, ws: ServerConnection, session: Session) -> None:
         self.ws = ws
@@ -205,6 +214,23 @@ class _Peer:
         self.progress = False
         """It asked for ``progress.snapshot`` messages."""
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.written = 0
+        """Bytes written to its transport (what it was sent is this less :meth:`waiting`)."""
+        self.sent = 0
+        self.stalled_since: float | None = None
+        """Since when it has had bytes waiting and taken none (monotonic seconds)."""
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds it has had bytes waiting without taking any, as of ``now``."""
+        waiting = self.waiting()
+        sent = self.written - waiting
+        if waiting == 0 or sent != self.sent:
+            self.sent = sent
+            self.stalled_since = None
+            return 0.0
+        if self.stalled_since is None:
+            self.stalled_since = now
+        return now - self.stalled_since
 
     @property
     def open(self) -> bool:
@@ -217,6 +243,7 @@ class _Peer:
     def write(self, data: bytes) -> None:
         """Writes complete frames now (the fan-out's and replies' path)."""
         if self.open:
+            self.written += len(data)
             self.ws.transport.write(data)
 
     def send(self, message: bytes) -> None:
@@ -368,7 +395,26 @@ class ProtocolServer:
             self._unsubscribe()
             raise
         self.port = int(self._server.sockets[0].getsockname()[1])
+        if config.stall_timeout is not None:
+            watch = asyncio.get_running_loop().create_task(self._watch_stalls(config.stall_timeout))
+            self._tasks.add(watch)
+            watch.add_done_callback(self._tasks.discard)
         return self
+
+    async def _watch_stalls(self, limit: float) -> None:
+        """Drops the clients that took nothing of what waits for them for
+        ``limit`` seconds: the fan-out's ``send_limit`` alone keeps one that
+        stopped reading after a little connected, holding its buffer, forever."""
+        while True:
+            await asyncio.sleep(min(limit / 4, 5.0))
+            now = time.monotonic()
+            for peer in list(self._peers):
+                if peer.open and peer.stalled_for(now) >= limit:
+                    log.info("a client took nothing for %.0f s; dropping it", limit)
+                    self._fanout.remove(peer)
+                    self._progress_peers.pop(peer, None)
+                    peer.stalled_since = None
+                    peer.lagging()
 
     @property
     def url(self) -> str:
