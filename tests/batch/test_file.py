@@ -446,3 +446,17 @@ def test_weft_batch_validate_exits_2_with_every_problem_and_no_traceback(tmp_pat
     assert done.returncode == 0, done.stderr
     assert "valid:" in done.stdout
     assert "1 workstream, 1 step" in done.stdout
+
+
+def test_a_path_the_system_refuses_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    # Found by the fuzz test: Path.exists() raises for a name over 255 bytes.
+    with_hank(tmp_path)
+    (tmp_path / "data").mkdir()
+    doc = {
+        "workstreams": [
+            {"id": "w", "matrix": {"d": ["x" * 300]}, "steps": [hank_step(data="data/{d}")]}
+        ]
+    }
+    found = "\n".join(problems(write_batch(tmp_path, doc)))
+    assert "steps[0].data: " in found
+    assert "cannot be used: File name too long" in found

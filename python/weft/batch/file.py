@@ -598,17 +598,32 @@ class _StepChecks:
             full = self._inside(value, (*at, key)) if value is not None else None
             if value is None or full is None:
                 continue
-            if not full.exists():
+            try:
+                full.stat()
+            except (FileNotFoundError, NotADirectoryError):
                 self.sink.add(
                     (*at, key),
                     "no_file",
                     f"{value} does not exist (relative to the batch file)",
                     hint="check the path, or the matrix values that build it",
                 )
-            elif key == "config" and not full.is_file():
-                self.sink.add((*at, key), "not_a_file", f"{value} is not a file")
+            except OSError as e:  # a name too long, a loop of links, no permission
+                self.sink.add(
+                    (*at, key),
+                    "unreadable",
+                    f"{describe_value(value)} cannot be used: {e.strerror}",
+                    hint="check the path, or the matrix values that build it",
+                )
             else:
-                found[key] = full
+                if key == "config" and not full.is_file():
+                    self.sink.add(
+                        (*at, key),
+                        "not_a_file",
+                        f"{value} is not a file",
+                        hint="name the weft.json with the runtime settings",
+                    )
+                else:
+                    found[key] = full
         if "hank" in found:
             self._hank(found["hank"], str(step["hank"]), routed, step, at)
 
