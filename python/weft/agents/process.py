@@ -279,7 +279,8 @@ class _Tee:
     def _run(self) -> None:
         stopped = False
         try:
-            private_folder(self.path.parent)
+            if not self.path.parent.is_dir():  # Weft's runs/<runId>/: made private
+                private_folder(self.path.parent)
             fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             with open(fd, "ab", buffering=1024 * 1024) as f:
                 while (chunk := self._queue.get()) is not None:
