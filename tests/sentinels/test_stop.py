@@ -31,9 +31,13 @@ GRACE = 15.0
 
 
 class SilentApi:
-    """Accepts connections and reads requests; never answers."""
+    """Accepts connections and reads requests; ``silent``: never answers;
+    ``trickle``: answers the headers of a 200 and then one byte of its body
+    every 0.3 s (every read of the SDK succeeds, so its own per-read timeout
+    never trips); ``reset``: drops the connection on the request."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "silent") -> None:
+        self.mode = mode
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.requests = 0
@@ -53,8 +57,21 @@ class SilentApi:
     def _read(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := conn.recv(65536):
-                if b"POST " in data:
-                    self.requests += 1
+                if b"POST " not in data:
+                    continue
+                self.requests += 1
+                if self.mode == "reset":
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                    conn.close()
+                    return
+                if self.mode == "trickle":
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                        b"content-length: 100000\r\n\r\n"
+                    )
+                    while True:
+                        time.sleep(0.3)
+                        conn.sendall(b" ")
 
     def close(self) -> None:
         self.sock.close()
@@ -62,9 +79,9 @@ class SilentApi:
             conn.close()
 
 
-@pytest.fixture
-def silent_api() -> Iterator[SilentApi]:
-    api = SilentApi()
+@pytest.fixture(params=["silent"])
+def silent_api(request: pytest.FixtureRequest) -> Iterator[SilentApi]:
+    api = SilentApi(request.param)
     try:
         yield api
     finally:
@@ -112,6 +129,7 @@ def _payloads(execution: Path, kind: str) -> list[str]:
     return [bytes(r[0]).decode() if not isinstance(r[0], str) else r[0] for r in rows]
 
 
+@pytest.mark.parametrize("silent_api", ["silent", "trickle", "reset"], indirect=True)
 def test_each_call_to_a_silent_model_ends_at_its_timeout(
     tmp_path: Path, silent_api: SilentApi
 ) -> None:
@@ -129,15 +147,16 @@ def test_each_call_to_a_silent_model_ends_at_its_timeout(
     assert "Traceback" not in done.stdout + done.stderr
     assert silent_api.requests >= 1
     errors = _payloads(execution, "sentinel.error")
-    timed_out = [e for e in errors if "did not answer within 1.5 s" in e]
-    assert timed_out, errors
+    said = "did not answer within 1.5 s" if silent_api.mode != "reset" else "onnection"
+    assert [e for e in errors if said in e], errors
     # Three calls of at most 1.5 s each, one at a time, plus the run itself:
     # far below one call of the SDK's own 120 s.
     assert took < 3 * 1.5 + 30, took
 
 
+@pytest.mark.parametrize("into_the_call", [0.05, 1.0])
 def test_sigterm_during_the_drain_abandons_the_calls_and_stops(
-    tmp_path: Path, silent_api: SilentApi
+    tmp_path: Path, silent_api: SilentApi, into_the_call: float
 ) -> None:
     execution = tmp_path / "execution"
     process = subprocess.Popen(
@@ -152,7 +171,7 @@ def test_sigterm_during_the_drain_abandons_the_calls_and_stops(
             assert process.poll() is None, process.stdout.read() if process.stdout else ""
             assert time.monotonic() < deadline, "the codon never reached its drain"
             time.sleep(0.05)
-        time.sleep(0.5)  # inside a call that never returns (60 s by default)
+        time.sleep(into_the_call)  # inside a call that never returns (60 s by default)
         assert silent_api.requests >= 1
         stopped_at = time.monotonic()
         process.send_signal(signal.SIGTERM)
