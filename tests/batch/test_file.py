@@ -460,3 +460,25 @@ def test_a_path_the_system_refuses_is_a_problem_not_a_crash(tmp_path: Path) -> N
     found = "\n".join(problems(write_batch(tmp_path, doc)))
     assert "steps[0].data: " in found
     assert "cannot be used: File name too long" in found
+
+
+def test_toml_nested_too_deep_or_of_toml_only_types_is_a_problem_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    (found,) = problems(deep)
+    assert "$: invalid TOML: arrays or tables nested too deeply to read" in found
+    dates = tmp_path / "dates.toml"
+    dates.write_text(
+        "name = 1979-05-27T07:32:00Z\n[[workstreams]]\nid = 1979-05-27\n"
+        'matrix = { a = [1979-05-27] }\n[[workstreams.steps]]\nid = "s"\n'
+        'command = ["true", 07:32:00]\n'
+    )
+    found = problems(dates)
+    assert [p.split(": ", 1)[1].split("\n")[0] for p in found] == [
+        "name: expected a string, got datetime",
+        "workstreams[0].id: expected a non-empty string, got date",
+        "workstreams[0].matrix.a[0]: expected a string, got date",
+        "workstreams[0].steps[0].command[1]: expected a string, got time",
+    ]

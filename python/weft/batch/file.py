@@ -233,6 +233,14 @@ def read_batch_document(path: Path, display: str) -> tuple[Any, list[ConfigProbl
                     "fix the syntax there (a missing quote or bracket?)",
                 )
             ]
+        except RecursionError:  # tomllib descends once per nested array or table
+            return None, [
+                problem(
+                    "invalid TOML: arrays or tables nested too deeply to read",
+                    "bad_toml",
+                    "a batch file needs a few levels: look for a run of [ or {",
+                )
+            ]
     try:
         return orjson.loads(data[3:] if data.startswith(b"\xef\xbb\xbf") else data), []
     except orjson.JSONDecodeError as e:
