@@ -271,19 +271,14 @@ def run(args: argparse.Namespace) -> int:
         if refused is not None:
             print(f"weft: error: {refused}", file=sys.stderr)
             return 2
-        # Before anything is created or spent: a codon's agent CLI must be there.
-        missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
-        if missing:
-            raise ConfigError(missing)
+        # Before anything is created or spent: what weft validate would refuse.
+        _refuse_before_spending(loaded, hank_path, settings.sentinel.model)
         prepared = _prepare(
             args, loaded, settings, hank_path, data_path, asked, _setting_names(resolved, config)
         )
         kept = prepared.settings
         if kept.model != asked.model:
             loaded = load_hank(hank_path, model=kept.model)
-            missing = agent_cli_problems(loaded, file=str(hank_path), env=os.environ)
-            if missing:
-                raise ConfigError(missing)
         if kept != asked:
             resolved = _settings(args, loaded, config, kept=kept)
             settings = resolved.config
@@ -291,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
             if refused is not None:
                 print(f"weft: error: {refused} (kept with the execution)", file=sys.stderr)
                 return 2
+            _refuse_before_spending(loaded, hank_path, settings.sentinel.model)
     except (ExecutionSetupError, ConfigError) as exc:
         if args.json:
             _refused_json(exc)
@@ -390,6 +386,27 @@ def _dashboard_note(server: ProtocolServer, execution: Path) -> str:
     if sys.stdout.isatty():
         return f"Dashboard: {dashboard_url(server, server.token)}"
     return f"Dashboard: {dashboard_url(server)} (token: {execution / '.weft' / 'server.token'})"
+
+
+def _refuse_before_spending(
+    loaded: LoadedHank, hank_path: Path, sentinel_model: str | None
+) -> None:
+    """Raises :class:`ConfigError` for what ``weft validate`` finds on this
+    machine that a codon would otherwise meet only when it starts, after the
+    codons before it spent money: a missing agent CLI, a required sentinel
+    that would not load (no provider key, a broken prompt or schema). A
+    sentinel that is not required and would not load is said as a warning
+    (its codon runs without it)."""
+    from weft.sentinels.checks import load_problems
+
+    file = str(hank_path)
+    problems = agent_cli_problems(loaded, file=file, env=os.environ)
+    sentinels = load_problems(loaded, file=file, model_override=sentinel_model, env=os.environ)
+    problems.extend(p for p in sentinels if p.severity == "error")
+    if problems:
+        raise ConfigError(problems)
+    for warning in sentinels:
+        print(f"weft: warning: {printable_lines(warning.message)}", file=sys.stderr)
 
 
 def _refused_json(exc: ExecutionSetupError | ConfigError) -> None:
