@@ -208,6 +208,8 @@ def test_matches_agrees_with_a_backtracking_engine_on_the_safe_subset(
         (r"[\d-z]", "-", True),
         (r"\uD83D\uDE00", "\U0001f600", True),  # a surrogate pair is one character
         (r"\cJ", "\n", True),
+        (r"\.ts$", "src/app.ts", True),  # Hankweave's qa-bot, on file.updated's path
+        (r"\.ts$", "src/app.tsx", False),
         ("(?i)drop table", "DROP TABLE x", True),
         ("a(?i:b)c", "aBc", True),
         ("a(?i:b)c", "aBC", False),
