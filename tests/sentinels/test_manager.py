@@ -549,3 +549,21 @@ async def test_report_settings_a_codon_leaves_out_stay_the_configs_then_the_defa
     await h.manager.unload("codon-complete")
     kinds = {type(e).__name__ for e in h.events}
     assert kinds == {"SentinelLoaded", "SentinelTriggered", "SentinelUnloaded"}
+
+
+def test_a_conversational_history_is_private_to_the_user(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from weft.sentinels.manager import _write_history
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "state" / "sentinels" / "codon" / "watcher.json"
+        _write_history(path, b"[]")
+        _write_history(path, b'[{"role":"user","content":"x"}]')  # replaced, still private
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert path.read_bytes() == b'[{"role":"user","content":"x"}]'

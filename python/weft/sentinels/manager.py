@@ -881,11 +881,17 @@ def _read_history(path: Path) -> list[Message]:
 
 
 def _write_history(path: Path, data: bytes) -> None:
+    """A conversational sentinel's history, in Weft's state folder: private
+    to the user like the journal it sits beside (the agent's text is in it)."""
     import os
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from weft.filemodes import open_private, private_folder
+
+    private_folder(path.parent)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with open(fd, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 
