@@ -689,7 +689,7 @@ class _StepChecks:
                 hint="name a hank.json, or a folder holding one (weft init FOLDER makes one)",
             )
             return
-        key = (file.resolve(), model)
+        key = (file, model)  # as written: resolving each of a thousand steps costs more
         if key not in self.hanks:
             self.hanks[key] = _hank_errors(file, model)
         errors = self.hanks[key]
