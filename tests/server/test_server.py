@@ -419,6 +419,24 @@ async def test_closing_the_server_delivers_every_event_then_closes_with_1001(
     assert (closed.rcvd.code, closed.rcvd.reason) == (1001, "Weft run ended")
 
 
+async def test_closing_lets_a_client_catching_up_finish_then_closes_with_1001(
+    tmp_path: Path,
+) -> None:
+    """A client that joined from seq 0 is still reading the journal's pages
+    when the run ends: it gets every event before the close (it used to be
+    closed mid-replay, and `weft attach --json` said it lost the run)."""
+    async with running(tmp_path, events=6000) as h, raw(h.url) as c:
+        total = h.manager.last_seq
+        await c.handshake(afterSeq=0, pageSize=50)
+        reader = asyncio.create_task(_until_closed(c.ws))
+        await h.server.close()
+        messages, closed = await reader
+    seen = [seq for m in messages for seq in seqs_of(json.loads(m))]
+    assert seen == list(range(1, total + 1))
+    assert closed.rcvd is not None
+    assert closed.rcvd.code == 1001
+
+
 # --------------------------------------------------------------------------- load
 
 

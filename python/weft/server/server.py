@@ -202,8 +202,8 @@ class _Peer:
     """One connection: its session, its live cursor and its background tasks."""
 
     __slots__ = (
-        "cursor", "live_batches", "progress", "sent", "session", "stalled_since", "tasks",
-        "written", "ws",
+        "caught_up", "cursor", "live_batches", "progress", "sent", "session", "stalled_since",
+        "tasks", "written", "ws",
     )  # fmt: skip
 
     def __init__(self, ws: ServerConnection, session: Session) -> None:
@@ -214,6 +214,10 @@ class _Peer:
         self.progress = False
         """It asked for ``progress.snapshot`` messages."""
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.caught_up = asyncio.Event()
+        """Clear while it reads the journal's pages to catch up (set once
+        live, or gone): the server's close lets a catch-up finish first."""
+        self.caught_up.set()
         self.written = 0
         """Bytes written to its transport (what it was sent is this less :meth:`waiting`)."""
         self.sent = 0
@@ -470,6 +474,14 @@ class ProtocolServer:
         if self._server is not None:
             self._server.close(close_connections=False)
             grace = self.config.close_timeout
+            catching_up = [p.caught_up.wait() for p in self._peers if not p.caught_up.is_set()]
+            if catching_up:
+                # A client reading the journal's pages (a dashboard opened
+                # late, `weft attach`) gets the rest and the run's last events
+                # before its close, within the grace.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(grace):
+                        await asyncio.gather(*catching_up)
             for peer in list(self._peers):
                 task = asyncio.get_running_loop().create_task(
                     _quietly(close_within(peer.ws, CLOSE_GOING_AWAY, "Weft run ended", grace))
@@ -628,6 +640,7 @@ class ProtocolServer:
         # A cursor past the journal's end cannot be honoured: start from the end.
         peer.cursor = min(join.after_seq, head)
         peer.session.joined(peer.cursor + 1)
+        peer.caught_up.clear()
         peer.spawn(self._catch_up(peer, join.page_size))
 
     async def _catch_up(self, peer: _Peer, page_size: int) -> None:
@@ -645,6 +658,7 @@ class ProtocolServer:
                     self._send_rows(peer, tail, page_size, None, peer.cursor)
                     peer.cursor = fanout.head
                     fanout.add(peer)
+                    peer.caught_up.set()
                     if peer.progress:
                         await self._progress_live(peer)
                     return
@@ -670,6 +684,7 @@ class ProtocolServer:
                 await peer.ws.send(history_page(page.events, True, page.last_seq, None), text=True)
                 peer.cursor = page.last_seq
         finally:
+            peer.caught_up.set()
             if ahead is not None:
                 # Not needed after all (the ring took over, or the client left).
                 ahead.cancel()
