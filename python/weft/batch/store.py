@@ -800,17 +800,23 @@ def step_traces(folder: Path, *, full: bool = True) -> dict[str, StepTrace]:
     traces: dict[str, StepTrace] = {}
     root = folder / STEPS_DIR
     try:
-        ws_dirs = sorted(p for p in root.iterdir() if p.is_dir())
+        ws_dirs = sorted(e.path for e in os.scandir(root) if e.is_dir())
     except (FileNotFoundError, NotADirectoryError):
         return traces
-    for ws_dir in ws_dirs:
-        for step_dir in sorted(p for p in ws_dir.iterdir() if p.is_dir()):
-            names = ("step.log", "exit", "exit.pid", "execution")
-            if not any((step_dir / name).exists() for name in names):
+    marks = {"step.log", "exit", "exit.pid", "execution"}
+    for ws_path in ws_dirs:
+        for step_path in sorted(e.path for e in os.scandir(ws_path) if e.is_dir()):
+            # One listing per folder, not a stat per name: status opens the store often.
+            try:
+                names = set(os.listdir(step_path))
+            except FileNotFoundError:
                 continue
-            key = f"{ws_dir.name}/{step_dir.name}"
+            if not names & marks:
+                continue
+            key = f"{os.path.basename(ws_path)}/{os.path.basename(step_path)}"
+            step_dir = Path(step_path)
             exit_file = step_dir / "exit"
-            has_exit = exit_file.exists()
+            has_exit = "exit" in names
             launches = code = None
             if full:
                 try:
@@ -933,8 +939,9 @@ def _locked(path: Path) -> bool:
 
 
 def _audit_line(table: str, row: Sequence[Any]) -> bytes:
-    """One audit row as hashed into ``meta.audit_sha256``."""
-    return json.dumps([table, *row], separators=(",", ":")).encode() + b"\n"
+    """One audit row as hashed into ``meta.audit_sha256`` (its values are
+    str, int and None, whose ``repr`` is exact and fast)."""
+    return (repr((table, *row)) + "\n").encode()
 
 
 def _row_keys(conn: sqlite3.Connection) -> list[str]:
@@ -1062,10 +1069,11 @@ def _contents(
                 if who in latest
                 else f"{who} is {state}, but its audit trail never moved it"
             )
-    planned = json.loads(meta.get("plan_keys", "[]"))
+    planned: dict[str, None] = dict.fromkeys(json.loads(meta.get("plan_keys", "[]")))
+    gone: list[str] = []
     if stored or planned:
         gone = [k for k in planned if k not in stored]
-        extra = [k for k in stored if k not in set(planned)]
+        extra = [k for k in stored if k not in planned]
         problems += [f"the {k} row is gone (the plan recorded it)" for k in gone]
         problems += [f"the {k} row is not in the recorded plan" for k in extra]
         problems += [
