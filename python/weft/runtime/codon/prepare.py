@@ -117,6 +117,11 @@ class Preparing(Finishing):
             return await self._fail(a, "agent_start", False, str(exc))
         if not await self._provider_gate(a, harness.name):
             return await self._interrupted(a)
+        # Nothing is spent on this codon before the codon before it ended
+        # durably: its end precedes this codon's move to starting, long
+        # committed by now on a sound disk (a crash then never runs a finished
+        # codon again). Usually already dispatched: no wait at all.
+        await self.manager.wait_dispatched(a.starting_seq)
         try:
             spec = self._spec(a, a.prompt, model, harness)
             a.session = await harness.start(spec)
