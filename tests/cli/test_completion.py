@@ -69,7 +69,12 @@ def bash_complete(words: list[str], cwd: Path | None = None) -> list[str]:
 def test_bash_completes_commands_subcommands_and_choices() -> None:
     assert bash_complete(["weft", "ru"]) == ["run"]
     assert set(bash_complete(["weft", ""])) == set(COMMANDS)
-    assert set(bash_complete(["weft", "batch", "re"])) == {"resume", "retry", "reset-breaker"}
+    assert set(bash_complete(["weft", "batch", "re"])) == {
+        "resume",
+        "retry",
+        "reset-breaker",
+        "rebuild",
+    }
     assert set(bash_complete(["weft", "completion", ""])) == {"bash", "zsh", "tcsh", "fish"}
 
 
@@ -93,6 +98,7 @@ def test_fish_follows_nested_commands_and_skips_option_values(fish: str, fish_sc
         "resume",
         "retry",
         "reset-breaker",
+        "rebuild",
     }
     # "batch" here is --model's value, not the command: still weft run's options.
     run = fish_complete(fish, fish_script, "weft run -m batch --")

@@ -142,6 +142,9 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "batch reset-breaker": (
         ("weft batch reset-breaker sweep.toml upstream", "close tool upstream's breaker"),
     ),
+    "batch rebuild": (
+        ("weft batch rebuild sweep.toml", "a damaged store made again from the step folders"),
+    ),
     "batch schema": (("weft batch schema > batch.schema.json", "the batch file's JSON Schema"),),
     "batch validate": (("weft batch validate sweep.toml", "every problem, nothing run"),),
 }
@@ -159,7 +162,7 @@ exit codes:
 _BATCH_COMMAND_EXIT_CODES = """\
 exit codes:
   0    applied, or sent to the running coordinator (its answer is printed)
-  2    usage error, or no batch store there (run the batch first)"""
+  2    usage error, no batch store there (run the batch first), or a damaged one"""
 
 COMMAND_EXIT_CODES: dict[str, str] = {
     "run": _RUN_EXIT_CODES,
@@ -169,10 +172,16 @@ COMMAND_EXIT_CODES: dict[str, str] = {
 exit codes:
   0    the batch's states are consistent (whatever they are)
   1    inconsistent states found (Recovery 4; printed)
-  2    usage error, or no batch store there (run the batch first)""",
+  2    usage error, no batch store there (run the batch first), or a damaged one
+       (what was found is printed, and weft batch rebuild FILE)""",
     "batch abandon": _BATCH_COMMAND_EXIT_CODES,
     "batch retry": _BATCH_COMMAND_EXIT_CODES,
     "batch reset-breaker": _BATCH_COMMAND_EXIT_CODES,
+    "batch rebuild": """\
+exit codes:
+  0    rebuilt (what was kept and what runs again is printed), or the store is sound
+  1    a coordinator runs this batch
+  2    usage error, a bad batch file, no batch there, or a step folder that is no step of it""",
     "batch schema": """\
 exit codes:
   0    printed
