@@ -26,6 +26,11 @@ one answer for every path:
   ``read_only_data_source`` and ``rigArchive`` at the root, and ``.weft``,
   ``.weft.backup-*``, ``.weftcheckpoints*`` (temp and quarantine folders) and
   ``.git`` at any depth, compared case- and Unicode-insensitively.
+
+The file names are the agent's, so hostile: the globs are matched with
+:class:`weft._core.Pattern` (finite automata, linear in the name, whatever the
+glob), built from :mod:`weft.linear_glob`; Python's ``re`` took seconds on
+``*a*a*a*b`` against a 250-character name, and more with each ``*``.
 """
 
 from __future__ import annotations
@@ -35,7 +40,16 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from weft._core import Pattern
 from weft.checkpoints.errors import CheckpointPatternError
+from weft.linear_glob import (
+    ANY_RUN,
+    ONE_NOT_SLASH,
+    RUN_NOT_SLASH,
+    compile_anchored,
+    literal,
+    one_of,
+)
 
 #: Root-level names that are never checkpointed (the input link and rig archives).
 ROOT_EXCLUDED = ("read_only_data_source", "rigarchive")
@@ -43,6 +57,8 @@ ROOT_EXCLUDED = ("read_only_data_source", "rigarchive")
 ANY_DEPTH_EXCLUDED = (".weft", ".git")
 #: Name prefixes excluded at any depth (execution backups, checkpoint temp/quarantine dirs).
 ANY_DEPTH_EXCLUDED_PREFIXES = (".weft.backup-", ".weftcheckpoints")
+
+_SLASH = ord("/")
 
 # A quick screen for the common, pure-ASCII case; non-ASCII paths are folded one
 # component at a time (NFKC + casefold) because a regex cannot fold them faithfully.
@@ -125,7 +141,7 @@ def _split_top_level(body: str) -> list[str]:
 
 
 def _component_regex(component: str) -> str:
-    """The regex for one path component (no ``/``) of a glob."""
+    """The regex (Rust syntax) for one path component (no ``/``) of a glob."""
     out: list[str] = []
     i = 0
     n = len(component)
@@ -133,57 +149,99 @@ def _component_regex(component: str) -> str:
         ch = component[i]
         if ch == "\\":
             if i + 1 < n:
-                out.append(re.escape(component[i + 1]))
+                out.append(literal(component[i + 1]))
                 i += 2
             else:
-                out.append(re.escape("\\"))
+                out.append(literal("\\"))
                 i += 1
         elif ch == "*":
             while i < n and component[i] == "*":
                 i += 1
-            out.append("[^/]*")
+            out.append(RUN_NOT_SLASH)
         elif ch == "?":
-            out.append("[^/]")
+            out.append(ONE_NOT_SLASH)
             i += 1
         elif ch == "[":
             cls, end = _char_class(component, i)
             if cls is None:
-                out.append(re.escape("["))
+                out.append(literal("["))
                 i += 1
             else:
                 out.append(cls)
                 i = end
         else:
-            out.append(re.escape(ch))
+            out.append(literal(ch))
             i += 1
     return "".join(out)
 
 
 def _char_class(component: str, start: int) -> tuple[str | None, int]:
-    """Translates the class opening at ``start``; ``(None, start)`` if it never closes."""
+    """Translates the class opening at ``start``; ``(None, start)`` if it never closes.
+
+    ``-`` between two items is a range (``[a-c]``), elsewhere a literal
+    (``[-a]``, ``[a-]``, and after a range: ``[a-c-e]`` is a to c, ``-`` and
+    ``e``), as it was when these classes were Python ``re`` classes; a
+    reversed range (``[z-a]``) is refused, as ``re`` refused it.
+    """
     i = start + 1
     n = len(component)
     negate = i < n and component[i] in "!^"
     if negate:
         i += 1
-    items: list[str] = []
+    # Each item: a character, or the "-" of a potential range (None).
+    items: list[str | None] = []
     first = True
     while i < n:
         ch = component[i]
         if ch == "]" and not first:
-            body = "".join(items)
-            return (f"[^/{body}]" if negate else f"(?!/)[{body}]"), i + 1
+            ranges = _class_ranges(items, component[start : i + 1])
+            if not negate:
+                # No class of a component matches "/": take it out of the ranges.
+                ranges = [
+                    r
+                    for lo, hi in ranges
+                    for r in ((lo, min(hi, _SLASH - 1)), (max(lo, _SLASH + 1), hi))
+                    if r[0] <= r[1]
+                ]
+            else:
+                ranges.append((_SLASH, _SLASH))
+            return one_of(ranges, negate=negate), i + 1
         first = False
         if ch == "\\" and i + 1 < n:
-            items.append(re.escape(component[i + 1]))
+            items.append(component[i + 1])
             i += 2
             continue
         if ch == "-" and items and i + 1 < n and component[i + 1] != "]":
-            items.append("-")
+            items.append(None)
         else:
-            items.append(re.escape(ch) if ch != "-" else r"\-")
+            items.append(ch)
         i += 1
     return None, start
+
+
+def _class_ranges(items: Sequence[str | None], text: str) -> list[tuple[int, int]]:
+    """The code-point ranges of a class's items (``None`` is a range's ``-``)."""
+    ranges: list[tuple[int, int]] = []
+    k = 0
+    while k < len(items):
+        item = items[k]
+        this = ord("-") if item is None else ord(item)
+        # A range's "-" is never last (it is followed by an item before "]").
+        if k + 1 < len(items) and items[k + 1] is None and k + 2 < len(items):
+            after = items[k + 2]
+            that = ord("-") if after is None else ord(after)
+            if that < this:
+                raise _BadClassError(f"bad character range in {text!r}")
+            ranges.append((this, that))
+            k += 3
+        else:
+            ranges.append((this, this))
+            k += 1
+    return ranges
+
+
+class _BadClassError(ValueError):
+    """A class no glob can mean (a reversed range)."""
 
 
 def normalize_pattern(pattern: str) -> str:
@@ -235,31 +293,32 @@ class _Glob:
     """One brace-free glob: per-component regexes plus the whole-path regex."""
 
     components: tuple[str, ...]
-    component_res: tuple[re.Pattern[str] | None, ...]  # None for "**"
+    component_res: tuple[Pattern | None, ...]  # None for "**"
     dir_only: bool
-    path_regex: str
+    path_regex: str  # Rust syntax, unanchored
 
     @classmethod
     def compile(cls, pattern: str) -> _Glob:
         dir_only = pattern.endswith("/")
         body = pattern.rstrip("/") or "**"
         components = tuple(body.split("/"))
-        regex = ["^"]
+        regex: list[str] = []
         last = len(components) - 1
         for i, comp in enumerate(components):
             if comp == "**":
-                regex.append(".*" if i == last else "(?:[^/]*/)*")
+                regex.append(ANY_RUN if i == last else f"(?:{RUN_NOT_SLASH}/)*")
             else:
                 regex.append(_component_regex(comp))
                 if i != last:
                     regex.append("/")
         # A match on a directory covers everything beneath it.
-        regex.append("/.+$" if dir_only else "(?:/.*)?$")
+        regex.append(f"/(?s-u:.){ANY_RUN}" if dir_only else f"(?:/{ANY_RUN})?")
         comp_res = tuple(
-            None if c == "**" else re.compile(f"^{_component_regex(c)}$", re.DOTALL)
-            for c in components
+            None if c == "**" else compile_anchored(_component_regex(c)) for c in components
         )
-        return cls(components, comp_res, dir_only, "".join(regex))
+        path_regex = "".join(regex)
+        compile_anchored(path_regex)  # refused here if alone it is past the size bound
+        return cls(components, comp_res, dir_only, path_regex)
 
     def could_cover_under(self, parts: Sequence[str]) -> bool:
         """Whether some path strictly inside directory ``parts`` can match this glob."""
@@ -296,7 +355,7 @@ class _Glob:
                     nxt.add(s)
                     if s == n - 1:
                         nxt.add(n)
-                elif comp_re.match(part):
+                elif comp_re.search(part):
                     nxt.add(s + 1)
             states = self._closure(nxt)
             if not states:
@@ -332,15 +391,16 @@ def _has_magic(component: str) -> bool:
 class PatternSet:
     """A compiled union of ``checkpointedFiles`` patterns.
 
-    ``matches(path)`` decides file coverage in one regex call; ``could_cover_under``
+    ``matches(path)`` decides file coverage in one regex call (two with exclusions;
+    more only for a union too large for one pattern); ``could_cover_under``
     lets directory walks skip subtrees that no pattern can reach.
     """
 
     patterns: tuple[str, ...]
     _include: tuple[_Glob, ...] = field(repr=False)
     _exclude: tuple[_Glob, ...] = field(repr=False)
-    _include_re: re.Pattern[str] | None = field(repr=False)
-    _exclude_re: re.Pattern[str] | None = field(repr=False)
+    _include_re: tuple[Pattern, ...] = field(repr=False)
+    _exclude_re: tuple[Pattern, ...] = field(repr=False)
 
     @classmethod
     def compile(cls, patterns: Iterable[str]) -> PatternSet:
@@ -357,10 +417,17 @@ class PatternSet:
             for expanded in _expand_braces(text):
                 try:
                     target.append(_Glob.compile(normalize_pattern(expanded)))
-                except re.error as exc:
+                except _BadClassError as exc:
                     raise CheckpointPatternError(
                         f"checkpointedFiles pattern {raw!r} is not a valid glob ({exc}): "
                         "check its [...] classes, e.g. '[a-z]' rather than '[z-a]'",
+                        pattern=raw,
+                    ) from exc
+                except ValueError as exc:
+                    # Past the engine's size bound: a glob of hundreds of classes.
+                    raise CheckpointPatternError(
+                        f"checkpointedFiles pattern {raw!r} is too large to match ({exc}): "
+                        "split it into shorter patterns",
                         pattern=raw,
                     ) from exc
         return cls(
@@ -373,9 +440,9 @@ class PatternSet:
 
     def matches(self, path: str) -> bool:
         """Whether the file at ``path`` is covered."""
-        if self._include_re is None or self._include_re.match(path) is None:
+        if not any(r.search(path) for r in self._include_re):
             return False
-        if self._exclude_re is not None and self._exclude_re.match(path) is not None:
+        if any(r.search(path) for r in self._exclude_re):
             return False
         return not is_excluded(path)
 
@@ -417,7 +484,15 @@ class PatternSet:
         return set(other.patterns) <= set(self.patterns) and mine <= theirs
 
 
-def _union(globs: Sequence[_Glob]) -> re.Pattern[str] | None:
+def _union(globs: Sequence[_Glob]) -> tuple[Pattern, ...]:
+    """The globs as few patterns as fit the engine's size bound (one, but for
+    hundreds of globs, such as a brace expansion's)."""
     if not globs:
-        return None
-    return re.compile("|".join(f"(?:{g.path_regex})" for g in globs), re.DOTALL)
+        return ()
+    try:
+        return (compile_anchored("|".join(f"(?:{g.path_regex})" for g in globs)),)
+    except ValueError:
+        if len(globs) == 1:
+            raise  # unreachable: each glob compiled alone in _Glob.compile
+        half = len(globs) // 2
+        return _union(globs[:half]) + _union(globs[half:])
