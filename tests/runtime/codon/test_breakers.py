@@ -164,10 +164,10 @@ async def test_a_failed_probe_reopens_the_breaker(tmp_path: Path) -> None:
         ("open", "half_open", "probe", "a"),
         ("half_open", "closed", "success", "a"),
     ]
-    # Each failed session started, so each cool-down is the first backoff (2 s),
-    # then the breaker's 8 s left of its 10 s.
-    assert clock.slept == [2.0, 8.0, 2.0, 8.0]
-    assert [d["retryInMs"] for d in seen.of("breaker.waiting")] == [8000, 8000]
+    # The session's cool-down grows with the failures in a row (2 s, then 4 s,
+    # though each failed session started), then the breaker's rest of its 10 s.
+    assert clock.slept == [2.0, 8.0, 4.0, 6.0]
+    assert [d["retryInMs"] for d in seen.of("breaker.waiting")] == [8000, 6000]
     # Journaled, so `weft status` shows the breaker and the codon's last wait.
     store = ExecutionStore.open(tmp_path / "x", readonly=True)
     try:

@@ -191,9 +191,9 @@ async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_appl
     settings = RuntimeSessionSettings(max_total_errors=3)
     outcome, seen, sleeps = await run(hank, tmp_path / "x", settings)
     assert outcome.codons == {"build": "failed"}
-    # Each session reported its id before failing: the failures are not in a
-    # row (SessionStarted resets them), so the cool-down stays at the first step.
-    assert sleeps.seconds == [2.0, 2.0]
+    # Each session reported its id before failing: the machine's own count
+    # restarts, but the attempt's failures are in a row, so the cool-down grows.
+    assert sleeps.seconds == [2.0, 4.0]
     assert len(seen.of("session.resumed")) == 2
     (gave_up,) = seen.of("session.gave-up")
     assert gave_up["totalErrors"] == 3
@@ -341,12 +341,12 @@ def test_retry_after_lengthens_the_cool_down_but_never_shortens_it() -> None:
     retries.spawning("p")
     shorter = retries.exited(failed(retry_after_ms=500), started=True)
     assert isinstance(shorter, Cooldown)
-    assert shorter.duration_ms == 2000
+    assert shorter.duration_ms == 4000  # the second failure in a row: the backoff's 4 s
     retries.elapsed()
     retries.spawning("p")
     implausible = retries.exited(failed(retry_after_ms=7_200_000), started=True)
     assert isinstance(implausible, Cooldown)
-    assert (implausible.duration_ms, implausible.retry_after_ms) == (2000, None)
+    assert (implausible.duration_ms, implausible.retry_after_ms) == (8000, None)  # the 3rd
 
 
 @pytest.mark.parametrize(
@@ -386,3 +386,28 @@ async def test_a_force_stop_during_a_cool_down_ends_it_at_once(tmp_path: Path) -
     assert seen.of("session.resumed") == []
     record = codon_records(read_state(tmp_path / "x"))["build"]
     assert record["failureReason"]["type"] == "force_stopped"
+
+
+def test_sessions_that_start_then_fail_still_back_off_longer_each_time() -> None:
+    """Each session reports its start (which restarts the machine's own count),
+    then fails: the cool-down still doubles, 2, 4, 8 ... 60 s, instead of
+    retrying a flapping provider every 2 s until the total threshold."""
+    retries = SessionRetries(RuntimeSessionSettings(max_total_errors=20))
+    retries.spawning("p")
+    durations = []
+    counts = []
+    for _ in range(8):
+        decision = retries.exited(failed(), started=True)
+        assert isinstance(decision, Cooldown)
+        durations.append(decision.duration_ms)
+        counts.append(decision.consecutive_errors)
+        retries.elapsed()
+        retries.spawning("p")
+    assert durations == [2000, 4000, 8000, 16000, 32000, 60000, 60000, 60000]
+    assert counts == [1, 2, 3, 4, 5, 6, 7, 8]
+    # A session that ends well starts the schedule over.
+    ok = retries.exited(
+        failed(ok=True, exit_code=0, error_class=None, retriable=False), started=True
+    )
+    assert ok is None
+    assert retries.failed_in_a_row == 0

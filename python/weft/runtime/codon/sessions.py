@@ -15,8 +15,13 @@ runner, after each agent process ends, whether to resume the session:
   ``onFailure`` / ``retryConfig`` apply.
 
 The cool-down is ``min(backoffBaseMs * 2^(n-1), backoffMaxMs)`` for the
-``n``-th failure in a row (the seed's schedule with its 2 s / 60 s defaults),
-or the agent's ``Retry-After`` when that is longer. Each cool-down, resume
+``n``-th failure in a row (the seed's schedule with its 2 s / 60 s defaults:
+2, 4, 8, 16, 32, then 60 s), or the agent's ``Retry-After`` when that is
+longer. ``n`` counts the attempt's transient failures since a session last
+ended well, whether or not the failed sessions had started: the machine's own
+``consecutive_errors`` restarts at every session start (the seed's table, which
+its thresholds keep), and a provider that fails each session right after it
+starts would otherwise be retried every 2 s until the total threshold. Each cool-down, resume
 and give-up is a journaled stream event (``session.cooldown``,
 ``session.resumed``, ``session.gave-up``). The sleep is injected
 (:data:`Sleep`), so tests do not wait real seconds.
@@ -97,6 +102,8 @@ class SessionRetries:
             max_total_errors=settings.max_total_errors,
         )
         self.sessions = 0
+        self.failed_in_a_row = 0
+        """Transient failures since a session last ended well: the backoff's ``n``."""
         self.machine.worktree_ready()
 
     def spawning(self, prompt: str) -> int:
@@ -116,9 +123,11 @@ class SessionRetries:
         if not is_transient(exit):
             if exit.ok and m.state == "Running":
                 m.session_exited("Success")
+                self.failed_in_a_row = 0
             else:
                 m.fatal_error(exit.message or "not retriable")
             return None
+        self.failed_in_a_row += 1
         if exit.error_class is ErrorClass.TIMEOUT:
             m.session_exited("Timeout")
         else:
@@ -132,7 +141,7 @@ class SessionRetries:
                 consecutive_errors=m.consecutive_errors,
                 total_errors=m.total_errors,
             )
-        n = max(1, m.consecutive_errors)
+        n = max(1, self.failed_in_a_row)
         schedule = self.settings
         backoff = min(schedule.backoff_base_ms * 2 ** min(n - 1, 40), schedule.backoff_max_ms)
         hint = exit.retry_after_ms
@@ -144,7 +153,7 @@ class SessionRetries:
             retry_after_ms=hint,
             error_class=str(exit.error_class or "error"),
             message=exit.message,
-            consecutive_errors=m.consecutive_errors,
+            consecutive_errors=n,
             total_errors=m.total_errors,
         )
 
