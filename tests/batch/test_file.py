@@ -482,3 +482,15 @@ def test_toml_nested_too_deep_or_of_toml_only_types_is_a_problem_not_a_crash(
         "workstreams[0].matrix.a[0]: expected a string, got date",
         "workstreams[0].steps[0].command[1]: expected a string, got time",
     ]
+
+
+def test_a_huge_matrix_over_a_broken_workstream_is_refused_fast_too(tmp_path: Path) -> None:
+    # Found by the fuzz test: with no usable steps the count was 0, and checking
+    # each combination's workstream id walked all 207 million of them.
+    values = [str(i) for i in range(120)]
+    doc = {"workstreams": [{"id": "w", "matrix": dict.fromkeys("abcd", values), "steps": {}}]}
+    started = time.perf_counter()
+    found = problems(write_batch(tmp_path, doc))
+    assert time.perf_counter() - started < 2.0
+    assert "expands to 207,360,000 steps" in found[0]
+    assert "workstreams[0].steps: expected an array" in found[1]

@@ -484,7 +484,9 @@ def step_count(doc: dict[str, Any]) -> list[tuple[int, int, str]]:
     (its index, the count, how it is made: ``100 x 100 combinations x 2 steps``)."""
     counts: list[tuple[int, int, str]] = []
     for w, ws in _items(doc.get("workstreams")):
-        steps = len(ws["steps"]) if isinstance(ws.get("steps"), list) else 0
+        # A workstream without usable steps (reported as such) still counts one per
+        # combination: each combination is a workstream id to check.
+        steps = max(len(ws["steps"]) if isinstance(ws.get("steps"), list) else 0, 1)
         matrix = ws.get("matrix")
         sizes = (
             [len(v) for v in matrix.values() if isinstance(v, list)]
