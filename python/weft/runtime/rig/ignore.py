@@ -6,14 +6,28 @@ copied tree adds rules for its own subtree, and deeper files win, as in git.
 Patterns follow gitignore: ``!`` negation, ``/`` anchoring, trailing ``/`` for
 folders, ``*``, ``?``, ``[...]``, ``**``. Pure: no I/O except reading the root
 ``.gitignore`` in :func:`root_rules`.
+
+The paths matched are the work tree's, named by the agent, so hostile: each
+rule is a :class:`weft._core.Pattern` (finite automata, linear in the path,
+whatever the rule), built from :mod:`weft.linear_glob`; Python's ``re`` took a
+second on ``*a*a*a*b`` against a 250-character name, and more with each ``*``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from weft._core import Pattern
+from weft.linear_glob import (
+    ANY_RUN,
+    ONE_NOT_SLASH,
+    RUN_NOT_SLASH,
+    compile_anchored,
+    literal,
+    one_of,
+)
 
 __all__ = ["DEFAULT_IGNORES", "IgnoreRules", "is_ignored", "root_rules"]
 
@@ -23,7 +37,7 @@ DEFAULT_IGNORES = ("node_modules/", "dist/", "*.log")
 
 def _translate(pattern: str) -> str:
     """A gitignore glob (already stripped of ``!``, anchoring and trailing ``/``) as a regex
-    over a relative POSIX path."""
+    (Rust syntax) over a relative POSIX path."""
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
@@ -33,20 +47,20 @@ def _translate(pattern: str) -> str:
                 before_ok = i == 0 or pattern[i - 1] == "/"
                 after = i + 2
                 if before_ok and after == n:
-                    out.append(".*")
+                    out.append(ANY_RUN)
                     i = after
                     continue
                 if before_ok and pattern.startswith("/", after):
-                    out.append("(?:.*/)?")
+                    out.append(f"(?:{ANY_RUN}/)?")
                     i = after + 1
                     continue
                 while i < n and pattern[i] == "*":
                     i += 1
-                out.append("[^/]*")
+                out.append(RUN_NOT_SLASH)
                 continue
-            out.append("[^/]*")
+            out.append(RUN_NOT_SLASH)
         elif c == "?":
-            out.append("[^/]")
+            out.append(ONE_NOT_SLASH)
         elif c == "[":
             j = i + 1
             if j < n and pattern[j] in "!^":
@@ -56,25 +70,47 @@ def _translate(pattern: str) -> str:
             while j < n and pattern[j] != "]":
                 j += 1
             if j >= n:
-                out.append(re.escape(c))
+                out.append(literal(c))
             else:
                 body = pattern[i + 1 : j]
-                if body[:1] in ("!", "^"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
+                negate = body[:1] in ("!", "^")
+                out.append(one_of(_class_ranges(body[1:] if negate else body), negate=negate))
                 i = j
         elif c == "\\" and i + 1 < n:
             i += 1
-            out.append(re.escape(pattern[i]))
+            out.append(literal(pattern[i]))
         else:
-            out.append(re.escape(c))
+            out.append(literal(c))
         i += 1
     return "".join(out)
 
 
+def _class_ranges(body: str) -> list[tuple[int, int]]:
+    """The code-point ranges of a class's body (after its ``!`` or ``^``), as Python's
+    ``re`` read it when it was a Python class: ``\\`` is a literal, ``x-y`` a range
+    unless the ``-`` is first or last, and a ``-`` after a range is a literal.
+
+    A reversed range (``z-a``) matches nothing, as in git (``re`` refused the
+    whole file, and the copy failed with a traceback).
+    """
+    ranges: list[tuple[int, int]] = []
+    k, n = 0, len(body)
+    while k < n:
+        this = ord(body[k])
+        if k + 2 < n and body[k + 1] == "-":
+            that = ord(body[k + 2])
+            if this <= that:
+                ranges.append((this, that))
+            k += 3
+        else:
+            ranges.append((this, this))
+            k += 1
+    return ranges
+
+
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    regex: re.Pattern[str]
+    regex: Pattern
     negated: bool
     dir_only: bool
 
@@ -94,8 +130,8 @@ def _parse_rule(line: str) -> _Rule | None:
         return None
     anchored = "/" in line
     line = line.lstrip("/")
-    prefix = "" if anchored or line.startswith("**/") else "(?:.*/)?"
-    return _Rule(re.compile(prefix + _translate(line) + r"\Z", re.DOTALL), negated, dir_only)
+    prefix = "" if anchored or line.startswith("**/") else f"(?:{ANY_RUN}/)?"
+    return _Rule(compile_anchored(prefix + _translate(line)), negated, dir_only)
 
 
 class IgnoreRules:
@@ -119,7 +155,7 @@ class IgnoreRules:
         for rule in self.rules:
             if rule.dir_only and not is_dir:
                 continue
-            if rule.regex.match(rel):
+            if rule.regex.search(rel):
                 verdict = not rule.negated
         return verdict
 
