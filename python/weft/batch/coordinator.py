@@ -245,6 +245,8 @@ class Coordinator:
     launched: int = 0
     """Launches this coordinator made."""
     _timing: bool = field(default=False, repr=False)
+    _env: dict[str, dict[str, str]] | None = field(default=None, repr=False)
+    """The steps' env values (:data:`ENV_FILE`), read at the first launch needing them."""
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -364,7 +366,9 @@ class Coordinator:
         env: dict[str, str] = plan.get("env") or {}
         masked = [name for name, value in env.items() if value == REDACTED]
         if masked:
-            given = _read_env(self.store.folder).get(key, {})
+            if self._env is None:
+                self._env = _read_env(self.store.folder)
+            given = self._env.get(key, {})
             missing = [name for name in masked if name not in given]
             if missing:
                 raise StoreError(
