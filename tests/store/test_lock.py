@@ -18,12 +18,21 @@ from weft.store.lock import LOCK, LockInfo, RuntimeLock, read_lock
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_foreign_lock(weft_dir: Path, *, pid: int, heartbeat: float) -> None:
+def write_foreign_lock(
+    weft_dir: Path, *, pid: int, heartbeat: float, start_time: str = "t"
+) -> None:
     weft_dir.mkdir(parents=True, exist_ok=True)
-    info = LockInfo(pid=pid, lock_id="someone-else", start_time="t", last_heartbeat=heartbeat)
+    info = LockInfo(
+        pid=pid, lock_id="someone-else", start_time=start_time, last_heartbeat=heartbeat
+    )
     (weft_dir / LOCK).write_text(
         json.dumps(
-            {"pid": info.pid, "lockId": info.lock_id, "startTime": "t", "lastHeartbeat": heartbeat}
+            {
+                "pid": info.pid,
+                "lockId": info.lock_id,
+                "startTime": info.start_time,
+                "lastHeartbeat": heartbeat,
+            }
         )
     )
 
@@ -58,18 +67,49 @@ def test_a_dead_owner_is_taken_over_and_said(tmp_path: Path) -> None:
     assert (on_disk.pid, on_disk.lock_id) == (os.getpid(), lock.info.lock_id)
 
 
-def test_a_stale_heartbeat_is_taken_over_even_if_the_pid_lives(tmp_path: Path) -> None:
+def test_a_live_pid_with_a_stale_heartbeat_may_be_hung_and_keeps_the_lock(
+    tmp_path: Path,
+) -> None:
+    """Seed 001 reads the pid and the heartbeat. A process that lives but
+    stopped beating (a run stuck in a long computation) is not declared
+    crashed: a second writer on its journal would be worse. Before, the lock
+    was taken over on the heartbeat alone."""
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         write_foreign_lock(tmp_path, pid=holder.pid, heartbeat=1000.0)
-        with pytest.raises(LockHeldError):
+        with pytest.raises(LockHeldError, match="already running"):
             RuntimeLock.acquire(tmp_path, clock=lambda: 1119.0)
-        lock = RuntimeLock.acquire(tmp_path, clock=lambda: 1121.0)
-        assert lock.previous is not None
-        assert lock.previous.reason == "its heartbeat is 121 s old"
+        with pytest.raises(LockHeldError) as err:
+            RuntimeLock.acquire(tmp_path, clock=lambda: 1121.0)
+        said = str(err.value)
+        assert f"PID {holder.pid} holds this execution's lock and lives" in said
+        assert "121 s: it may be hung" in said
+        assert f"kill {holder.pid}" in said
+        assert read_lock(tmp_path / LOCK).lock_id == "someone-else"  # type: ignore[union-attr]
     finally:
         holder.kill()
         holder.wait()
+    # Once it is stopped, the lock is taken over at once.
+    lock = RuntimeLock.acquire(tmp_path, clock=lambda: 1122.0)
+    assert lock.previous is not None
+    assert lock.previous.reason == "its process is gone"
+
+
+def test_a_recycled_pid_that_started_after_the_lock_does_not_hold_it(tmp_path: Path) -> None:
+    """The lock's pid now names another process, started after the lock was
+    written (a reboot, a long-dead run): the lock is taken over."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        long_ago = "2020-01-01T00:00:00.000+00:00"
+        write_foreign_lock(tmp_path, pid=other.pid, heartbeat=1000.0, start_time=long_ago)
+        lock = RuntimeLock.acquire(tmp_path, clock=lambda: 1010.0)  # heartbeat fresh, too
+        assert lock.previous is not None
+        assert lock.previous.reason == (
+            f"its pid {other.pid} now names a process started after the lock"
+        )
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_each_acquisition_draws_a_new_lock_id_and_release_removes_only_ours(

@@ -413,14 +413,14 @@ CRASHED_UNMARKED = "crashed (not yet marked)"
 
 
 def _live_pid(weft_dir: Path) -> int | None:
-    from weft.store.lock import LOCK, STALE_SECONDS, pid_alive, read_lock
+    from weft.store.lock import LOCK, holder, read_lock
 
     # The test of weft.store.execution.live_holder, without loading the store.
     try:
         info = read_lock(weft_dir / LOCK)
     except LockHeldError:
         return -1  # unreadable lock: may be live, so treat it as live
-    if info is None or not pid_alive(info.pid) or time.time() - info.last_heartbeat > STALE_SECONDS:
+    if info is None or holder(info, time.time()).state == "gone":
         return None
     return info.pid
 

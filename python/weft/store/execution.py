@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -27,9 +26,9 @@ from weft.store.journal import Journal, damaged, is_damage
 from weft.store.lock import (
     HEARTBEAT_SECONDS,
     LOCK,
-    STALE_SECONDS,
     LockInfo,
     RuntimeLock,
+    holder,
     pid_alive,
     read_lock,
 )
@@ -53,15 +52,14 @@ DATABASE = "weft.db"
 def live_holder(weft_dir: Path) -> LockInfo | None:
     """The lock of a live Weft process on this execution, or ``None``.
 
-    Read only (nothing is taken or written): the holder is live when its pid
-    exists and its heartbeat is fresh, the same test the lock's acquisition
-    applies. An unreadable lock raises :class:`~weft.errors.LockHeldError`
+    Read only (nothing is taken or written): the holder is live unless
+    :func:`~weft.store.lock.holder` says its process is gone, the test the
+    lock's acquisition applies (a live pid whose heartbeat stopped may be hung,
+    and still holds the execution). An unreadable lock raises :class:`~weft.errors.LockHeldError`
     (fail closed: it may belong to a live process).
     """
     info = read_lock(weft_dir / LOCK)
-    if info is None or info.pid == os.getpid() or not pid_alive(info.pid):
-        return None
-    if time.time() - info.last_heartbeat > STALE_SECONDS:
+    if info is None or holder(info, time.time()).state == "gone":
         return None
     return info
 

@@ -2,8 +2,13 @@
 
 ``.weft/runtime.lock`` holds ``{pid, lockId, runId, startTime, lastHeartbeat,
 port}`` and is rewritten atomically (temp + rename). The owner refreshes
-``lastHeartbeat`` every 30 s; a lock is stale once its heartbeat is older
-than 120 s or its pid is dead, and a stale lock is taken over. A new
+``lastHeartbeat`` every 30 s. :func:`holder` judges a lock found on disk
+(seed 001: the pid and the heartbeat): its process is gone, or its pid now
+names a process that started after the lock (a recycled pid): the lock is
+taken over; its process lives with a fresh heartbeat: it is live; it lives
+but its heartbeat is older than 120 s: it may be hung, and the lock is still
+refused (two processes writing one journal would be worse than waiting for
+the user to stop it). A new
 ``lockId`` is drawn at every acquisition, so an owner that finds another id
 on disk knows it was fenced off and must stop writing.
 
@@ -22,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -56,6 +62,57 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (epoch seconds), where the system says
+    (Linux's /proc); ``None`` elsewhere or when it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        # Field 22 (starttime, in clock ticks since boot) counts from after the
+        # command name, which may hold spaces: split after its closing ")".
+        ticks = int(stat.rpartition(")")[2].split()[19])
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _lock_started_at(info: LockInfo) -> float | None:
+    try:
+        return datetime.fromisoformat(info.start_time).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """What a lock found on disk says of its process (see the module docstring)."""
+
+    state: Literal["live", "hung", "gone"]
+    reason: str
+    """Why, in the words said to the user."""
+
+
+def holder(info: LockInfo, now: float, *, stale_after: float = STALE_SECONDS) -> Holder:
+    """Judges the process that holds ``info`` (one test for every reader)."""
+    age = now - info.last_heartbeat
+    if info.pid == os.getpid():
+        return Holder("gone", "it names this process's pid but another lock id (a recycled pid)")
+    if not pid_alive(info.pid):
+        return Holder("gone", "its process is gone")
+    started, locked = _process_started_at(info.pid), _lock_started_at(info)
+    if started is not None and locked is not None and started > locked + 2.0:
+        # The 2 s: the clocks' and the tick's rounding (the lock is written
+        # after its process started, so its process is never younger).
+        return Holder("gone", f"its pid {info.pid} now names a process started after the lock")
+    if age > stale_after:
+        return Holder("hung", f"its heartbeat is {age:.0f} s old but PID {info.pid} lives")
+    return Holder("live", f"PID {info.pid} is running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,20 +180,21 @@ class RuntimeLock:
             current = read_lock(weft_dir / LOCK)
             previous = None
             if current is not None:
-                age = clock() - current.last_heartbeat
-                if current.pid == os.getpid():
-                    reason = "it names this process's pid but another lock id (a recycled pid)"
-                elif not pid_alive(current.pid):
-                    reason = "its process is gone"
-                elif age > stale_after:
-                    reason = f"its heartbeat is {age:.0f} s old"
-                else:
+                judged = holder(current, clock(), stale_after=stale_after)
+                if judged.state == "live":
                     raise LockHeldError(
                         f"Weft is already running on this execution (PID {current.pid}); "
                         "stop it first (Ctrl-C in its terminal, or kill "
                         f"{current.pid}): once it has exited, the lock is taken over at once"
                     )
-                previous = Previous(current, reason)
+                if judged.state == "hung":
+                    raise LockHeldError(
+                        f"PID {current.pid} holds this execution's lock and lives, but has "
+                        f"not refreshed it for {clock() - current.last_heartbeat:.0f} s: it "
+                        f"may be hung. Look at it (ps -p {current.pid}); once it is stopped "
+                        f"(kill {current.pid}), the lock is taken over at once"
+                    )
+                previous = Previous(current, judged.reason)
             now = clock()
             info = LockInfo(
                 pid=os.getpid(),
