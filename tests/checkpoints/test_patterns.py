@@ -370,3 +370,26 @@ def test_the_linear_matcher_agrees_with_the_re_one(glob: str, name: str) -> None
             new_component = compile_anchored(_component_regex(component))
             for part in name.split("/"):
                 assert new_component.search(part) == (old_component.match(part) is not None)
+
+
+_OLD_ASCII_EXCLUDED = re.compile(
+    r"(?:^|/)(?:\.weft|\.git|\.weft\.backup-[^/]*|\.weftcheckpoints[^/]*)(?:/|$)"
+    r"|^(?:read_only_data_source|rigarchive)(?:/|$)",
+    re.IGNORECASE | re.ASCII,
+)
+RUNTIME_NAMES = [
+    ".weft",
+    ".WeFt",
+    ".git",
+    ".GIT",
+    ".weft.backup-1",
+    ".weftcheckpoints-q",
+    "rigArchive",
+]
+RUNTIME_NAMES += ["read_only_data_source", "a", ".weftx", ".gitx", "\n", ".git\n", "x.weft"]
+
+
+@given(st.lists(st.sampled_from(RUNTIME_NAMES), min_size=1, max_size=4).map("/".join))
+@settings(max_examples=500)
+def test_the_runtime_path_screen_agrees_with_the_re_one(path: str) -> None:
+    assert is_excluded(path) == (_OLD_ASCII_EXCLUDED.search(path) is not None)

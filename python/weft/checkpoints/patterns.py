@@ -62,10 +62,11 @@ _SLASH = ord("/")
 
 # A quick screen for the common, pure-ASCII case; non-ASCII paths are folded one
 # component at a time (NFKC + casefold) because a regex cannot fold them faithfully.
-_ASCII_EXCLUDED = re.compile(
-    r"(?:^|/)(?:\.weft|\.git|\.weft\.backup-[^/]*|\.weftcheckpoints[^/]*)(?:/|$)"
-    r"|^(?:read_only_data_source|rigarchive)(?:/|$)",
-    re.IGNORECASE | re.ASCII,
+# A Pattern, not re: it runs on every file of a scan, and re took 1.7 us a path
+# (most of a match), this 0.2 us. "\n?\z" is re's "$", which it replaced.
+_ASCII_EXCLUDED = Pattern(
+    r"(?i-u)(?:^|/)(?:\.weft|\.git|\.weft\.backup-[^/]*|\.weftcheckpoints[^/]*)(?:/|\n?\z)"
+    r"|^(?:read_only_data_source|rigarchive)(?:/|\n?\z)"
 )
 
 
@@ -76,7 +77,7 @@ def _fold(name: str) -> str:
 def is_excluded(path: str) -> bool:
     """Whether ``path`` (workspace-relative, ``/``-separated) is a runtime path never covered."""
     if path.isascii():
-        return _ASCII_EXCLUDED.search(path) is not None
+        return _ASCII_EXCLUDED.search(path)
     parts = path.split("/")
     if _fold(parts[0]) in ROOT_EXCLUDED:
         return True
