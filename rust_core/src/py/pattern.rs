@@ -1,5 +1,6 @@
 //! `Pattern`: a regular expression matched in time linear in the text, for
-//! the `matches` conditions of sentinel triggers.
+//! the `matches` conditions of sentinel triggers and the globs of
+//! `checkpointedFiles` and the rig's ignore rules (`weft.linear_glob`).
 //!
 //! The text a sentinel matches is written by the agent (a file's content, a
 //! command, a tool's output), so it is hostile input. A backtracking engine
