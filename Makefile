@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install demo test-deps test-clis test lint fmt bench
+.PHONY: install demo test-deps test-clis test lint fmt bench-deps bench
 
 install:
 	$(PIP) install -q -e .
@@ -41,6 +41,11 @@ fmt:
 	ruff format python tests benches examples
 	ruff check --fix python tests benches examples
 
-# Benchmarks need the release build that `install` makes; they refuse a debug one.
-bench: test-deps
+# Benchmarks need the release build that `install` makes; they refuse a debug one. The
+# peers extra (LangGraph, DBOS) is what benches/test_bench_peers.py compares Weft with, and
+# ray what the batch benchmark's Ray variant runs on: installed here, so none is skipped.
+bench-deps:
+	$(PIP) install -q -e ".[test,ray,peers]"
+
+bench: bench-deps
 	$(PYTHON) -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,ops,rounds
