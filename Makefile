@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 
-.PHONY: install demo test-deps test-clis test lint fmt bench-deps bench
+.PHONY: install demo test-system test-deps test-clis test lint fmt bench-deps bench
 
 install:
 	$(PIP) install -q -e .
@@ -20,12 +20,18 @@ test-deps:
 test-clis:
 	$(PYTHON) scripts/install_test_clis.py
 
-# The whole suite: Rust unit and integration tests, then pytest. WEFT_REQUIRE_REAL_CLIS makes a
-# missing real CLI (and WEFT_REQUIRE_RAY a missing Ray) a failure instead of a skip, so CI cannot
-# pass without running them.
-test: test-deps test-clis
+# Chromium and its driver, SQLite's development files and fish (scripts/install_test_system.sh:
+# installed as root, else named and the run stops). Before test-deps: the core's build links SQLite.
+test-system:
+	bash scripts/install_test_system.sh
+
+# The whole suite: Rust unit and integration tests, then pytest. The WEFT_REQUIRE_* variables make
+# a missing real CLI, Ray, browser or fish a failure instead of a skip, so no test is skipped
+# because something was not installed.
+test: test-system test-deps test-clis
 	cargo test --workspace
-	WEFT_REQUIRE_REAL_CLIS=1 WEFT_REQUIRE_RAY=1 $(PYTHON) -m pytest
+	WEFT_REQUIRE_REAL_CLIS=1 WEFT_REQUIRE_RAY=1 WEFT_REQUIRE_BROWSER=1 WEFT_REQUIRE_FISH=1 \
+		$(PYTHON) -m pytest
 
 lint: test-deps
 	cargo fmt --all --check
