@@ -247,3 +247,121 @@ def test_abandon_reaches_a_running_coordinator_which_stops_the_step(tmp_path: Pa
     moves = [(x.get("workstream") or x.get("step"), x["to"]) for x in lines[:-1]]
     assert ("w", "S_ABANDONED") in moves
     assert ("w/s", "S_FAILED") in moves
+
+
+def _failed_batch(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A finished batch: ``w/a`` failed for good, ``w/b`` (behind it) never ran."""
+    path = write_batch(
+        tmp_path,
+        {
+            "workstreams": [
+                {
+                    "id": "w",
+                    "steps": [
+                        {"id": "a", "command": ["false"]},
+                        {"id": "b", "command": ["true"], "depends_on": ["a"]},
+                    ],
+                }
+            ]
+        },
+    )
+    env = subprocess_environment(tmp_path)
+    assert weft(env, "run", str(path), "--headless").returncode == 1
+    return path, env
+
+
+def test_recovery_commands_naming_nothing_exit_2_on_stderr_and_queue_nothing(
+    tmp_path: Path,
+) -> None:
+    path, env = _failed_batch(tmp_path)
+    for args, why in (
+        (("retry", "w/nosuch"), "no step 'w/nosuch'; known: w/a, w/b"),
+        (("skip", "nosuch/a"), "no step 'nosuch/a'"),
+        (("retry", "a"), "retry takes a step as WS/STEP, not 'a'"),
+        (("abandon", "nosuch"), "no workstream 'nosuch'; known: w"),
+        (("reset-breaker", "nosuch"), "no breaker for tool 'nosuch'"),
+    ):
+        done = weft(env, args[0], str(path), args[1])
+        assert (done.returncode, done.stdout) == (2, ""), (args, done)
+        assert done.stderr.startswith("weft: error: "), (args, done)
+        assert why in done.stderr, (args, done)
+    with BatchStore.open(tmp_path / ".weft-batch" / "batch", writer=False) as store:
+        assert store.pending_commands() == []
+        assert store.command_result(1) is None  # nothing was ever queued
+
+
+def test_a_refused_recovery_command_exits_1_with_its_reason_on_stderr(tmp_path: Path) -> None:
+    path, env = _failed_batch(tmp_path)
+    for args, why in (
+        # the workstream was abandoned (its retries spent): nothing in it moves
+        (("retry", "w/a"), "step w/a belongs to workstream w, which is S_ABANDONED (terminal)"),
+        (("skip", "w/a"), "step w/a belongs to workstream w, which is S_ABANDONED (terminal)"),
+        (("retry", "w/b"), "step w/b is S_PENDING; only a step in S_FAILED is retried"),
+        (("abandon", "w"), "workstream w is already S_ABANDONED (terminal)"),
+    ):
+        done = weft(env, args[0], str(path), args[1])
+        assert (done.returncode, done.stdout) == (1, ""), (args, done)
+        assert done.stderr.startswith(f"weft: refused: {why}"), (args, done)
+    applied = weft(env, "reset-breaker", str(path), "false")  # a step's tool: its command
+    assert (applied.returncode, applied.stderr) == (0, ""), applied
+    assert applied.stdout.startswith("breaker false: ")
+
+
+def test_skip_reaches_a_running_coordinator_and_the_dependents_run(tmp_path: Path) -> None:
+    # "a" fails and waits a minute to retry; skipped, "b" behind it runs at once.
+    path = write_batch(
+        tmp_path,
+        {
+            "workstreams": [
+                {
+                    "id": "w",
+                    "steps": [
+                        {
+                            "id": "a",
+                            "command": ["false"],
+                            "max_retries": 3,
+                            "retry_backoff": {"base_delay_ms": 60000, "max_delay_ms": 60000},
+                        },
+                        {"id": "b", "command": ["true"], "depends_on": ["a"]},
+                    ],
+                }
+            ]
+        },
+    )
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = subprocess_environment(tmp_path)
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "weft", "batch", "run", str(path), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: (r := _step_row(state_dir, "w/a")) is not None and r.launches == 1
+                  and r.state == "S_RETRYING")  # fmt: skip
+        sent = weft(env, "skip", str(path), "w/a")
+        assert (sent.returncode, sent.stderr) == (0, ""), sent
+        assert sent.stdout.strip() == (
+            "step w/a: skipped (S_RETRYING -> S_SUCCESS; its dependents may run)"
+        )
+        again = weft(env, "skip", str(path), "w/a")
+        assert again.returncode == 1
+        assert again.stderr.startswith("weft: refused: step w/a is S_SUCCESS")
+        out, _ = coordinator.communicate(timeout=30)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    assert coordinator.returncode == 0
+    summary = json.loads(out.splitlines()[-1])
+    steps = {s["id"]: s for s in summary["workstreams"][0]["steps"]}
+    assert steps["a"]["skipped"] is True
+    assert steps["a"]["launches"] == 1
+    assert steps["b"]["state"] == "S_SUCCESS"
+    assert "skipped" not in steps["b"]
+    status = weft(env, "status", str(path))
+    assert status.returncode == 0
+    line = next(x for x in status.stdout.splitlines() if "w/a" in x and "skipped" in x)
+    assert "S_RETRYING -> S_SUCCESS  skipped by the user" in line
+    a_line = next(x for x in status.stdout.splitlines() if x.strip().startswith("a "))
+    assert "skipped" in a_line

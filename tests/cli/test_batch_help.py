@@ -11,7 +11,17 @@ import pytest
 from weft.cli import build_parser, main
 from weft.cli.helptext import COMMAND_EXIT_CODES, EXAMPLES, EXIT_CODES
 
-BATCH_VERBS = ["run", "resume", "status", "abandon", "retry", "reset-breaker", "rebuild", "schema"]
+BATCH_VERBS = [
+    "run",
+    "resume",
+    "status",
+    "abandon",
+    "retry",
+    "skip",
+    "reset-breaker",
+    "rebuild",
+    "schema",
+]
 
 
 def _commands(parser: argparse.ArgumentParser, path: str = "") -> list[tuple[str, str]]:

@@ -75,6 +75,7 @@ def test_bash_completes_commands_subcommands_and_choices() -> None:
         "reset-breaker",
         "rebuild",
     }
+    assert set(bash_complete(["weft", "batch", "s"])) == {"status", "schema", "skip"}
     assert set(bash_complete(["weft", "completion", ""])) == {"bash", "zsh", "tcsh", "fish"}
 
 

@@ -70,6 +70,7 @@ from weft.errors import ConfigError, StoreError
 from weft.plan import REDACTED
 
 __all__ = [
+    "REFUSED",
     "Coordinator",
     "Engine",
     "Listener",
@@ -82,7 +83,10 @@ __all__ = [
 ]
 
 INBOX_POLL_S = 0.5
-"""How often a running coordinator looks for `weft batch abandon|retry|reset-breaker`."""
+"""How often a running coordinator looks for `weft batch abandon|retry|skip|reset-breaker`."""
+REFUSED = "refused: "
+"""Starts the stored result of a recovery command that was refused (it changed
+nothing), so its sender exits non-zero whichever process applied it."""
 
 Listener = Callable[[Change, int], None]
 
@@ -293,7 +297,9 @@ class Coordinator:
         for command_id, kind, target in pending:
             changes, result = apply_command(self.scheduler, kind, target, self.clock())
             self.commit(changes)
-            self.store.mark_command(command_id, result, self.clock())
+            # A command that changes nothing was refused: marked so for its sender.
+            stored = result if changes else REFUSED + result
+            self.store.mark_command(command_id, stored, self.clock())
             results.append(result)
         return results
 
@@ -462,6 +468,8 @@ def apply_command(
         return scheduler.request_abandon(target)
     if kind == "retry":
         return scheduler.retry_step(target)
+    if kind == "skip":
+        return scheduler.skip_step(target)
     if kind == "reset-breaker":
         return scheduler.reset_breaker(target, now_ms)
     return [], f"unknown command {kind!r}"

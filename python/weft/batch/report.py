@@ -4,7 +4,8 @@ All three are read from the store (any process may read it), so ``weft batch
 status`` shows the same figures as the end of ``weft batch run``. JUnit has
 one test case per step, with its duration, its cost (a property) and, for a
 failed step, the end of its output; a step that never ran because a
-dependency failed is reported as skipped, naming the dependency.
+dependency failed is reported as skipped, naming the dependency, and so is a
+step the user skipped (``weft batch skip``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def summary(store: BatchStore) -> dict[str, Any]:
     stored = store.load()
     by_ws: dict[str, list[dict[str, Any]]] = {w.ws_id: [] for w in stored.workstreams}
     states = {(s.ws_id, s.step_id): s.state for s in stored.steps}
+    skipped = _skipped_steps(store)
     for s in stored.steps:
         entry: dict[str, Any] = {
             "id": s.step_id,
@@ -87,6 +89,8 @@ def summary(store: BatchStore) -> dict[str, Any]:
         }
         if s.execution_dir:
             entry["execution"] = s.execution_dir
+        if s.state == "S_SUCCESS" and (s.ws_id, s.step_id) in skipped:
+            entry["skipped"] = True
         blockers = [
             d for d in s.plan.get("depends_on", []) if states.get((s.ws_id, d)) != "S_SUCCESS"
         ]
@@ -129,6 +133,16 @@ def summary(store: BatchStore) -> dict[str, Any]:
     }
 
 
+def _skipped_steps(store: BatchStore) -> set[tuple[str, str]]:
+    """Steps whose latest audit row is a skip (``weft batch skip``): the core has
+    no skipped state, so the audit trail is what tells them from a success."""
+    latest: dict[tuple[str, str], bool] = {}
+    for t in store.transitions():
+        if t["step_id"] is not None and t["from"] != t["to"]:
+            latest[(t["ws_id"], t["step_id"])] = bool(t["metadata"].get("skipped"))
+    return {key for key, was_skip in latest.items() if was_skip}
+
+
 def consistency_problems(store: BatchStore) -> list[str]:
     """The seed's Recovery 4 check: states that contradict each other."""
     stored = store.load()
@@ -152,7 +166,9 @@ def write_junit(report: dict[str, Any], path: Path) -> None:
     for ws in report["workstreams"]:
         cases = ws["steps"]
         failures = sum(1 for st in cases if st["state"] == "S_FAILED")
-        skipped = sum(1 for st in cases if st["state"] not in ("S_SUCCESS", "S_FAILED"))
+        skipped = sum(
+            1 for st in cases if st["state"] not in ("S_SUCCESS", "S_FAILED") or st.get("skipped")
+        )
         suite = ET.SubElement(
             root,
             "testsuite",
@@ -184,6 +200,8 @@ def write_junit(report: dict[str, Any], path: Path) -> None:
                     message=f"exit code {st['exit_code']} after {st['launches']} launch(es)",
                 )
                 failure.text = st.get("error") or ""
+            elif st.get("skipped"):
+                ET.SubElement(case, "skipped", message="skipped by the user (weft batch skip)")
             elif st["state"] != "S_SUCCESS":
                 why = (
                     f"blocked by {', '.join(st['blocked_by'])}"

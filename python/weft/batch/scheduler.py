@@ -25,7 +25,15 @@ Rules, beyond the machines' own:
   the backoff) or, retries spent, ``S_ABANDONED``. Steps behind a failed one
   stay ``S_PENDING``: a failure blocks exactly its dependents;
 * abandoning (``weft batch abandon``) is a request honoured at the first legal
-  move: the seed lets only ``S_RUNNING`` become ``S_ABANDONED``.
+  move: the seed lets only ``S_RUNNING`` become ``S_ABANDONED``;
+* skipping (``weft batch skip``, the seed's Recovery 2 "or skip the step"): the
+  core's step machine has no skipped state and no move from ``S_FAILED`` or
+  ``S_PENDING`` to ``S_SUCCESS``, so a skipped step gets a machine restored in
+  ``S_SUCCESS`` (the one state that lets dependents run), audited with
+  ``skipped: true``; reports tell it from a real success by that audit row.
+
+A recovery command's result is its changes and a line; no changes means it
+was refused (the line says why).
 """
 
 from __future__ import annotations
@@ -277,6 +285,38 @@ class Scheduler:
         return [self._reset_step(step, {"reason": "retry requested", "recovery": 2})], (
             f"step {key}: reset to S_PENDING (retry_count 0)"
         )
+
+    def skip_step(self, key: str) -> tuple[list[Change], str]:
+        """``weft batch skip STEP`` (the seed's Recovery 2, "or skip the step"): a
+        step not running and not done counts as succeeded, so its dependents run."""
+        try:
+            step = self.step(key)
+        except KeyError as e:
+            return [], str(e.args[0])
+        ws = self.workstreams[step.row.ws_id]
+        state = step.machine.state
+        if state not in (FAILED, PENDING, RETRYING):
+            why = "it is running: abandon its workstream or wait" if state == RUNNING else "done"
+            return [], f"step {key} is {state}; {why}"
+        if ws.machine.is_terminal:
+            return [], (
+                f"step {key} belongs to workstream {ws.row.ws_id}, which is "
+                f"{ws.machine.state} (terminal): nothing in it runs again"
+            )
+        m = step.machine
+        # Outside the seed's table (see the module doc): restored, not moved.
+        step.machine = Step.restore(
+            SUCCESS,
+            max_retries=m.max_retries,
+            retry_count=m.retry_count,
+            expected_exit_codes=m.expected_exit_codes,
+            base_delay_ms=m.base_delay_ms,
+            max_delay_ms=m.max_delay_ms,
+        )
+        meta = {"reason": "skipped by the user", "skipped": True, "recovery": 2}
+        change = _step_change(step, state, SUCCESS, {}, meta)
+        change.audit = True
+        return [change], f"step {key}: skipped ({state} -> S_SUCCESS; its dependents may run)"
 
     def reset_breaker(self, tool: str, now_ms: int) -> tuple[list[Change], str]:
         """``weft batch reset-breaker TOOL`` (the seed's Recovery 3)."""

@@ -9,9 +9,10 @@
   (Recovery 1), the same as ``run`` on a started batch;
 * ``weft batch rebuild FILE``: a new store for a batch whose store was
   refused as damaged, from the batch file and what the step folders prove;
-* ``weft batch abandon FILE WS``, ``retry FILE WS/STEP`` (Recovery 2),
-  ``reset-breaker FILE TOOL`` (Recovery 3): sent to the running coordinator
-  through the store's inbox, or applied at once when none runs;
+* ``weft batch abandon FILE WS``, ``retry FILE WS/STEP`` and ``skip FILE
+  WS/STEP`` (Recovery 2), ``reset-breaker FILE TOOL`` (Recovery 3): sent to the
+  running coordinator through the store's inbox, or applied at once when none
+  runs; exit 0 when applied, 1 when refused, 2 for a name the batch lacks;
 * ``weft batch schema``: the batch file's JSON Schema;
 * ``weft batch validate FILE``: every check ``run`` makes before it starts.
 """
@@ -106,6 +107,7 @@ def register(commands: Any) -> None:
     for name, arg, text in (
         ("abandon", "WS", "abandon a workstream"),
         ("retry", "STEP", "start a failed step over (WS/STEP; Recovery 2)"),
+        ("skip", "STEP", "count a failed or waiting step as done, so its dependents run"),
         ("reset-breaker", "TOOL", "close a tool's circuit breaker (Recovery 3)"),
     ):
         p = with_file(name, text)
@@ -291,7 +293,9 @@ def render_summary(report: dict[str, Any]) -> str:
         )
         for st in ws["steps"]:
             note = ""
-            if st.get("blocked_by"):
+            if st.get("skipped"):
+                note = "  skipped by the user"
+            elif st.get("blocked_by"):
                 note = f"  blocked by {', '.join(st['blocked_by'])}"
             elif st["exit_code"] is not None:
                 note = f"  exit {st['exit_code']}"
@@ -385,26 +389,57 @@ def rebuild(args: argparse.Namespace) -> int:
 
 
 def send_command(args: argparse.Namespace) -> int:
-    """``weft batch abandon|retry|reset-breaker``."""
-    from weft.batch.coordinator import apply_commands_offline, wall_clock_ms
+    """``weft batch abandon|retry|skip|reset-breaker``: 0 when applied, 1 when
+    refused (the target is in no state for it), 2 for a target the batch does
+    not have; a refusal's reason goes to stderr."""
+    from weft.batch.coordinator import REFUSED, apply_commands_offline, wall_clock_ms
     from weft.batch.store import BatchStore
+    from weft.errors import StoreError
 
     state_dir = _state_dir(args)
+    if not state_dir.is_dir():
+        raise StoreError(f"no batch in {state_dir}; run `weft batch run {args.file}` first")
     with BatchStore.open(state_dir, writer=False, batch_file=args.file) as store:
+        unknown = _unknown_target(store, args.kind, args.target)
+        if unknown is not None:
+            print(printable(f"weft: error: {unknown}"), file=sys.stderr)
+            return 2
         command_id = store.add_command(args.kind, args.target, wall_clock_ms())
-    results = apply_commands_offline(state_dir)
-    if results is not None:
-        for result in results:
-            print(printable(result))
-        return 0
-    # A coordinator runs: it applies the inbox within a poll interval.
-    deadline = time.monotonic() + COMMAND_WAIT_S
+    applied_here = apply_commands_offline(state_dir) is not None
+    # Otherwise a coordinator runs: it applies the inbox within a poll interval.
+    deadline = time.monotonic() + (0 if applied_here else COMMAND_WAIT_S)
     with BatchStore.open(state_dir, writer=False) as store:
-        while time.monotonic() < deadline:
+        while True:
             answer = store.command_result(command_id)
             if answer is not None:
+                if answer.startswith(REFUSED):
+                    print(printable(f"weft: refused: {answer[len(REFUSED) :]}"), file=sys.stderr)
+                    return 1
                 print(printable(answer))
                 return 0
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.1)
     print(f"sent to the running coordinator (command {command_id}); see weft batch status")
     return 0
+
+
+def _unknown_target(store: Any, kind: str, target: str) -> str | None:
+    """Why ``target`` names nothing this batch has (``None``: it names something)."""
+    stored = store.load()
+    if kind == "reset-breaker":
+        tools = [b.tool for b in stored.breakers]
+        if target in tools:
+            return None
+        return f"no breaker for tool {target!r}; known: {', '.join(tools) or 'none'}"
+    if kind == "abandon":
+        names = [w.ws_id for w in stored.workstreams]
+        if target in names:
+            return None
+        return f"no workstream {target!r}; known: {', '.join(names)}"
+    keys = [s.key for s in stored.steps]
+    if target in keys:
+        return None
+    if "/" not in target:
+        return f"{kind} takes a step as WS/STEP, not {target!r}; known: {', '.join(keys)}"
+    return f"no step {target!r}; known: {', '.join(keys)}"

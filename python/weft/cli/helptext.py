@@ -139,6 +139,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "batch abandon": (("weft batch abandon sweep.toml flaky", "stop workstream flaky"),),
     "batch retry": (("weft batch retry sweep.toml flaky/fetch", "start failed step fetch over"),),
+    "batch skip": (("weft batch skip sweep.toml flaky/fetch", "let fetch's dependents run"),),
     "batch reset-breaker": (
         ("weft batch reset-breaker sweep.toml upstream", "close tool upstream's breaker"),
     ),
@@ -162,7 +163,9 @@ exit codes:
 _BATCH_COMMAND_EXIT_CODES = """\
 exit codes:
   0    applied, or sent to the running coordinator (its answer is printed)
-  2    usage error, no batch store there (run the batch first), or a damaged one"""
+  1    refused: the target is in no state for it (why, on stderr)
+  2    usage error, a name the batch does not have, no batch store there (run the
+       batch first), or a damaged one"""
 
 COMMAND_EXIT_CODES: dict[str, str] = {
     "run": _RUN_EXIT_CODES,
@@ -176,6 +179,7 @@ exit codes:
        (what was found is printed, and weft batch rebuild FILE)""",
     "batch abandon": _BATCH_COMMAND_EXIT_CODES,
     "batch retry": _BATCH_COMMAND_EXIT_CODES,
+    "batch skip": _BATCH_COMMAND_EXIT_CODES,
     "batch reset-breaker": _BATCH_COMMAND_EXIT_CODES,
     "batch rebuild": """\
 exit codes:
