@@ -365,3 +365,41 @@ def test_skip_reaches_a_running_coordinator_and_the_dependents_run(tmp_path: Pat
     assert "S_RETRYING -> S_SUCCESS  skipped by the user" in line
     a_line = next(x for x in status.stdout.splitlines() if x.strip().startswith("a "))
     assert "skipped" in a_line
+
+
+@pytest.mark.parametrize("ends", ["while adopted", "before the resume"])
+def test_an_adopted_step_is_timed_from_its_real_start(tmp_path: Path, ends: str) -> None:
+    # A 3 s step whose coordinator is SIGKILLed after about 0.5 s: adopted by the
+    # resumed coordinator (still running, or finished with its exit file), its
+    # duration is the step's own, in the summary and in JUnit, not the time since adoption.
+    path = write_batch(
+        tmp_path, {"workstreams": [{"id": "w", "steps": [{"id": "s", "command": ["sleep", "3"]}]}]}
+    )
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = subprocess_environment(tmp_path)
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "weft", "batch", "run", str(path), "--headless"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: (r := _step_row(state_dir, "w/s")) is not None and r.pid is not None)
+        time.sleep(0.5)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(10)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    if ends == "before the resume":
+        time.sleep(3.5)
+        assert (state_dir / "steps" / "w" / "s" / "exit").read_text() == "0"
+    junit = tmp_path / "junit.xml"
+    done = weft(env, "resume", str(path), "--headless", "--junit", str(junit))
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = _step_row(state_dir, "w/s")
+    assert (row.state, row.launches) == ("S_SUCCESS", 1)
+    assert 2900 <= row.duration_ms < 3900, row.duration_ms
+    case = ET.parse(junit).getroot().find(".//testcase")
+    assert case is not None
+    assert 2.9 <= float(case.get("time", "0")) < 3.9

@@ -191,6 +191,14 @@ def ended_at_ms(exit_path: Path | None = None) -> int:
     return min(now, written)
 
 
+def _written_at_ms(path: Path) -> int | None:
+    """When ``path`` was last written (ms since the epoch), ``None`` if absent."""
+    try:
+        return path.stat().st_mtime_ns // 1_000_000
+    except OSError:
+        return None
+
+
 def _read_exit(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -208,6 +216,9 @@ class _Running:
     """How to stop an in-process run (it shares this process: no signal)."""
     detached: bool = False
     """Stopped for the coordinator's own shutdown: its end is not an outcome."""
+    started_at_ms: int | None = None
+    """An adopted launch's real start (wall clock): its duration runs from
+    there, not from the adoption, to when its ``exit`` file was written."""
 
 
 @dataclass
@@ -268,6 +279,8 @@ class LocalEngine:
     ) -> tuple[int, str | None]:
         spec.step_dir.mkdir(parents=True, exist_ok=True)
         spec.exit_path.unlink(missing_ok=True)
+        # No wrapper writes one: an earlier launch's would lend an adoption its start.
+        spec.pid_path.unlink(missing_ok=True)
         running = _Running(spec, time.monotonic(), os.getpid())
         self._running[spec.key] = running
         running.task = asyncio.ensure_future(self._run_in_process(running, hank))
@@ -323,6 +336,8 @@ class LocalEngine:
         if not alive and not spec.exit_path.exists():
             return False
         running = _Running(spec, time.monotonic(), pid or -1)
+        # The wrapper writes its pid file as the launch starts (see _WRAPPER).
+        running.started_at_ms = _written_at_ms(spec.pid_path)
         self._running[spec.key] = running
         running.task = asyncio.ensure_future(self._wait_adopted(running, pid_start))
         return True
@@ -392,9 +407,13 @@ class LocalEngine:
         self._running.pop(spec.key, None)
         failed = exit_code != 0
         text = error or (_tail(spec.log_path) if failed else None)
+        if running.started_at_ms is not None:
+            duration_ms = max(0, ended - running.started_at_ms)
+        else:
+            duration_ms = int((time.monotonic() - running.started) * 1000)
         outcome = Outcome(
             exit_code=exit_code,
-            duration_ms=int((time.monotonic() - running.started) * 1000),
+            duration_ms=duration_ms,
             cost_usd=execution_cost(spec.execution_dir),
             error=text,
             ended_at_ms=ended,
