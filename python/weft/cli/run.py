@@ -35,6 +35,7 @@ from weft.config.copies import check_copy_bounds
 from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
 from weft.config.preflight import agent_cli_problems
+from weft.config.problems import ConfigProblem
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.config.schema import Hank
 from weft.errors import CommandRejectedError, ConfigError
@@ -397,11 +398,15 @@ def _refuse_before_spending(
     that would not load (no provider key, a broken prompt or schema). A
     sentinel that is not required and would not load is said as a warning
     (its codon runs without it)."""
-    from weft.sentinels.checks import load_problems
-
     file = str(hank_path)
     problems = agent_cli_problems(loaded, file=file, env=os.environ)
-    sentinels = load_problems(loaded, file=file, model_override=sentinel_model, env=os.environ)
+    sentinels: list[ConfigProblem] = []
+    if any(codon.sentinels for codon, _ in loaded.codons()):
+        # Imported only then: the sentinel modules cost about 50 ms before the
+        # first agent starts, and most hanks have no sentinel to check.
+        from weft.sentinels.checks import load_problems
+
+        sentinels = load_problems(loaded, file=file, model_override=sentinel_model, env=os.environ)
     problems.extend(p for p in sentinels if p.severity == "error")
     if problems:
         raise ConfigError(problems)
@@ -660,10 +665,10 @@ _GIVEN_LAYERS = ("cli", *_MODEL_LAYERS)
 
 def _sentinel_model_problem(settings: RuntimeConfig) -> str | None:
     """Why the sentinel model override cannot be used (None: it can, or there is none)."""
-    from weft.sentinels.providers import ProviderError, split_model
-
     if settings.sentinel.model is None:
         return None
+    from weft.sentinels.providers import ProviderError, split_model  # only for an override
+
     try:
         split_model(settings.sentinel.model)
     except ProviderError as exc:

@@ -27,21 +27,24 @@ run :func:`assemble_prompt` in a thread.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import yaml
 
 from weft.config.hints import closest
 from weft.config.problems import ConfigProblem
 from weft.config.refs import check_ref
 from weft.config.schema import Codon, Hank, Loop
 from weft.errors import ConfigError
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "DATA_DIR_NAME",
@@ -164,16 +167,25 @@ class TextSource:
         return ConfigError([problem])
 
 
-class _StringScalarLoader(yaml.SafeLoader):
+@functools.cache
+def _string_scalar_loader() -> type[yaml.SafeLoader]:
     """PyYAML's safe loader, with every plain scalar read as a string.
 
     Front-matter fields are all text. With the default resolvers
     ``version: 1.10`` would become the float 1.1; Hankweave reads it as the
     string "1.10", and so do we.
+
+    Built on first use: importing PyYAML costs about 25 ms, and only prompt
+    files with front-matter need it (not ``weft run`` of a hank without any,
+    nor ``weft status``).
     """
+    import yaml
 
+    class _StringScalarLoader(yaml.SafeLoader):
+        pass
 
-_StringScalarLoader.yaml_implicit_resolvers = {}
+    _StringScalarLoader.yaml_implicit_resolvers = {}
+    return _StringScalarLoader
 
 
 def split_front_matter(text: str, *, file: str) -> tuple[PromptMetadata | None, str, int]:
@@ -206,9 +218,11 @@ def split_front_matter(text: str, *, file: str) -> tuple[PromptMetadata | None, 
 
 
 def _parse_metadata(yaml_text: str, source: TextSource) -> PromptMetadata:
+    import yaml  # deferred: see _string_scalar_loader
+
     fields = ", ".join(_METADATA_FIELDS)
     try:
-        data: Any = yaml.load(yaml_text, Loader=_StringScalarLoader)
+        data: Any = yaml.load(yaml_text, Loader=_string_scalar_loader())
     except yaml.YAMLError as exc:
         raise source.error(
             f"the YAML front-matter does not parse: {getattr(exc, 'problem', None) or exc}",

@@ -40,11 +40,43 @@ of 100 triggers per sentinel drops the oldest when a model cannot keep up).
 ``docs/sentinels.md`` is the user's guide.
 """
 
-from weft.sentinels.config import attach, load_sentinel_config
-from weft.sentinels.manager import AttachedSentinel, CodonInfo, LoadFailure, SentinelManager
-from weft.sentinels.providers import ProviderRegistry
-from weft.sentinels.template import TemplateError, compile_template
-from weft.sentinels.triggers import SentinelSpec, Trigger, TriggerEngine
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from weft.sentinels.config import attach, load_sentinel_config
+    from weft.sentinels.manager import AttachedSentinel, CodonInfo, LoadFailure, SentinelManager
+    from weft.sentinels.providers import ProviderRegistry
+    from weft.sentinels.template import TemplateError, compile_template
+    from weft.sentinels.triggers import SentinelSpec, Trigger, TriggerEngine
+
+_HOMES = {
+    "attach": "config",
+    "load_sentinel_config": "config",
+    "AttachedSentinel": "manager",
+    "CodonInfo": "manager",
+    "LoadFailure": "manager",
+    "SentinelManager": "manager",
+    "ProviderRegistry": "providers",
+    "TemplateError": "template",
+    "compile_template": "template",
+    "SentinelSpec": "triggers",
+    "Trigger": "triggers",
+    "TriggerEngine": "triggers",
+}
+"""Where each name lives: loaded on first use, so that importing
+:mod:`weft.sentinels.host` (which every ``weft run`` does) does not load the
+managers, templates and providers (about 50 ms) for a hank without sentinels."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'weft.sentinels' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"weft.sentinels.{home}"), name)
+
 
 __all__ = [
     "AttachedSentinel",

@@ -47,7 +47,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import orjson
@@ -58,11 +58,14 @@ from weft.errors import PersistenceError
 from weft.events.stream import InfoEvent, SentinelData, SentinelError, UnloadReason
 from weft.events.transitions import SentinelState, SentinelStatesUpdated
 from weft.plan import PlannedCodon
-from weft.sentinels.checks import TRANSITION_EVENT
-from weft.sentinels.config import attach
-from weft.sentinels.manager import CodonInfo, LoadCache, LoadFailure, SentinelManager
-from weft.sentinels.providers import ProviderRegistry
 from weft.state import Processed, StateManager
+
+if TYPE_CHECKING:
+    # The sentinel machinery (managers, templates, providers: about 50 ms of
+    # imports) is imported when a codon with sentinels loads them, so a run
+    # of a hank without any does not pay for it before its first agent.
+    from weft.sentinels.manager import LoadCache, LoadFailure, SentinelManager
+    from weft.sentinels.providers import ProviderRegistry
 
 __all__ = ["CONTENT_LIMIT", "RuntimeSentinels"]
 
@@ -127,9 +130,10 @@ class RuntimeSentinels:
         self._hank = hank
         self._workspace = workspace
         self._weft_dir = weft_dir
-        self._registry = registry or ProviderRegistry(
-            dict(os.environ if env is None else env), call_timeout=call_timeout
-        )
+        self._env = dict(os.environ if env is None else env)
+        self._call_timeout = call_timeout
+        self._registry = registry
+        """The model clients: made when a codon's sentinels first load."""
         self._override = model_override
         self._persist = persist_history
         self._clock = clock
@@ -139,7 +143,7 @@ class RuntimeSentinels:
         self._ending: set[asyncio.Task[None]] = set()
         self._finishing: list[_Live] = []
         """Codons whose sentinels still get the events submitted before their end."""
-        self._cache = LoadCache()
+        self._cache: LoadCache | None = None
         self._resolved: dict[str, Path] = {}
         """Each sentinel config reference's resolved path, for every codon."""
         self._unsubscribe = state.add_listener(self._on_processed)
@@ -157,6 +161,14 @@ class RuntimeSentinels:
         codon = planned.codon
         if not codon.sentinels:
             return None
+        from weft.sentinels.config import attach
+        from weft.sentinels.manager import CodonInfo, LoadCache, SentinelManager
+        from weft.sentinels.providers import ProviderRegistry
+
+        if self._registry is None:
+            self._registry = ProviderRegistry(self._env, call_timeout=self._call_timeout)
+        if self._cache is None:
+            self._cache = LoadCache()
         emit = functools.partial(self._emit, run_id, planned.codon_id)
         live: _Live | None = None
 
@@ -320,8 +332,9 @@ class RuntimeSentinels:
         finally:
             self._live = None
             self._unsubscribe()
-            with contextlib.suppress(Exception):  # an SDK client failing to close
-                await self._registry.aclose()
+            if self._registry is not None:
+                with contextlib.suppress(Exception):  # an SDK client failing to close
+                    await self._registry.aclose()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -398,6 +411,8 @@ class RuntimeSentinels:
             targets.append(self._live.manager)
         if not targets:
             return
+        from weft.sentinels.checks import TRANSITION_EVENT  # loaded with the sentinels
+
         if item.stream is not None:
             kind = item.stream.type
         elif item.event is not None and not isinstance(item.event, SentinelStatesUpdated):
