@@ -31,11 +31,10 @@ are made only for lines and redraws.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Mapping
-from typing import Literal, TextIO
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from weft.cli.view.base import RunView
 from weft.cli.view.format import (
@@ -48,12 +47,14 @@ from weft.cli.view.format import (
     rig_label,
 )
 from weft.cli.view.lines import HeadlessView, JsonView
-from weft.cli.view.live import LiveView, render_progress
 from weft.cli.view.notes import Note, see
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows
 from weft.cli.view.terminal import wants_live
 from weft.money import format_cost
 from weft.progress import CodonProgress, RunProgress
+
+if TYPE_CHECKING:
+    from weft.cli.view.live import LiveView, render_progress
 
 ViewMode = Literal["live", "headless", "json"]
 
@@ -84,6 +85,14 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    # The live table is loaded with rich (about 40 ms) only when a terminal
+    # shows it: weft run into a pipe or a log, --headless and --json never do.
+    if name in ("LiveView", "render_progress"):
+        return getattr(importlib.import_module("weft.cli.view.live"), name)
+    raise AttributeError(f"module 'weft.cli.view' has no attribute {name!r}")
+
+
 def make_view(
     mode: str = "live",
     stream: TextIO | None = None,
@@ -106,5 +115,9 @@ def make_view(
     if mode == "json":
         return JsonView(out, progress=progress)
     if mode == "live" and not verbose and wants_live(out, environ):
+        from rich.console import Console
+
+        from weft.cli.view.live import LiveView
+
         return LiveView(Console(file=out, force_terminal=True), progress=progress, keys=keys)
     return HeadlessView(out, progress=progress, verbose=verbose, keys=keys)

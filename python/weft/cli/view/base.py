@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from weft.cli.view.summary import RunSummary
-from weft.client import Event as WireEvent
 from weft.progress import RunProgress
 from weft.state import Processed
 from weft.terminal import printable
+
+if TYPE_CHECKING:
+    # Only named in annotations: weft.client loads the WebSocket client (websockets.asyncio.client,
+    # urllib.request), which a view on weft run's own process never uses.
+    from weft.client import Event as WireEvent
 
 
 class RunView(Protocol):

@@ -7,7 +7,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import msgspec
 import orjson
@@ -24,9 +24,13 @@ from weft.cli.view.notes import (
     word,
 )
 from weft.cli.view.summary import RunSummary, summary_data, summary_rows, title
-from weft.client import Event
 from weft.progress import NANO, RunProgress
 from weft.state import Processed
+
+if TYPE_CHECKING:
+    # Only named in annotations: weft.client loads the WebSocket client (websockets.asyncio.client,
+    # urllib.request), which a view on weft run's own process never uses.
+    from weft.client import Event
 
 _wire_encoder = msgspec.json.Encoder()
 

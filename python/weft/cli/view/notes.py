@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -28,7 +28,6 @@ from weft.cli.view.format import (
     rig_label,
     run_cost,
 )
-from weft.client import Event as WireEvent
 from weft.events.stream import (
     ArchiveCompletedEvent,
     ArchivePartialEvent,
@@ -76,6 +75,11 @@ from weft.money import format_cost, known_cost
 from weft.progress import TERMINAL, RunProgress
 from weft.state import Processed
 from weft.terminal import plural
+
+if TYPE_CHECKING:
+    # Only named in annotations: weft.client loads the WebSocket client (websockets.asyncio.client,
+    # urllib.request), which a view on weft run's own process never uses.
+    from weft.client import Event as WireEvent
 
 NoteKind = Literal[
     "detail",
