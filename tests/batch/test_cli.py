@@ -3,6 +3,7 @@ commands, and a SIGKILLed coordinator resumed. Real processes, real SQLite."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from tests.batch.support import (
 )
 from tests.runtime.hanks import subprocess_environment
 
+from weft.batch.engine import process_start
 from weft.batch.store import BatchStore
 from weft.errors import StoreError
 
@@ -403,3 +405,115 @@ def test_an_adopted_step_is_timed_from_its_real_start(tmp_path: Path, ends: str)
     case = ET.parse(junit).getroot().find(".//testcase")
     assert case is not None
     assert 2.9 <= float(case.get("time", "0")) < 3.9
+
+
+def test_a_step_past_its_timeout_is_stopped_fails_and_is_retried(tmp_path: Path) -> None:
+    # Each launch writes its pid and sleeps a minute; the timeout stops it after 1 s.
+    body = 'echo $$ >> "$WEFT_BATCH_STEP_DIR/pids"; exec sleep 60'
+    path = write_batch(
+        tmp_path,
+        {
+            "workstreams": [
+                {
+                    "id": "w",
+                    "steps": [
+                        {
+                            "id": "slow",
+                            "command": ["sh", "-c", body],
+                            "timeout_seconds": 1,
+                            "max_retries": 1,
+                            "retry_backoff": {"base_delay_ms": 10},
+                        }
+                    ],
+                }
+            ]
+        },
+    )
+    env = subprocess_environment(tmp_path)
+    started = time.monotonic()
+    done = weft(env, "run", str(path), "--json", timeout=60)
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert took < 20, took
+    summary = json.loads(done.stdout.splitlines()[-1])
+    step = summary["workstreams"][0]["steps"][0]
+    assert (step["state"], step["launches"]) == ("S_FAILED", 2)
+    assert step["error"].startswith("timed out after 1s (stopped)")
+    assert 900 <= step["duration_ms"] < 5000, step["duration_ms"]
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    with BatchStore.open(state_dir, writer=False) as store:
+        reasons = [t["metadata"].get("reason") for t in store.transitions() if t["step_id"]]
+    assert reasons.count("timed out after 1s: stopping") == 2
+    assert reasons.count("timed out after 1s") == 2
+    pids = (state_dir / "steps" / "w" / "slow" / "pids").read_text().split()
+    assert len(pids) == 2
+    for pid in pids:  # no launch outlives its timeout
+        assert process_start(int(pid)) is None
+
+
+def test_status_flags_a_step_past_its_timeout_or_thrice_the_median(tmp_path: Path) -> None:
+    # With its coordinator SIGKILLed, nothing stops the steps: status says they
+    # run too long ("timed" past its 4 s timeout, "long" past 3x the 1 s of "quick").
+    path = write_batch(
+        tmp_path,
+        {
+            "workstreams": [
+                {
+                    "id": "a",
+                    "steps": [
+                        {"id": "quick", "command": ["sleep", "1"]},
+                        {"id": "long", "command": ["sleep", "30"], "depends_on": ["quick"]},
+                    ],
+                },
+                {
+                    "id": "b",
+                    "steps": [{"id": "timed", "command": ["sleep", "30"], "timeout_seconds": 4}],
+                },
+            ]
+        },
+    )
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = subprocess_environment(tmp_path)
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "weft", "batch", "run", str(path), "--workers", "2", "--headless"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    rows: list[Any] = []
+    try:
+
+        def both_running() -> bool:
+            rows[:] = [_step_row(state_dir, k) for k in ("a/long", "b/timed")]
+            return all(r is not None and r.pid is not None for r in rows)
+
+        _wait_for(both_running)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(10)
+        early = weft(env, "status", str(path), "--json")
+        time.sleep(3.5)
+        late = weft(env, "status", str(path))
+        late_json = weft(env, "status", str(path), "--json")
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+        for row in rows:
+            if row is not None and row.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(row.pid, signal.SIGKILL)
+
+    def steps(out: str) -> dict[str, Any]:
+        report = json.loads(out)
+        return {f"{w['id']}/{s['id']}": s for w in report["workstreams"] for s in w["steps"]}
+
+    assert all("overdue" not in s for s in steps(early.stdout).values()), early.stdout
+    flagged = steps(late_json.stdout)
+    assert flagged["b/timed"]["overdue"].endswith("past its timeout of 4s")
+    assert (
+        "over 3x the median (1.0s) of its workstream's finished steps"
+        in (flagged["a/long"]["overdue"])
+    )
+    assert "overdue" not in flagged["a/quick"]
+    text = late.stdout.splitlines()
+    assert any("timed" in line and "OVERDUE: running" in line for line in text), late.stdout
+    assert any("long" in line and "OVERDUE: running" in line for line in text), late.stdout

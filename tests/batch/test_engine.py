@@ -7,9 +7,16 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
-from weft.batch.engine import LaunchSpec, LocalEngine, execution_cost, process_start
+from weft.batch.engine import (
+    LaunchSpec,
+    LocalEngine,
+    execution_cost,
+    group_alive,
+    process_start,
+)
 
 
 def spec(tmp_path: Path, *argv: str) -> LaunchSpec:
@@ -77,3 +84,22 @@ def test_execution_cost_sums_every_run_and_codon(tmp_path: Path) -> None:
     assert execution_cost(tmp_path) == 0.875
     assert execution_cost(tmp_path / "missing") == 0.0
     assert execution_cost(None) == 0.0
+
+
+async def test_a_cancelled_launch_that_ignores_sigterm_is_killed_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    engine = LocalEngine(stop_grace_s=0.5)
+    launch = spec(tmp_path, "sh", "-c", 'trap "" TERM; touch "$0.ready"; sleep 30', "x")
+    pid, _ = await engine.start(launch)
+    ready = tmp_path / "x.ready"
+    for _ in range(200):
+        if ready.exists():
+            break
+        await asyncio.sleep(0.02)
+    started = time.monotonic()
+    engine.cancel("w/s")
+    key, outcome = await asyncio.wait_for(engine.completions.get(), 10)
+    assert (key, outcome.exit_code) == ("w/s", None), "killed: no exit code"
+    assert 0.4 <= time.monotonic() - started < 5
+    assert not group_alive(pid), "its whole process group is gone"

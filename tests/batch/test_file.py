@@ -494,3 +494,48 @@ def test_a_huge_matrix_over_a_broken_workstream_is_refused_fast_too(tmp_path: Pa
     assert time.perf_counter() - started < 2.0
     assert "expands to 207,360,000 steps" in found[0]
     assert "workstreams[0].steps: expected an array" in found[1]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 700000, "60"])
+def test_a_timeout_is_a_positive_number_of_seconds(tmp_path: Path, timeout: object) -> None:
+    found = problems(
+        write_batch(
+            tmp_path,
+            {
+                "defaults": {"timeout_seconds": timeout},
+                "workstreams": [{"id": "w", "steps": [command_step("s", timeout_seconds=timeout)]}],
+            },
+        )
+    )
+    assert len(found) == 2, found
+    for where in ("defaults.timeout_seconds", "workstreams[0].steps[0].timeout_seconds"):
+        assert any(where in p and "a number of seconds above 0" in p for p in found), found
+
+
+def test_a_timeout_comes_from_the_step_else_the_defaults(tmp_path: Path) -> None:
+    plan = load_batch(
+        write_batch(
+            tmp_path,
+            {
+                "defaults": {"timeout_seconds": 30},
+                "workstreams": [
+                    {
+                        "id": "w",
+                        "steps": [command_step("a", timeout_seconds=0.5), command_step("b")],
+                    }
+                ],
+            },
+        )
+    )
+    assert [s.timeout_seconds for s in plan.steps()] == [0.5, 30]
+    assert plan.steps()[0].to_json()["timeout_seconds"] == 0.5
+    assert (
+        "timeout_seconds"
+        not in load_batch(
+            write_batch(
+                tmp_path / "none", {"workstreams": [{"id": "w", "steps": [command_step("a")]}]}
+            )
+        )
+        .steps()[0]
+        .to_json()
+    )

@@ -338,3 +338,61 @@ def test_the_batch_budget_stops_new_steps_and_abandons_what_is_left(tmp_path: Pa
     assert (s["w0"], s["w1"], s["w2"]) == ("S_SUCCESS", "S_ABANDONED", "S_ABANDONED")
     reasons = [t["metadata"]["reason"] for t in d.store.transitions("w1")]
     assert reasons[0] == "batch budget spent ($1.1000 of $1.0000)"
+
+
+def test_a_step_past_its_timeout_is_stopped_once_and_fails_then_retries(tmp_path: Path) -> None:
+    d = Driver.open(
+        tmp_path,
+        one_ws(
+            command_step("a", timeout_seconds=5, max_retries=1),
+            command_step("b", "a"),
+        ),
+    )
+    started = d.now
+    assert d.tick() == ["w/a"]
+    tick = d.scheduler.tick(started + 4999, 1)
+    assert tick.cancels == []
+    assert tick.wake_at_ms == started + 5000, "woken at the deadline"
+    d.now = started + 5000
+    tick = d.scheduler.tick(d.now, 1)
+    assert tick.cancels == ["w/a"]
+    d.commit(tick.changes)
+    assert d.scheduler.tick(d.now + 100, 1).cancels == [], "stopped once"
+    # The launch ends with exit code 0 all the same (it trapped SIGTERM): still a failure.
+    d.finish("w/a", 0)
+    assert d.states()["w/a"] == "S_RETRYING"
+    row = next(s for s in d.store.load().steps if s.key == "w/a")
+    assert row.error == "timed out after 5s (stopped)"
+    trail = [t for t in d.store.transitions() if t["step_id"] == "a"]
+    reasons = [t["metadata"]["reason"] for t in trail]
+    assert "timed out after 5s: stopping" in reasons
+    assert any(t["to"] == "S_FAILED" and t["metadata"].get("timed_out") for t in trail)
+    assert "timed out after 5s" in reasons
+    # The retry runs in time: the workstream goes on.
+    d.run()
+    assert d.states() == {"w": "S_SUCCESS", "w/a": "S_SUCCESS", "w/b": "S_SUCCESS"}
+
+
+def test_skip_lets_a_failed_steps_dependents_run_and_is_audited(tmp_path: Path) -> None:
+    d = Driver.open(
+        tmp_path,
+        one_ws(
+            command_step("a"),
+            command_step("b", "a"),
+            max_retries=1,
+            retry_backoff={"base_delay_ms": 60000, "max_delay_ms": 60000},
+        ),
+    )
+    assert d.tick() == ["w/a"]
+    d.finish("w/a", 1)
+    d.tick()
+    assert d.states()["w"] == "S_RETRYING"
+    changes, result = d.scheduler.skip_step("w/a")
+    d.commit(changes)
+    assert result == "step w/a: skipped (S_FAILED -> S_SUCCESS; its dependents may run)"
+    assert changes[0].metadata == {"reason": "skipped by the user", "skipped": True, "recovery": 2}
+    assert d.scheduler.skip_step("w/a") == ([], "step w/a is S_SUCCESS; done")
+    assert d.scheduler.skip_step("w/x") == ([], "no step 'w/x' in this batch")
+    d.run()  # the workstream's retry: a stays skipped, b runs
+    assert d.states() == {"w": "S_SUCCESS", "w/a": "S_SUCCESS", "w/b": "S_SUCCESS"}
+    assert d.launched == ["w/a", "w/b"]

@@ -48,6 +48,7 @@ __all__ = [
     "LocalEngine",
     "ended_at_ms",
     "execution_cost",
+    "group_alive",
     "launch_spec",
     "process_start",
 ]
@@ -62,6 +63,9 @@ _WRAPPER = (
 )
 _TAIL_LINES = 20
 _ADOPT_POLL_S = 0.2
+STOP_GRACE_S = 10.0
+"""A cancelled launch's time between SIGTERM and SIGKILL: long enough for an
+isolated hank step (``weft run``) to checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,9 @@ class _Running:
     """How to stop an in-process run (it shares this process: no signal)."""
     detached: bool = False
     """Stopped for the coordinator's own shutdown: its end is not an outcome."""
+    cancelled: bool = False
+    """:meth:`LocalEngine.cancel` stopped it: its end waits for its whole
+    process group (a child ignoring SIGTERM outlives the wrapper)."""
     started_at_ms: int | None = None
     """An adopted launch's real start (wall clock): its duration runs from
     there, not from the adoption, to when its ``exit`` file was written."""
@@ -230,6 +237,8 @@ class LocalEngine:
     in_process: bool = True
     """Run hank steps in this process through :mod:`weft.embed` (no new
     interpreter per step); ``False`` runs ``weft run`` as a subprocess."""
+    stop_grace_s: float = STOP_GRACE_S
+    """How long a cancelled launch has between SIGTERM and SIGKILL."""
     _running: dict[str, _Running] = field(default_factory=dict)
 
     @property
@@ -343,14 +352,42 @@ class LocalEngine:
         return True
 
     def cancel(self, key: str) -> None:
-        """Asks a launch to stop (SIGTERM to its process group)."""
+        """Asks a launch to stop: SIGTERM to its process group, then SIGKILL
+        after :attr:`stop_grace_s` if it still runs (an in-process hank run
+        stops gracefully instead)."""
         running = self._running.get(key)
         if running is not None and running.stop is not None:
             task = asyncio.ensure_future(running.stop())
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         elif running is not None and running.pid > 0 and running.pid != os.getpid():
+            running.cancelled = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(running.pid, signal.SIGTERM)
+            asyncio.get_running_loop().call_later(self.stop_grace_s, self._kill, key, running)
+
+    def _kill(self, key: str, running: _Running) -> None:
+        """SIGKILL to a cancelled launch's group, if that launch still runs (a
+        launch that ended has left ``_running``: its pid may be another's now)."""
+        if self._running.get(key) is running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(running.pid, signal.SIGKILL)
+
+    async def _group_gone(self, running: _Running) -> None:
+        """After a cancelled launch's wrapper ended: waits for the rest of its
+        process group, SIGKILLed once the grace since the SIGTERM is over. The
+        launch is still in ``_running`` meanwhile, so its pid (the group's id)
+        cannot be another's: a group lives while any of its processes does."""
+        deadline = time.monotonic() + self.stop_grace_s
+        killed_at: float | None = None
+        while group_alive(running.pid):
+            now = time.monotonic()
+            if killed_at is None and now >= deadline:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(running.pid, signal.SIGKILL)
+                killed_at = now
+            elif killed_at is not None and now - killed_at > 5.0:
+                return  # unkillable (uninterruptible sleep): stop waiting for it
+            await asyncio.sleep(_ADOPT_POLL_S / 4)
 
     async def detach(self) -> None:
         """The coordinator stops: in-process runs stop gracefully (their
@@ -379,6 +416,8 @@ class LocalEngine:
 
     async def _wait_child(self, running: _Running, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()
+        if running.cancelled:
+            await self._group_gone(running)
         exit_code = _read_exit(running.spec.exit_path)
         if exit_code is None and code >= 0:
             exit_code = code
@@ -391,6 +430,8 @@ class LocalEngine:
             else _pid_alive(running.pid)
         ):
             await asyncio.sleep(_ADOPT_POLL_S)
+        if running.cancelled:
+            await self._group_gone(running)
         # Polled: the exit file says when it really ended (maybe long ago).
         ended = ended_at_ms(running.spec.exit_path)
         self._finish(running, _read_exit(running.spec.exit_path), None, ended)
@@ -439,6 +480,32 @@ def _write_exit(path: Path, code: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(str(code))
     os.replace(tmp, path)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies aside: they have
+    ended, and an init that is slow to reap them must not hold a launch)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        # fields: state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def _pid_alive(pid: int) -> bool:

@@ -3,10 +3,11 @@
 A batch file lists **workstreams**, each a list of **steps**. A step runs a
 hank (``hank`` with optional ``data``, ``model`` and ``config``) or a
 ``command``; ``depends_on`` names steps of the same workstream that must
-succeed first. ``expected_exit_codes``, ``max_retries`` and ``retry_backoff``
-come from the step, else from ``[defaults]``, else the seed's defaults
-(``[0]``, 0 retries, 1 s doubling up to 60 s). ``[breakers.<tool>]`` tunes
-the circuit breaker of one tool (``"*"`` for every tool without its own).
+succeed first. ``expected_exit_codes``, ``max_retries``, ``retry_backoff`` and
+``timeout_seconds`` come from the step, else from ``[defaults]``, else the
+seed's defaults (``[0]``, 0 retries, 1 s doubling up to 60 s, no timeout).
+``[breakers.<tool>]`` tunes the circuit breaker of one tool (``"*"`` for
+every tool without its own).
 
 The file is checked like a hank file, before anything runs: every problem at
 once, each with the file, the JSON path and a hint
@@ -96,6 +97,10 @@ _PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+_Timeout = Annotated[float, msgspec.Meta(gt=0, le=604800)]
+"""Seconds, above 0, at most a week."""
+
+
 class _Spec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
@@ -121,6 +126,7 @@ class StepDefaults(_Spec, frozen=True, kw_only=True):
     expected_exit_codes: _ExitCodes | None = None
     max_retries: _Count | None = None
     retry_backoff: Backoff | None = None
+    timeout_seconds: _Timeout | None = None
 
 
 class StepSpec(_Spec, frozen=True, kw_only=True):
@@ -146,6 +152,9 @@ class StepSpec(_Spec, frozen=True, kw_only=True):
     expected_exit_codes: _ExitCodes | None = None
     max_retries: _Count | None = None
     retry_backoff: Backoff | None = None
+    timeout_seconds: _Timeout | None = None
+    """A launch running longer is stopped (SIGTERM to its process group, SIGKILL
+    after a grace) and fails, ``timed out``; retries apply as to any failure."""
 
 
 class WorkstreamSpec(_Spec, frozen=True, kw_only=True):
@@ -304,6 +313,7 @@ def _check_all(doc: dict[str, Any], base: Path, sink: Sink) -> None:
 _FIELD_HINTS = {
     "expected_exit_codes": "exit codes are integers from 0 to 255, at least one: [0] or [0, 3]",
     "tool": ID_HINT,
+    "timeout_seconds": "a number of seconds above 0 (at most 604800, a week): 600 or 0.5",
     "max_steps": f"a number of steps from 1 to {MAX_STEPS_LIMIT:,}",
     "model": "sonnet, opus, haiku, provider/model, or fake/<model> (offline)",
 }

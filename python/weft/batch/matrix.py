@@ -58,6 +58,7 @@ class PlannedStep:
     cwd: Path | None = None
     """Where a command runs: the batch file's folder."""
     env: dict[str, str] = field(default_factory=dict)
+    timeout_seconds: float | None = None
 
     @property
     def key(self) -> str:
@@ -80,6 +81,8 @@ class PlannedStep:
                 out[name] = str(value)
         if self.model is not None:
             out["model"] = self.model
+        if self.timeout_seconds is not None:
+            out["timeout_seconds"] = self.timeout_seconds
         if self.command is not None:
             out["command"] = list(self.command)
             out["cwd"] = str(self.cwd)
@@ -193,4 +196,7 @@ def _plan_step(batch: BatchFile, ws_id: str, step: StepSpec, base: Path) -> Plan
         command=tuple(step.command) if step.command is not None else None,
         cwd=base if step.command is not None else None,
         env=dict(step.env),
+        timeout_seconds=(
+            step.timeout_seconds if step.timeout_seconds is not None else defaults.timeout_seconds
+        ),
     )

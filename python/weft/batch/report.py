@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,14 @@ from xml.etree import ElementTree as ET
 
 from weft.batch.store import BatchStore
 
-__all__ = ["consistency_problems", "overhead", "slot_gaps_ms", "summary", "write_junit"]
+__all__ = [
+    "OVERDUE_FACTOR",
+    "consistency_problems",
+    "overhead",
+    "slot_gaps_ms",
+    "summary",
+    "write_junit",
+]
 
 
 def _ms(iso: str) -> int:
@@ -70,9 +78,17 @@ def overhead(store: BatchStore, busy_ns: int, launches: int, workers: int) -> di
     }
 
 
-def summary(store: BatchStore) -> dict[str, Any]:
-    """The batch as a JSON-ready dictionary."""
+OVERDUE_FACTOR = 3
+"""A step without a timeout is flagged once it has run this many times the
+median duration of its workstream's finished steps."""
+
+
+def summary(store: BatchStore, now_ms: int | None = None) -> dict[str, Any]:
+    """The batch as a JSON-ready dictionary; a running step has ``running_ms``
+    (at ``now_ms``, default the clock) and, when it runs too long,
+    ``overdue`` saying why (:func:`_overdue`)."""
     stored = store.load()
+    now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     by_ws: dict[str, list[dict[str, Any]]] = {w.ws_id: [] for w in stored.workstreams}
     states = {(s.ws_id, s.step_id): s.state for s in stored.steps}
     skipped = _skipped_steps(store)
@@ -91,6 +107,19 @@ def summary(store: BatchStore) -> dict[str, Any]:
             entry["execution"] = s.execution_dir
         if s.state == "S_SUCCESS" and (s.ws_id, s.step_id) in skipped:
             entry["skipped"] = True
+        if s.state == "S_RUNNING" and s.started_at_ms is not None:
+            entry["running_ms"] = max(0, now_ms - s.started_at_ms)
+            finished = [
+                o.duration_ms
+                for o in stored.steps
+                if o.ws_id == s.ws_id
+                and o.state == "S_SUCCESS"
+                and o.launches
+                and (o.ws_id, o.step_id) not in skipped
+            ]
+            why = _overdue(entry["running_ms"], s.plan.get("timeout_seconds"), finished)
+            if why is not None:
+                entry["overdue"] = why
         blockers = [
             d for d in s.plan.get("depends_on", []) if states.get((s.ws_id, d)) != "S_SUCCESS"
         ]
@@ -131,6 +160,26 @@ def summary(store: BatchStore) -> dict[str, Any]:
         "workstreams": workstreams,
         "problems": consistency_problems(store),
     }
+
+
+def _overdue(running_ms: int, timeout_s: float | None, finished_ms: list[int]) -> str | None:
+    """Why a step running ``running_ms`` runs too long: past its timeout, or
+    (without one) past :data:`OVERDUE_FACTOR` times the median of
+    ``finished_ms`` (its workstream's finished steps); ``None`` if it does not."""
+    ran = f"running {running_ms / 1000:.1f}s"
+    if timeout_s is not None:
+        if running_ms > timeout_s * 1000:
+            return f"{ran}, past its timeout of {timeout_s:g}s"
+        return None
+    if not finished_ms:
+        return None
+    median = statistics.median(finished_ms)
+    if running_ms > OVERDUE_FACTOR * median:
+        return (
+            f"{ran}, over {OVERDUE_FACTOR}x the median ({median / 1000:.1f}s) "
+            "of its workstream's finished steps"
+        )
+    return None
 
 
 def _skipped_steps(store: BatchStore) -> set[tuple[str, str]]:

@@ -26,6 +26,11 @@ Rules, beyond the machines' own:
   stay ``S_PENDING``: a failure blocks exactly its dependents;
 * abandoning (``weft batch abandon``) is a request honoured at the first legal
   move: the seed lets only ``S_RUNNING`` become ``S_ABANDONED``;
+* a step running past its ``timeout_seconds`` (counted from its launch's
+  ``started_at_ms``) is named in :attr:`Tick.cancels` once, audited ``timed
+  out after Ns: stopping``; its launch's end is then a failure (whatever its
+  exit code: it did not finish in its time), ``timed out after Ns``, and its
+  retries apply as to any failure;
 * skipping (``weft batch skip``, the seed's Recovery 2 "or skip the step"): the
   core's step machine has no skipped state and no move from ``S_FAILED`` or
   ``S_PENDING`` to ``S_SUCCESS``, so a skipped step gets a machine restored in
@@ -146,6 +151,8 @@ class Scheduler:
         self._probe_at: dict[str, int | None] = {
             b.tool: b.probe_started_at_ms for b in stored.breakers
         }
+        self._timed_out: set[str] = set()
+        """Steps stopped for their timeout whose launch's end is not recorded yet."""
 
     # ---- queries ------------------------------------------------------------
 
@@ -180,6 +187,7 @@ class Scheduler:
         tick = Tick()
         slots = free_slots
         self._check_budget(tick)
+        self._check_timeouts(now_ms, tick)
         for ws in self.workstreams.values():
             slots = self._tick_ws(ws, now_ms, slots, tick)
         return tick
@@ -189,7 +197,10 @@ class Scheduler:
         step = self.step(key)
         changes: list[Change] = []
         before = step.machine.state
-        to = step.machine.finish(outcome.exit_code)
+        timeout = step.row.plan.get("timeout_seconds") if key in self._timed_out else None
+        self._timed_out.discard(key)
+        # A launch stopped for its timeout fails, whatever its exit code.
+        to = step.machine.finish(outcome.exit_code if timeout is None else None)
         step.row.exit_code = outcome.exit_code
         values: dict[str, Any] = {
             "exit_code": outcome.exit_code,
@@ -207,6 +218,12 @@ class Scheduler:
             "exit_code": code,
             "launch": step.row.launches,
         }
+        if timeout is not None:
+            meta["reason"] = f"timed out after {timeout:g}s"
+            meta["timed_out"] = True
+            step.row.error = values["error"] = "\n".join(
+                filter(None, [f"timed out after {timeout:g}s (stopped)", outcome.error])
+            )
         if outcome.cost_usd:
             meta["cost_usd"] = round(outcome.cost_usd, 6)
         changes.append(_step_change(step, before, to, values, meta))
@@ -242,6 +259,37 @@ class Scheduler:
                     audit=True,
                 )
             )
+
+    def _check_timeouts(self, now: int, tick: Tick) -> None:
+        """Running steps past their ``timeout_seconds``: stopped (once each)."""
+        for ws in self.workstreams.values():
+            for step in ws.steps.values():
+                timeout = step.row.plan.get("timeout_seconds")
+                started = step.row.started_at_ms
+                key = step.row.key
+                if step.machine.state != RUNNING or timeout is None or started is None:
+                    continue
+                if key in self._timed_out:
+                    continue
+                deadline = started + round(timeout * 1000)
+                if now < deadline:
+                    tick.wake(deadline)
+                    continue
+                self._timed_out.add(key)
+                tick.cancels.append(key)
+                tick.changes.append(
+                    Change(
+                        "steps",
+                        (step.row.ws_id, step.row.step_id),
+                        RUNNING,
+                        RUNNING,
+                        metadata={
+                            "reason": f"timed out after {timeout:g}s: stopping",
+                            "launch": step.row.launches,
+                        },
+                        audit=True,
+                    )
+                )
 
     # ---- recovery commands --------------------------------------------------
 

@@ -293,7 +293,9 @@ def render_summary(report: dict[str, Any]) -> str:
         )
         for st in ws["steps"]:
             note = ""
-            if st.get("skipped"):
+            if st.get("overdue"):
+                note = f"  OVERDUE: {st['overdue']}"
+            elif st.get("skipped"):
                 note = "  skipped by the user"
             elif st.get("blocked_by"):
                 note = f"  blocked by {', '.join(st['blocked_by'])}"
