@@ -433,15 +433,23 @@ def _unknown_target(store: Any, kind: str, target: str) -> str | None:
         tools = [b.tool for b in stored.breakers]
         if target in tools:
             return None
-        return f"no breaker for tool {target!r}; known: {', '.join(tools) or 'none'}"
+        return f"no breaker for tool {target!r}; known: {_known(tools)}"
     if kind == "abandon":
         names = [w.ws_id for w in stored.workstreams]
         if target in names:
             return None
-        return f"no workstream {target!r}; known: {', '.join(names)}"
+        return f"no workstream {target!r}; known: {_known(names)}"
     keys = [s.key for s in stored.steps]
     if target in keys:
         return None
     if "/" not in target:
-        return f"{kind} takes a step as WS/STEP, not {target!r}; known: {', '.join(keys)}"
-    return f"no step {target!r}; known: {', '.join(keys)}"
+        return f"{kind} takes a step as WS/STEP, not {target!r}; known: {_known(keys)}"
+    return f"no step {target!r}; known: {_known(keys)}"
+
+
+def _known(names: list[str], shown: int = 10) -> str:
+    """The first names of a list that may hold a whole matrix's expansion."""
+    if not names:
+        return "none"
+    more = f", and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
