@@ -18,50 +18,70 @@ import re
 
 from weft.agents.events import ErrorClass
 
+
+class _Lazy:
+    """A regular expression compiled on its first search.
+
+    The thirty patterns here cost about 15 ms to compile, at the import of
+    every adapter: before ``weft run``'s first agent starts, though most of
+    them are read only when a session fails.
+    """
+
+    __slots__ = ("_compiled", "_flags", "_source")
+
+    def __init__(self, source: str, flags: int = 0) -> None:
+        self._source = source
+        self._flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def search(self, text: str) -> re.Match[str] | None:
+        """:meth:`re.Pattern.search`, compiling the pattern the first time."""
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(self._source, self._flags)
+        return compiled.search(text)
+
+
 # -- the API vocabulary (reference hankweave-runtime §6.5, §6.6) ----------------------------
 
-_RATE = re.compile(r"rate[ _-]?limit|too many requests", re.I)
-_BILLING = re.compile(
+_RATE = _Lazy(r"rate[ _-]?limit|too many requests", re.I)
+_BILLING = _Lazy(
     r"billing|credit|insufficient|quota|available balance|out of budget|usage limit", re.I
 )
-_CLOUD_AUTH = re.compile(
+_CLOUD_AUTH = _Lazy(
     r"accessdenied|unrecognizedclient|invalidsignature|expiredtoken|sso session"
     r"|could not load credentials|sts:assumerole",
     re.I,
 )
-_CLOUD_MODEL = re.compile(r"on-demand throughput|invalid model identifier|resourcenotfound", re.I)
-_TIMEOUT = re.compile(r"timeout|timed out", re.I)
-_AUTH = re.compile(
-    r"\b40[13]\b|authenticat|unauthori[sz]ed|forbidden|api[ _-]?key|oauth|/login", re.I
-)
-_INVALID = re.compile(r"invalid_request|validationexception|\b400\b", re.I)
-_BARE_429 = re.compile(r"\b429\b")
-_TRANSPORT = re.compile(
+_CLOUD_MODEL = _Lazy(r"on-demand throughput|invalid model identifier|resourcenotfound", re.I)
+_TIMEOUT = _Lazy(r"timeout|timed out", re.I)
+_AUTH = _Lazy(r"\b40[13]\b|authenticat|unauthori[sz]ed|forbidden|api[ _-]?key|oauth|/login", re.I)
+_INVALID = _Lazy(r"invalid_request|validationexception|\b400\b", re.I)
+_BARE_429 = _Lazy(r"\b429\b")
+_TRANSPORT = _Lazy(
     r"econnreset|econnrefused|econnaborted|epipe|etimedout|enotfound|eai_again|socket"
     r"|fetch failed|connection (?:reset|closed|error)|stream terminated|network"
     r"|unable to connect",
     re.I,
 )
-_OVERLOADED = re.compile(r"\b5\d\d\b|overloaded", re.I)
+_OVERLOADED = _Lazy(r"\b5\d\d\b|overloaded", re.I)
 # Also how Claude tells a context error from other API errors in a result line.
-CONTEXT_TEXT = re.compile(
+CONTEXT_TEXT = _Lazy(
     r"output token maximum|prompt is too long|context_length_exceeded|maximum context length",
     re.I,
 )
 _API_RETRY_AFTER = (
-    (re.compile(r"retry-after-ms\W{0,3}(\d+(?:\.\d+)?)", re.I), 1.0),
+    (_Lazy(r"retry-after-ms\W{0,3}(\d+(?:\.\d+)?)", re.I), 1.0),
     (
-        re.compile(
-            r"retry[- ]after\W{0,3}(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I
-        ),
+        _Lazy(r"retry[- ]after\W{0,3}(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I),
         0,
     ),
-    (re.compile(r"try again in\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
-    (re.compile(r"\bwait\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
+    (_Lazy(r"try again in\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
+    (_Lazy(r"\bwait\s*(\d+(?:\.\d+)?)\s*(ms|milli\w*|s|sec\w*|m|min\w*)?", re.I), 0),
 )
 
 
-_API_ERROR_CLASSES: tuple[tuple[re.Pattern[str], ErrorClass, bool], ...] = (
+_API_ERROR_CLASSES: tuple[tuple[_Lazy, ErrorClass, bool], ...] = (
     (_RATE, ErrorClass.RATE_LIMIT, True),
     (_BILLING, ErrorClass.BILLING, False),
     (_CLOUD_AUTH, ErrorClass.AUTH, False),
@@ -113,11 +133,11 @@ def _unit_ms(unit: str | None) -> float:
 
 # -- Codex and Gemini ------------------------------------------------------------------------
 
-_VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
+_VENDOR_FIRST: tuple[tuple[ErrorClass, bool, _Lazy], ...] = (
     (
         ErrorClass.CANNOT_RESUME,
         False,
-        re.compile(
+        _Lazy(
             r"no conversation found|no (?:saved )?sessions? found|no rollout found"
             r"|invalid session identifier|error resuming session"
             r"|(?:session|thread|conversation)\b[^\n]{0,80}\bnot found"
@@ -128,12 +148,12 @@ _VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
     (
         ErrorClass.MAX_TURNS,
         False,
-        re.compile(r"max(?:imum)? session turns|maxsessionturns|turn limit", re.IGNORECASE),
+        _Lazy(r"max(?:imum)? session turns|maxsessionturns|turn limit", re.IGNORECASE),
     ),
     (
         ErrorClass.CONTEXT_EXCEEDED,
         False,
-        re.compile(
+        _Lazy(
             r"context window|ran out of room|context_length_exceeded|maximum context"
             r"|input token count[^\n]{0,40}exceeds",
             re.IGNORECASE,
@@ -145,19 +165,19 @@ _VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
     (
         ErrorClass.API_ERROR,
         False,
-        re.compile(
+        _Lazy(
             r"model\W{0,3}[\w.:/-]*\W{0,3} does not exist|model_not_found|404 not found",
             re.IGNORECASE,
         ),
     ),
     # OpenAI answers an exhausted plan with a 429 too; waiting does not help.
-    (ErrorClass.BILLING, False, re.compile(r"insufficient[_ ]quota", re.IGNORECASE)),
+    (ErrorClass.BILLING, False, _Lazy(r"insufficient[_ ]quota", re.IGNORECASE)),
     # Google's 429 (a per-minute or per-day quota, which does clear) speaks
     # of quota too, which the shared rules would take for billing.
     (
         ErrorClass.RATE_LIMIT,
         True,
-        re.compile(
+        _Lazy(
             r"resource[_ ]exhausted|resource has been exhausted|exhausted your capacity"
             r"|\b429\b",
             re.IGNORECASE,
@@ -166,17 +186,17 @@ _VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
     (
         ErrorClass.OVERLOADED,
         True,
-        re.compile(r"at capacity|high demand|\bunavailable\b", re.IGNORECASE),
+        _Lazy(r"at capacity|high demand|\bunavailable\b", re.IGNORECASE),
     ),
     (
         ErrorClass.AUTH,
         False,
-        re.compile(r"api key not valid|auth method|not logged in", re.IGNORECASE),
+        _Lazy(r"api key not valid|auth method|not logged in", re.IGNORECASE),
     ),
     (
         ErrorClass.INPUT_ERROR,
         False,
-        re.compile(
+        _Lazy(
             r"no (?:prompt|input) provided|unexpected argument|invalid value for"
             r"|unrecognized subcommand|unknown argument|cannot use both",
             re.IGNORECASE,
@@ -184,15 +204,15 @@ _VENDOR_FIRST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
     ),
 )
 
-_VENDOR_LAST: tuple[tuple[ErrorClass, bool, re.Pattern[str]], ...] = (
+_VENDOR_LAST: tuple[tuple[ErrorClass, bool, _Lazy], ...] = (
     (
         ErrorClass.API_ERROR,
         True,
-        re.compile(r"stream disconnected|error sending request|reconnecting", re.IGNORECASE),
+        _Lazy(r"stream disconnected|error sending request|reconnecting", re.IGNORECASE),
     ),
 )
 
-_RETRY_AFTER = re.compile(
+_RETRY_AFTER = _Lazy(
     r"(?:try again in|retry (?:after|in)|retrydelay\"?\s*[:=]\s*\"?|reset after)\s*"
     r"(?:(?P<h>\d+)h)?\s*(?:(?P<m>\d+)m(?!s))?\s*(?:(?P<n>\d+(?:\.\d+)?)\s*"
     r"(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)?)?",
@@ -258,7 +278,7 @@ def last_line(text: str) -> str:
     return ""
 
 
-_ERRORISH = re.compile(
+_ERRORISH = _Lazy(
     r"error|fatal|fail|denied|invalid|exceed|limit|quota|unauthori|forbidden|overload"
     r"|unavailable|capacity|not found|no rollout|no conversation|auth|api key|login|turns"
     r"|no (?:prompt|input) provided|unexpected argument|unknown argument|cannot use both",
