@@ -235,6 +235,10 @@ class _Compiler:
     def __init__(self) -> None:
         self._structs: dict[type, Checker] = {}
         self._literal_order: dict[frozenset[str], tuple[str, ...]] = {}
+        self._unread_orders: list[type] = []
+        """Structs whose Literal orders are read when a message first needs one:
+        reading them evaluates every annotation again (about 5 ms at the first
+        load of a hank), and a valid hank never needs them."""
 
     def compile(self, t: mi.Type) -> Checker:
         """A checker for values of type ``t``."""
@@ -301,10 +305,11 @@ class _Compiler:
 
     def _literal(self, t: mi.LiteralType) -> Checker:
         values = tuple(str(v) for v in t.values)
-        allowed = self._literal_order.get(frozenset(values), values)
+        members = frozenset(values)
 
         def check(value: Any, path: JsonPath, sink: Sink) -> None:
-            if value not in allowed or type(value) is not str:
+            if type(value) is not str or value not in members:
+                allowed = self._declared_order(members, values)
                 hint = did_you_mean(value, allowed) if isinstance(value, str) else None
                 sink.add(
                     path,
@@ -399,6 +404,13 @@ class _Compiler:
         slot.append(self._build_struct(t))
         return trampoline
 
+    def _declared_order(self, members: frozenset[str], values: tuple[str, ...]) -> tuple[str, ...]:
+        """``members`` in the order a Struct declared them (else ``values``)."""
+        for cls in self._unread_orders:  # in the order the Structs were built
+            self._note_literal_orders(cls)
+        self._unread_orders.clear()
+        return self._literal_order.get(members, values)
+
     def _note_literal_orders(self, cls: type) -> None:
         """Remembers the declared order of each Literal in ``cls`` (msgspec sorts them)."""
         try:
@@ -416,7 +428,7 @@ class _Compiler:
 
     def _build_struct(self, t: mi.StructType) -> Checker:
         name = t.cls.__name__
-        self._note_literal_orders(t.cls)
+        self._unread_orders.append(t.cls)
         fields = {f.encode_name: f for f in t.fields}
         checkers = {f.encode_name: self.compile(f.type) for f in t.fields}
         required = [f.encode_name for f in t.fields if f.required]
@@ -428,9 +440,9 @@ class _Compiler:
         if name == "Hank":
             from weft.config.schema import Codon
 
-            codon_info = mi.type_info(Codon)
-            assert isinstance(codon_info, mi.StructType)
-            codon_fields = frozenset(f.encode_name for f in codon_info.fields)
+            # The names alone, which the class holds: type_info(Codon) would
+            # evaluate its annotations again (about 5 ms at every first load).
+            codon_fields = frozenset(Codon.__struct_encode_fields__)
 
         def check(value: Any, path: JsonPath, sink: Sink) -> None:
             if type(value) is not dict:
