@@ -152,6 +152,10 @@ class _Env:
         return [str(p.outcome.message) for p in self.seen if not p.outcome.ok]
 
 
+async def _no_wait(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
 async def _run(
     tmp: Path,
     script: Sequence[object],
@@ -204,6 +208,9 @@ async def _run(
             layout,
             harness_for=lambda model: (harness, "sonnet"),
             stop_grace=0.5,
+            # The supervisor's cool-downs (2 s doubling to 60 s) pass at once: a
+            # retriable verdict resumes until the thresholds give up, in no time.
+            sleep=_no_wait,
         )
         planned = plan.next_codon(None)
         assert planned is not None
