@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -39,11 +38,19 @@ if TYPE_CHECKING:
     # Only a run needs these (and asyncio, imported where used): a reader such as
     # `weft status` opens the store without loading them (start-up time).
     import asyncio
+    import logging
 
     from weft.state import StateManager
     from weft.store.writer import StoreWriter
 
-log = logging.getLogger(__name__)
+
+def _log() -> logging.Logger:
+    # logging (with threading, traceback and string) is imported on the first
+    # warning: about 5 ms that weft status, ls and logs would pay on every start.
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 WEFT_DIR = ".weft"
 DATABASE = "weft.db"
@@ -95,7 +102,7 @@ def _last_journaled(database: Path, run_id: str, upto: int) -> str | None:
             conn.close()
     except sqlite3.Error as exc:
         # Not fatal: the crash is still marked, ended at the other evidence.
-        log.warning("cannot read when run %s was last journaled: %s", run_id, exc)
+        _log().warning("cannot read when run %s was last journaled: %s", run_id, exc)
         return None
     return None if row is None else str(row[0])
 
@@ -278,7 +285,7 @@ class ExecutionStore:
             except OSError as exc:
                 # A full disk: the lock keeps its last heartbeat (still ours, its
                 # pid alive); the journal's next commit reports the failure.
-                log.warning("cannot refresh the lock's heartbeat: %s", exc)
+                _log().warning("cannot refresh the lock's heartbeat: %s", exc)
 
     def runs(self) -> list[dict[str, Any]]:
         """The runs of the state document, newest first."""

@@ -16,7 +16,6 @@ uses the same SQLite library as Python; see :func:`_native_appender`.
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -30,9 +29,18 @@ from weft.filemodes import private_file, tighten
 from weft.store.schema import migrate
 
 if TYPE_CHECKING:
+    import logging
+
     from weft.state import Processed
 
-log = logging.getLogger(__name__)
+
+def _log() -> logging.Logger:
+    # logging (with threading, traceback and string) is imported on the first
+    # warning: about 5 ms that weft status, ls and logs would pay on every start.
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 Row = tuple[int, str, str, str, str, str | None, str | None, str]
 """(seq, id, timestamp, kind, type, run_id, codon_id, payload)"""
@@ -404,10 +412,10 @@ def core_connection(
     try:
         native = make(path)
     except sqlite3.Error as exc:
-        log.debug("%s %s from Python: %s", doing, path, exc)
+        _log().debug("%s %s from Python: %s", doing, path, exc)
         return None
     if not shares_sqlite(native, conn):
-        log.debug("%s %s from Python: the core links another SQLite", doing, path)
+        _log().debug("%s %s from Python: the core links another SQLite", doing, path)
         native.close()
         return None
     return native
