@@ -48,10 +48,12 @@ from weft.agents.registry import fake_command
 ROUNDS = 9
 STATUS_TARGET = 6.0
 SPAWN_TARGET = 10.0
-STATUS_BOUND = 13.0
-"""The status ratio asserted: the target is not reached yet (see the module docstring)."""
-SPAWN_BOUND = 45.0
-"""The first-agent ratio asserted: the target is not reached yet."""
+STATUS_BOUND = 12.0
+"""The status ratio asserted: the target is not reached yet. 10.3-11.7x measured
+on 2026-11-28 (2-core machine, busy), with 15% for a busier one."""
+SPAWN_BOUND = 48.0
+"""The first-agent ratio asserted: the target is not reached yet. 37.5-42x
+measured on 2026-11-28 (49-56x before issue 35's deferrals), with 15% for a busier machine."""
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="the agent stamp is a bash script")
