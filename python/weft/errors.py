@@ -55,6 +55,7 @@ their package::
     ├── TemplateError                 weft.sentinels: a prompt template cannot be parsed or run
     ├── SchemaError                   weft.sentinels: a structured-output schema is unusable
     ├── ProviderError                 weft.sentinels: a sentinel's model call failed
+    ├── PatternError                  weft.sentinels: a matches pattern refused (not linear-time)
     ├── ClientError                   weft.client: talking to a run's server
     │   ├── HandshakeError            the server refused the handshake
     │   ├── CommandError              the server refused or failed a command

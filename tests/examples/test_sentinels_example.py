@@ -54,7 +54,10 @@ def test_the_sentinels_example_runs_offline_and_leaves_outputs(tmp_path: Path) -
     assert set(outputs["cost-watch"][0]["content"]) >= {"totalCost", "advice"}
     assert kinds.count("sentinel.loaded") == kinds.count("sentinel.unloaded") == 4
     assert "sentinel.error" not in kinds
-    assert kinds.count("file.updated") == 2  # the migration written, then edited
+    # The migration written, then edited: each write is reported as the file is when
+    # its tool result is dispatched, so on a busy machine the edit may already be in
+    # the file at the first report, and the second (same content) is not made.
+    assert kinds.count("file.updated") in (1, 2)
 
     record = codon_records(read_state(execution))["migrate"]
     states = record["sentinels"]["executed"]
@@ -69,7 +72,7 @@ def test_the_sentinels_example_runs_offline_and_leaves_outputs(tmp_path: Path) -
     latest = json.loads((execution / "agentRoot" / "costs" / "latest.json").read_text())
     assert latest == outputs["cost-watch"][-1]["content"]
     lines = (managed / "file-watch" / "file-watch.jsonl").read_text().splitlines()
-    assert len(lines) == len(outputs["file-watch"]) == 2
+    assert len(lines) == len(outputs["file-watch"]) >= 1  # one per report (see above)
     assert (execution / ".weft" / "sentinels" / "history" / "narrator-migrate.json").is_file()
 
     status = weft("status", str(execution), "--json", home=tmp_path / "home")

@@ -146,8 +146,8 @@ _ANCHORS: list[tuple[str, str]] = [
     ("^", "^"),
     ("$", r"\Z"),
     (r"\b", r"\b"),
-    # Python's \B never matches the empty text (before 3.14); JavaScript's does.
-    (r"\B", r"(?:(?<=\w)(?=\w)|(?<!\w)(?!\w))"),
+    # \B is refused (test_jsregex.py): the automaton's ASCII \B matched inside the
+    # bytes of one character ("9\xa09"), which this test found.
 ]
 _QUANTIFIERS = ["*", "+", "?", "{2}", "{1,3}", "{0,}", "*?", "+?", "??"]
 

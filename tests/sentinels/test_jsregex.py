@@ -65,6 +65,7 @@ def _watcher(pattern: str, ident: str = "watcher") -> dict[str, Any]:
         (r"(?m)^abc", '"(?m" is not supported (of the inline flags, only (?i)', "[^\\n]*"),
         (r"a{1000}{1000}", "the compiled pattern is larger than 1024 KiB", "smaller repetition"),
         (r"(ab", "not a valid regular expression: unclosed group", "JavaScript syntax"),
+        (r"a\Bb", '"\\B" (not at a word boundary) is not supported', "\\b where a boundary"),
     ],
 )
 def test_validate_refuses_what_linear_matching_cannot_do(

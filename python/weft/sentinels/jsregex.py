@@ -38,13 +38,14 @@ from __future__ import annotations
 from typing import Final
 
 from weft._core import Pattern
+from weft.errors import WeftError
 
 __all__ = ["PatternError", "compile_js_pattern", "translate"]
 
 _WHY: Final = "Weft matches agent output in linear time, which rules out backtracking features"
 
 
-class PatternError(ValueError):
+class PatternError(WeftError):
     """A ``matches`` pattern Weft cannot match: ``reason`` says why,
     ``hint`` how to write it instead."""
 
@@ -190,7 +191,13 @@ class _Translator:
         if c == "b":
             return r"(?-u:\b)"
         if c == "B":
-            return r"(?-u:\B)"
+            # The automaton's ASCII \B matches between the bytes of one UTF-8
+            # character (inside "\xa0"), where JavaScript's never does.
+            raise PatternError(
+                '"\\B" (not at a word boundary) is not supported: Weft matches agent '
+                "output in linear time, byte by byte",
+                "match the characters around it instead (\\w\\w, or \\b where a boundary is meant)",
+            )
         if c.isdigit() and c.isascii() and c != "0":
             raise PatternError(
                 f'backreference "\\{c}" is not supported: {_WHY}',
