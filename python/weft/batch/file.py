@@ -724,14 +724,12 @@ def _hank_errors(file: Path, model: str | None) -> list[ConfigProblem]:
     ``file``: its checks, whether its sentinels load and whether its agent
     CLIs are installed (as ``weft run`` checks before it starts)."""
     from weft.config import validate_hank
-    from weft.config.preflight import agent_cli_problems
-    from weft.sentinels.checks import load_problems
+    from weft.config.preflight import machine_problems
 
     report = validate_hank(file, model=model)
     problems = list(report.problems)
     if report.built is not None:
-        problems += load_problems(report.built, file=report.file)
-        problems += agent_cli_problems(report.built, file=report.file, env=os.environ)
+        problems += machine_problems(report.built, file=report.file, env=os.environ)
     return [p for p in problems if p.is_error]
 
 

@@ -34,8 +34,7 @@ from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
 from weft.config.inert import inert_settings
 from weft.config.loader import LoadedHank
-from weft.config.preflight import agent_cli_problems
-from weft.config.problems import ConfigProblem
+from weft.config.preflight import machine_problems
 from weft.config.runtime import ResolvedRuntimeConfig, RuntimeConfig, resolve_runtime_config
 from weft.config.schema import Hank
 from weft.errors import CommandRejectedError, ConfigError
@@ -398,19 +397,13 @@ def _refuse_before_spending(
     that would not load (no provider key, a broken prompt or schema). A
     sentinel that is not required and would not load is said as a warning
     (its codon runs without it)."""
-    file = str(hank_path)
-    problems = agent_cli_problems(loaded, file=file, env=os.environ)
-    sentinels: list[ConfigProblem] = []
-    if any(codon.sentinels for codon, _ in loaded.codons()):
-        # Imported only then: the sentinel modules cost about 50 ms before the
-        # first agent starts, and most hanks have no sentinel to check.
-        from weft.sentinels.checks import load_problems
-
-        sentinels = load_problems(loaded, file=file, model_override=sentinel_model, env=os.environ)
-    problems.extend(p for p in sentinels if p.severity == "error")
-    if problems:
-        raise ConfigError(problems)
-    for warning in sentinels:
+    found = machine_problems(
+        loaded, file=str(hank_path), env=os.environ, sentinel_model=sentinel_model
+    )
+    errors = [p for p in found if p.is_error]
+    if errors:
+        raise ConfigError(errors)
+    for warning in found:
         print(f"weft: warning: {printable_lines(warning.message)}", file=sys.stderr)
 
 

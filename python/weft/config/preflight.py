@@ -29,7 +29,7 @@ from weft.errors import ConfigError
 if TYPE_CHECKING:
     from weft.config.loader import LoadedHank
 
-__all__ = ["agent_cli_problems", "document_cli_problems", "preflight"]
+__all__ = ["agent_cli_problems", "document_cli_problems", "machine_problems", "preflight"]
 
 _PLACEHOLDER_ROOT = "/agentRoot"
 """Where the agent root stands while prompts are assembled for checking only."""
@@ -53,6 +53,28 @@ def preflight(loaded: LoadedHank, *, file: str) -> list[ConfigProblem]:
                 msgspec.structs.replace(p, file=file) if p.file == loaded.path.name else p
                 for p in e.problems
             )
+    return problems
+
+
+def machine_problems(
+    loaded: LoadedHank,
+    *,
+    file: str,
+    env: Mapping[str, str],
+    sentinel_model: str | None = None,
+) -> list[ConfigProblem]:
+    """What this machine would refuse of ``loaded`` when a codon starts, after
+    the codons before it spent money: :func:`agent_cli_problems`, then whether
+    each sentinel would load (its provider and key, its prompts and schema:
+    an error for a ``failCodonIfNotLoaded`` one, else a warning). What
+    ``weft run`` and ``weft batch`` check before anything runs."""
+    problems = agent_cli_problems(loaded, file=file, env=env)
+    if any(codon.sentinels for codon, _ in loaded.codons()):
+        # Imported only then: the sentinel modules cost about 50 ms before the
+        # first agent starts, and most hanks have no sentinel to check.
+        from weft.sentinels.checks import load_problems
+
+        problems += load_problems(loaded, file=file, model_override=sentinel_model, env=env)
     return problems
 
 
