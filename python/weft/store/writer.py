@@ -9,19 +9,22 @@ RunStarted is recorded in the lock as its ``runId``.
 
 After a commit the writer rewrites state.json when the journal has moved on
 by at least as many payload bytes as the snapshot holds, at a codon's or a
-run's end (anywhere once that is also ``snapshot_bytes``), or when the last
-snapshot is ``snapshot_every`` seconds old. Not at every codon's end: state.json
-grows with the run, so a rewrite per codon made each codon cost more than the
-one before. The byte bound keeps the rewrites amortised (each byte rewritten
-is paid for by a byte journaled, so a codon costs the same at codon 10,000 as
-at codon 10) and bounds what recovery replays (a tail about the snapshot's
-size); early in a run, when state.json is small, it still means a snapshot
-at nearly every codon's end, which is also the evidence that lets
-:mod:`.loss` prove a cut-short journal lost committed events. The time bound
-keeps a slow run's snapshot fresh; it waits longer when a snapshot is slow to
-write (at least :data:`SNAPSHOT_DUTY` times the last one's cost), so a large
-state.json never takes more than a small share of the writer's time.
-Recovery stays snapshot + journal tail.
+run's end (anywhere once that is also ``snapshot_bytes``); at every codon
+boundary (a codon's start or end, a run's start or end) whenever the last
+rewrite is older than :data:`SNAPSHOT_DUTY` times its own cost; and when the
+last snapshot is ``snapshot_every`` seconds old, on a timer, so a codon that
+journals nothing for a while still leaves state.json at most that far behind
+(a reader of state.json, such as a seed client after a SIGKILL, sees every
+codon that started). The byte bound keeps the rewrites amortised (each byte
+rewritten is paid for by a byte journaled, so a codon costs the same at codon
+10,000 as at codon 10) and bounds what recovery replays (a tail about the
+snapshot's size); it is also the evidence that lets :mod:`.loss` prove a
+cut-short journal lost committed events. The duty bound is what keeps the
+boundary rewrites cheap: a real codon lasts seconds and state.json takes a
+millisecond or two to rewrite, so every boundary is written; only codons a
+few milliseconds apart with a state.json of megabytes are written together
+(at most 1/:data:`SNAPSHOT_DUTY` of the writer's time). Recovery stays
+snapshot + journal tail.
 """
 
 from __future__ import annotations
@@ -52,9 +55,14 @@ run's freed memory otherwise stays scattered in the process (9 MB more after
 10,000 codons). One costs 1-4 ms of the writer thread."""
 
 SNAPSHOT_DUTY = 20
-"""The time bound waits at least this many times the last snapshot's cost:
-rewriting a 9 MB state.json every 5 s would otherwise take a growing share of
-a long run (at most 1/20 of the writer thread's time goes to the time bound)."""
+"""The boundary and time bounds wait at least this many times the last
+snapshot's cost: rewriting a 9 MB state.json at every codon, or every 2 s,
+would otherwise take a growing share of a long run (at most 1/20 of the writer
+thread's time goes to them)."""
+
+SNAPSHOT_EVERY = 2.0
+"""Seconds state.json may lag the journal, at most (the time bound, on a timer):
+"a few seconds behind" at worst, as docs/store.md promises."""
 
 
 def to_row(p: Processed) -> Row:
@@ -98,7 +106,7 @@ class StoreWriter:
         core: Core,
         lock: RuntimeLock | None,
         *,
-        snapshot_every: float = 5.0,
+        snapshot_every: float = SNAPSHOT_EVERY,
         snapshot_bytes: int = SNAPSHOT_BYTES,
     ) -> None:
         self._weft_dir = weft_dir
@@ -119,12 +127,41 @@ class StoreWriter:
         self.snapshots = 0
         """How many times state.json was written (for tests and benchmarks)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-writer")
+        self._timer: asyncio.TimerHandle | None = None
+        """The pending time-bound check, while a committed tail is not in state.json."""
+        self._timed_failure: Exception | None = None
+        """A timed snapshot's failure (a full disk), raised by the next commit."""
+        self._closed = False
 
     async def commit(self, batch: Sequence[Processed]) -> None:
         """Makes ``batch`` durable (on the writer thread)."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._commit, batch)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._commit, batch)
+        self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._tail > 0 and self._timer is None and not self._closed:
+            # Nothing may commit for a while (an agent thinking, a long tool
+            # call): the timer writes the tail then, not the next commit.
+            self._timer = loop.call_later(self._snapshot_every, self._on_timer, loop)
+
+    def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if not self._closed:
+            done = loop.run_in_executor(self._executor, self._timed)
+            done.add_done_callback(lambda _: self._arm(loop))
+
+    def _timed(self) -> None:
+        """The time bound, on the writer thread (so it never races a commit)."""
+        try:
+            if self._snapshot_due(False, False):
+                self.snapshot()
+        except Exception as exc:  # raised by the next commit, which stops the run
+            self._timed_failure = exc
 
     def _commit(self, batch: Sequence[Processed]) -> None:
+        if self._timed_failure is not None:
+            raise self._timed_failure
         if self._lock is not None:
             self._lock.verify()
         journal = self._journal
@@ -144,7 +181,10 @@ class StoreWriter:
             # The lock names the run its holder works on (weft status reads it).
             self._lock.update(run_id=started)
         self._tail += size
-        if self._snapshot_due(ended):
+        # A codon's start is a boundary too: state.json then names the codon
+        # that runs (what a seed reader looks for after a crash).
+        boundary = ended or any(p.outcome.kind == "CodonStarted" for p in batch)
+        if self._snapshot_due(ended, boundary):
             self.snapshot()
         elif time.monotonic() - self._given_back >= GIVE_BACK_EVERY:
             self._give_back()
@@ -155,12 +195,18 @@ class StoreWriter:
         give_back()
         self._given_back = time.monotonic()
 
-    def _snapshot_due(self, ended: bool) -> bool:
-        """``ended``: the batch ended a codon or the run, or started a run."""
+    def _snapshot_due(self, ended: bool, boundary: bool) -> bool:
+        """``ended``: the batch ended a codon or the run, or started a run;
+        ``boundary``: that, or it started a codon."""
         if self._tail >= self._last_size and (self._tail >= self._snapshot_bytes or ended):
             return True
-        wait = max(self._snapshot_every, SNAPSHOT_DUTY * self._last_cost)
-        return self._tail > 0 and time.monotonic() - self._last_snapshot >= wait
+        if self._tail <= 0:
+            return False
+        since = time.monotonic() - self._last_snapshot
+        duty = SNAPSHOT_DUTY * self._last_cost
+        if boundary and since >= duty:
+            return True
+        return since >= max(self._snapshot_every, duty)
 
     def snapshot(self) -> None:
         """Writes state.json now (on the calling thread)."""
@@ -186,4 +232,8 @@ class StoreWriter:
 
     def shutdown(self) -> None:
         """Stops the writer thread after its queued work."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._executor.shutdown(wait=True)
