@@ -32,6 +32,14 @@ being checked against the stored digest first), read back at each launch.
 **Rebuild.** :func:`rebuild` makes a new store from the batch file and what
 the step folders prove, for a store refused as damaged (``weft batch rebuild``).
 
+**Usage windows.** At start the coordinator works out which providers each
+step calls (:func:`weft.batch.windows.steps_providers`, kept in the store's
+``meta`` for ``weft batch status``); every turn it reads the closed windows
+(:class:`~weft.batch.windows.WindowWatch`: one ``stat``, the file read only when
+it changed) and gives them to the scheduler with the time. A held step is not
+launched and the loop sleeps until its window opens (or the next poll, which
+also notices a window closed by a running step).
+
 Listeners see every committed change, after its commit (the live view,
 ``--headless`` lines, ``--json`` lines).
 
@@ -66,6 +74,7 @@ from weft.batch.store import (
     WorkstreamRow,
     step_traces,
 )
+from weft.batch.windows import PROVIDERS_META, WindowWatch, steps_providers
 from weft.errors import ConfigError, StoreError
 from weft.plan import REDACTED
 
@@ -242,6 +251,8 @@ class Coordinator:
     scheduler: Scheduler = field(init=False)
     waiting: dict[str, str] = field(default_factory=dict)
     """Steps that could start but wait, with why (for the live view)."""
+    windows: WindowWatch = field(default_factory=WindowWatch)
+    """The closed usage windows, read each turn (see the module doc)."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by :meth:`request_stop`: launch nothing more, leave what runs to resume."""
     busy_ns: int = 0
@@ -305,6 +316,7 @@ class Coordinator:
 
     async def run(self) -> None:
         """Resumes what was running, then runs until every workstream is terminal."""
+        self._plan_providers()
         await self._resume_running()
         while True:
             self._record_outcomes()
@@ -316,7 +328,7 @@ class Coordinator:
             self.apply_commands()
             now = self.clock()
             with self.busy():
-                tick = self.scheduler.tick(now, self.free_slots())
+                tick = self.scheduler.tick(now, self.free_slots(), self.windows.closed(now))
             self.waiting = tick.waiting
             # Stamped when they were decided: a launch's S_RUNNING then carries the
             # time its row's started_at_ms holds, which the launch's end is kept
@@ -344,6 +356,16 @@ class Coordinator:
                 got.cancel()
                 continue
             self._record_outcome(*got.result())
+
+    def _plan_providers(self) -> None:
+        """The providers of every step (see the module doc), recorded for status."""
+        with self.busy():
+            stored = self.store.load()
+            found = steps_providers((s.key, s.plan) for s in stored.steps)
+            self.scheduler.providers = {k: frozenset(v) for k, v in found.items()}
+            text = json.dumps(found, sort_keys=True)
+            if self.store.get_meta(PROVIDERS_META) != text:
+                self.store.set_meta({PROVIDERS_META: text})
 
     def free_slots(self) -> int:
         """Workers free for a launch: those neither running a launch nor holding a

@@ -11,14 +11,19 @@ step the user skipped (``weft batch skip``).
 from __future__ import annotations
 
 import heapq
+import json
 import statistics
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from weft.batch.store import BatchStore
+from weft.batch.scheduler import Scheduler
+from weft.batch.store import BatchStore, StoredBatch
+from weft.batch.windows import PROVIDERS_META, WindowWatch, steps_providers
+from weft.clock import iso_from_ms
 
 __all__ = [
     "OVERDUE_FACTOR",
@@ -83,12 +88,19 @@ OVERDUE_FACTOR = 3
 median duration of its workstream's finished steps."""
 
 
-def summary(store: BatchStore, now_ms: int | None = None) -> dict[str, Any]:
+def summary(
+    store: BatchStore, now_ms: int | None = None, windows: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """The batch as a JSON-ready dictionary; a running step has ``running_ms``
     (at ``now_ms``, default the clock) and, when it runs too long,
-    ``overdue`` saying why (:func:`_overdue`)."""
+    ``overdue`` saying why (:func:`_overdue`). A step held back by a closed
+    usage window (``windows``: provider -> when it opens, default the user's
+    registry) has ``waiting_for_window``: the provider and when it opens."""
     stored = store.load()
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    if windows is None:
+        windows = WindowWatch().closed(now_ms)
+    held = _held(store, stored, now_ms, windows)
     by_ws: dict[str, list[dict[str, Any]]] = {w.ws_id: [] for w in stored.workstreams}
     states = {(s.ws_id, s.step_id): s.state for s in stored.steps}
     skipped = _skipped_steps(store)
@@ -127,6 +139,13 @@ def summary(store: BatchStore, now_ms: int | None = None) -> dict[str, Any]:
             entry["blocked_by"] = blockers
         if s.error and s.state != "S_SUCCESS":
             entry["error"] = s.error
+        if s.key in held:
+            provider, opens = held[s.key]
+            entry["waiting_for_window"] = {
+                "provider": provider,
+                "opens_at_ms": opens,
+                "opens_at": iso_from_ms(opens),
+            }
         by_ws[s.ws_id].append(entry)
     workstreams = [
         {
@@ -158,8 +177,26 @@ def summary(store: BatchStore, now_ms: int | None = None) -> dict[str, Any]:
             for b in stored.breakers
         ],
         "workstreams": workstreams,
+        "usage_windows": [
+            {"provider": p, "opens_at_ms": at, "opens_at": iso_from_ms(at)}
+            for p, at in sorted(windows.items())
+            if any(h[0] == p for h in held.values())
+        ],
         "problems": consistency_problems(store),
     }
+
+
+def _held(
+    store: BatchStore, stored: StoredBatch, now_ms: int, windows: Mapping[str, int]
+) -> dict[str, tuple[str, int]]:
+    """The steps a coordinator would hold back now for a closed window
+    (:meth:`weft.batch.scheduler.Scheduler.held`), with the providers the
+    coordinator recorded (or worked out here for a store without them)."""
+    if not windows:
+        return {}
+    text = store.get_meta(PROVIDERS_META)
+    providers = json.loads(text) if text else steps_providers((s.key, s.plan) for s in stored.steps)
+    return Scheduler(stored, providers=providers).held(now_ms, windows)
 
 
 def _overdue(running_ms: int, timeout_s: float | None, finished_ms: list[int]) -> str | None:

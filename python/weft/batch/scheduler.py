@@ -26,6 +26,13 @@ Rules, beyond the machines' own:
   stay ``S_PENDING``: a failure blocks exactly its dependents;
 * abandoning (``weft batch abandon``) is a request honoured at the first legal
   move: the seed lets only ``S_RUNNING`` become ``S_ABANDONED``;
+* a usage window (:mod:`weft.windows`): a step that could start is held back
+  while a provider it calls (:attr:`Scheduler.providers`) has a closed window
+  (the ``windows`` given to :meth:`Scheduler.tick` with the time, like the
+  clock); it is named in :attr:`Tick.held` with the provider and when the
+  window opens, the tick wakes then, and nothing else moves: no error, no
+  breaker, no retry. A pending workstream whose only ready steps are held
+  does not start;
 * a step running past its ``timeout_seconds`` (counted from its launch's
   ``started_at_ms``) is named in :attr:`Tick.cancels` once, audited ``timed
   out after Ns: stopping``; its launch's end is then a failure (whatever its
@@ -43,10 +50,12 @@ was refused (the line says why).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from weft.batch.store import BreakerRow, Change, StepRow, StoredBatch, WorkstreamRow
+from weft.clock import iso_from_ms
 from weft.core import CircuitBreaker, Step, Workstream, circuit_open_message
 
 __all__ = ["Outcome", "Scheduler", "Tick"]
@@ -88,6 +97,8 @@ class Tick:
     wake_at_ms: int | None = None
     waiting: dict[str, str] = field(default_factory=dict)
     """Steps that could start but wait, with why (``circuit open: ...``)."""
+    held: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Steps held back by a closed usage window: the provider and when it opens (epoch ms)."""
 
     def wake(self, at: int) -> None:
         """Asks to be called again at ``at`` (the earliest request wins)."""
@@ -118,8 +129,20 @@ class _Ws:
 class Scheduler:
     """The batch's machines and the rules that drive them (see the module doc)."""
 
-    def __init__(self, stored: StoredBatch, *, max_dollars: float | None = None) -> None:
+    def __init__(
+        self,
+        stored: StoredBatch,
+        *,
+        max_dollars: float | None = None,
+        providers: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
         self.max_dollars = max_dollars
+        self.providers: dict[str, frozenset[str]] = {
+            key: frozenset(names) for key, names in (providers or {}).items()
+        }
+        """The providers each step's launch calls (``ws/step`` -> names), from
+        :func:`weft.batch.windows.step_providers`; a step not named calls none."""
+        self._windows: Mapping[str, int] = {}
         self.workstreams: dict[str, _Ws] = {}
         for w in stored.workstreams:
             machine = Workstream.restore(
@@ -182,9 +205,28 @@ class Scheduler:
 
     # ---- the two questions --------------------------------------------------
 
-    def tick(self, now_ms: int, free_slots: int) -> Tick:
-        """The changes and launches due at ``now_ms`` with ``free_slots`` free workers."""
+    def held(self, now_ms: int, windows: Mapping[str, int]) -> dict[str, tuple[str, int]]:
+        """The steps that could start at ``now_ms`` (their workstream not over,
+        their dependencies met, their backoff past) but call a provider closed in
+        ``windows`` (provider -> when it opens, epoch ms): ``key -> (provider,
+        opens_at_ms)``, the provider opening last when several are closed. Moves
+        nothing (``weft batch status`` asks it of a scheduler built to read)."""
+        out: dict[str, tuple[str, int]] = {}
+        for ws in self.workstreams.values():
+            if ws.machine.is_terminal or ws.row.abandon_requested:
+                continue
+            for step in ws.steps.values():
+                closed = self._closed(step, now_ms, windows)
+                if closed is not None and self._ready(ws, step, now_ms, None):
+                    out[step.row.key] = closed
+        return out
+
+    def tick(self, now_ms: int, free_slots: int, windows: Mapping[str, int] | None = None) -> Tick:
+        """The changes and launches due at ``now_ms`` with ``free_slots`` free
+        workers, while the providers in ``windows`` (provider -> when its usage
+        window opens, epoch ms) refuse sessions."""
         tick = Tick()
+        self._windows = windows or {}
         slots = free_slots
         self._check_budget(tick)
         self._check_timeouts(now_ms, tick)
@@ -389,6 +431,7 @@ class Scheduler:
             if slots > 0 and self._launchable(ws, now):
                 tick.changes.append(self._ws_move(ws, RUNNING, now, "orchestrator start"))
             else:
+                self._hold(ws, now, tick)
                 return slots
         if m.state == FAILED:
             self._after_failure(ws, now, tick)
@@ -414,6 +457,10 @@ class Scheduler:
                 tick.changes.append(self._step_retry(step, now))
             if not self._ready(ws, step, now, tick):
                 continue
+            closed = self._closed(step, now, self._windows)
+            if closed is not None:
+                self._note_held(step, closed, tick)
+                continue
             if slots <= 0:
                 tick.waiting[step.row.key] = "waiting for a free worker"
                 continue
@@ -436,7 +483,37 @@ class Scheduler:
         return slots
 
     def _launchable(self, ws: _Ws, now: int) -> bool:
-        return any(self._ready(ws, s, now, None) for s in ws.steps.values())
+        return any(
+            self._ready(ws, s, now, None) and self._closed(s, now, self._windows) is None
+            for s in ws.steps.values()
+        )
+
+    def _closed(self, step: _Step, now: int, windows: Mapping[str, int]) -> tuple[str, int] | None:
+        """The provider of ``step`` whose window opens last, if any is closed."""
+        if not windows:
+            return None
+        found: tuple[str, int] | None = None
+        for provider in self.providers.get(step.row.key, ()):
+            opens = windows.get(provider)
+            if opens is not None and opens > now and (found is None or opens > found[1]):
+                found = (provider, opens)
+        return found
+
+    def _hold(self, ws: _Ws, now: int, tick: Tick) -> None:
+        """Names the held steps of a workstream that does not start (see :meth:`held`)."""
+        if not self._windows:
+            return
+        for step in ws.steps.values():
+            closed = self._closed(step, now, self._windows)
+            if closed is not None and self._ready(ws, step, now, None):
+                self._note_held(step, closed, tick)
+
+    @staticmethod
+    def _note_held(step: _Step, closed: tuple[str, int], tick: Tick) -> None:
+        provider, opens = closed
+        tick.held[step.row.key] = closed
+        tick.waiting[step.row.key] = f"{provider} usage window closed until {iso_from_ms(opens)}"
+        tick.wake(opens)
 
     def _ready(self, ws: _Ws, step: _Step, now: int, tick: Tick | None) -> bool:
         state = step.machine.state

@@ -295,6 +295,9 @@ def render_summary(report: dict[str, Any]) -> str:
             note = ""
             if st.get("overdue"):
                 note = f"  OVERDUE: {st['overdue']}"
+            elif st.get("waiting_for_window"):
+                w = st["waiting_for_window"]
+                note = f"  waiting: {w['provider']} usage window closed until {w['opens_at']}"
             elif st.get("skipped"):
                 note = "  skipped by the user"
             elif st.get("blocked_by"):
@@ -311,6 +314,17 @@ def render_summary(report: dict[str, Any]) -> str:
                 f"  breaker {b['tool']}: {b['state']} "
                 f"({b['consecutive_failures']} consecutive failures)"
             )
+    for w in report.get("usage_windows", []):
+        waiting = sum(
+            1
+            for ws in report["workstreams"]
+            for st in ws["steps"]
+            if st.get("waiting_for_window", {}).get("provider") == w["provider"]
+        )
+        lines.append(
+            f"  usage window {w['provider']}: closed until {w['opens_at']}; "
+            f"{plural(waiting, 'step')} wait for it (no error, no retry spent)"
+        )
     for problem in report["problems"]:
         lines.append(f"  inconsistent: {problem}")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(report["workstream_states"].items()))
