@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,16 @@ from hypothesis import settings
 
 settings.register_profile("default", deadline=None)
 settings.load_profile("default")
+
+
+@pytest.fixture(autouse=True)
+def _private_usage_windows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each test its own usage-window registry: a window one test closes must
+    not hold back another (the registry is the user's, shared by design)."""
+    path = tmp_path_factory.mktemp("windows") / "usage-windows.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WEFT_USAGE_WINDOWS", str(path))
+        yield
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -342,6 +342,8 @@ class SessionMachine:
     @property
     def cooldown_ms(self) -> int | None: ...
     @property
+    def parked_ms(self) -> int | None: ...
+    @property
     def consecutive_errors(self) -> int: ...
     @property
     def total_errors(self) -> int: ...
@@ -367,6 +369,10 @@ class SessionMachine:
         """``GraceExceeded``."""
     def backoff_elapsed(self) -> list[SessionEffect]:
         """``BackoffElapsed``."""
+    def window_closed(self, wait_ms: int) -> list[SessionEffect]:
+        """``WindowClosed(wait_ms)``: park on a closed usage window (no error counted)."""
+    def window_opened(self) -> list[SessionEffect]:
+        """``WindowOpened``: the usage window is open."""
     def operator_stop(self) -> list[SessionEffect]:
         """``OperatorStop`` (valid in every state)."""
     def fatal_error(self, message: str) -> list[SessionEffect]:

@@ -34,6 +34,8 @@ ALL_EVENTS = [
     "UrgentMessage",
     "GraceExceeded",
     "BackoffElapsed",
+    "WindowClosed",
+    "WindowOpened",
     "OperatorStop",
     "FatalError",
 ]
@@ -41,11 +43,12 @@ ALL_EVENTS = [
 ACCEPTS = {
     "Initializing": ["WorktreeReady"],
     "BuildingPrompt": ["PromptReady"],
-    "Spawning": ["SessionStarted", "SessionExited"],
-    "Running": ["SessionExited", "UrgentMessage"],
+    "Spawning": ["SessionStarted", "SessionExited", "WindowClosed"],
+    "Running": ["SessionExited", "UrgentMessage", "WindowClosed"],
     "Interrupting": ["SessionExited", "GraceExceeded"],
     "SessionComplete": ["WorktreeReady"],
     "CoolingDown": ["BackoffElapsed"],
+    "Parked": ["WindowOpened"],
     "Stopped": [],
 }
 
@@ -70,6 +73,8 @@ def pick(rng: random.Random, state: str, spawn_failure: float) -> Step:
         return (event, rng.choice(PROMPTS), None)
     if event == "SessionStarted":
         return (event, rng.choice(SEQS), None)
+    if event == "WindowClosed":
+        return (event, rng.choice([0, 1, 60_000, 2**63]), None)
     if event == "FatalError":
         return (event, rng.choice(MESSAGES), None)
     if event == "SessionExited":
@@ -98,6 +103,11 @@ def apply_core(m: _core.SessionMachine, step: Step) -> list[_core.SessionEffect]
         return m.grace_exceeded()
     if event == "BackoffElapsed":
         return m.backoff_elapsed()
+    if event == "WindowClosed":
+        assert isinstance(a, int)
+        return m.window_closed(a)
+    if event == "WindowOpened":
+        return m.window_opened()
     if event == "OperatorStop":
         return m.operator_stop()
     assert isinstance(a, str)
@@ -127,11 +137,25 @@ def as_tuple(effect: _core.SessionEffect) -> tuple[str, object]:
 
 
 def snapshot(m: _core.SessionMachine) -> tuple[object, ...]:
-    return (m.state, m.consecutive_errors, m.total_errors, m.session_seq, m.cooldown_ms)
+    return (
+        m.state,
+        m.consecutive_errors,
+        m.total_errors,
+        m.session_seq,
+        m.cooldown_ms,
+        m.parked_ms,
+    )
 
 
 def oracle_snapshot(o: OracleSession) -> tuple[object, ...]:
-    return (o.state, o.consecutive_errors, o.total_errors, o.session_seq, o.cooldown_ms)
+    return (
+        o.state,
+        o.consecutive_errors,
+        o.total_errors,
+        o.session_seq,
+        o.cooldown_ms,
+        o.parked_ms,
+    )
 
 
 @settings(max_examples=300)

@@ -5,7 +5,10 @@ A direct restatement of the seed's tables, written from the seed and not from
 ``tests/core/test_session_machine.py`` catches a disagreement in either. The
 seed leaves three things open; the model takes the same decisions as the
 core, each noted where it is made: the text of the fatal message, ``n = 0`` in
-the backoff formula, and events after ``Stopped``.
+the backoff formula, and events after ``Stopped``. Weft adds one thing to the
+seed, written here from its description in ``docs/supervisor.md``: a session
+that ends on a closed usage window parks (``WindowClosed``, no error counted)
+until ``WindowOpened``.
 
 Effects are ``(kind, payload)`` tuples; a rejected event raises
 :class:`OracleRejectedError` and changes nothing.
@@ -50,10 +53,12 @@ class OracleSession:
     total_errors: int = 0
     session_seq: int = 0
     cooldown_ms: int | None = None
+    parked_ms: int | None = None
 
-    def _go(self, state: str, cooldown_ms: int | None = None) -> None:
+    def _go(self, state: str, cooldown_ms: int | None = None, parked_ms: int | None = None) -> None:
         self.state = state
         self.cooldown_ms = cooldown_ms
+        self.parked_ms = parked_ms
 
     def handle(self, event: str, payload: str | int | None = None) -> list[Effect]:
         """Apply any event but ``SessionExited`` (see :meth:`exited`); ``payload``
@@ -88,6 +93,13 @@ class OracleSession:
             self._go("BuildingPrompt")
             return [("IncrementSession", self.session_seq)]
         if s == "CoolingDown" and event == "BackoffElapsed":
+            self._go("BuildingPrompt")
+            return []
+        if s in ("Spawning", "Running") and event == "WindowClosed":
+            assert isinstance(payload, int)
+            self._go("Parked", parked_ms=payload)  # the counters do not move
+            return []
+        if s == "Parked" and event == "WindowOpened":
             self._go("BuildingPrompt")
             return []
         raise OracleRejectedError(s, event)

@@ -77,6 +77,7 @@ from weft.agents.claude_verdict import (
 from weft.agents.claude_wire import (
     KNOWN_TYPES,
     Assistant,
+    RateLimitEvent,
     Result,
     StreamEvent,
     System,
@@ -93,6 +94,7 @@ from weft.agents.events import (
     CostSource,
     ErrorClass,
     RetryNotice,
+    SessionExited,
     SessionResult,
     SessionStarted,
     Thinking,
@@ -100,6 +102,7 @@ from weft.agents.events import (
     ToolResult,
     ToolUse,
     UsageDelta,
+    UsageWindow,
 )
 from weft.agents.harness import ProcessEnd, decode_lossy, stopped_verdict
 from weft.agents.pricing import round_pico
@@ -110,6 +113,9 @@ from weft.agents.vendor_errors import (
 )
 
 log = logging.getLogger(__name__)
+
+_WINDOW_RANK = {"allowed": 0, "allowed_warning": 1, "rejected": 2}
+"""How bad each usage-window status is: the worst one reported is the one shown."""
 
 SYNTHETIC_MODEL = "<synthetic>"
 _NO_TOKENS = Tokens()
@@ -180,6 +186,8 @@ class ClaudeParser:
         self._context_error = False
         """An error that says the context ran out (not a compaction)."""
         self._stderr_notes: list[str] = []
+        self._window: UsageWindow | None = None
+        """The last usage window reported (``rate_limit_event``)."""
         self._core = _core.ClaudeLineParser(self._price_numbers) if core else None
         """The fast path and the state it shares with the Python path (the
         usage maxima, the summed tokens, the estimate, the stream's message
@@ -190,6 +198,7 @@ class ClaudeParser:
             StreamEvent: self._stream_event,
             System: self._system,
             Result: self._on_result,
+            RateLimitEvent: self._rate_limit,
         }
         """The line kinds that yield events; the others are read and dropped."""
 
@@ -275,7 +284,23 @@ class ClaudeParser:
         return []
 
     def finish(self, end: ProcessEnd) -> list[AgentEvent]:
-        """The verdict (§1.7)."""
+        """The verdict (§1.7), with the last usage window: a session that
+        failed while its window was rejected failed because of it
+        (``usage_limit``; reference real-agent-clis §1.10), whatever the
+        result's words, which only the CLI's locale decides."""
+        exited = self._verdict(end)
+        window = self._window
+        if window is None:
+            return [exited]
+        if not exited.ok and end.stopped is None and window.status == "rejected":
+            return [
+                msgspec.structs.replace(
+                    exited, error_class=ErrorClass.USAGE_LIMIT, retriable=False, window=window
+                )
+            ]
+        return [msgspec.structs.replace(exited, window=window)]
+
+    def _verdict(self, end: ProcessEnd) -> SessionExited:
         session_id, aliases = self._canonical_id()
         result = self._result
         if result is not None and self._result_event is not None:
@@ -295,42 +320,38 @@ class ClaudeParser:
                 retriable = self._retriable(error_class, ev)
                 message = self._result_message(result)
             texts = [result.result or "", *map(str, result.errors), self._api_error_text or ""]
-            return [
-                session_exited(
-                    end,
-                    error_class=error_class,
-                    retriable=retriable,
-                    message=message,
-                    retry_after_ms=None if ok else first_retry_after(texts, end.stderr_tail),
-                    result_seen=True,
-                    session=(session_id, aliases),
-                    cost=(ev.cost_usd, ev.cost_source),
-                    tokens=ev.tokens,
-                    malformed_lines=self.malformed,
-                    unknown_types=self.unknown_types,
-                    context_exceeded=self._context_exceeded,
-                )
-            ]
-        error_class, retriable, message = self._no_result_verdict(end)
-        cost, source, tokens = self._estimate()
-        return [
-            session_exited(
+            return session_exited(
                 end,
                 error_class=error_class,
                 retriable=retriable,
                 message=message,
-                retry_after_ms=first_retry_after(
-                    [self._api_error_text or "", *self._stderr_notes], end.stderr_tail
-                ),
-                result_seen=False,
+                retry_after_ms=None if ok else first_retry_after(texts, end.stderr_tail),
+                result_seen=True,
                 session=(session_id, aliases),
-                cost=(cost, source),
-                tokens=tokens,
+                cost=(ev.cost_usd, ev.cost_source),
+                tokens=ev.tokens,
                 malformed_lines=self.malformed,
                 unknown_types=self.unknown_types,
                 context_exceeded=self._context_exceeded,
             )
-        ]
+        error_class, retriable, message = self._no_result_verdict(end)
+        cost, source, tokens = self._estimate()
+        return session_exited(
+            end,
+            error_class=error_class,
+            retriable=retriable,
+            message=message,
+            retry_after_ms=first_retry_after(
+                [self._api_error_text or "", *self._stderr_notes], end.stderr_tail
+            ),
+            result_seen=False,
+            session=(session_id, aliases),
+            cost=(cost, source),
+            tokens=tokens,
+            malformed_lines=self.malformed,
+            unknown_types=self.unknown_types,
+            context_exceeded=self._context_exceeded,
+        )
 
     # -- line kinds --
 
@@ -623,6 +644,28 @@ class ClaudeParser:
             else:
                 core.sse_message_id = event.message.id
         return []
+
+    def _rate_limit(self, msg: RateLimitEvent) -> list[AgentEvent]:
+        info = msg.rate_limit_info
+        if info is None or not info.status:
+            return []
+        status, resets_at, window, used = info.status, info.resetsAt, info.rateLimitType, None
+        for name, w in (info.unifiedWindows or {}).items():
+            # The overall status can say "allowed" while a window warns.
+            if w.status and _WINDOW_RANK.get(w.status, 0) > _WINDOW_RANK.get(status, 0):
+                status, resets_at, window = w.status, w.resetsAt or resets_at, name
+            if name == window and w.utilization is not None:
+                used = w.utilization
+        if used is None:
+            used = info.utilization
+        event = UsageWindow(
+            status=status,
+            resets_at_ms=None if resets_at is None else int(resets_at * 1000),
+            window=window,
+            utilization=used,
+        )
+        self._window = event
+        return [event]
 
     def _on_result(self, r: Result) -> list[AgentEvent]:
         self._result = r

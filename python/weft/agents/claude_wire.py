@@ -145,8 +145,18 @@ class StreamEvent(Line, tag="stream_event"):
     parent_tool_use_id: str | None = None
 
 
+class WindowInfo(msgspec.Struct, gc=False):
+    status: str | None = None
+    resetsAt: float | None = None  # noqa: N815 (the CLI's own name)
+    utilization: float | None = None
+
+
 class RateLimitInfo(msgspec.Struct, gc=False):
     status: str | None = None
+    resetsAt: float | None = None  # noqa: N815
+    rateLimitType: str | None = None  # noqa: N815
+    utilization: float | None = None
+    unifiedWindows: dict[str, WindowInfo] | None = None  # noqa: N815
 
 
 class RateLimitEvent(Line, tag="rate_limit_event"):

@@ -93,6 +93,10 @@ class ErrorClass(enum.StrEnum):
     """Weft stopped it: no first output, or an idle stream (retriable)."""
     STOPPED = "stopped"
     """Weft stopped it on request (operator stop, interrupt, shutdown)."""
+    USAGE_LIMIT = "usage_limit"
+    """The account's usage window is closed until the time
+    :attr:`SessionExited.window` names: the codon parks until then (never
+    retried at once, never counted as an error)."""
 
 
 class CostSource(enum.StrEnum):
@@ -190,6 +194,21 @@ class RetryNotice(_Event, frozen=True, tag="retry.notice"):
     status: int | None = None
 
 
+class UsageWindow(_Event, frozen=True, tag="usage.window"):
+    """The account's usage window as the agent reported it (Claude Code on a
+    subscription: ``rate_limit_event``). ``status`` is the worst of the
+    overall status and the windows' own: ``allowed``, ``allowed_warning``
+    (close to the limit) or ``rejected`` (closed until ``resets_at_ms``)."""
+
+    status: str
+    resets_at_ms: int | None = None
+    """When the window opens again (epoch milliseconds), if said."""
+    window: str | None = None
+    """The provider's name for the window that decided (``five_hour``, ``seven_day``)."""
+    utilization: float | None = None
+    """How much of that window is used, 0 to 1, if said."""
+
+
 class SessionResult(_Event, frozen=True, tag="session.result"):
     """The agent's own final report (Claude ``result``, Codex
     ``turn.completed``/``turn.failed``, Gemini ``result``). Authoritative for
@@ -248,6 +267,9 @@ class SessionExited(_Event, frozen=True, tag="session.exited"):
     log_error: str | None = None
     """Set when the raw log could not be written (a full disk): the session
     failed, and so does the run, whose record would be incomplete."""
+    window: UsageWindow | None = None
+    """The last usage window the agent reported; with ``error_class``
+    ``usage_limit``, the rejected one that ended the session."""
 
 
 AgentEvent: TypeAlias = (
@@ -258,6 +280,7 @@ AgentEvent: TypeAlias = (
     | ToolResult
     | UsageDelta
     | RetryNotice
+    | UsageWindow
     | SessionResult
     | StderrLine
     | SessionExited

@@ -52,6 +52,7 @@ __all__ = [
     "RuntimeConfig",
     "RuntimeSentinelSettings",
     "RuntimeSessionSettings",
+    "RuntimeUsageWindowSettings",
     "resolve_runtime_config",
     "setting_names",
 ]
@@ -119,6 +120,17 @@ class RuntimeBreakerSettings(_Settings, frozen=True, kw_only=True):
     """Probe successes that close a half-open breaker."""
 
 
+class RuntimeUsageWindowSettings(_Settings, frozen=True, kw_only=True):
+    """Waiting for a subscription's usage window (:mod:`weft.windows`): a codon
+    whose provider refuses sessions until a named time parks until then."""
+
+    margin_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 10_000
+    """Waited past the time the provider names, for clock differences."""
+    max_wait_ms: Annotated[int, Meta(ge=0)] = 7 * 24 * 3_600_000
+    """The longest a codon waits for a window (a week, the longest window);
+    one that opens later fails the codon."""
+
+
 class RuntimeConfig(_Settings, frozen=True, kw_only=True):
     """Weft's runtime settings (the reference's hankweave.json keys, in weft.json)."""
 
@@ -145,6 +157,9 @@ class RuntimeConfig(_Settings, frozen=True, kw_only=True):
     budget: RuntimeBudget = msgspec.field(default_factory=RuntimeBudget)
     session: RuntimeSessionSettings = msgspec.field(default_factory=RuntimeSessionSettings)
     breaker: RuntimeBreakerSettings = msgspec.field(default_factory=RuntimeBreakerSettings)
+    usage_window: RuntimeUsageWindowSettings = msgspec.field(
+        default_factory=RuntimeUsageWindowSettings
+    )
 
 
 @dataclass(frozen=True)

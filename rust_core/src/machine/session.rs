@@ -17,6 +17,9 @@
 //!                                  │ WorktreeReady
 //!                                  └────────────────────────────► BuildingPrompt
 //! OperatorStop | FatalError, from any state ─► Stopped
+//!
+//! Weft's addition, usage windows (not in the seed):
+//! Spawning | Running ─WindowClosed(wait_ms)─► Parked ─WindowOpened─► BuildingPrompt
 //! ```
 //!
 //! # Design
@@ -32,6 +35,17 @@
 //! A `(state, event)` pair that is not in the seed's table is rejected with a
 //! [`SessionTransitionError`] and leaves the machine untouched, so a stray or
 //! duplicated event from a racing backend can never corrupt the supervisor.
+//!
+//! # Usage windows
+//!
+//! A subscription's provider may refuse every session until a time it names
+//! (Claude Code's `rate_limit_event` with `status: rejected` and `resetsAt`).
+//! Retrying on the seed's backoff would burn the error thresholds within
+//! minutes of a window that opens hours later, so the session exit is fed as
+//! [`SessionEvent::WindowClosed`] instead: the machine parks for the wait the
+//! caller computed (it reads no clock) and counts no error, and
+//! [`SessionEvent::WindowOpened`] builds the next prompt as a cool-down's end
+//! does.
 //!
 //! # Error counters
 //!
@@ -151,6 +165,12 @@ pub enum SessionState {
         /// Length of this cool-down, from [`backoff_ms`].
         duration_ms: u64,
     },
+    /// Waiting for the provider's usage window to open (Weft's addition);
+    /// the caller schedules [`SessionEvent::WindowOpened`] after `wait_ms`.
+    Parked {
+        /// How long until the window opens, as the caller computed it.
+        wait_ms: u64,
+    },
     /// Terminal: the supervisor has stopped.
     Stopped,
 }
@@ -166,6 +186,7 @@ impl SessionState {
             Self::Interrupting { .. } => "Interrupting",
             Self::SessionComplete => "SessionComplete",
             Self::CoolingDown { .. } => "CoolingDown",
+            Self::Parked { .. } => "Parked",
             Self::Stopped => "Stopped",
         }
     }
@@ -199,6 +220,11 @@ pub enum SessionEvent {
     GraceExceeded,
     /// The cool-down scheduled for [`SessionState::CoolingDown`] is over.
     BackoffElapsed,
+    /// The session ended because the provider's usage window is closed for
+    /// `wait_ms` more milliseconds (Weft's addition: no error is counted).
+    WindowClosed(u64),
+    /// The usage window a [`SessionState::Parked`] machine waited for is open.
+    WindowOpened,
     /// The operator asked the agent to stop (valid in any state).
     OperatorStop,
     /// An unrecoverable error occurred (valid in any state).
@@ -216,6 +242,8 @@ impl SessionEvent {
             Self::UrgentMessage => "UrgentMessage",
             Self::GraceExceeded => "GraceExceeded",
             Self::BackoffElapsed => "BackoffElapsed",
+            Self::WindowClosed(_) => "WindowClosed",
+            Self::WindowOpened => "WindowOpened",
             Self::OperatorStop => "OperatorStop",
             Self::FatalError(_) => "FatalError",
         }
@@ -354,6 +382,7 @@ impl SessionMachine {
             // it is not an error whatever the backend reports.
             (S::Initializing, E::WorktreeReady)
             | (S::CoolingDown { .. }, E::BackoffElapsed)
+            | (S::Parked { .. }, E::WindowOpened)
             | (S::Interrupting { .. }, E::SessionExited(_)) => {
                 self.state = S::BuildingPrompt;
                 Ok(Vec::new())
@@ -372,6 +401,12 @@ impl SessionMachine {
                 S::Spawning | S::Running { .. },
                 E::SessionExited(outcome @ (ExitOutcome::Error(_) | ExitOutcome::Timeout)),
             ) => Ok(self.record_error(&outcome)),
+            // Neither counter moves: the provider refused on its own schedule,
+            // and a session that started still breaks the run of failures.
+            (S::Spawning | S::Running { .. }, E::WindowClosed(wait_ms)) => {
+                self.state = S::Parked { wait_ms };
+                Ok(Vec::new())
+            }
             (S::Running { .. }, E::SessionExited(ExitOutcome::Success)) => {
                 self.consecutive_errors = 0;
                 self.state = S::SessionComplete;
@@ -466,6 +501,7 @@ mod tests {
             S::Interrupting { session_seq: 7 },
             S::SessionComplete,
             S::CoolingDown { duration_ms: 2_000 },
+            S::Parked { wait_ms: 9_000 },
             S::Stopped,
         ]
     }
@@ -482,6 +518,8 @@ mod tests {
             E::UrgentMessage,
             E::GraceExceeded,
             E::BackoffElapsed,
+            E::WindowClosed(9_000),
+            E::WindowOpened,
             E::OperatorStop,
             E::FatalError("fatal".to_owned()),
         ]
@@ -497,9 +535,15 @@ mod tests {
             S::BuildingPrompt => matches!(event, E::PromptReady(_)),
             S::Spawning => matches!(
                 event,
-                E::SessionStarted(_) | E::SessionExited(X::Error(_) | X::Timeout)
+                E::SessionStarted(_)
+                    | E::SessionExited(X::Error(_) | X::Timeout)
+                    | E::WindowClosed(_)
             ),
-            S::Running { .. } => matches!(event, E::SessionExited(_) | E::UrgentMessage),
+            S::Running { .. } => matches!(
+                event,
+                E::SessionExited(_) | E::UrgentMessage | E::WindowClosed(_)
+            ),
+            S::Parked { .. } => matches!(event, E::WindowOpened),
             S::Interrupting { .. } => matches!(event, E::SessionExited(_) | E::GraceExceeded),
             S::CoolingDown { .. } => matches!(event, E::BackoffElapsed),
             S::Stopped => false,
@@ -724,6 +768,28 @@ mod tests {
     }
 
     #[test]
+    fn a_closed_window_parks_without_counting_and_opens_to_a_new_prompt() {
+        for from in [S::Spawning, S::Running { session_seq: 3 }] {
+            let mut m = machine_in(from);
+            m.consecutive_errors = 2;
+            m.total_errors = 7;
+            assert_eq!(m.handle(E::WindowClosed(60_000)), Ok(vec![]));
+            assert_eq!(m.state(), S::Parked { wait_ms: 60_000 });
+            assert_eq!((m.consecutive_errors(), m.total_errors()), (2, 7));
+            assert_eq!(m.handle(E::WindowOpened), Ok(vec![]));
+            assert_eq!(m.state(), S::BuildingPrompt);
+            assert_eq!((m.consecutive_errors(), m.total_errors()), (2, 7));
+        }
+    }
+
+    #[test]
+    fn a_stop_while_parked_cancels_nothing() {
+        let mut m = machine_in(S::Parked { wait_ms: 1 });
+        assert_eq!(m.handle(E::OperatorStop), Ok(vec![]));
+        assert_eq!(m.state(), S::Stopped);
+    }
+
+    #[test]
     fn row_cooling_down_backoff_elapsed() {
         let mut m = machine_in(S::CoolingDown { duration_ms: 4_000 });
         m.consecutive_errors = 2;
@@ -808,10 +874,11 @@ mod tests {
                 }
             }
         }
-        // 8 states x 11 events: 8 x 2 global cells plus 15 table cells (rows
-        // with a wildcard outcome count once per outcome).
-        assert_eq!(accepted, 16 + 15);
-        assert_eq!(rejected, 88 - 31);
+        // 9 states x 13 events: 9 x 2 global cells plus 15 cells of the seed's
+        // table (rows with a wildcard outcome count once per outcome) and 3 of
+        // the usage windows.
+        assert_eq!(accepted, 18 + 15 + 3);
+        assert_eq!(rejected, 117 - 36);
     }
 
     #[test]
@@ -1083,6 +1150,7 @@ mod tests {
                 "Interrupting",
                 "SessionComplete",
                 "CoolingDown",
+                "Parked",
                 "Stopped"
             ]
         );
@@ -1099,6 +1167,8 @@ mod tests {
                 "UrgentMessage",
                 "GraceExceeded",
                 "BackoffElapsed",
+                "WindowClosed",
+                "WindowOpened",
                 "OperatorStop",
                 "FatalError"
             ]

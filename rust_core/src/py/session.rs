@@ -27,7 +27,7 @@ const _: () = assert!(DEFAULT_MAX_TOTAL_ERRORS == 20);
 static TRANSITION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// The state names, in lifecycle order (`SESSION_STATES`).
-const STATE_NAMES: [&str; 8] = [
+const STATE_NAMES: [&str; 9] = [
     "Initializing",
     "BuildingPrompt",
     "Spawning",
@@ -35,6 +35,7 @@ const STATE_NAMES: [&str; 8] = [
     "Interrupting",
     "SessionComplete",
     "CoolingDown",
+    "Parked",
     "Stopped",
 ];
 
@@ -180,6 +181,16 @@ impl SessionMachine {
         }
     }
 
+    /// The wait for the usage window, in milliseconds, while in `Parked`;
+    /// otherwise `None`.
+    #[getter]
+    fn parked_ms(&self) -> Option<u64> {
+        match self.inner.state() {
+            SessionState::Parked { wait_ms } => Some(wait_ms),
+            _ => None,
+        }
+    }
+
     /// Errors since the last `SessionStarted` or successful exit.
     #[getter]
     fn consecutive_errors(&self) -> u32 {
@@ -268,6 +279,17 @@ impl SessionMachine {
         self.handle(py, SessionEvent::BackoffElapsed)
     }
 
+    /// `WindowClosed(wait_ms)`: the session ended on a closed usage window
+    /// (Weft's addition to the seed); parks without counting an error.
+    fn window_closed(&mut self, py: Python<'_>, wait_ms: u64) -> Effects {
+        self.handle(py, SessionEvent::WindowClosed(wait_ms))
+    }
+
+    /// `WindowOpened`: the usage window is open; the next prompt is built.
+    fn window_opened(&mut self, py: Python<'_>) -> Effects {
+        self.handle(py, SessionEvent::WindowOpened)
+    }
+
     /// `OperatorStop`: valid in every state.
     fn operator_stop(&mut self, py: Python<'_>) -> Effects {
         self.handle(py, SessionEvent::OperatorStop)
@@ -286,6 +308,7 @@ impl SessionMachine {
             SessionState::CoolingDown { duration_ms } => {
                 format!("CoolingDown(duration_ms={duration_ms})")
             }
+            SessionState::Parked { wait_ms } => format!("Parked(wait_ms={wait_ms})"),
             other => other.as_str().to_owned(),
         };
         format!(

@@ -26,6 +26,11 @@ messages after it:
 ``hang``        headers, then nothing
 ``maxtok``      the first answer stops at ``max_tokens``
 
+A subscription's usage window (``AnthropicMock.window``, a :class:`Window`):
+every answer carries the ``anthropic-ratelimit-unified-*`` headers Claude Code
+reads when it holds an OAuth token (reference real-agent-clis §1.10); while
+the window is closed every call is a 429 with status ``rejected``.
+
 Usage per answer: input 1000 + 10 per message, cache read 2000, cache write 500,
 output a quarter of the characters (at least 1): like the mock the reference was
 recorded with, so figures can be compared with its transcripts.
@@ -87,6 +92,32 @@ def turn(messages: list[dict[str, Any]]) -> tuple[str, int, list[str]]:
     return prompt, rounds, [p for _, p in prompts[:-1]]
 
 
+@dataclasses.dataclass
+class Window:
+    """The account's five-hour window: closed until ``closed_until`` (epoch
+    seconds), ``utilization`` used (a warning from 0.9)."""
+
+    closed_until: float = 0.0
+    utilization: float = 0.5
+    resets_at: float = 0.0
+    """When an open window resets (epoch seconds; 0: five hours from now)."""
+
+    def headers(self, now: float) -> dict[str, str]:
+        closed = now < self.closed_until
+        reset = int(self.closed_until if closed else self.resets_at or now + 5 * 3600)
+        status = "rejected" if closed else "allowed"
+        window = status if closed or self.utilization < 0.9 else "allowed_warning"
+        used = 1.0 if closed else self.utilization
+        return {
+            "anthropic-ratelimit-unified-status": status,
+            "anthropic-ratelimit-unified-reset": str(reset),
+            "anthropic-ratelimit-unified-representative-claim": "five_hour",
+            "anthropic-ratelimit-unified-5h-status": window,
+            "anthropic-ratelimit-unified-5h-reset": str(reset),
+            "anthropic-ratelimit-unified-5h-utilization": f"{used:.2f}",
+        }
+
+
 def _bash(command: str, what: str) -> dict[str, Any]:
     return {
         "type": "tool_use",
@@ -117,6 +148,10 @@ class AnthropicHandler(Handler):
         )
         keys = req.keys
         model = str(body.get("model") or "claude-sonnet-5-5")
+        window = self.mock.window
+        if window is not None and time.time() < window.closed_until:
+            self._error(req, 429, model)
+            return
         status = self._error_status(req)
         if status is not None:
             self._error(req, status, model)
@@ -138,7 +173,7 @@ class AnthropicHandler(Handler):
         )
         if not stream:
             req.billed, req.outcome = billed, "json"
-            self.send_json(200, self._message(model, blocks, stop, billed))
+            self.send_json(200, self._message(model, blocks, stop, billed), self._window_headers())
             return
         self._stream(req, model, blocks, stop, billed)
 
@@ -158,9 +193,15 @@ class AnthropicHandler(Handler):
         if "ptl" in req.keys:
             message = PTL
         req.outcome = f"error {status}"
-        headers = {"request-id": f"req_{uuid.uuid4().hex[:20]}"}
+        headers = {"request-id": f"req_{uuid.uuid4().hex[:20]}", **self._window_headers()}
         if status in (429, 529):
             headers["retry-after"] = "1"
+        if headers.get("anthropic-ratelimit-unified-status") == "rejected":
+            kind, message = (
+                "rate_limit_error",
+                "This request would exceed your account's rate limit.",
+            )
+            del headers["retry-after"]
         self.send_json(
             status,
             {"type": "error", "error": {"type": kind, "message": message.format(model=model)}},
@@ -211,6 +252,10 @@ class AnthropicHandler(Handler):
 
     # -- wire --
 
+    def _window_headers(self) -> dict[str, str]:
+        window = self.mock.window
+        return {} if window is None else window.headers(time.time())
+
     @staticmethod
     def _usage(billed: Billed, *, output: int | None = None) -> dict[str, Any]:
         return {
@@ -246,7 +291,7 @@ class AnthropicHandler(Handler):
         message = self._message(model, [], stop, billed)
         message["stop_reason"] = None
         message["usage"] = self._usage(billed, output=1)
-        self.start_sse()
+        self.start_sse(self._window_headers())
         self.sse("message_start", {"type": "message_start", "message": message})
         self.sse("ping", {"type": "ping"})
         pieces = 10 if "slow" in keys else 1
@@ -320,3 +365,5 @@ class AnthropicMock(MockServer):
     """The Messages API on a local port (use as a context manager)."""
 
     handler = AnthropicHandler
+    window: Window | None = None
+    """The subscription's usage window; ``None``: no unified headers (an API key)."""

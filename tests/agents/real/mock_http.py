@@ -165,11 +165,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def start_sse(self) -> None:
+    def start_sse(self, headers: dict[str, str] | None = None) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
 
     def sse(self, event: str, data: Any) -> None:

@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -954,7 +955,7 @@ class ClaudeRun(Flavour):
         raw = os.environ.get("CLAUDE_CODE_MAX_RETRIES", "")
         return int(raw) if raw.strip().isdigit() else DEFAULT_MAX_RETRIES
 
-    def _synthetic(self, text: str, error: str) -> Emit:
+    def _synthetic(self, text: str, error: str, extra: JsonObj | None = None) -> Emit:
         zero = {
             "input_tokens": 0,
             "output_tokens": 0,
@@ -973,9 +974,11 @@ class ClaudeRun(Flavour):
         }
         line = self._line({"type": "assistant", "message": message, "parent_tool_use_id": None})
         line["error"] = error
-        self.transcript.add(
-            "assistant", line["uuid"], {"message": message, "isApiErrorMessage": True}
-        )
+        line.update(extra or {})
+        fields: JsonObj = {"message": message, "isApiErrorMessage": True}
+        if extra and "api_error_params" in extra:
+            fields["apiErrorParams"] = extra["api_error_params"]
+        self.transcript.add("assistant", line["uuid"], fields)
         return Emit(line)
 
     def api_failure(self, status: int, *, retries: int, delay: float) -> Iterator[Step]:
@@ -1132,7 +1135,25 @@ def open_run(ctx: Context, opts: ClaudeOptions, model: str) -> tuple[Session, Cl
     if session.history:
         run.prior_usage = transcript_usage(session.history)
         run.prior_prompts = count_prompts(session.history)
+        until = window_until(session.history)
+        if until > time.time() and ctx.directives.scenario is None and settings.scenario is None:
+            # The account's window is closed for every session, a resumed one too.
+            ctx.scenario, ctx.params = "usage_window", {"until": repr(until)}
+            run.params = ctx.params
     return session, run
+
+
+def window_until(entries: list[JsonObj]) -> float:
+    """When the usage window that last rejected this session opens (epoch
+    seconds; 0 when none did)."""
+    for entry in reversed(entries):
+        params = entry.get("apiErrorParams")
+        if entry.get("type") != "assistant" or not isinstance(params, dict):
+            continue
+        info = params.get("rate_limit_info")
+        if isinstance(info, dict) and isinstance(info.get("resetsAt"), int | float):
+            return float(info["resetsAt"])
+    return 0.0
 
 
 def transcript_usage(entries: list[JsonObj]) -> dict[str, Usage]:

@@ -9,6 +9,7 @@ shared rows (success, hangs, crashes, floods) are in :mod:`scenarios`.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from functools import partial
 
@@ -50,6 +51,7 @@ def claude_scenarios(run: ClaudeRun) -> dict[str, ScenarioFn]:
         "cost_omitted": partial(sc_cost_omitted, run),
         "multi_model_cost": partial(sc_multi_model_cost, run),
         "context_full": partial(sc_context_full, run),
+        "usage_window": partial(sc_usage_window, run),
         "resume": run.sc_success,
         "multi_turn_stdin": run.sc_success,
         "session_in_use": run.sc_session_in_use,
@@ -351,4 +353,63 @@ def sc_context_full(run: ClaudeRun) -> Iterator[Step]:
             is_error=True, text=text, api_error_status=400, terminal_reason="prompt_too_long"
         )
     )
+    yield Exit(1)
+
+
+def window_line(run: ClaudeRun, status: str, resets_at: int, utilization: float) -> Emit:
+    """A ``rate_limit_event`` as 2.1.330 prints it with a subscription token."""
+    info = {
+        "status": "rejected" if status == "rejected" else "allowed",
+        "resetsAt": resets_at,
+        "rateLimitType": "five_hour",
+        "isUsingOverage": False,
+        "unifiedWindows": {
+            "five_hour": {"utilization": utilization, "resetsAt": resets_at, "status": status}
+        },
+    }
+    return Emit(run._line({"type": "rate_limit_event", "rate_limit_info": info}))
+
+
+def sc_usage_window(run: ClaudeRun) -> Iterator[Step]:
+    """The account's five-hour window is closed until ``until`` (epoch seconds,
+    wall clock): a ``rejected`` window, the synthetic "You've hit your 5-hour
+    limit" message, an ``is_error`` result with status 429, exit 1 (reference
+    real-agent-clis §1.10). A resume of the session remembers the window (it is
+    the account's); from ``until`` on the session runs normally and reports an
+    ``allowed`` window."""
+    until = run.param_float("until", 0.0)
+    yield from run.opening()
+    if time.time() >= until:
+        reset = int(time.time()) + 5 * 3600
+        yield from run.work()
+        text = run.final_text()
+        yield from run.call([{"type": "text", "text": text}])
+        yield window_line(run, "allowed", reset, 0.5)
+        yield Emit(run.result_line(text=text))
+        return
+    reset = int(until)
+    yield window_line(run, "rejected", reset, 1)
+    when = time.strftime("%I:%M%p", time.gmtime(reset)).lstrip("0").lower()
+    text = f"You've hit your 5-hour limit \u00b7 resets {when} (UTC)"
+    info = {
+        "status": "rejected",
+        "resetsAt": reset,
+        "rateLimitType": "five_hour",
+        "isUsingOverage": False,
+    }
+    yield run._synthetic(
+        text,
+        "rate_limit",
+        {
+            "is_api_error_message": True,
+            "api_error_status": 429,
+            "api_error": "usage_limit_reached",
+            "api_error_params": {"rate_limit_info": info},
+            "api_error_type": "rate_limit_error",
+        },
+    )
+    run.turns += 1
+    result = run.result_line(is_error=True, text=text, api_error_status=429)
+    result.update(api_error="usage_limit_reached", api_error_type="rate_limit_error")
+    yield Emit(result)
     yield Exit(1)

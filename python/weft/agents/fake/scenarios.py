@@ -65,6 +65,7 @@ KNOWN_PARAMS: dict[str, type] = {
     "stall_ms": float,
     "status": int,
     "turns": int,
+    "until": float,
     "usd": float,
     "variant": str,
 }
