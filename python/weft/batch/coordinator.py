@@ -490,6 +490,8 @@ def apply_command(
         return scheduler.request_abandon(target)
     if kind == "retry":
         return scheduler.retry_step(target)
+    if kind == "reopen":
+        return scheduler.retry_step(target, reopen=True)
     if kind == "skip":
         return scheduler.skip_step(target)
     if kind == "reset-breaker":

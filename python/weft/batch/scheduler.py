@@ -357,9 +357,11 @@ class Scheduler:
         )
         return [change], f"workstream {ws_id}: abandon requested (in {state})"
 
-    def retry_step(self, key: str) -> tuple[list[Change], str]:
+    def retry_step(self, key: str, *, reopen: bool = False) -> tuple[list[Change], str]:
         """``weft batch retry STEP`` (the seed's Recovery 2): a failed step whose
-        retries are spent starts over in ``S_PENDING`` with ``retry_count`` 0."""
+        retries are spent starts over in ``S_PENDING`` with ``retry_count`` 0.
+        In an abandoned workstream only with ``reopen`` (``--reopen``): a new
+        attempt of the workstream (:meth:`_reopen`)."""
         try:
             step = self.step(key)
         except KeyError as e:
@@ -368,12 +370,60 @@ class Scheduler:
         if step.machine.state != FAILED:
             return [], f"step {key} is {step.machine.state}; only a step in S_FAILED is retried"
         if ws.machine.is_terminal:
+            if reopen and ws.machine.state == ABANDONED:
+                return self._reopen(ws, step)
+            how = (
+                f"; `weft batch retry FILE {key} --reopen` starts a new attempt of the workstream"
+                if ws.machine.state == ABANDONED
+                else ""
+            )
             return [], (
                 f"step {key} belongs to workstream {ws.row.ws_id}, which is "
-                f"{ws.machine.state} (terminal): nothing in it runs again"
+                f"{ws.machine.state} (terminal): nothing in it runs again{how}"
             )
         return [self._reset_step(step, {"reason": "retry requested", "recovery": 2})], (
             f"step {key}: reset to S_PENDING (retry_count 0)"
+        )
+
+    def _reopen(self, ws: _Ws, step: _Step) -> tuple[list[Change], str]:
+        """A new attempt of an abandoned workstream, for one of its failed steps.
+
+        The seed's workstream machine has no move out of ``S_ABANDONED``; the
+        workstream is given a machine restored in ``S_RUNNING`` with its own
+        retries fresh (a new attempt), audited ``S_ABANDONED -> S_RUNNING`` with
+        ``"reopened": true`` and the attempt's number; the step starts over as
+        ``weft batch retry`` does. Its other failed steps stay failed (each can
+        be retried now that the workstream runs); a pending abandon request is
+        withdrawn."""
+        m = ws.machine
+        attempt = ws.row.attempt + 1
+        ws.machine = Workstream.restore(
+            RUNNING,
+            max_retries=m.max_retries,
+            retry_count=0,
+            retry_ready_at_ms=None,
+            base_delay_ms=m.base_delay_ms,
+            max_delay_ms=m.max_delay_ms,
+        )
+        ws.row.state, ws.row.attempt, ws.row.abandon_requested = RUNNING, attempt, False
+        reopen = Change(
+            "workstreams",
+            (ws.row.ws_id,),
+            ABANDONED,
+            RUNNING,
+            values={"retry_count": 0, "retry_ready_at_ms": None, "abandon_requested": False},
+            metadata={
+                "reason": f"reopened by the user for step {step.row.step_id}: attempt {attempt}",
+                "reopened": True,
+                "attempt": attempt,
+                "recovery": 2,
+            },
+        )
+        meta = {"reason": f"retry requested (workstream attempt {attempt})", "recovery": 2}
+        return [reopen, self._reset_step(step, meta)], (
+            f"workstream {ws.row.ws_id}: reopened (S_ABANDONED -> S_RUNNING, attempt {attempt}, "
+            f"workstream retries 0 of {m.max_retries}); step {step.row.key}: reset to S_PENDING "
+            "(retry_count 0)"
         )
 
     def skip_step(self, key: str) -> tuple[list[Change], str]:

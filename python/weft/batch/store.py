@@ -196,6 +196,10 @@ class WorkstreamRow:
     base_delay_ms: int
     max_delay_ms: int
     abandon_requested: bool
+    attempt: int = 1
+    """The workstream's attempt: 1, plus one per reopening (``weft batch retry
+    --reopen``), counted from the audit trail's moves out of ``S_ABANDONED``
+    (the only way out of it); not a column."""
 
 
 @dataclass
@@ -493,6 +497,12 @@ class BatchStore:
     def load(self) -> StoredBatch:
         """Every row, workstreams and steps in plan order."""
         c = self._conn
+        reopened = dict(
+            c.execute(
+                "SELECT ws_id, COUNT(*) FROM state_transitions WHERE step_id IS NULL "
+                "AND from_state = 'S_ABANDONED' GROUP BY ws_id"
+            ).fetchall()
+        )
         wss = [
             WorkstreamRow(
                 ws_id=r[0],
@@ -504,6 +514,7 @@ class BatchStore:
                 base_delay_ms=r[6],
                 max_delay_ms=r[7],
                 abandon_requested=bool(r[8]),
+                attempt=1 + int(reopened.get(r[0], 0)),
             )
             for r in c.execute(
                 "SELECT ws_id, position, state, retry_count, max_retries, retry_ready_at_ms, "

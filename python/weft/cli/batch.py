@@ -9,10 +9,11 @@
   (Recovery 1), the same as ``run`` on a started batch;
 * ``weft batch rebuild FILE``: a new store for a batch whose store was
   refused as damaged, from the batch file and what the step folders prove;
-* ``weft batch abandon FILE WS``, ``retry FILE WS/STEP`` and ``skip FILE
-  WS/STEP`` (Recovery 2), ``reset-breaker FILE TOOL`` (Recovery 3): sent to the
-  running coordinator through the store's inbox, or applied at once when none
-  runs; exit 0 when applied, 1 when refused, 2 for a name the batch lacks;
+* ``weft batch abandon FILE WS``, ``retry FILE WS/STEP [--reopen]`` and ``skip
+  FILE WS/STEP`` (Recovery 2; ``--reopen``: a new attempt of an abandoned
+  workstream), ``reset-breaker FILE TOOL`` (Recovery 3): sent to the running
+  coordinator through the store's inbox, or applied at once when none runs;
+  exit 0 when applied, 1 when refused, 2 for a name the batch lacks;
 * ``weft batch schema``: the batch file's JSON Schema;
 * ``weft batch validate FILE``: every check ``run`` makes before it starts.
 """
@@ -113,6 +114,13 @@ def register(commands: Any) -> None:
         p = with_file(name, text)
         p.add_argument("target", metavar=arg)
         p.set_defaults(run=send_command, kind=name)
+        if name == "retry":
+            p.add_argument(
+                "--reopen",
+                action="store_true",
+                help="the step's workstream is abandoned: start a new attempt of it "
+                "(audited S_ABANDONED -> S_RUNNING with the attempt number)",
+            )
 
     p = sub.add_parser("schema", help="print the batch file's JSON Schema")
     p.set_defaults(run=schema)
@@ -420,7 +428,8 @@ def send_command(args: argparse.Namespace) -> int:
         if unknown is not None:
             print(printable(f"weft: error: {unknown}"), file=sys.stderr)
             return 2
-        command_id = store.add_command(args.kind, args.target, wall_clock_ms())
+        kind = "reopen" if getattr(args, "reopen", False) else args.kind
+        command_id = store.add_command(kind, args.target, wall_clock_ms())
     applied_here = apply_commands_offline(state_dir) is not None
     # Otherwise a coordinator runs: it applies the inbox within a poll interval.
     deadline = time.monotonic() + (0 if applied_here else COMMAND_WAIT_S)
