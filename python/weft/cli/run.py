@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import shlex
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 
@@ -45,6 +46,10 @@ from weft.runtime.execution.prepare import PreparedExecution, hank_hash, prepare
 from weft.runtime.run.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server import ProtocolServer, ServerError
 from weft.terminal import printable, printable_lines
+
+if TYPE_CHECKING:
+    from weft.telemetry.settings import TelemetrySettings
+    from weft.telemetry.sink import TraceSink
 
 
 def _port(text: str) -> int:
@@ -218,6 +223,14 @@ def register(commands: Any) -> None:
         help="stop the run after this much wall time (all its runs together; kept with the "
         "execution like --max-cost)",
     )
+    parser.add_argument(
+        "--otel",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="export the run's trace over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (default "
+        "http://localhost:4318); on without the flag when that variable or telemetry in "
+        "weft.json is set; needs weft[otel] (docs/telemetry.md)",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
         "--headless", action="store_true", help="plain timestamped lines, no prompts (CI)"
@@ -271,6 +284,11 @@ def run(args: argparse.Namespace) -> int:
         if refused is not None:
             print(f"weft: error: {refused}", file=sys.stderr)
             return 2
+        telemetry = _telemetry(args, settings)
+        if isinstance(telemetry, str):
+            print(f"weft: error: {telemetry}", file=sys.stderr)
+            return 2
+        args.telemetry = telemetry
         # Before anything is created or spent: what weft validate would refuse.
         _refuse_before_spending(loaded, hank_path, settings.sentinel.model)
         prepared = _prepare(
@@ -323,11 +341,15 @@ def _run_under_view(
         view.note(f"WebSocket server on {server.url} (weft attach {prepared.layout.root})")
         view.note(_dashboard_note(server, prepared.layout.root))
 
+    options = _options(args, settings, resolved.sources, prepared.settings)
+    sink = _trace_sink(args.telemetry, prepared.layout.root.name, view.note)
+    if sink is not None:
+        options = dataclasses.replace(options, agent_env=sink.agent_env)
     runtime = Runtime(
         prepared,
         loaded,
-        _options(args, settings, resolved.sources, prepared.settings),
-        listeners=(view.on_event,),
+        options,
+        listeners=(view.on_event,) if sink is None else (view.on_event, sink),
         on_state=view.progress.seed,
         on_server=on_server,
     )
@@ -358,6 +380,8 @@ def _run_under_view(
         unserved = None
     finally:
         view.stop()
+        if sink is not None:
+            sink.close()  # waits a few seconds at most, none when the collector is down
     if unserved is not None:
         print(f"weft: error: {unserved}", file=sys.stderr)
         return 2
@@ -376,6 +400,47 @@ def _run_under_view(
         )
     )
     return outcome.exit_code
+
+
+def _telemetry(args: argparse.Namespace, settings: RuntimeConfig) -> TelemetrySettings | str | None:
+    """The trace export in force (None: off), or why ``--otel`` cannot be honoured
+    (the SDK is missing: exit 2). A variable or setting without the SDK is only a
+    warning: it may be set for other tools."""
+    from weft.telemetry.settings import resolve
+
+    telemetry = resolve(os.environ, flag=args.otel, setting=settings.telemetry)
+    if telemetry is None:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        fix = "install it with `pip install 'weft[otel]'`"
+        if args.otel:
+            return f"--otel needs the OpenTelemetry SDK: {fix}"
+        print(
+            f"weft: warning: {telemetry.asked_by} asks for traces, but the OpenTelemetry SDK "
+            f"is not installed ({fix}); the run goes on without them",
+            file=sys.stderr,
+        )
+        return None
+    return telemetry
+
+
+def _trace_sink(
+    telemetry: TelemetrySettings | None, execution_id: str, note: Callable[[str], None]
+) -> TraceSink | None:
+    """The live trace export of a run (None: off; nothing of OpenTelemetry is loaded)."""
+    if telemetry is None:
+        return None
+    from weft.telemetry.sink import TraceSink
+
+    note(f"Traces go to {telemetry.traces_url} ({telemetry.asked_by})")
+
+    def warn(text: str) -> None:
+        # From the exporter's thread: stderr, which the live view keeps above its table.
+        print(f"weft: warning: {text}", file=sys.stderr, flush=True)
+
+    return TraceSink(telemetry, execution_id=execution_id, warn=warn)
 
 
 def _dashboard_note(server: ProtocolServer, execution: Path) -> str:
@@ -553,6 +618,9 @@ def continue_command(
             raise_words += [flag, _number(float(f"{caps[action.dest] * 2:.6g}"))]
             continue
         if value is None or value == action.default:
+            continue
+        if isinstance(action, argparse.BooleanOptionalAction):  # --otel / --no-otel
+            words.append(action.option_strings[0 if value else 1])
             continue
         flag = max(action.option_strings, key=len)
         if action.nargs == 0:
@@ -795,6 +863,7 @@ def _options(
         anthropic_base_url=settings.anthropic_base_url,
         sessions=settings.session,
         breakers=settings.breaker,
+        usage_window=settings.usage_window,
     )
 
 

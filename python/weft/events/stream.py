@@ -414,8 +414,46 @@ class SessionResumedEvent(StreamData):
     codon_id: str
     session: int
     """The new session's number in this attempt."""
-    reason: Literal["retry", "urgent"]
+    reason: Literal["retry", "urgent", "window"]
+    """``window``: the provider's usage window opened after a ``codon.parked``."""
     resume_session_id: str | None = None
+
+
+class CodonParkedEvent(StreamData):
+    """The codon waits for its provider's usage window (a subscription's
+    five-hour or weekly limit) to open: its agent session is resumed at
+    ``resumeAt``. Nothing counts as an error while it waits."""
+
+    TYPE: ClassVar[str] = "codon.parked"
+    codon_id: str
+    provider: str
+    resets_at: int
+    """When the provider said the window opens (epoch milliseconds)."""
+    resume_at: int
+    """When the session is resumed: ``resetsAt`` plus ``usageWindow.marginMs``
+    (epoch milliseconds)."""
+    session: int
+    """The number of the session that was refused (0: none was started: an
+    earlier session or run had seen the window closed)."""
+    window: str | None = None
+    """The provider's name for the window (``five_hour``, ``seven_day``)."""
+    message: str | None = None
+
+
+class UsageWindowEvent(StreamData):
+    """The provider's usage window changed status as the agent reported it
+    (``allowed``, ``allowed_warning`` when close to the limit, ``rejected``);
+    journaled at each change, not at every turn."""
+
+    TYPE: ClassVar[str] = "usage.window"
+    provider: str
+    status: str
+    codon_id: str | None = None
+    window: str | None = None
+    resets_at: int | None = None
+    """When the window resets (epoch milliseconds)."""
+    utilization: float | None = None
+    """How much of the window is used, 0 to 1."""
 
 
 class SessionMessageEvent(StreamData):

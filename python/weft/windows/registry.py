@@ -26,7 +26,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -73,6 +73,8 @@ class WindowRegistry:
     """Reads and records closed windows in :attr:`path`."""
 
     path: Path
+    _seen: tuple[int, int, int] | None = field(default=None, repr=False)
+    _cached: _File = field(default_factory=lambda: _File(), repr=False)
 
     @classmethod
     def default(cls) -> WindowRegistry:
@@ -81,14 +83,14 @@ class WindowRegistry:
 
     def closed(self, provider: str, now_ms: int) -> ClosedWindow | None:
         """The window of ``provider`` when it is closed at ``now_ms``."""
-        found = self._read().windows.get(provider)
+        found = self._current().windows.get(provider)
         if found is None or found.resets_at_ms <= now_ms:
             return None
         return msgspec.structs.replace(found, provider=provider)
 
     def all_closed(self, now_ms: int) -> list[ClosedWindow]:
         """Every window closed at ``now_ms``, by provider name."""
-        windows = self._read().windows
+        windows = self._current().windows
         return [
             msgspec.structs.replace(w, provider=p)
             for p, w in sorted(windows.items())
@@ -122,7 +124,7 @@ class WindowRegistry:
 
     def open(self, provider: str, now_ms: int) -> bool:
         """Forgets ``provider``'s window (a session went through); whether one was recorded."""
-        if provider not in self._read().windows:
+        if provider not in self._current().windows:
             return False
         with self._locked():
             data = self._read()
@@ -132,6 +134,20 @@ class WindowRegistry:
         return found
 
     # -- the file ------------------------------------------------------------------
+
+    def _current(self) -> _File:
+        """The file as last written, read again only when it changed: every
+        codon asks before its agent starts, and the answer is nearly always
+        "no such file" (one ``stat``)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._seen, self._cached = None, _File()
+            return self._cached
+        seen = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if seen != self._seen:
+            self._seen, self._cached = seen, self._read()
+        return self._cached
 
     def _read(self) -> _File:
         try:

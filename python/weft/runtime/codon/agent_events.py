@@ -23,6 +23,7 @@ from weft.agents.events import (
     ToolResult,
     ToolUse,
     UsageDelta,
+    UsageWindow,
 )
 from weft.budget.watchdog import Watchdog
 from weft.clock import utc_now_iso
@@ -32,6 +33,7 @@ from weft.events.stream import (
     InfoEvent,
     StreamData,
     ToolResultEvent,
+    UsageWindowEvent,
 )
 from weft.events.transitions import (
     AssistantMessageCountUpdated,
@@ -48,6 +50,7 @@ from weft.runtime.codon.attempt import (
     token_usage_event,
     usage_of,
 )
+from weft.runtime.codon.breakers import provider_of
 from weft.runtime.codon.file_updates import WRITE_TOOLS
 from weft.state import StateManager
 
@@ -75,6 +78,9 @@ class AgentEvents:
             weakref.WeakKeyDictionary()
         )
         """Per attempt, what its current agent process was seen to spend live."""
+        self._windows: dict[str, str] = {}
+        """Per provider, the usage-window status last journaled (the agent
+        reports it at every turn; the journal keeps the changes)."""
 
     def _estimate(self, a: Attempt) -> _ProcessEstimate:
         """The estimates of ``a``'s current process (a new session starts at 0)."""
@@ -243,6 +249,25 @@ class AgentEvents:
             token_usage_event(codon_id, a.tokens, a.reported_cost, final=True), run_id, codon_id
         )
 
+    def _usage_window(self, a: Attempt, event: UsageWindow) -> None:
+        provider = provider_of(a.harness)
+        if self._windows.get(provider) == event.status:
+            return
+        self._windows[provider] = event.status
+        codon_id = a.request.planned.codon_id
+        self.emit(
+            UsageWindowEvent(
+                provider=provider,
+                status=event.status,
+                codon_id=codon_id,
+                window=event.window,
+                resets_at=event.resets_at_ms,
+                utilization=event.utilization,
+            ),
+            a.request.run_id,
+            codon_id,
+        )
+
     def _retry_notice(self, a: Attempt, event: RetryNotice) -> None:
         codon_id = a.request.planned.codon_id
         detail = f" ({event.error})" if event.error else ""
@@ -281,5 +306,6 @@ _AGENT_HANDLERS: dict[type[Any], _AgentHandler] = {
     UsageDelta: AgentEvents._usage_delta,
     SessionResult: AgentEvents._result,
     RetryNotice: AgentEvents._retry_notice,
+    UsageWindow: AgentEvents._usage_window,
 }
 """One handler per agent event class the runner acts on."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -30,8 +32,9 @@ from weft.config.prompt import (
     AssembledPrompt,
     template_variables,
 )
-from weft.config.runtime import RuntimeSessionSettings
+from weft.config.runtime import RuntimeSessionSettings, RuntimeUsageWindowSettings
 from weft.events.stream import (
+    CodonParkedEvent,
     StreamData,
 )
 from weft.events.transitions import (
@@ -49,10 +52,21 @@ from weft.runtime.codon.attempt import (
 from weft.runtime.codon.breakers import ProviderBreakers, provider_of
 from weft.runtime.codon.sessions import (
     Sleep,
+    cool_down,
 )
 from weft.runtime.execution.prepare import ExecutionLayout
 from weft.runtime.run.survivors import MARK_VAR, new_mark
 from weft.state import StateManager
+from weft.windows.park import Park, decide
+from weft.windows.registry import WindowRegistry
+
+log = logging.getLogger(__name__)
+
+
+def wall_ms() -> int:
+    """Wall-clock epoch milliseconds: a usage window's reset is a wall-clock time."""
+    return time.time_ns() // 1_000_000
+
 
 _FAKE_HOMES = {"CLAUDE_CONFIG_DIR": "claude", "CODEX_HOME": "codex", "GEMINI_CLI_HOME": "gemini"}
 
@@ -70,6 +84,10 @@ def auto_compact_args(harness: str, auto_compact: bool) -> tuple[str, ...]:
     if harness != "claude":
         return ()
     return ("--settings", json.dumps({"autoCompactEnabled": auto_compact}))
+
+
+AgentEnv = Callable[[str, str, str], Mapping[str, str]]
+"""``(run id, codon id, attempt start time) -> variables`` for that attempt's agent."""
 
 
 class RunnerBase:
@@ -94,8 +112,10 @@ class RunnerBase:
         anthropic_base_url: str | None = None,
         budget: Watchdog | None = None,
         sessions: RuntimeSessionSettings | None = None,
+        usage_window: RuntimeUsageWindowSettings | None = None,
         sleep: Sleep | None = None,
         breakers: ProviderBreakers | None = None,
+        agent_env: AgentEnv | None = None,
     ) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
@@ -117,6 +137,9 @@ class RunnerBase:
         self.output_dir = output_dir
         """Where ``outputFiles`` are copied (``-o``); None: they are not."""
         self.overwrite_output = overwrite_output
+        self.agent_env = agent_env
+        """Extra variables for each attempt's agent (the trace context, when
+        traces are exported: :meth:`weft.telemetry.sink.TraceSink.agent_env`)."""
         self._current: Attempt | None = None
         self._variables = template_variables(layout.workspace)
         self.tips: dict[str, str] = {}
@@ -126,6 +149,11 @@ class RunnerBase:
         self._events = AgentEvents(manager, budget)
         self.sessions = sessions or RuntimeSessionSettings()
         """The session supervisor's thresholds and schedule (``session.*``)."""
+        self.usage_window = usage_window or RuntimeUsageWindowSettings()
+        """How long a codon may park for a closed usage window (``usageWindow.*``)."""
+        self.windows = WindowRegistry.default()
+        """The user's closed usage windows, shared with every Weft process."""
+        self._wall_ms: Callable[[], int] = wall_ms
         self._sleep: Sleep = sleep or asyncio.sleep
         self._inbox: list[str] = []
         """User messages not yet in a prompt (``codon.message``)."""
@@ -168,6 +196,11 @@ class RunnerBase:
         # Marks every process of the agent's group, so that a later run can
         # tell them from anyone else's if this one dies (weft.runtime.run.survivors).
         env[MARK_VAR] = new_mark()
+        if self.agent_env is not None:  # the codon's own env wins, as for ANTHROPIC_BASE_URL
+            for name, value in self.agent_env(
+                req.run_id, req.planned.codon_id, a.start_time
+            ).items():
+                env.setdefault(name, value)
         if getattr(harness, "fake", False):
             # The fake agents keep transcripts where the real CLIs do (~/.claude...):
             # give them the execution's own folder unless the user chose one.
@@ -199,11 +232,34 @@ class RunnerBase:
         )
 
     async def _provider_gate(self, a: Attempt, harness: str) -> bool:
-        """Waits while the provider's breaker is open (journaled); False when
-        an interrupt ended the wait. The session that follows is reported
-        with :meth:`_provider_ended`."""
+        """Waits while the provider's usage window is known closed (parked,
+        journaled) and while its breaker is open (journaled); False when an
+        interrupt ended the wait. The session that follows is reported with
+        :meth:`_provider_ended`."""
         provider, codon_id = provider_of(harness), a.request.planned.codon_id
         run_id = a.request.run_id
+        now = self._wall_ms()
+        closed = self.windows.closed(provider, now)
+        if closed is not None:
+            wait = decide(
+                closed.resets_at_ms,
+                now,
+                margin_ms=self.usage_window.margin_ms,
+                max_wait_ms=self.usage_window.max_wait_ms,
+            )
+            # Too far off: the session goes, and its refusal fails the codon
+            # with the provider's own words.
+            if isinstance(wait, Park) and not await self._park(
+                a,
+                provider,
+                resets_at_ms=closed.resets_at_ms,
+                wait=wait,
+                window=closed.window,
+                session=0,
+                message=f"the {provider} usage window was seen closed by {closed.source}",
+                record=False,
+            ):
+                return False
         ok = await self.breakers.gate(
             provider,
             codon_id,
@@ -213,6 +269,50 @@ class RunnerBase:
         )
         self._gated = provider if ok else None
         return ok
+
+    async def _park(
+        self,
+        a: Attempt,
+        provider: str,
+        *,
+        resets_at_ms: int,
+        wait: Park,
+        window: str | None,
+        session: int,
+        message: str | None,
+        record: bool = True,
+    ) -> bool:
+        """Parks the codon until its provider's usage window opens: recorded
+        for every Weft process (``record``), journaled (``codon.parked``), then
+        waited; False when an interrupt ended the wait."""
+        req = a.request
+        codon_id = req.planned.codon_id
+        if record:
+            try:
+                await asyncio.to_thread(
+                    self.windows.close,
+                    provider,
+                    resets_at_ms,
+                    window=window,
+                    source=f"{self.layout.execution_id}/{codon_id}",
+                    now_ms=self._wall_ms(),
+                )
+            except OSError as e:  # others learn it themselves; this codon still waits
+                log.warning("could not record the closed %s window: %s", provider, e)
+        self.emit(
+            CodonParkedEvent(
+                codon_id=codon_id,
+                provider=provider,
+                resets_at=resets_at_ms,
+                resume_at=wait.resume_at_ms,
+                session=session,
+                window=window,
+                message=message,
+            ),
+            req.run_id,
+            codon_id,
+        )
+        return await cool_down(wait.wait_ms / 1000, self._sleep, a.woken)
 
     def _provider_ended(self, a: Attempt) -> None:
         """Tells the provider's breaker how the session let through ended."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+import msgspec
+
 from weft.agents.events import SessionExited
 from weft.agents.harness import (
     AgentStartError,
@@ -29,11 +31,15 @@ from weft.runtime.codon.attempt import (
     Attempt,
     CodonResult,
 )
+from weft.runtime.codon.breakers import provider_of
 from weft.runtime.codon.finish import Finishing
 from weft.runtime.codon.sessions import (
     RETRY_PROMPT,
+    WINDOW_PROMPT,
     GaveUp,
+    Parking,
     SessionRetries,
+    WindowTooFar,
     cool_down,
     with_messages,
 )
@@ -61,7 +67,7 @@ class Supervising(Finishing):
         are over and the attempt finishes as the last one ended."""
         req, codon_id = a.request, a.request.planned.codon_id
         assert a.prompt is not None
-        retries = SessionRetries(self.sessions)
+        retries = SessionRetries(self.sessions, self.usage_window)
         retries.spawning(a.prompt.text)
         while a.exit is not None and a.interrupt is None:
             if a.urgent:
@@ -79,9 +85,30 @@ class Supervising(Finishing):
                 if ended is not None:
                     return ended
                 continue
-            decision = retries.exited(a.exit, started=a.session_reported)
+            decision = retries.exited(a.exit, started=a.session_reported, now_ms=self._wall_ms())
             if decision is None:
                 return None
+            if isinstance(decision, WindowTooFar):
+                a.exit = msgspec.structs.replace(a.exit, message=decision.message)
+                return None
+            if isinstance(decision, Parking):
+                if not await self._park(
+                    a,
+                    provider_of(a.harness),
+                    resets_at_ms=decision.resets_at_ms,
+                    wait=decision.wait,
+                    window=decision.window,
+                    session=retries.sessions,
+                    message=decision.message,
+                ):
+                    return None  # interrupted: the attempt ends as the interrupt says
+                retries.window_opened()
+                prompt = WINDOW_PROMPT if a.session_id else a.prompt.text
+                prompt = with_messages(prompt, self._take_messages())
+                ended = await self._resume(a, retries, prompt, "window")
+                if ended is not None:
+                    return ended
+                continue
             if isinstance(decision, GaveUp):
                 self.emit(
                     SessionGaveUpEvent(
@@ -124,7 +151,11 @@ class Supervising(Finishing):
         return None
 
     async def _resume(
-        self, a: Attempt, retries: SessionRetries, prompt: str, reason: Literal["urgent", "retry"]
+        self,
+        a: Attempt,
+        retries: SessionRetries,
+        prompt: str,
+        reason: Literal["urgent", "retry", "window"],
     ) -> CodonResult | None:
         """The supervisor's next session of ``a`` with ``prompt``: counted,
         journaled as ``session.resumed`` (why: ``reason``), then started."""

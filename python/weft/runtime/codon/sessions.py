@@ -7,6 +7,11 @@ runner, after each agent process ends, whether to resume the session:
 * a clean exit, an operator interrupt, a full disk or a permanent error
   (auth, billing, an invalid request, a full context...) ends the
   sessions: the runner finishes the attempt as before;
+* a session refused because the provider's usage window is closed
+  (``usage_limit`` with the time it opens) parks: the machine's ``Parked``
+  state, no error counted, until the reset plus ``usageWindow.marginMs``
+  (:class:`Parking`), unless that is further off than
+  ``usageWindow.maxWaitMs`` (:class:`WindowTooFar`: the codon fails);
 * a transient failure (``retriable`` verdicts: rate limit, overload, a crash
   mid-run; and the first-output / idle ``timeout``) cools down, then the
   runner resumes the same session (or starts again when the agent never
@@ -36,14 +41,16 @@ for the decisions.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
 from weft._core import SessionMachine
 from weft.agents.events import ErrorClass, SessionExited
-from weft.config.runtime import RuntimeSessionSettings
+from weft.config.runtime import RuntimeSessionSettings, RuntimeUsageWindowSettings
 from weft.terminal import plural
+from weft.windows.park import Park, decide
 
 Sleep: TypeAlias = Callable[[float], Awaitable[None]]
 """Waits the given seconds (:func:`asyncio.sleep` unless a test injects one)."""
@@ -61,6 +68,12 @@ RETRY_PROMPT = (
     "from where you left off."
 )
 """The prompt of a session resumed after a transient failure."""
+
+WINDOW_PROMPT = (
+    "Your previous session was refused because the usage window was closed; it is open "
+    "again. Carry on with the task."
+)
+"""The prompt of a session resumed when the usage window it was refused by opened."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +98,23 @@ class GaveUp:
     total_errors: int
 
 
+@dataclass(frozen=True, slots=True)
+class Parking:
+    """The provider's usage window is closed: wait, then resume (no error counted)."""
+
+    resets_at_ms: int
+    wait: Park
+    window: str | None
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowTooFar:
+    """The window opens later than ``usageWindow.maxWaitMs`` allows waiting."""
+
+    message: str
+
+
 def is_transient(exit: SessionExited) -> bool:
     """Whether waiting and resuming may help (the supervisor's verdict mapping)."""
     if exit.ok or exit.log_error is not None or exit.context_exceeded:
@@ -95,8 +125,13 @@ def is_transient(exit: SessionExited) -> bool:
 class SessionRetries:
     """The seed 002 machine of one codon attempt, fed by the runner."""
 
-    def __init__(self, settings: RuntimeSessionSettings) -> None:
+    def __init__(
+        self,
+        settings: RuntimeSessionSettings,
+        usage_window: RuntimeUsageWindowSettings | None = None,
+    ) -> None:
         self.settings = settings
+        self.usage_window = usage_window or RuntimeUsageWindowSettings()
         self.machine = SessionMachine(
             max_consecutive_errors=settings.max_consecutive_errors,
             max_total_errors=settings.max_total_errors,
@@ -112,14 +147,25 @@ class SessionRetries:
         self.sessions += 1
         return self.sessions
 
-    def exited(self, exit: SessionExited, *, started: bool) -> Cooldown | GaveUp | None:
+    def exited(
+        self, exit: SessionExited, *, started: bool, now_ms: int = 0
+    ) -> Cooldown | GaveUp | Parking | WindowTooFar | None:
         """The verdict of the current session (``started``: it reported its
-        session id). A :class:`Cooldown` to wait before the next session,
-        :class:`GaveUp` when a threshold stopped the machine, or None when the
-        sessions are over for any other reason (success, permanent error)."""
+        session id; ``now_ms``: the wall clock, for a usage window's reset).
+        A :class:`Cooldown` to wait before the next session, :class:`GaveUp`
+        when a threshold stopped the machine, :class:`Parking` until a usage
+        window opens (or :class:`WindowTooFar`), or None when the sessions
+        are over for any other reason (success, permanent error)."""
         m = self.machine
         if m.state == "Spawning" and started:
             m.session_started(m.session_seq)
+        window = exit.window
+        if (
+            exit.error_class is ErrorClass.USAGE_LIMIT
+            and window is not None
+            and window.resets_at_ms is not None
+        ):
+            return self._window_closed(exit, window.resets_at_ms, window.window, now_ms)
         if not is_transient(exit):
             if exit.ok and m.state == "Running":
                 m.session_exited("Success")
@@ -157,6 +203,29 @@ class SessionRetries:
             total_errors=m.total_errors,
         )
 
+    def _window_closed(
+        self, exit: SessionExited, resets_at_ms: int, window: str | None, now_ms: int
+    ) -> Parking | WindowTooFar:
+        settings = self.usage_window
+        wait = decide(
+            resets_at_ms, now_ms, margin_ms=settings.margin_ms, max_wait_ms=settings.max_wait_ms
+        )
+        if isinstance(wait, Park):
+            self.machine.window_closed(wait.wait_ms)
+            return Parking(resets_at_ms, wait, window, exit.message)
+        message = (
+            f"the usage window{f' ({window})' if window else ''} is closed until "
+            f"{_utc(resets_at_ms)}, {_hours(wait.wait_ms)} from now; usageWindow.maxWaitMs "
+            f"allows waiting {_hours(wait.max_wait_ms)}"
+            + (f" ({exit.message})" if exit.message else "")
+        )
+        self.machine.fatal_error(message)
+        return WindowTooFar(message)
+
+    def window_opened(self) -> None:
+        """The usage window the machine parked for is open: the next prompt is built."""
+        self.machine.window_opened()
+
     def interrupted(self, *, started: bool) -> None:
         """An urgent message stopped the current session (seed 002:
         ``UrgentMessage``, then its exit, which counts no error)."""
@@ -173,6 +242,14 @@ class SessionRetries:
     def elapsed(self) -> None:
         """The cool-down is over: the machine builds the next prompt."""
         self.machine.backoff_elapsed()
+
+
+def _utc(epoch_ms: int) -> str:
+    return dt.datetime.fromtimestamp(epoch_ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _hours(ms: int) -> str:
+    return f"{ms / 3_600_000:.1f} h"
 
 
 async def cool_down(seconds: float, sleep: Sleep, woken: asyncio.Event) -> bool:
@@ -192,10 +269,13 @@ async def cool_down(seconds: float, sleep: Sleep, woken: asyncio.Event) -> bool:
 
 __all__ = [
     "RETRY_PROMPT",
+    "WINDOW_PROMPT",
     "Cooldown",
     "GaveUp",
+    "Parking",
     "SessionRetries",
     "Sleep",
+    "WindowTooFar",
     "cool_down",
     "is_transient",
     "with_messages",

@@ -350,8 +350,10 @@ class Runtime(RuntimeState):
             anthropic_base_url=self.options.anthropic_base_url,
             budget=budget,
             sessions=self.options.sessions,
+            usage_window=self.options.usage_window,
             sleep=self.options.session_sleep,
             breakers=self.breakers,
+            agent_env=self.options.agent_env,
         )
         self._cursor = Cursor(run_id, plan, current, parent)
         # Each plan keeps how to undo the change that made the next one, so a

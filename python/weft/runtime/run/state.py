@@ -25,7 +25,11 @@ from weft.budget.watchdog import Watchdog
 from weft.checkpoints.aio import AsyncCheckpointRepo
 from weft.checkpoints.repo import run_branch
 from weft.config.loader import LoadedHank
-from weft.config.runtime import RuntimeBreakerSettings, RuntimeSessionSettings
+from weft.config.runtime import (
+    RuntimeBreakerSettings,
+    RuntimeSessionSettings,
+    RuntimeUsageWindowSettings,
+)
 from weft.config.schema import Loop
 from weft.errors import CommandRejectedError
 from weft.events.completed import CompletedCodons
@@ -103,9 +107,14 @@ class RuntimeOptions:
     """How cool-downs wait (:func:`asyncio.sleep`); tests inject a clock."""
     breakers: RuntimeBreakerSettings = field(default_factory=RuntimeBreakerSettings)
     """The agent providers' circuit breakers (``breaker.*``)."""
+    usage_window: RuntimeUsageWindowSettings = field(default_factory=RuntimeUsageWindowSettings)
+    """How long a codon may wait for a closed usage window (``usageWindow.*``)."""
     provider_breakers: ProviderBreakers | None = None
     """Breakers to share with other executions (a batch runner's); None: the
     run makes its own from :attr:`breakers`."""
+    agent_env: Callable[[str, str, str], Mapping[str, str]] | None = None
+    """Extra variables for each codon attempt's agent (the trace context when traces
+    are exported); see :attr:`weft.runtime.codon.base.RunnerBase.agent_env`."""
     breaker_clock: Callable[[], int] | None = None
     """The breakers' millisecond clock (monotonic); tests inject one."""
 
