@@ -63,7 +63,8 @@ async def test_a_rejected_window_parks_the_codon_and_resumes_the_same_session(
     # Resumed only once the window opened, and never counted as a failure.
     resumed_at = next(t for _, k, _, t in seen.items if k == "session.resumed")
     assert resumed_at / 1e9 >= until + 0.3
-    assert seen.of("session.cooldown") == [] and seen.of("session.gave-up") == []
+    assert seen.of("session.cooldown") == []
+    assert seen.of("session.gave-up") == []
     argv = recorded(tmp_path / "argv.json")
     assert "--resume" in " ".join(argv["argv"]), argv["argv"]
     assert session_id in " ".join(argv["argv"])
@@ -92,7 +93,8 @@ async def test_a_window_further_off_than_the_setting_fails_the_codon_at_once(
         d for d in seen.of("codon.completed") if d["codonId"] == "build" and not d["success"]
     ]
     reason = json.dumps(failure["failureReason"])
-    assert "usageWindow.maxWaitMs" in reason and "3.0 h" in reason, reason
+    assert "usageWindow.maxWaitMs" in reason, reason
+    assert "3.0 h" in reason
     assert "usage_limit" in reason
 
 
