@@ -17,6 +17,7 @@ from weft.events.transitions import TRANSITION_CLASSES, decode
 from weft.server.history import JournalHistory
 from weft.server.protocol import COMMANDS, CONNECTION_MESSAGES
 from weft.server.schema import RejectedTransition, events_json_schema, stream_event_types
+from weft.server.seed import SEED_EVENT_TYPES, SEED_MESSAGES
 from weft.server.session import Join, Reply, ServerView, Session
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
@@ -32,16 +33,24 @@ def examples() -> list[dict[str, Any]]:
 def kind_of(example: dict[str, Any]) -> str:
     if "seq" in example:
         return "journaled"
+    if "sourceSeq" in example:
+        return "seed"
     return "connection" if "timestamp" in example else "command"
 
 
 def test_every_command_and_event_has_an_example_in_the_protocol_doc() -> None:
-    by_kind: dict[str, set[str]] = {"journaled": set(), "connection": set(), "command": set()}
+    by_kind: dict[str, set[str]] = {
+        "journaled": set(),
+        "connection": set(),
+        "command": set(),
+        "seed": set(),
+    }
     for example in examples():
         by_kind[kind_of(example)].add(example["type"])
     assert by_kind["command"] >= {*COMMANDS, "handshake"}
     assert by_kind["journaled"] >= {*TRANSITION_CLASSES, *stream_event_types()}
     assert by_kind["connection"] >= set(CONNECTION_MESSAGES)
+    assert by_kind["seed"] >= set(SEED_EVENT_TYPES)
 
 
 def test_every_example_decodes_with_the_types_that_encode_it() -> None:
@@ -68,6 +77,9 @@ def test_every_example_decodes_with_the_types_that_encode_it() -> None:
                 msgspec.json.decode(data, type=RejectedTransition)
             else:
                 msgspec.json.decode(data, type=stream[name])
+        elif kind == "seed":
+            assert example["sourceSeq"] >= 1
+            msgspec.json.decode(json.dumps(example["data"]).encode(), type=SEED_MESSAGES[name])
         else:
             data = json.dumps(example["data"]).encode()
             msgspec.json.decode(data, type=CONNECTION_MESSAGES[name])
@@ -110,6 +122,7 @@ def test_the_schema_names_every_message_once() -> None:
     expected = {
         *(f"event:{t}" for t in (*TRANSITION_CLASSES, *stream_event_types())),
         *(f"connection:{t}" for t in CONNECTION_MESSAGES),
+        *(f"seed:{t}" for t in SEED_EVENT_TYPES),
     }
     assert set(refs) == expected
     for ref in refs:

@@ -120,6 +120,10 @@ class HandshakeData(_Data):
     progress: bool = False
     """(Weft) The connection also gets ``progress.snapshot`` messages: the
     server's fold of the run (:class:`ProgressSnapshot`)."""
+    seed_events: bool = False
+    """The connection also gets the seed's shapes of the live transitions:
+    ``state.transition``, ``CostsUpdated``, ``CheckpointCreated``
+    (:mod:`weft.server.seed`)."""
 
 
 class NoData(_Data):

@@ -4,8 +4,10 @@ Generated from the msgspec types that encode the messages, so it cannot
 drift from them: the transitions (:mod:`weft.events.transitions`), the stream
 events (every :class:`~weft.events.stream.StreamData` subclass), the
 ``error`` event a refused transition is journaled as, and the connection
-messages of :mod:`weft.server.protocol`. Journaled events are
-``{id, seq, timestamp, type, data}``; connection messages have no ``seq``.
+messages of :mod:`weft.server.protocol`, and the seed's shapes a
+``seedEvents`` connection gets (:mod:`weft.server.seed`). Journaled events are
+``{id, seq, timestamp, type, data}``; connection messages have no ``seq``; seed
+messages have ``sourceSeq`` instead.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import msgspec
 from weft.events.stream import STREAM_CLASSES, RejectedTransition, StreamData
 from weft.events.transitions import TRANSITION_CLASSES
 from weft.server.protocol import CONNECTION_MESSAGES, PROTOCOL_VERSION
+from weft.server.seed import SEED_MESSAGES, StateTransition
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 EVENT_ID = r"^\d{13}-[0-9a-z]{9}$"
@@ -58,15 +61,24 @@ def _connection(name: str, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _seed(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    schema = _connection(name, data)
+    schema["properties"]["sourceSeq"] = {"type": "integer", "minimum": 1}
+    schema["required"].append("sourceSeq")
+    return schema
+
+
 def events_json_schema() -> dict[str, Any]:
     """The schema: ``oneOf`` every message, each a ``$defs`` entry named
-    ``event:<type>`` (journaled) or ``connection:<type>``."""
+        ``event:<type>`` (journaled), ``connection:<type>`` or ``seed:<type>``
+    (with ``seedEvents``)."""
     stream = stream_event_types()
     data_types: list[Any] = [
         *TRANSITION_CLASSES.values(),
         *stream.values(),
         RejectedTransition,
         *CONNECTION_MESSAGES.values(),
+        StateTransition,
     ]
     refs, components = msgspec.json.schema_components(data_types, ref_template="#/$defs/{name}")
     by_type = dict(zip(data_types, refs, strict=True))
@@ -86,6 +98,8 @@ def events_json_schema() -> dict[str, Any]:
         add(f"event:{name}", _journaled(name, data))
     for name, ccls in CONNECTION_MESSAGES.items():
         add(f"connection:{name}", _connection(name, by_type[ccls]))
+    for name, kls in SEED_MESSAGES.items():
+        add(f"seed:{name}", _seed(name, by_type[kls]))
     return {
         "$schema": SCHEMA_DIALECT,
         "title": "Weft WebSocket server messages",

@@ -56,7 +56,7 @@ from websockets.protocol import State
 from weft.errors import CommandRejectedError, WeftError
 from weft.events.stream import CheckpointListEvent
 from weft.server.auth import ensure_tokens, is_local_origin, is_loopback
-from weft.server.fanout import Fanout, text_frame
+from weft.server.fanout import Fanout, frames, text_frame
 from weft.server.history import HistorySource, JournalHistory, Page
 from weft.server.protocol import (
     CLOSE_GOING_AWAY,
@@ -76,6 +76,7 @@ from weft.server.protocol import (
     history_page,
     now_iso,
 )
+from weft.server.seed import SeedFeed
 from weft.server.session import (
     Action,
     Join,
@@ -88,7 +89,7 @@ from weft.server.session import (
     error_message,
 )
 from weft.server.snapshot import ProgressFeed
-from weft.state import Listener, StateManager
+from weft.state import Listener, Processed, StateManager
 from weft.web.pages import dashboard_response
 
 if TYPE_CHECKING:
@@ -202,8 +203,8 @@ class _Peer:
     """One connection: its session, its live cursor and its background tasks."""
 
     __slots__ = (
-        "caught_up", "cursor", "live_batches", "progress", "sent", "session", "stalled_since",
-        "tasks", "written", "ws",
+        "caught_up", "cursor", "live_batches", "progress", "seed_from", "sent", "session",
+        "stalled_since", "tasks", "written", "ws",
     )  # fmt: skip
 
     def __init__(self, ws: ServerConnection, session: Session) -> None:
@@ -213,6 +214,9 @@ class _Peer:
         self.live_batches = False
         self.progress = False
         """It asked for ``progress.snapshot`` messages."""
+        self.seed_from: int | None = None
+        """It asked for the seed's shapes: those made from events after this
+        seq (its live start) come to it (None: it did not ask)."""
         self.tasks: set[asyncio.Task[Any]] = set()
         self.caught_up = asyncio.Event()
         """Clear while it reads the journal's pages to catch up (set once
@@ -336,6 +340,14 @@ class ProtocolServer:
         self._progress_peers: dict[_Peer, None] = {}
         """Live connections that get ``progress.snapshot`` messages."""
         self._progress_timer: asyncio.TimerHandle | None = None
+        self._seed: asyncio.Future[SeedFeed] | None = None
+        """The seed shapes' maker, seeded when a client first asks for them."""
+        self._seed_unsubscribe: Callable[[], None] | None = None
+        self._seed_early: list[Processed] | None = []
+        """Items that came while the maker was seeded (None once it is)."""
+        self._seed_pending: list[tuple[int, bytes]] = []
+        """(source seq, message) made since the last flush."""
+        self._seed_peers: dict[_Peer, None] = {}
         self.port = 0
         self.host = config.host
 
@@ -464,7 +476,11 @@ class ProtocolServer:
         if self._feed_unsubscribe is not None:
             self._feed_unsubscribe()
             self._feed_unsubscribe = None
+        if self._seed_unsubscribe is not None:
+            self._seed_unsubscribe()
+            self._seed_unsubscribe = None
         self._fanout.flush()
+        self._flush_seed()
         if self._progress_timer is not None:
             # The figures of the run's last events go out before the connections close.
             self._progress_timer.cancel()
@@ -568,6 +584,7 @@ class ProtocolServer:
             self._fanout.remove(peer)
             self._peers.pop(peer, None)
             self._progress_peers.pop(peer, None)
+            self._seed_peers.pop(peer, None)
             for task in list(peer.tasks):
                 task.cancel()
 
@@ -634,6 +651,8 @@ class ProtocolServer:
             peer.cursor = head
             peer.session.joined(history[0][0] if history else head + 1)
             fanout.add(peer)
+            if join.seed_events:
+                self._seed_live(peer)
             if peer.progress:
                 peer.spawn(self._progress_live(peer))
             return
@@ -641,9 +660,9 @@ class ProtocolServer:
         peer.cursor = min(join.after_seq, head)
         peer.session.joined(peer.cursor + 1)
         peer.caught_up.clear()
-        peer.spawn(self._catch_up(peer, join.page_size))
+        peer.spawn(self._catch_up(peer, join.page_size, join.seed_events))
 
-    async def _catch_up(self, peer: _Peer, page_size: int) -> None:
+    async def _catch_up(self, peer: _Peer, page_size: int, seed_events: bool) -> None:
         fanout = self._fanout
         # The next page is read from the journal while this one is being sent:
         # the reader thread and the socket work at once (a dashboard's first
@@ -659,6 +678,8 @@ class ProtocolServer:
                     peer.cursor = fanout.head
                     fanout.add(peer)
                     peer.caught_up.set()
+                    if seed_events:
+                        self._seed_live(peer)
                     if peer.progress:
                         await self._progress_live(peer)
                     return
@@ -731,6 +752,76 @@ class ProtocolServer:
                 return
         if not sent or cursor < upto:
             peer.send(history_page(b"", False, cursor, request.command_id))
+
+    # -- the seed's shapes -----------------------------------------------------------
+
+    def _seed_live(self, peer: _Peer) -> None:
+        """``peer`` is live and asked for the seed's shapes: those of the events
+        it gets live from now on come to it, each after its event."""
+        peer.seed_from = peer.cursor
+        self._seed_peers[peer] = None
+        if self._seed is not None:
+            return
+        feed = SeedFeed()
+        head = self._manager.last_seq
+        # Subscribed first, then the journal up to then is folded (off the
+        # loop): the items that come meanwhile wait, none is missed or doubled.
+        self._seed_unsubscribe = self._manager.add_listener(self._seed_item)
+
+        async def seed() -> SeedFeed:
+            await self._history.fold(head, feed.fold_row)
+            early, self._seed_early = self._seed_early or [], None
+            for item in early:
+                self._seed_made(item, feed.on_processed(item))
+            return feed
+
+        self._seed = asyncio.ensure_future(seed())
+        self._seed.add_done_callback(self._seed_failed)
+
+    def _seed_failed(self, done: asyncio.Future[SeedFeed]) -> None:
+        if done.cancelled() or done.exception() is None:
+            return
+        log.error("the seed's shapes could not be made from the journal: %s", done.exception())
+        for peer in list(self._seed_peers):
+            peer.send(
+                error_message(
+                    Code.NOT_AVAILABLE,
+                    f"seedEvents is not available: the journal could not be read "
+                    f"({done.exception()})",
+                )
+            )
+        self._seed_peers.clear()
+
+    def _seed_item(self, item: Processed) -> None:
+        """The StateManager listener of the seed's shapes (after the fan-out's)."""
+        if self._seed_early is not None:
+            self._seed_early.append(item)
+            return
+        seed = self._seed
+        if seed is None or not seed.done() or seed.cancelled() or seed.exception() is not None:
+            return  # it failed: its clients were told (_seed_failed)
+        self._seed_made(item, seed.result().on_processed(item))
+
+    def _seed_made(self, item: Processed, messages: list[bytes]) -> None:
+        if not messages or not self._seed_peers:
+            return
+        if not self._seed_pending:
+            # After the fan-out's flush of the same batch (scheduled first):
+            # each seed message follows the event it was made from.
+            asyncio.get_running_loop().call_soon(self._flush_seed)
+        self._seed_pending.extend((item.seq, m) for m in messages)
+
+    def _flush_seed(self) -> None:
+        pending, self._seed_pending = self._seed_pending, []
+        if not pending:
+            return
+        for peer in list(self._seed_peers):
+            start = peer.seed_from
+            if start is None:
+                continue
+            ours = [m for seq, m in pending if start < seq <= peer.cursor]
+            if ours:
+                peer.write(frames(ours))
 
     # -- progress ------------------------------------------------------------------
 

@@ -108,6 +108,8 @@ class Join:
     page_size: int
     progress: bool = False
     """The client asked for ``progress.snapshot`` messages."""
+    seed_events: bool = False
+    """The client asked for the seed's shapes (:mod:`weft.server.seed`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +324,7 @@ class Session:
             live_batches=data.live_batches,
             page_size=data.page_size or self._page_size,
             progress=data.progress,
+            seed_events=data.seed_events,
         )
 
     def _refuse_token(self, data: HandshakeData) -> str | None:
