@@ -13,7 +13,7 @@ demo: install
 
 # `ray` is the optional engine of `weft batch --engine ray`; the suite runs it on a local instance.
 test-deps:
-	$(PIP) install -q -e ".[test,ray]"
+	$(PIP) install -q -e ".[test,ray,otel]"
 
 # The pinned real Claude Code and Codex CLIs (PyPI wheels, cached outside the venv) that
 # tests/agents/real drives against local mock model servers. Already there: a no-op.

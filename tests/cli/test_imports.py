@@ -28,9 +28,14 @@ DEFERRED_BY_RUN = (
     "weft.cli.view.live",
     "weft.client",
     "websockets.asyncio.client",
+    "opentelemetry",
+    "weft.telemetry.spans",
+    "weft.telemetry.export",
+    "weft.telemetry.sink",
 )
 """Loaded only by a hank that needs them (sentinels, front-matter), a live
-table on a terminal, or ``weft attach``."""
+table on a terminal, ``weft attach``, or trace export (issue 38: with it off,
+nothing of OpenTelemetry is imported)."""
 
 HEAVY_FOR_READERS = (
     *DEFERRED_BY_RUN,
@@ -91,6 +96,19 @@ def test_run_still_loads_what_a_hank_asks_for(tmp_path: Path) -> None:
     loaded, done = _loaded(("yaml",), "run", hank, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr + done.stdout
     assert "yaml" in loaded
+
+
+def test_run_loads_opentelemetry_only_when_traces_are_exported(tmp_path: Path) -> None:
+    """The same watch sees OpenTelemetry come back with ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    (so the test above can fail); nothing listens there, which changes nothing."""
+    hank = write_hank(tmp_path / "project", codon("a"))
+    env = {**subprocess_environment(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    loaded, done = _loaded(
+        ("opentelemetry.sdk", "weft.telemetry.sink"), "run", hank, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "opentelemetry.sdk" in loaded
+    assert "weft.telemetry.sink" in loaded
 
 
 def test_reading_commands_load_none_of_the_heavy_modules(tmp_path: Path) -> None:

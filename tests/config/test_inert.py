@@ -18,7 +18,6 @@ ASKING = {
     "showCosts": True,
     "withoutProxy": False,
     "logParsingInterval": 100,
-    "telemetry": True,
     "dietOnFinalize": False,
     "journalDietThresholdBytes": 1024,
     "sentinel.healthCheckGracePeriodMs": 5000,

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "clean": "clean",
     "logs": "logs",
     "show": "logs",
+    "export-trace": "export_trace",
     "completion": "completion",
     "message": "message",
     "breaker": "breaker",

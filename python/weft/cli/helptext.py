@@ -101,6 +101,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft logs", "what the agents of ./hank.json's latest execution said"),
         ("weft logs DIR --tools --thinking", "with tool calls and thinking"),
     ),
+    "export-trace": (
+        ("weft export-trace DIR", "send every run's trace to OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ("weft export-trace --endpoint http://localhost:4318", "./hank.json's latest execution"),
+    ),
     "show": (
         ("weft show plan", "codon plan of ./hank.json's latest execution"),
         ("weft show build DIR --json", "as JSON lines"),

@@ -45,11 +45,6 @@ INERT_SETTINGS: tuple[InertSetting, ...] = (
         "Weft reads the agent's output stream as it is written, not by polling a log",
     ),
     InertSetting(
-        "telemetry",
-        lambda c: c.telemetry,
-        "Weft sends no telemetry",
-    ),
-    InertSetting(
         "dietOnFinalize",
         lambda c: not c.diet_on_finalize,
         "Weft's journal keeps no large bodies to move aside, so there is no diet to switch off",

@@ -249,6 +249,7 @@ _RECORD_PREFIXES = (
     "GEMINI_",
     "GOOGLE_",
     "WEFT_",
+    "OTEL_",  # the trace exporter's settings a traced run passes on (docs/telemetry.md)
 )
 _RECORD_NAMES = frozenset(
     {
@@ -259,6 +260,7 @@ _RECORD_NAMES = frozenset(
         "HOME",
         "NO_COLOR",
         "TERM",
+        "TRACEPARENT",
     }
 )
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")

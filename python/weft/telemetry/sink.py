@@ -1,0 +1,75 @@
+"""The live road: committed events in, spans out to the exporter's thread.
+
+A :class:`TraceSink` is one more StateManager listener (as the progress view
+and the WebSocket server are): it hears every event after its batch is
+committed, in journal order, feeds it to the :class:`~weft.telemetry.spans.TraceFold`
+and queues the spans that ended. All it does on the event loop is that fold and
+an append to a bounded queue; encoding and sending happen on the SDK
+processor's thread, and any failure there stays there (one warning).
+
+It also answers :meth:`TraceSink.agent_env`, which the codon runner calls when
+it builds a codon's agent environment: ``TRACEPARENT`` names the attempt's span
+(its id is derived, so it is known before the span ends) and the ``OTEL_*``
+variables point the agent's own exporter at the same collector.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from weft.events.stream import decode_event
+from weft.state import Processed
+from weft.telemetry.export import FLUSH_TIMEOUT, Shipper
+from weft.telemetry.settings import TelemetrySettings, agent_env, run_scope
+from weft.telemetry.spans import TraceFold, capture_content
+
+
+class TraceSink:
+    """Exports one live run's trace; call :meth:`close` when the run is over."""
+
+    def __init__(
+        self,
+        settings: TelemetrySettings,
+        *,
+        execution_id: str,
+        warn: Callable[[str], None],
+        env: Mapping[str, str] | None = None,
+        shipper: Shipper | None = None,
+    ) -> None:
+        self.settings = settings
+        self.env = os.environ if env is None else env
+        self.execution_id = execution_id
+        self.fold = TraceFold(
+            workflow=execution_id, parent=settings.parent, capture=capture_content()
+        )
+        self.shipper = shipper or Shipper(
+            settings, warn=warn, env_service=self.env.get("OTEL_SERVICE_NAME")
+        )
+        self._last_ns = 0
+
+    def __call__(self, item: Processed) -> None:
+        """The listener: folds one committed item and queues what it finished."""
+        event = item.event if item.event is not None else decode_event(item.payload)
+        stream = item.stream
+        # To the millisecond, as the journal keeps it: export-trace makes the same spans.
+        at = item.time_ns // 1_000_000 * 1_000_000
+        self._last_ns = at
+        finished = self.fold.feed(event, at, item.seq, None if stream is None else stream.codon_id)
+        if finished:
+            self.shipper.send(finished)
+
+    def agent_env(self, run_id: str, codon_id: str, start_time: str) -> dict[str, str]:
+        """The trace variables of a codon attempt's agent (see the module docstring)."""
+        scope = run_scope(self.execution_id, run_id)
+        return agent_env(self.settings, self.env, scope, codon_id, start_time)
+
+    def close(self, timeout: float = FLUSH_TIMEOUT) -> bool:
+        """Ends what the journal left open (a run cut short) and sends the rest,
+        waiting at most ``timeout`` seconds; True when everything left."""
+        rest = self.fold.finish(self._last_ns) if self.fold.run_id is not None else []
+        self.shipper.send(rest)
+        return self.shipper.close(timeout)
+
+
+__all__ = ["TraceSink"]

@@ -1,0 +1,264 @@
+"""Traces of real ``weft run`` processes, read back from a real OTLP/HTTP receiver.
+
+Every test runs ``python -m weft`` on the fake agent with the OpenTelemetry
+variables a user sets, and decodes what the SDK put on the wire
+(:mod:`tests.telemetry.receiver`): the span tree, the ``gen_ai.*`` attributes,
+the costs against ``weft status --json`` (the one fold), the agent's
+``TRACEPARENT``, ``weft export-trace`` of the same execution, and a collector
+that is down or refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.runtime.hanks import (
+    codon,
+    loop,
+    subprocess_environment,
+    weft_cli,
+    write_file,
+    write_hank,
+)
+from tests.telemetry.receiver import Span, closed_port, otlp_receiver
+
+
+@dataclass
+class Traced:
+    """One traced run: what the receiver got, the execution, its status, the agent's env."""
+
+    spans: list[Span]
+    execution: Path
+    status: dict[str, Any]
+    agent_env: dict[str, str]
+    env: dict[str, str]
+    stdout: str
+    stderr: str
+    url: str
+
+    def named(self, prefix: str) -> list[Span]:
+        return [s for s in self.spans if s.name.startswith(prefix)]
+
+    def children(self, parent: Span) -> list[Span]:
+        return [s for s in self.spans if s.parent_id == parent.span_id]
+
+
+def _hank(root: Path, record: Path) -> Path:
+    return write_hank(
+        root / "traced",
+        codon("a", write_file("a.md", "alpha\n"), record=record),
+        codon("b", write_file("b.md", "beta\n")),
+    )
+
+
+def _status(execution: Path, env: dict[str, str]) -> dict[str, Any]:
+    done = weft_cli("status", execution, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    status: dict[str, Any] = json.loads(done.stdout)
+    return status
+
+
+def _run(tmp: Path, extra_env: dict[str, str], *argv: str) -> Traced:
+    record = tmp / "agent-a.json"
+    hank = _hank(tmp, record)
+    env = subprocess_environment(tmp)
+    with otlp_receiver() as receiver:
+        env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, **extra_env}
+        done = weft_cli("run", hank, "--headless", *argv, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        spans = list(receiver.spans)
+    (execution,) = (tmp / "managed").iterdir()
+    recorded = json.loads(record.read_text())
+    return Traced(
+        spans,
+        execution,
+        _status(execution, env),
+        recorded["env"],
+        env,
+        done.stdout,
+        done.stderr,
+        receiver.url,
+    )
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Traced:
+    return _run(tmp_path_factory.mktemp("traced"), {})
+
+
+def test_a_run_is_one_trace_run_codon_attempt_session_tool(traced: Traced) -> None:
+    (run,) = [s for s in traced.spans if not s.parent_id]
+    assert run.name == f"weft run {traced.execution.name}"
+    assert {s.trace_id for s in traced.spans} == {run.trace_id}
+    assert len({s.span_id for s in traced.spans}) == len(traced.spans)
+    codons = traced.children(run)
+    assert sorted(s.name for s in codons) == ["weft codon a", "weft codon b"]
+    for codon_span in codons:
+        (attempt,) = traced.children(codon_span)
+        assert attempt.name == f"invoke_agent {codon_span.attributes['weft.codon.id']}"
+        kinds = Counter(
+            s.name.split(" ")[0] + " " + s.name.split(" ")[1] for s in traced.children(attempt)
+        )
+        assert kinds == {"weft session": 1, "weft checkpoint": 1}
+        (session,) = [s for s in traced.children(attempt) if s.name.startswith("weft session")]
+        (tool,) = traced.children(session)
+        assert tool.name == "execute_tool Write"
+        # Children sit inside their parents' time.
+        assert codon_span.start_ns <= attempt.start_ns <= session.start_ns <= tool.start_ns
+        assert tool.end_ns <= session.end_ns <= attempt.end_ns <= run.end_ns
+    assert run.resource["service.name"] == "weft"
+
+
+def test_spans_carry_the_gen_ai_conventions(traced: Traced) -> None:
+    (run,) = [s for s in traced.spans if not s.parent_id]
+    assert run.attributes["gen_ai.operation.name"] == "invoke_workflow"
+    sessions = {d["codonId"]: d["sessionId"] for d in _journal(traced.execution, "codon.started")}
+    for attempt in traced.named("invoke_agent"):
+        a = attempt.attributes
+        assert a["gen_ai.operation.name"] == "invoke_agent"
+        assert a["gen_ai.provider.name"] == "anthropic"
+        assert a["gen_ai.request.model"] == "fake/sonnet"
+        assert a["gen_ai.response.model"].startswith("claude-")
+        assert a["gen_ai.usage.input_tokens"] > 0
+        assert a["gen_ai.usage.output_tokens"] > 0
+        assert a["gen_ai.conversation.id"] == sessions[a["weft.codon.id"]]
+    for tool in traced.named("execute_tool"):
+        assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert tool.attributes["gen_ai.tool.name"] == "Write"
+        assert tool.attributes["gen_ai.tool.call.id"]
+        # Content is opt-in: neither the arguments nor the result are sent.
+        assert "gen_ai.tool.call.arguments" not in tool.attributes
+        assert "gen_ai.tool.call.result" not in tool.attributes
+    assert not [s for s in traced.spans if "gen_ai.output_messages" in s.attributes]
+
+
+def test_costs_are_the_journals(traced: Traced) -> None:
+    (run,) = [s for s in traced.spans if not s.parent_id]
+    (status_run,) = traced.status["runs"]
+    assert run.attributes["weft.cost_usd"] == pytest.approx(traced.status["totalCost"], abs=1e-9)
+    assert run.attributes["weft.cost_usd"] > 0
+    for record in status_run["codons"]:
+        (span,) = [
+            s
+            for s in traced.named("weft codon")
+            if s.attributes["weft.codon.id"] == record["codonId"]
+        ]
+        assert span.attributes["weft.cost_usd"] == pytest.approx(record["cost"], abs=1e-9)
+        (attempt,) = traced.children(span)
+        assert attempt.attributes["weft.cost_usd"] == pytest.approx(record["cost"], abs=1e-9)
+
+
+def test_the_agent_gets_its_attempts_trace_context_and_the_exporter(traced: Traced) -> None:
+    (attempt,) = [s for s in traced.named("invoke_agent") if s.attributes["weft.codon.id"] == "a"]
+    env = traced.agent_env
+    assert env["TRACEPARENT"] == f"00-{attempt.trace_id}-{attempt.span_id}-01"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == traced.url
+    assert env["OTEL_TRACES_EXPORTER"] == "otlp"
+    assert env["CLAUDE_CODE_ENABLE_TELEMETRY"] == "1"
+    assert "OTEL_SERVICE_NAME" not in env  # the agent names its own service
+
+
+def test_export_trace_of_the_finished_execution_sends_the_same_spans(traced: Traced) -> None:
+    with otlp_receiver() as receiver:
+        done = weft_cli(
+            "export-trace", traced.execution, "--endpoint", receiver.url, env=traced.env
+        )
+        assert done.returncode == 0, done.stderr
+        again = list(receiver.spans)
+    assert f"sent {len(traced.spans)} spans (1 run)" in done.stdout
+
+    def key(s: Span) -> tuple[Any, ...]:
+        return (
+            s.trace_id,
+            s.span_id,
+            s.parent_id,
+            s.name,
+            s.start_ns,
+            s.end_ns,
+            sorted(s.attributes.items()),
+            s.status,
+        )
+
+    assert sorted(map(key, again)) == sorted(map(key, traced.spans))
+
+
+def test_the_callers_traceparent_is_the_runs_parent_and_content_is_opt_in(tmp_path: Path) -> None:
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    got = _run(
+        tmp_path,
+        {"TRACEPARENT": caller, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
+    )
+    (run,) = [s for s in got.spans if s.name.startswith("weft run")]
+    assert (run.trace_id, run.parent_id) == ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+    assert {s.trace_id for s in got.spans} == {run.trace_id}
+    tools = got.named("execute_tool")
+    assert tools
+    assert all(json.loads(t.attributes["gen_ai.tool.call.arguments"]) for t in tools)
+    assert got.agent_env["TRACEPARENT"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
+
+
+def test_a_budget_stop_is_a_span_event_and_the_run_says_how_it_ended(tmp_path: Path) -> None:
+    step = codon(
+        "step", '@@fake:append path=log.md content="x\\n"@@\n', model="fake/haiku", files=["log.md"]
+    )
+    hank = write_hank(tmp_path / "grind", loop("grind", step, limit=6))
+    env = subprocess_environment(tmp_path)
+    with otlp_receiver() as receiver:
+        env = {
+            **env,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "WEFT_RUNTIME_BUDGET_MAX_DOLLARS": "0.002",
+        }
+        done = weft_cli("run", hank, "--headless", env=env)
+        spans = list(receiver.spans)
+    assert done.returncode == 3, done.stdout
+    (run,) = [s for s in spans if not s.parent_id]
+    assert run.attributes["weft.status"] == "budget"
+    (execution,) = (tmp_path / "managed").iterdir()
+    assert run.attributes["weft.cost_usd"] == pytest.approx(
+        _status(execution, env)["totalCost"], abs=1e-9
+    )
+    crossed = [
+        (name, attrs) for s in spans for name, attrs in s.events if name == "budget.exceeded"
+    ]
+    assert crossed
+    assert crossed[0][1]["weft.scope"] == "run"
+
+
+@pytest.mark.parametrize("collector", ["down", "refusing"])
+def test_a_collector_that_is_down_or_refuses_changes_nothing_but_one_warning(
+    tmp_path: Path, collector: str
+) -> None:
+    record = tmp_path / "agent-a.json"
+    hank = _hank(tmp_path, record)
+    env = subprocess_environment(tmp_path)
+    started = time.monotonic()
+    off = weft_cli("run", hank, "--headless", "--new", env=env)
+    off_seconds = time.monotonic() - started
+    assert off.returncode == 0
+    with otlp_receiver(refuse=True) as refusing:
+        url = refusing.url if collector == "refusing" else f"http://127.0.0.1:{closed_port()}"
+        started = time.monotonic()
+        done = weft_cli(
+            "run", hank, "--headless", "--new", env={**env, "OTEL_EXPORTER_OTLP_ENDPOINT": url}
+        )
+        on_seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "All codons completed" in done.stdout
+    warnings = [line for line in done.stderr.splitlines() if "traces could not be sent" in line]
+    assert len(warnings) == 1, done.stderr
+    assert url in warnings[0]
+    # One export timeout at most (2 s, once), on a shared machine: generous.
+    assert on_seconds < off_seconds + 6, (on_seconds, off_seconds)
+
+
+def _journal(execution: Path, kind: str) -> list[dict[str, Any]]:
+    from tests.runtime.hanks import journal
+
+    return [data for t, data in journal(execution) if t == kind]
