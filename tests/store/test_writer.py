@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from weft.events.stream import AssistantActionEvent
 from weft.state import Processed, StateManager
 from weft.store import ExecutionStore, Journal
 from weft.store.lock import LOCK
+from weft.store.writer import SNAPSHOT_DUTY
 
 
 @contextlib.contextmanager
@@ -115,18 +117,22 @@ async def test_a_fenced_off_writer_stops_before_writing(tmp_path: Path) -> None:
     store.journal.close()
 
 
-async def test_state_json_is_rewritten_by_bytes_journaled_not_once_per_codon(
+async def test_state_json_is_rewritten_at_boundaries_for_a_small_share_of_the_time(
     tmp_path: Path,
 ) -> None:
+    """Every codon boundary wants a rewrite (state.json current at each codon's
+    start and end), but 400 codons a millisecond or two apart do not get 800:
+    the boundary rewrites wait SNAPSHOT_DUTY times the last one's cost, so
+    state.json takes a small share of the writer's time however fast codons come."""
     store = ExecutionStore.open(tmp_path / "execution")
     writer = store._writer_for()
     manager = store.state_manager()
     manager.transition(run_started("r1"))
     await manager.flush()
     state = tmp_path / "execution" / ".weft" / "state.json"
-    sizes: list[int] = []
     rewrites: list[int] = []
-    manager.add_listener(lambda p: sizes.append(len(p.payload)))
+    spent = writer.snapshot_seconds
+    started = time.monotonic()
     for i in range(400):
         before = writer.snapshots
         for event in lifecycle("r1", f"c{i}"):
@@ -134,17 +140,48 @@ async def test_state_json_is_rewritten_by_bytes_journaled_not_once_per_codon(
         await manager.flush()
         if writer.snapshots > before:
             rewrites.append(state.stat().st_size)
-    journaled = sum(sizes)
-    # Early on, while state.json is smaller than a codon's journal, every codon
-    # end rewrites it (the evidence loss checks need); later ever more rarely.
-    assert len(rewrites) < 400 // 4
-    assert writer.snapshots >= 8
-    # Amortised: no more bytes rewritten than journaled (plus the last one).
-    assert sum(rewrites) <= journaled + rewrites[-1]
+    elapsed = time.monotonic() - started
+    assert 8 <= len(rewrites) < 400 // 4
+    # The duty bound keeps boundary rewrites to about 1/SNAPSHOT_DUTY of the time;
+    # the byte rule's (early, small) and one fsync slower than the last add to it
+    # on a busy machine: a quarter is far from a rewrite per boundary (over half).
+    assert writer.snapshot_seconds - spent <= elapsed / 4
     await store.close(manager)
     # The final snapshot is the fold of the whole journal.
     doc = json.loads(state.read_text())
     assert len(doc["runs"][0]["codons"]) == 400
+
+
+def statuses(state: Path) -> list[str]:
+    """The codon statuses of the state.json file as written."""
+    return [c["status"] for c in json.loads(state.read_text())["runs"][0]["codons"]]
+
+
+async def test_a_codon_boundary_is_written_when_codons_are_seconds_apart(tmp_path: Path) -> None:
+    """A codon's start and its end each leave state.json holding it, when the
+    last rewrite is old enough (a real codon lasts seconds). The old writer
+    skipped both while the journal since the last snapshot was smaller than it."""
+    store = ExecutionStore.open(tmp_path / "execution")
+    writer = store._writer_for()
+    manager = store.state_manager()
+    manager.transition(run_started("r1"))
+    await manager.flush()
+    state = tmp_path / "execution" / ".weft" / "state.json"
+    start, *rest = lifecycle("r1", "c0")
+    time.sleep(max(0.05, SNAPSHOT_DUTY * writer._last_cost * 1.5))
+    manager.transition(start)
+    await manager.flush()
+    assert [c["status"] for c in json.loads(state.read_text())["runs"][0]["codons"]] == [
+        "preparing"
+    ]
+    time.sleep(max(0.05, SNAPSHOT_DUTY * writer._last_cost * 1.5))
+    for event in rest:
+        manager.transition(event)
+    await manager.flush()
+    assert [c["status"] for c in json.loads(state.read_text())["runs"][0]["codons"]] == [
+        "completed"
+    ]
+    await store.close(manager)
 
 
 def test_the_streamed_snapshot_is_the_snapshot_document(tmp_path: Path) -> None:

@@ -126,6 +126,8 @@ class StoreWriter:
         self._given_back = time.monotonic()
         self.snapshots = 0
         """How many times state.json was written (for tests and benchmarks)."""
+        self.snapshot_seconds = 0.0
+        """Seconds spent writing state.json (for tests and benchmarks)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-writer")
         self._timer: asyncio.TimerHandle | None = None
         """The pending time-bound check, while a committed tail is not in state.json."""
@@ -222,6 +224,7 @@ class StoreWriter:
         self._give_back()
         self._last_snapshot = time.monotonic()
         self._last_cost = self._last_snapshot - started
+        self.snapshot_seconds += self._last_cost
         self._last_size = size
         self._tail = 0
         self.snapshots += 1
