@@ -32,11 +32,13 @@ from weft.events.stream import (
     BreakerWaitingEvent,
     BudgetExceededEvent,
     BudgetSummaryEvent,
+    CodonParkedEvent,
     CodonRetryEvent,
     CodonStartedEvent,
     ErrorEvent,
     Event,
     LoopIterationCompletedEvent,
+    ProcessStartedEvent,
     RejectedTransition,
     RigOutputEvent,
     RigSetupFailedEvent,
@@ -84,6 +86,7 @@ LastAction = (
     | SessionCooldownEvent
     | SessionResumedEvent
     | BreakerWaitingEvent
+    | CodonParkedEvent
 )
 """What a codon did last, kept as the event itself: the views word it."""
 
@@ -125,6 +128,8 @@ class CodonProgress:
     failure_kind: str | None = None
     """The latest failure's type (``interrupted``: a stop cut it short; it stays to do)."""
     failed_during: str | None = None
+    parked: CodonParkedEvent | None = None
+    """Set while the codon waits for its provider's usage window to open."""
     messages: int = 0
     sentinel_cost: float = 0.0
     """What its sentinels' model calls cost (US dollars), apart from :attr:`cost`."""
@@ -212,6 +217,7 @@ class CodonProgress:
         self.failure = None
         self.failure_kind = None
         self.failed_during = None
+        self.parked = None
         self.messages = 0
         self.status = "preparing"
 
@@ -237,6 +243,7 @@ class CodonProgress:
         self.unpriced = False
         self.last = None
         self.failure = self.failure_kind = self.failed_during = None
+        self.parked = None
         self.checkpoint = None
         self.messages = 0
 
@@ -481,6 +488,7 @@ class RunProgress:
         if to not in TERMINAL:
             c.status = to
             return
+        c.parked = None
         self._finish(c, to, at)
         if to != "failed":
             return
@@ -592,6 +600,22 @@ class RunProgress:
     def _did(self, event: LastAction, at: int, codon_id: str | None) -> None:
         c = self._codons.get(codon_id or event.codon_id or "")
         if c is not None:
+            c.last = event
+
+    def _parked(self, event: CodonParkedEvent, at: int, codon_id: str | None) -> None:
+        c = self._codons.get(codon_id or event.codon_id)
+        if c is not None:
+            c.last = c.parked = event
+
+    def _unparked(
+        self, event: SessionResumedEvent | ProcessStartedEvent, at: int, codon_id: str | None
+    ) -> None:
+        """The wait is over: the next session was resumed or the agent started."""
+        c = self._codons.get(codon_id or event.codon_id or "")
+        if c is None:
+            return
+        c.parked = None
+        if isinstance(event, SessionResumedEvent):
             c.last = event
 
     def _tool_result(self, event: ToolResultEvent, at: int, codon_id: str | None) -> None:
@@ -722,8 +746,10 @@ _HANDLERS: dict[type[Any], _Handler] = {
     RigSetupFailedEvent: RunProgress._did,
     CodonRetryEvent: RunProgress._did,
     SessionCooldownEvent: RunProgress._did,
-    SessionResumedEvent: RunProgress._did,
+    SessionResumedEvent: RunProgress._unparked,
+    ProcessStartedEvent: RunProgress._unparked,
     BreakerWaitingEvent: RunProgress._did,
+    CodonParkedEvent: RunProgress._parked,
     ToolResultEvent: RunProgress._tool_result,
     CodonStartedEvent: RunProgress._agent_started,
     TokenUsageEvent: RunProgress._token_usage,

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.builders import lifecycle, move, run_started
+from tests.runtime.hanks import (
+    codon,
+    subprocess_environment,
+    wait_for,
+    weft_cli,
+    weft_run_argv,
+    write_hank,
+)
 
 from weft import core
 from weft.cli import main
 from weft.events.stream import SessionCooldownEvent, SessionResumedEvent, StreamData
+from weft.server.snapshot import ProgressFeed
 from weft.store import ExecutionStore
+from weft.windows.park import until_words
 
 
 async def make_execution(path: Path) -> None:
@@ -269,3 +282,62 @@ def test_weft_run_continues_past_a_wrong_journal_seq_and_says_so(tmp_path: Path)
     assert "journal lost committed events" not in out
     assert "recovery: state.json says it reflects journal seq 10000" in out, out
     assert again.returncode == 0, out
+
+
+def test_a_parked_codon_shows_when_it_resumes_on_every_surface(tmp_path: Path) -> None:
+    """``weft status`` (text and JSON), the run's own lines and the server's
+    progress snapshot all say the codon waits for its usage window, and until
+    when, in the same words."""
+    until = int(time.time()) + 8
+    hank = write_hank(
+        tmp_path / "hank",
+        codon("build", "Build it.", env={"FAKE_AGENT_SCENARIO": f"usage_window,until={until}"}),
+    )
+    env = {**subprocess_environment(tmp_path), "WEFT_RUNTIME_USAGE_WINDOW_MARGIN_MS": "0"}
+    execution = tmp_path / "x"
+    run = subprocess.Popen(
+        weft_run_argv(hank, execution, "--headless"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        words = until_words(until * 1000, "anthropic", "five_hour")
+
+        def parked() -> dict[str, Any] | None:
+            done = weft_cli("status", "--json", execution, env=env)
+            if done.returncode != 0:
+                return None
+            doc: dict[str, Any] = json.loads(done.stdout)
+            (build,) = [c for c in doc["runs"][-1]["codons"] if c["codonId"] == "build"] or [{}]
+            session = build.get("session") or {}
+            return doc if session.get("type") == "codon.parked" else None
+
+        doc = wait_for(parked, timeout=until - time.time() - 1)
+        assert doc is not None
+        (build,) = [c for c in doc["runs"][-1]["codons"] if c["codonId"] == "build"]
+        assert build["session"]["resumeAt"] == until * 1000
+        assert build["status"] == "running"
+        text = weft_cli("status", execution, env=env).stdout
+        assert f"supervisor: parked until {words}: the usage window is closed" in text
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, out
+    assert f"parked until {words}" in out
+    assert "session 2 resumes" in out
+    # The server's one fold, at the moment the codon parked and once it resumed.
+    store = ExecutionStore.open(execution)
+    try:
+        rows = [r for page in store.journal.pages() for r in page]
+    finally:
+        asyncio.run(store.close())
+    feed = ProgressFeed()
+    snapshots = []
+    for row in rows:
+        feed.fold_row(row.seq, row.id, row.codon_id, row.payload.encode())
+        if row.type in ("codon.parked", "session.resumed"):
+            snapshots.append(feed.snapshot().codons[0].parked)
+    assert snapshots == [words, None]

@@ -25,6 +25,7 @@ from weft.errors import LockHeldError
 from weft.events.stream import (
     BreakerChangedEvent,
     BreakerWaitingEvent,
+    CodonParkedEvent,
     SessionCooldownEvent,
     SessionGaveUpEvent,
     SessionResumedEvent,
@@ -36,6 +37,7 @@ from weft.outcome import ending_of
 from weft.store import ExecutionStore
 from weft.store.lock import LOCK, pid_alive, read_lock
 from weft.terminal import printable
+from weft.windows.park import until_words
 
 TERMINAL = ("completed", "failed", "skipped")
 
@@ -102,6 +104,7 @@ SESSION_EVENTS = (
     SessionResumedEvent.TYPE,
     SessionGaveUpEvent.TYPE,
     BreakerWaitingEvent.TYPE,
+    CodonParkedEvent.TYPE,
 )
 
 
@@ -141,6 +144,9 @@ def _session_line(s: dict[str, Any]) -> str:
         )
     if s["type"] == BreakerWaitingEvent.TYPE:
         return f"waiting {s['retryInMs']} ms: {s['message']}"
+    if s["type"] == CodonParkedEvent.TYPE:
+        until = until_words(s["resumeAt"], s["provider"], s.get("window"))
+        return f"parked until {until}: the usage window is closed"
     if s["type"] == SessionResumedEvent.TYPE:
         return _resumed_line(s)
     return str(s.get("message", "the session supervisor gave up"))
@@ -157,6 +163,8 @@ def _resumed_line(s: dict[str, Any]) -> str:
     )
     if s["reason"] == "urgent":
         return f"{what} with an urgent message (the agent was interrupted)"
+    if s["reason"] == "window":
+        return f"{what} when the usage window opened"
     return f"{what} after a cool-down"
 
 

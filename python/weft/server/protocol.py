@@ -387,6 +387,9 @@ class CodonFigures(_Figures):
     failure: str | None
     """``<type>: <message>`` of its latest failure."""
     loop: LoopPlace | None
+    parked: str | None = None
+    """While it waits for its provider's usage window: when it resumes and why
+    (``15:05 UTC (anthropic five_hour window)``), as every view words it."""
 
 
 class RunEnding(_Figures):

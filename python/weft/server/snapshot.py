@@ -41,6 +41,7 @@ from weft.server.protocol import (
     RunEnding,
 )
 from weft.state import Processed
+from weft.windows.park import until_words
 
 SERIES_POINTS: Final = 300
 """Points of the totals-over-time series a snapshot carries at most (about
@@ -226,6 +227,9 @@ class ProgressFeed:
             ended_at=_iso(c.ended_ns),
             failure=c.failure,
             loop=_loop(c),
+            parked=None
+            if c.parked is None
+            else until_words(c.parked.resume_at, c.parked.provider, c.parked.window),
         )
 
     def _ending(self, run_id: str, ending: Ending | None) -> RunEnding:

@@ -6,9 +6,10 @@ milliseconds, because ``resetsAt`` is wall-clock epoch seconds).
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_MARGIN_MS", "DEFAULT_MAX_WAIT_MS", "Park", "TooLong", "decide"]
+__all__ = ["DEFAULT_MARGIN_MS", "DEFAULT_MAX_WAIT_MS", "Park", "TooLong", "decide", "until_words"]
 
 DEFAULT_MARGIN_MS = 10_000
 """Waited past ``resetsAt``: the provider's clock and ours differ by a little,
@@ -44,3 +45,12 @@ def decide(resets_at_ms: int, now_ms: int, *, margin_ms: int, max_wait_ms: int) 
     if wait > max_wait_ms:
         return TooLong(resume_at_ms=resume_at, wait_ms=wait, max_wait_ms=max_wait_ms)
     return Park(resume_at_ms=resume_at, wait_ms=wait)
+
+
+def until_words(resume_at_ms: int, provider: str, window: str | None) -> str:
+    """``15:05 UTC (anthropic five_hour window)``: when a parked codon resumes.
+    A clock time, not a countdown: views redraw at events, not every second,
+    and a codon parks for hours."""
+    at = dt.datetime.fromtimestamp(resume_at_ms / 1000, dt.UTC)
+    when = at.strftime("%H:%M UTC") if at.second == 0 else at.strftime("%H:%M:%S UTC")
+    return f"{when} ({provider}{f' {window}' if window else ''} window)"

@@ -13,6 +13,7 @@ from typing import Any
 from weft.events.stream import (
     AssistantActionEvent,
     BreakerWaitingEvent,
+    CodonParkedEvent,
     CodonRetryEvent,
     RigOutputEvent,
     RigSetupFailedEvent,
@@ -22,6 +23,7 @@ from weft.events.stream import (
 )
 from weft.money import format_cost, known, known_cost, total_cost
 from weft.progress import CodonProgress, RunProgress
+from weft.windows.park import until_words
 
 
 def codon_cost(c: CodonProgress) -> str:
@@ -185,7 +187,14 @@ def describe_last(c: CodonProgress) -> str:
     if isinstance(last, BreakerWaitingEvent):
         wait = format_duration(last.retry_in_ms / 1000)
         return clip(f"waiting {wait}: {last.provider} circuit open", ACTION_LIMIT)
+    if isinstance(last, CodonParkedEvent):
+        return clip(f"parked until {parked_until(last)}", ACTION_LIMIT)
     return ""
+
+
+def parked_until(event: CodonParkedEvent) -> str:
+    """When a parked codon resumes (:func:`weft.windows.park.until_words`)."""
+    return until_words(event.resume_at, event.provider, event.window)
 
 
 def checkpoint_list_text(data: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ from weft.cli.view.format import (
     format_tokens,
     format_wait,
     iteration_cost,
+    parked_until,
     rig_label,
     run_cost,
 )
@@ -38,6 +39,7 @@ from weft.events.stream import (
     BudgetSummaryEvent,
     CheckpointListEvent,
     CodonExtendedEvent,
+    CodonParkedEvent,
     CodonRetryEvent,
     ErrorEvent,
     Event,
@@ -58,6 +60,7 @@ from weft.events.stream import (
     SessionMessageEvent,
     SessionResumedEvent,
     ToolResultEvent,
+    UsageWindowEvent,
     typed,
 )
 from weft.events.transitions import (
@@ -293,7 +296,38 @@ def _resumed(p: RunProgress, event: SessionResumedEvent, at: int, codon: str | N
         if event.resume_session_id
         else "starts again (no session was reported)"
     )
-    return Note("retry", f"{_where(codon)}session {event.session} {how}", codon)
+    why = " (the usage window is open)" if event.reason == "window" else ""
+    return Note("retry", f"{_where(codon)}session {event.session} {how}{why}", codon)
+
+
+def _parked(p: RunProgress, event: CodonParkedEvent, at: int, codon: str | None) -> Note:
+    wait = format_wait(max(0, event.resume_at - time.time() * 1000) / 1000)
+    what = (
+        f"session {event.session} was refused: the usage window is closed"
+        if event.session
+        else f"the usage window is closed ({event.message})"
+        if event.message
+        else "the usage window is closed"
+    )
+    return Note(
+        "retry",
+        f"{_where(codon)}{what}; parked until {parked_until(event)}, {wait} from now "
+        "(no error counted)",
+        codon,
+    )
+
+
+def _usage_window(p: RunProgress, event: UsageWindowEvent, at: int, codon: str | None) -> Note:
+    window = f" {event.window}" if event.window else ""
+    used = "" if event.utilization is None else f" {event.utilization:.0%} used;"
+    resets = ""
+    if event.resets_at is not None:
+        resets = " resets " + time.strftime("%H:%M UTC", time.gmtime(event.resets_at / 1000))
+    if event.status == "allowed_warning":
+        return Note("budget", f"{event.provider}{window} usage window nearly spent:{used}{resets}")
+    if event.status == "rejected":
+        return Note("retry", f"{event.provider}{window} usage window closed:{used}{resets}")
+    return Note("info", f"{event.provider}{window} usage window open:{used}{resets}")
 
 
 def _message(p: RunProgress, event: SessionMessageEvent, at: int, codon: str | None) -> Note:
@@ -502,6 +536,8 @@ _NOTES: dict[type[Any], _NoteOf] = {
     CodonRetryEvent: _retry,
     SessionCooldownEvent: _cooldown,
     SessionResumedEvent: _resumed,
+    CodonParkedEvent: _parked,
+    UsageWindowEvent: _usage_window,
     SessionGaveUpEvent: _gave_up,
     SessionMessageEvent: _message,
     BreakerChangedEvent: _breaker,

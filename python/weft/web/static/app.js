@@ -226,6 +226,15 @@ const ON = {
     if (rec) keep(rec, ev);
     note("recovery", ev.timestamp, `${d.codonId}: ${sessionText(ev)}`);
   },
+  // A closed usage window parks the codon (its line says until when, from the snapshot).
+  "codon.parked"(d, ev) {
+    const rec = codonOf(d);
+    if (rec) keep(rec, ev);
+    note("recovery", ev.timestamp, `${d.codonId}: ${sessionText(ev)}`);
+  },
+  "usage.window"(d, ev) {
+    note(d.status === "allowed" ? "info" : "recovery", ev.timestamp, sessionText(ev));
+  },
 };
 
 // The server's figures: the newest snapshot replaces the page's (it is whole).
@@ -253,7 +262,14 @@ function sessionText(ev) {
         + `resuming in ${fmtMs(d.durationMs)} (${d.consecutiveErrors} error(s) in a row, ${d.totalErrors} in all)`;
     case "session.resumed":
       return `session ${d.session} ${d.resumeSessionId ? `resumes ${d.resumeSessionId}` : "starts afresh"}`
-        + ` (${d.reason === "urgent" ? "an urgent message" : "after a failure"})`;
+        + ` (${d.reason === "urgent" ? "an urgent message" : d.reason === "window" ? "the usage window opened" : "after a failure"})`;
+    case "codon.parked":
+      return `${d.session ? `session ${d.session} was refused: ` : ""}the ${d.provider} usage window`
+        + `${d.window ? ` (${d.window})` : ""} is closed; parked until ${new Date(d.resumeAt).toISOString()} (no error counted)`;
+    case "usage.window":
+      return `${d.provider} usage window${d.window ? ` (${d.window})` : ""}: ${d.status}`
+        + `${d.utilization == null ? "" : `, ${Math.round(d.utilization * 100)}% used`}`
+        + `${d.resetsAt ? `, resets ${new Date(d.resetsAt).toISOString()}` : ""}`;
     case "session.gave-up":
       return `gave up after ${d.sessions} session(s): ${d.message || ""}`;
     case "breaker.changed":
@@ -313,6 +329,7 @@ function buildItems(rec) {
 // else what its agent did last.
 function lastAction(c) {
   if (c.failure) return c.failure;
+  if (c.parked) return `parked until ${c.parked}`;
   const rec = recordOf(c.codonId);
   const d = rec && rec.last;
   if (!d) return "";
