@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -76,6 +77,8 @@ class Request:
     """The cut message's whole usage: the CLI may count as many of its output
     tokens as it read text before the cut (seen under load)."""
     outcome: str = ""
+    at: float = field(default_factory=time.time)
+    """When the request arrived (epoch seconds)."""
 
 
 class _Server(ThreadingHTTPServer):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from tests.agents.real.conftest import Homes, claude_env, codex_env
 from tests.agents.real.drive import billed_usd
-from tests.agents.real.mock_anthropic import AnthropicMock
+from tests.agents.real.mock_anthropic import AnthropicMock, Window
 from tests.agents.real.mock_openai import OpenAIMock
 
 SESSION_HEADER = "x-claude-code-session-id"
@@ -306,3 +306,47 @@ def test_claude_429s_across_codons_open_the_breaker_and_a_probe_closes_it(
     assert len(anthropic.posts(f"First {marker}")) == 1
     assert len(anthropic.posts(f"Second {marker}")) == 1
     assert len(anthropic.billed(f"Third {marker}")) == 1
+
+
+def test_claude_parks_on_a_closed_usage_window_and_finishes_in_the_same_session(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    """Claude Code with a subscription token against a server whose usage
+    window is closed for a few seconds: the codon parks until the reset the CLI
+    reported, resumes the same session, and is billed only for the answer that
+    went through (the refused call cost nothing)."""
+    marker = os.urandom(6).hex()
+    until = int(time.time()) + 6
+    anthropic.window = Window(closed_until=until)
+    try:
+        env = claude_env(anthropic, homes)
+        del env["ANTHROPIC_API_KEY"]
+        env["CLAUDE_CODE_OAUTH_TOKEN"] = "sk-ant-oat01-" + "t" * 60  # a subscriber's token
+        weft_env = _weft_env(homes, env, claude=claude_bin)
+        weft_env["WEFT_RUNTIME_USAGE_WINDOW_MARGIN_MS"] = "500"
+        done = _run(homes, [_codon("work", f"Do it {marker} MOCK[tools=1]")], weft_env)
+    finally:
+        anthropic.window = None
+    assert done.returncode == 0, done.stdout + done.stderr
+    (parked,) = _journaled(homes, "codon.parked", "work")
+    assert parked["resetsAt"] == until * 1000
+    assert parked["window"] == "five_hour"
+    assert parked["session"] == 1
+    (resumed,) = _journaled(homes, "session.resumed", "work")
+    assert resumed["reason"] == "window"
+    assert _journaled(homes, "session.cooldown", "work") == []
+    state = _codons(homes)["work"]
+    sid = state["claudeSessionId"]
+    assert resumed["resumeSessionId"] == sid
+    # The resumed turn's prompt joins the refused one in one user message, so
+    # the session's calls are found by its header, not by the marker.
+    calls = anthropic.session_calls(SESSION_HEADER, sid)
+    refused = [r for r in calls if r.outcome == "error 429"]
+    answered = [r for r in calls if r.billed is not None]
+    assert len(refused) == 1
+    assert marker in refused[0].prompt
+    assert answered
+    assert all(r.at >= until for r in answered)
+    assert state["finalCost"] == pytest.approx(
+        billed_usd("claude-sonnet-5-5", [r.billed for r in answered])
+    )
