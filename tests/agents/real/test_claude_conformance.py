@@ -13,7 +13,9 @@ a spilled tool output, the CLI's own continuation prompt).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 from tests.agents.real.conftest import FAKE_ENV, Homes, claude_env
 from tests.agents.real.drive import Outcome, billed_usd, drive
-from tests.agents.real.mock_anthropic import AnthropicMock
+from tests.agents.real.mock_anthropic import AnthropicMock, Window
 
 from weft.agents.claude import ClaudeHarness
 from weft.agents.events import AssistantText, CostSource, ErrorClass, ToolUse
@@ -467,3 +469,75 @@ def _last_result(log: Path) -> dict[str, object]:
 
 def _fields(spec: SessionSpec) -> dict[str, object]:
     return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+
+
+def _window_lines(log: Path) -> list[dict[str, object]]:
+    """The lines of a refused session after its init, each boiled down to what
+    a parser reads: its type and the fields that say a usage window refused it."""
+    keep = ("type", "subtype", "is_error", "error", "api_error", "api_error_status",
+            "terminal_reason", "result", "rate_limit_info")  # fmt: skip
+    out = []
+    for raw in log.read_text().splitlines():
+        line = json.loads(raw) if raw.startswith("{") else {}
+        if line.get("type") in ("rate_limit_event", "assistant", "result"):
+            info = line.get("rate_limit_info")
+            if isinstance(info, dict):
+                line["rate_limit_info"] = {k: info.get(k) for k in ("status", "resetsAt")}
+            out.append({k: line[k] for k in keep if k in line})
+    return out
+
+
+async def test_a_closed_usage_window_reads_the_same_from_the_real_cli_and_the_fake(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    """Claude Code with a subscription token against a closed window, and
+    fake-claude's ``usage_window`` scenario: the same lines, the same verdict
+    (``usage_limit`` with the window's reset), and after the reset both resume
+    the same session with an ``allowed`` window."""
+    until = int(time.time()) + 5
+    anthropic.window = Window(closed_until=until)
+    env = claude_env(anthropic, homes)
+    del env["ANTHROPIC_API_KEY"]
+    env["CLAUDE_CODE_OAUTH_TOKEN"] = "sk-ant-oat01-" + "t" * 60
+    fake_env = {"CLAUDE_CONFIG_DIR": str(homes.root / "fake-config"), **FAKE_ENV}
+    agents = (
+        (ClaudeHarness([str(claude_bin)]), env, "Hello MOCK[]", "claude.log"),
+        (
+            ClaudeHarness(fake_command("claude").command, fake=True),
+            fake_env,
+            f"Hello @@fake:scenario=usage_window,until={until}@@",
+            "fake-claude.log",
+        ),
+    )
+    try:
+        refused = [
+            await drive(harness, _spec(prompt, homes, agent_env, log=log))
+            for harness, agent_env, prompt, log in agents
+        ]
+        for out in refused:
+            assert out.verdict == (False, ErrorClass.USAGE_LIMIT, False), out.exited
+            window = out.exited.window
+            assert window is not None
+            assert (window.status, window.window) == ("rejected", "five_hour")
+            assert window.resets_at_ms == until * 1000
+        real_lines, fake_lines = (_window_lines(homes.root / log) for *_, log in agents)
+        assert real_lines == fake_lines
+        await asyncio.sleep(max(0.0, until - time.time()) + 0.2)
+        for (harness, agent_env, _, log), before in zip(agents, refused, strict=True):
+            out = await drive(
+                harness,
+                _spec(
+                    "Go on MOCK[]",
+                    homes,
+                    agent_env,
+                    log=f"again-{log}",
+                    resume_session_id=before.exited.session_id,
+                ),
+            )
+            assert out.exited.ok, out.exited
+            assert out.exited.session_id == before.exited.session_id
+            window = out.exited.window
+            assert window is not None
+            assert window.status == "allowed"
+    finally:
+        anthropic.window = None

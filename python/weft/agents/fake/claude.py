@@ -1136,8 +1136,9 @@ def open_run(ctx: Context, opts: ClaudeOptions, model: str) -> tuple[Session, Cl
         run.prior_usage = transcript_usage(session.history)
         run.prior_prompts = count_prompts(session.history)
         until = window_until(session.history)
-        if until > time.time() and ctx.directives.scenario is None and settings.scenario is None:
-            # The account's window is closed for every session, a resumed one too.
+        if until and ctx.directives.scenario is None and settings.scenario is None:
+            # The account's window is the session's too: refused while it is
+            # closed, reported (allowed) once it is open, as a subscriber's CLI does.
             ctx.scenario, ctx.params = "usage_window", {"until": repr(until)}
             run.params = ctx.params
     return session, run
