@@ -28,7 +28,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
