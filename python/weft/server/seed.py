@@ -33,6 +33,7 @@ failed, nothing once skipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -131,6 +132,12 @@ class _Record:
         return 0
 
 
+def _crashed(rec: _Record) -> None:
+    """RunCrashed: the run's active record fails (its cost becomes partial)."""
+    if rec.status not in ("completed", "failed", "skipped"):
+        rec.status = "failed"
+
+
 def _add(a: TokenUsage, b: TokenUsage) -> TokenUsage:
     return TokenUsage(
         input_tokens=a.input_tokens + b.input_tokens,
@@ -167,11 +174,12 @@ class SeedFeed:
         self._records: dict[tuple[str, str], _Record] = {}
         """(run id, codon id) -> its latest attempt (a retry replaces it)."""
         self._runs: dict[str, list[tuple[str, str]]] = {}
-        """Run id -> its records' keys (for the run's cost)."""
+        """Run id -> its codons' keys (for RunCrashed)."""
         self._branches: dict[str, str] = {}
         self._current: str | None = None
-        self._finished_cost = 0
-        """Nano-dollars of the attempts a retry replaced (still in the total)."""
+        self._run_cost: dict[str, int] = {}
+        """Run id -> nano-dollars of its records (every attempt's)."""
+        self._total = 0
         self.last_seq = 0
 
     # -- feeding ----------------------------------------------------------------
@@ -180,15 +188,19 @@ class SeedFeed:
         """Folds one journal row (while seeding); nothing is made for it."""
         self._fold(decode_event(payload), seq)
 
-    def on_processed(self, item: Processed) -> list[bytes]:
+    def on_processed(self, item: Processed, make: bool = True) -> list[bytes]:
         """The seed messages that follow ``item`` (none for a stream event or a
         refused transition), in the order the seed sends them: a checkpoint
-        before the move that records it, a cost after its increment."""
+        before the move that records it, a cost after its increment.
+        ``make=False`` only folds it (no client asks now: nothing is encoded)."""
         if item.seq <= self.last_seq:
             return []  # folded while seeding
         event = item.event
         if not item.applied or not isinstance(event, Transition):
             self.last_seq = item.seq
+            return []
+        if not make:
+            self._fold(event, item.seq)
             return []
         before = self._checkpoint(event)
         self._fold(event, item.seq)
@@ -244,44 +256,47 @@ class SeedFeed:
         self.last_seq = seq
         if isinstance(event, RunStarted):
             self._runs.setdefault(event.run_id, [])
+            self._run_cost.setdefault(event.run_id, 0)
             self._branches[event.run_id] = event.git_branch
             self._current = event.run_id
         elif isinstance(event, RunCompleted | RunFailed | RunStopped | RunCrashed):
             if isinstance(event, RunCrashed):
                 for key in self._runs.get(event.run_id, []):
-                    rec = self._records[key]
-                    if rec.status not in ("completed", "failed", "skipped"):
-                        rec.status = "failed"
+                    self._change(key, _crashed)
             if self._current == event.run_id:
                 self._current = None
         elif isinstance(event, CodonStarted):
             key = (event.run_id, event.codon_id)
-            old = self._records.get(key)
-            if old is not None:
-                self._finished_cost += old.cost
-            else:
+            if key not in self._records:
                 self._runs.setdefault(event.run_id, []).append(key)
+            # A new attempt: the old one's cost stays in the run's (the seed's
+            # records are append-only), the new one starts from nothing.
             self._records[key] = _Record()
         elif isinstance(
             event, CodonTransitioned | CostsIncremented | CostsUpdated | CodonFinalCostSet
         ):
-            found = self._records.get((event.run_id, event.codon_id))
-            if found is not None:
-                _apply(found, event)
+            self._change((event.run_id, event.codon_id), lambda rec: _apply(rec, event))
+
+    def _change(self, key: tuple[str, str], change: Callable[[_Record], None]) -> None:
+        """Changes one record, keeping its run's cost and the total in step
+        (O(1) per transition, however long the execution)."""
+        rec = self._records.get(key)
+        if rec is None:
+            return
+        before = rec.cost
+        change(rec)
+        delta = rec.cost - before
+        if delta:
+            self._run_cost[key[0]] = self._run_cost.get(key[0], 0) + delta
+            self._total += delta
 
     def resulting_state(self) -> ResultingState:
         """The figures of the state as folded so far."""
-        total = self._finished_cost
-        current = 0
-        for run_id, keys in self._runs.items():
-            cost = sum(self._records[k].cost for k in keys)
-            total += cost
-            if run_id == self._current:
-                current = cost
+        current = 0 if self._current is None else self._run_cost.get(self._current, 0)
         return ResultingState(
             current_run_id=self._current,
             run_count=len(self._runs),
-            total_cost=total / NANO,
+            total_cost=self._total / NANO,
             current_run_cost=current / NANO,
         )
 

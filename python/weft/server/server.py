@@ -800,7 +800,7 @@ class ProtocolServer:
         seed = self._seed
         if seed is None or not seed.done() or seed.cancelled() or seed.exception() is not None:
             return  # it failed: its clients were told (_seed_failed)
-        self._seed_made(item, seed.result().on_processed(item))
+        self._seed_made(item, seed.result().on_processed(item, make=bool(self._seed_peers)))
 
     def _seed_made(self, item: Processed, messages: list[bytes]) -> None:
         if not messages or not self._seed_peers:
