@@ -21,6 +21,7 @@ import pytest
 from tests.runtime.hanks import (
     codon,
     loop,
+    scenario,
     subprocess_environment,
     weft_cli,
     write_file,
@@ -262,3 +263,50 @@ def _journal(execution: Path, kind: str) -> list[dict[str, Any]]:
     from tests.runtime.hanks import journal
 
     return [data for t, data in journal(execution) if t == kind]
+
+
+def test_a_crashed_session_a_failed_tool_and_a_failed_codon_show_in_the_tree(
+    tmp_path: Path,
+) -> None:
+    """The agent of ``a`` crashes mid tool call (the supervisor resumes it: two
+    sessions, the call left unfinished); ``b``'s tool fails; ``c`` fails for good
+    (no credentials)."""
+    hank = write_hank(
+        tmp_path / "rough",
+        codon("a", scenario("crash_mid_run")),
+        codon("b", scenario("tool_error")),
+        codon("c", scenario("auth_error")),
+    )
+    env = subprocess_environment(tmp_path)
+    with otlp_receiver() as receiver:
+        env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        done = weft_cli("run", hank, "--headless", env=env)
+        spans = list(receiver.spans)
+    assert done.returncode == 1, done.stdout
+    by_id = {s.span_id: s for s in spans}
+
+    def attempt_of(codon_id: str) -> Span:
+        (found,) = [s for s in spans if s.name == f"invoke_agent {codon_id}"]
+        return found
+
+    a = attempt_of("a")
+    sessions = sorted(
+        (s for s in spans if s.parent_id == a.span_id and s.name.startswith("weft session")),
+        key=lambda s: s.start_ns,
+    )
+    assert [s.name for s in sessions] == ["weft session 1", "weft session 2"]
+    (cut,) = [s for s in spans if s.parent_id == sessions[0].span_id]
+    assert cut.attributes["weft.unfinished"] is True
+    assert [name for name, _ in a.events] == ["session.cooldown", "session.resumed"]
+    assert a.status == 0  # resumed, then completed
+    (failed_tool,) = [
+        s
+        for s in spans
+        if s.name.startswith("execute_tool")
+        and by_id[s.parent_id].parent_id == attempt_of("b").span_id
+    ]
+    assert failed_tool.status == 2
+    c = attempt_of("c")
+    assert (c.status, c.attributes["weft.status"]) == (2, "failed")
+    (run,) = [s for s in spans if not s.parent_id]
+    assert (run.status, run.attributes["weft.status"]) == (2, "failed")
