@@ -487,6 +487,8 @@ class ProtocolServer:
             self._send_progress()
         if self._feed is not None and not self._feed.done():
             self._feed.cancel()
+        if self._seed is not None and not self._seed.done():
+            self._seed.cancel()
         if self._server is not None:
             self._server.close(close_connections=False)
             grace = self.config.close_timeout
