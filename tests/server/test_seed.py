@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.builders import lifecycle
 from tests.runtime.hanks import codon, fake_environment, read_state, write_file
 from tests.server.helpers import READ_TOKEN, raw, running
 from tests.server.test_runtime import live_run
@@ -193,3 +194,34 @@ async def test_a_malformed_seed_events_value_is_refused_with_where_and_what(
         # The connection stays open: a good handshake goes through.
         response, _ = await c.handshake(seedEvents=True)
         assert response["type"] == "handshake.response"
+
+
+async def test_a_resuming_seed_client_gets_the_shapes_of_the_live_events_only(
+    tmp_path: Path,
+) -> None:
+    """Replay is Weft's own events (the journal); the seed's shapes start with
+    the live stream, after the catch-up, and are made with the whole journal's
+    figures (the fold was seeded from it)."""
+    async with running(tmp_path, transitions=True) as h, raw(h.url) as c:
+        head = h.manager.last_seq
+        await c.handshake(afterSeq=0, seedEvents=True)
+        replayed: list[int] = []
+        while not replayed or replayed[-1] < head:
+            page = await c.until("history.batch")
+            replayed += [e["seq"] for e in page["data"]["events"]]
+        assert replayed == list(range(1, head + 1))
+        assert not [m for m in c.received if m["type"] in SEED_EVENT_TYPES]
+        for event in lifecycle("r1", "c"):
+            h.manager.transition(event)
+        await h.manager.flush()
+        while True:
+            last = await c.until("state.transition", transitionType="CodonTransitioned")
+            if last["data"]["transition"]["data"]["to"] == "completed":
+                break
+        assert last["sourceSeq"] > head
+        seed = [m for m in c.received if "sourceSeq" in m]
+        assert min(m["sourceSeq"] for m in seed) == head + 1
+        # a and b (before the client joined) count in the run's cost.
+        engine = h.store.core
+        assert last["data"]["resultingState"]["totalCost"] == engine.total_cost()
+        assert last["data"]["resultingState"]["runCount"] == 1
