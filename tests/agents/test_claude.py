@@ -414,10 +414,11 @@ def test_refused_arguments_are_input_errors(stderr: str) -> None:
     assert exited.message == stderr
 
 
-def test_crash_before_init_is_permanent_and_quotes_stderr() -> None:
+def test_crash_before_init_is_retriable_and_quotes_stderr() -> None:
+    # Seed 002: an error while spawning cools down like one while running.
     exited = verdict(parse([], end(1, stderr="Traceback...\nError: boom\n")))
     assert exited.error_class is ErrorClass.CRASH_BEFORE_INIT
-    assert not exited.retriable
+    assert exited.retriable
     assert exited.session_id is None
     assert exited.message is not None
     assert exited.message.endswith("Error: boom")
@@ -1035,7 +1036,7 @@ async def test_partial_messages_assemble_to_the_final_text(tmp_path: Path) -> No
         ("resume_missing", {}, ErrorClass.CANNOT_RESUME, False),
         ("resume_missing", {"FAKE_AGENT_LEGACY_ERRORS": "1"}, ErrorClass.CANNOT_RESUME, False),
         ("session_in_use", {}, ErrorClass.INPUT_ERROR, False),
-        ("crash_before_init", {}, ErrorClass.CRASH_BEFORE_INIT, False),
+        ("crash_before_init", {}, ErrorClass.CRASH_BEFORE_INIT, True),
         ("crash_mid_run", {}, ErrorClass.CRASH_MID_RUN, True),
         ("exit0_no_result", {}, ErrorClass.NO_RESULT, True),
     ],

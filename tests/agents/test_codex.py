@@ -835,10 +835,10 @@ async def test_fake_resume_of_an_unknown_thread_cannot_resume(tmp_path: Path) ->
     assert missing in run.verdict.message
 
 
-async def test_fake_crash_before_init_is_permanent(tmp_path: Path) -> None:
+async def test_fake_crash_before_init_is_retriable(tmp_path: Path) -> None:
     run = await run_fake(tmp_path, "crash_before_init")
     assert run.verdict.error_class is ErrorClass.CRASH_BEFORE_INIT
-    assert not run.verdict.retriable
+    assert run.verdict.retriable
     assert run.verdict.session_id is None
     assert "panicked" in run.verdict.stderr_tail
 

@@ -647,10 +647,10 @@ async def test_fake_empty_prompt_is_an_input_error(tmp_path: Path) -> None:
     assert run.verdict.error_class is ErrorClass.INPUT_ERROR
 
 
-async def test_fake_crash_before_init_is_permanent(tmp_path: Path) -> None:
+async def test_fake_crash_before_init_is_retriable(tmp_path: Path) -> None:
     run = await run_fake(tmp_path, "crash_before_init")
     assert run.verdict.error_class is ErrorClass.CRASH_BEFORE_INIT
-    assert not run.verdict.retriable
+    assert run.verdict.retriable
     assert "TypeError" in run.verdict.stderr_tail
 
 

@@ -557,7 +557,7 @@ def test_an_added_codon_that_continues_the_previous_one_resumes_its_session(
 
 
 def test_codons_removed_before_they_ran_do_not_run(world: dict[str, Any]) -> None:
-    crash = "@@fake:scenario=crash_before_init@@"
+    crash = "@@fake:scenario=auth_error@@"  # a permanent failure: no cool-downs
     _rewrite(world, codon("a"), codon("b"), codon("c", prompt=crash), codon("d"))
     done = weft("run", "--headless", "--yes", env=world["env"], cwd=world["project"])
     assert done.returncode != 0

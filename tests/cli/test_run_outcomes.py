@@ -154,8 +154,8 @@ def test_a_run_whose_codons_all_failed_under_ignore_does_not_say_all_completed(
     broken: dict[str, Any] = {"onFailure": "ignore"}
     hank = write_hank(
         tmp_path / "ignored",
-        codon("a", scenario("crash_before_init"), **broken),
-        codon("b", scenario("crash_before_init"), **broken),
+        codon("a", scenario("auth_error"), **broken),
+        codon("b", scenario("auth_error"), **broken),
     )
     done = weft("run", hank, "--headless", env=env)
     execution = only_execution(tmp_path)

@@ -87,12 +87,16 @@ def crash_verdict(
     end: ProcessEnd, *, started: bool, suffix: str, before: str, mid: str
 ) -> tuple[ErrorClass, bool, str]:
     """The verdict of a process that died without a result or a named cause:
-    before its session started (not retriable: it would die again) or
-    mid-run (retriable). ``before`` and ``mid`` open the message, the exit
-    and ``suffix`` (``": <the stderr line>"``) close it."""
+    before its session started or mid-run. Both are retriable: seed 002 cools
+    down on an error while spawning as on one while running, and its
+    consecutive-error threshold (5 by default) ends a CLI that dies at every
+    start. The causes that never go away by waiting (bad flags, no login, an
+    unknown session) are named from the CLI's own words before this is asked.
+    ``before`` and ``mid`` open the message, the exit and ``suffix``
+    (``": <the stderr line>"``) close it."""
     how = exit_how(end)
     if not started:
-        return ErrorClass.CRASH_BEFORE_INIT, False, f"{before} ({how}){suffix}"
+        return ErrorClass.CRASH_BEFORE_INIT, True, f"{before} ({how}){suffix}"
     return ErrorClass.CRASH_MID_RUN, True, f"{mid} ({how}){suffix}"
 
 

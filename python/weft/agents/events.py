@@ -84,7 +84,8 @@ class ErrorClass(enum.StrEnum):
     ERROR_RESULT = "error_result"
     """An error result of no more specific class (error_during_execution...)."""
     CRASH_BEFORE_INIT = "crash_before_init"
-    """The process died before it reported a session (never retriable)."""
+    """The process died before it reported a session (retriable: seed 002
+    cools down on an error while spawning)."""
     CRASH_MID_RUN = "crash_mid_run"
     """The process died after the session started, without a result (retriable)."""
     NO_RESULT = "no_result"

@@ -212,6 +212,25 @@ async def test_a_persistent_429_stops_at_the_threshold_then_the_hank_policy_appl
     assert "supervisor: the session supervisor gave up after 3 failures" in render(status)
 
 
+async def test_an_agent_dying_before_its_session_starts_cools_down_until_five_in_a_row(
+    tmp_path: Path,
+) -> None:
+    """Seed 002: an error while spawning cools down as one while running does;
+    the consecutive threshold (5) ends a CLI that dies at every start."""
+    outcome, seen, sleeps = await run(flaky(tmp_path, "crash_before_init"), tmp_path / "x")
+    assert outcome.codons == {"build": "failed"}
+    assert sleeps.seconds == [2.0, 4.0, 8.0, 16.0]
+    cooldowns = seen.of("session.cooldown")
+    assert [c["errorClass"] for c in cooldowns] == ["crash_before_init"] * 4
+    assert [c["consecutiveErrors"] for c in cooldowns] == [1, 2, 3, 4]
+    # No session was ever reported, so each one starts afresh.
+    assert [r.get("resumeSessionId") for r in seen.of("session.resumed")] == [None] * 4
+    (gave_up,) = seen.of("session.gave-up")
+    assert (gave_up["consecutiveErrors"], gave_up["maxConsecutiveErrors"]) == (5, 5)
+    record = codon_records(read_state(tmp_path / "x"))["build"]
+    assert record["failureReason"]["type"] == "crash_before_init"
+
+
 @pytest.mark.parametrize("scenario", ["auth_error", "api_error,status=400"])
 async def test_a_permanent_error_fails_the_codon_at_once(tmp_path: Path, scenario: str) -> None:
     outcome, seen, sleeps = await run(flaky(tmp_path, scenario), tmp_path / "x")
