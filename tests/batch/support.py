@@ -160,3 +160,10 @@ def assert_audit_within_workers(transitions: list[dict[str, Any]], workers: int)
             started[key] = t["at"]
         elif t["from"] == "S_RUNNING" and t["to"] != "S_RUNNING":
             assert t["at"] >= started[key], f"{key} ended before it started: {t}"
+
+
+def assert_no_self_moves(store: BatchStore) -> None:
+    """Every row of the transition tables moves a state: whatever moved nothing
+    is an audit note (``audit_notes``), never a row whose from-state is its to-state."""
+    for t in [*store.transitions(), *store.breaker_transitions()]:
+        assert t["from"] != t["to"], f"a self-move in the audit trail: {t}"

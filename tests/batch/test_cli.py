@@ -19,6 +19,7 @@ import pytest
 from tests.batch.support import (
     EXAMPLE_FINAL_STATES,
     assert_audit_within_workers,
+    assert_no_self_moves,
     final_states,
     write_batch,
 )
@@ -103,11 +104,13 @@ def test_the_example_sweep_retries_abandons_and_status_shows_the_audit_trail(
     assert moves[opened + 1] == ("flaky", "S_RUNNING")
     with BatchStore.open(example / ".weft-batch" / "sweep", writer=False) as store:
         assert_audit_within_workers(store.transitions(), 2)
+        assert_no_self_moves(store)
 
     report = json.loads(weft(env, "status", str(example / "sweep.toml"), "--json").stdout)
     written = sorted(
         [(t["id"], t["at"]) for t in report["transitions"]]
         + [(t["id"], t["at"]) for t in report["breaker_transitions"]]
+        + [(n["id"], n["at"]) for n in report["notes"]]
     )
     assert [t[0] for t in trail] == [at for _, at in written], "the trail is in id order"
     assert len({i for i, _ in written}) == len(written), "one id sequence over both tables"
@@ -213,8 +216,9 @@ def test_a_sigkilled_coordinator_resumes_without_running_anything_twice(tmp_path
     assert (step_dir / "adopt" / "a" / "runs").read_text() == "ran\n"
     assert (step_dir / "lost" / "a" / "runs").read_text() == "ran\nran\n"
     with BatchStore.open(state_dir, writer=False) as store:
-        audit = [t for t in store.transitions() if t["ws_id"] == "lost"]
-    assert any("process lost" in t["metadata"].get("reason", "") for t in audit)
+        notes = [n for n in store.notes() if n["name"] == "lost/a"]
+        assert_no_self_moves(store)
+    assert any("process lost" in n["metadata"].get("reason", "") for n in notes)
 
 
 def test_abandon_reaches_a_running_coordinator_which_stops_the_step(tmp_path: Path) -> None:
@@ -246,7 +250,14 @@ def test_abandon_reaches_a_running_coordinator_which_stops_the_step(tmp_path: Pa
     overhead = lines[-1]["coordinator"]
     assert (overhead["workers"], overhead["launches"]) == (os.cpu_count() or 1, 1)
     assert overhead["busy_ms"] > 0
-    moves = [(x.get("workstream") or x.get("step"), x["to"]) for x in lines[:-1]]
+    moves = [
+        (x.get("workstream") or x.get("step"), x["to"])
+        for x in lines[:-1]
+        if x["type"] == "transition"
+    ]
+    assert all(x["type"] in ("transition", "note") for x in lines[:-1])
+    notes = [x for x in lines[:-1] if x["type"] == "note"]
+    assert [(n["workstream"], n["state"]) for n in notes] == [("w", "S_RUNNING")], "the request"
     assert ("w", "S_ABANDONED") in moves
     assert ("w/s", "S_FAILED") in moves
 
@@ -443,7 +454,8 @@ def test_a_step_past_its_timeout_is_stopped_fails_and_is_retried(tmp_path: Path)
     state_dir = tmp_path / ".weft-batch" / "batch"
     with BatchStore.open(state_dir, writer=False) as store:
         reasons = [t["metadata"].get("reason") for t in store.transitions() if t["step_id"]]
-    assert reasons.count("timed out after 1s: stopping") == 2
+        stops = [n["metadata"].get("reason") for n in store.notes() if n["subject"] == "step"]
+    assert stops.count("timed out after 1s: stopping") == 2
     assert reasons.count("timed out after 1s") == 2
     pids = (state_dir / "steps" / "w" / "slow" / "pids").read_text().split()
     assert len(pids) == 2

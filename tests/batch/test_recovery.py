@@ -138,6 +138,7 @@ def test_repeated_sigkills_never_run_a_step_twice(tmp_path: Path) -> None:
     with BatchStore.open(state_dir, writer=False) as store:
         _audit_replays_to_the_rows(store)
         reasons = [t["metadata"].get("reason") for t in store.transitions()]
+        reasons += [n["metadata"].get("reason") for n in store.notes()]
     assert "coordinator resumed: step adopted" in reasons
     assert not any("process lost" in (r or "") for r in reasons)
 

@@ -205,11 +205,11 @@ def test_abandon_is_honoured_at_the_first_legal_move(tmp_path: Path) -> None:
         "S_PENDING",
     )
     pending_trail = [(t["from"], t["to"]) for t in d.store.transitions("pending")]
-    assert pending_trail == [
-        ("S_PENDING", "S_PENDING"),  # the request, audited
-        ("S_PENDING", "S_RUNNING"),
-        ("S_RUNNING", "S_ABANDONED"),
-    ]
+    assert pending_trail == [("S_PENDING", "S_RUNNING"), ("S_RUNNING", "S_ABANDONED")]
+    # The request moved nothing: audited as a note, not as a self-move.
+    requests = [n for n in d.store.notes() if n["name"] == "pending"]
+    assert [(n["subject"], n["state"]) for n in requests] == [("workstream", "S_PENDING")]
+    assert requests[0]["metadata"]["reason"] == "abandon requested by the user"
     assert (
         d.scheduler.request_abandon("pending")[1]
         == "workstream pending is already S_ABANDONED (terminal)"
@@ -336,8 +336,8 @@ def test_the_batch_budget_stops_new_steps_and_abandons_what_is_left(tmp_path: Pa
     d.tick()
     s = d.states()
     assert (s["w0"], s["w1"], s["w2"]) == ("S_SUCCESS", "S_ABANDONED", "S_ABANDONED")
-    reasons = [t["metadata"]["reason"] for t in d.store.transitions("w1")]
-    assert reasons[0] == "batch budget spent ($1.1000 of $1.0000)"
+    reasons = [n["metadata"]["reason"] for n in d.store.notes() if n["name"] == "w1"]
+    assert reasons == ["batch budget spent ($1.1000 of $1.0000)"]
 
 
 def test_a_step_past_its_timeout_is_stopped_once_and_fails_then_retries(tmp_path: Path) -> None:
@@ -365,7 +365,8 @@ def test_a_step_past_its_timeout_is_stopped_once_and_fails_then_retries(tmp_path
     assert row.error == "timed out after 5s (stopped)"
     trail = [t for t in d.store.transitions() if t["step_id"] == "a"]
     reasons = [t["metadata"]["reason"] for t in trail]
-    assert "timed out after 5s: stopping" in reasons
+    stops = [n["metadata"]["reason"] for n in d.store.notes() if n["name"] == "w/a"]
+    assert stops == ["timed out after 5s: stopping"], "a note: stopping it moved nothing"
     assert any(t["to"] == "S_FAILED" and t["metadata"].get("timed_out") for t in trail)
     assert "timed out after 5s" in reasons
     # The retry runs in time: the workstream goes on.

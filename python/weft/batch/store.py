@@ -10,6 +10,12 @@ Tables (the seed's, plus what a runner needs):
   step move (``step_id`` is NULL for a workstream's own moves), with the
   ``metadata`` JSON saying why;
 * ``breaker_transitions``: the same for circuit breakers;
+* ``audit_notes``: what happened without moving a state (a step adopted by a
+  resumed coordinator, a timeout's stop, an abandon request, a drain), each
+  naming its subject (the batch, a workstream, a step or a breaker) and the
+  state it was in. The transition tables hold real moves only: a change whose
+  state does not move, marked ``audit``, is written here, never as a row whose
+  from-state is its to-state;
 * ``commands``: the inbox of ``weft batch abandon|retry|reset-breaker``.
 
 **One writer.** Only the process holding ``batch.lock`` (an ``flock``) writes
@@ -84,6 +90,7 @@ __all__ = [
     "BatchStore",
     "BreakerRow",
     "Change",
+    "Note",
     "StepRow",
     "StepTrace",
     "WorkstreamRow",
@@ -96,8 +103,12 @@ LOCK_FILE = "batch.lock"
 ENV_FILE = "step-env.json"
 """The real values of the steps' ``env`` (0600); the store holds them masked."""
 STEPS_DIR = "steps"
-SCHEMA_VERSION = 1
-"""``PRAGMA user_version`` of the store this code writes (and the only one it reads)."""
+SCHEMA_VERSION = 2
+"""``PRAGMA user_version`` of the store this code writes. Version 1 (before
+``audit_notes``) is read too, and made version 2 by its next writer: the table
+is added and the rows of the transition tables that moved nothing become notes
+(same ids, the audit checksum recomputed in the same transaction)."""
+OLD_SCHEMA_VERSIONS = (1,)
 TABLES = (
     "meta",
     "workstreams",
@@ -106,6 +117,7 @@ TABLES = (
     "state_transitions",
     "breaker_transitions",
     "commands",
+    "audit_notes",
 )
 
 _SCHEMA = """
@@ -170,6 +182,14 @@ CREATE TABLE IF NOT EXISTS breaker_transitions (
     from_state TEXT NOT NULL,
     to_state TEXT NOT NULL,
     transitioned_at TIMESTAMP NOT NULL,
+    metadata TEXT
+);
+CREATE TABLE IF NOT EXISTS audit_notes (
+    note_id INTEGER PRIMARY KEY,
+    subject TEXT NOT NULL,
+    name TEXT NOT NULL,
+    state TEXT,
+    noted_at TIMESTAMP NOT NULL,
     metadata TEXT
 );
 CREATE TABLE IF NOT EXISTS commands (
@@ -250,8 +270,9 @@ class Change:
     """One row update, with its audit row when the state moves.
 
     ``values`` are the columns to set. ``from_state`` must be what the row holds
-    now (checked at commit); when ``to_state`` differs from it, or ``audit`` is
-    set (a reset that lands where it started), an audit row is written.
+    now (checked at commit); when ``to_state`` differs from it, an audit row is
+    written; when it does not and ``audit`` is set (something worth keeping
+    happened without a move), an :class:`audit note <Note>` instead.
     """
 
     table: Literal["workstreams", "steps", "breakers"]
@@ -261,6 +282,28 @@ class Change:
     values: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     audit: bool = False
+
+
+@dataclass
+class Note:
+    """An audit note: something that happened to ``subject`` without moving its
+    state (``audit_notes``).
+
+    ``subject`` is ``batch`` (``name`` empty), ``workstream`` (``ws``),
+    ``step`` (``ws/step``) or ``breaker`` (the tool); ``state`` is the state
+    its row was in, ``None`` for the batch."""
+
+    subject: Literal["batch", "workstream", "step", "breaker"]
+    name: str
+    metadata: dict[str, Any]
+    state: str | None = None
+
+
+_SUBJECT: dict[str, Literal["workstream", "step", "breaker"]] = {
+    "workstreams": "workstream",
+    "steps": "step",
+    "breakers": "breaker",
+}
 
 
 @dataclass
@@ -346,6 +389,8 @@ class BatchStore:
                         f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
                     )
                     audit = _Audit()
+                elif conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    audit = _upgrade(conn)
                 for suffix in ("", "-wal", "-shm"):
                     _private_file(path / (DB_FILE + suffix), create=False)
         except BaseException as e:
@@ -560,8 +605,8 @@ class BatchStore:
 
     # ---- changes ------------------------------------------------------------
 
-    def commit(self, changes: Sequence[Change], now_ms: int) -> None:
-        """Writes ``changes`` and their audit rows in one transaction.
+    def commit(self, changes: Sequence[Change | Note], now_ms: int) -> None:
+        """Writes ``changes`` and their audit rows (and notes) in one transaction.
 
         Raises :class:`StoreError` (and writes nothing) if a row does not hold
         the change's ``from_state``.
@@ -573,10 +618,23 @@ class BatchStore:
         audit = self._audit.copy()
         with self._transaction():
             for change in changes:
-                self._apply(change, at, audit)
+                if isinstance(change, Note):
+                    self._note(change, at, audit)
+                else:
+                    self._apply(change, at, audit)
             if audit.rows != self._audit.rows:
                 self._write_audit_meta(audit)
         self._audit = audit
+
+    def _note(self, note: Note, at: str, audit: _Audit) -> None:
+        meta = json.dumps(note.metadata, sort_keys=True) if note.metadata else None
+        line = (audit.next_id, note.subject, note.name, note.state, at, meta)
+        self._conn.execute(
+            "INSERT INTO audit_notes (note_id, subject, name, state, noted_at, metadata) "
+            "VALUES (?,?,?,?,?,?)",
+            line,
+        )
+        audit.add(_audit_line("audit_notes", line))
 
     def _write_audit_meta(self, audit: _Audit) -> None:
         self._conn.executemany(
@@ -604,7 +662,12 @@ class BatchStore:
             f"UPDATE {change.table} SET {sets} WHERE {where}",
             [*(_column(v) for v in values.values()), *change.key],
         )
-        if change.from_state == change.to_state and not change.audit:
+        if change.from_state == change.to_state:
+            if change.audit:  # nothing moved: a note, never a self-move
+                subject = _SUBJECT[change.table]
+                self._note(
+                    Note(subject, "/".join(change.key), change.metadata, change.to_state), at, audit
+                )
             return
         meta = json.dumps(change.metadata, sort_keys=True) if change.metadata else None
         line: tuple[Any, ...]
@@ -650,6 +713,28 @@ class BatchStore:
                 "metadata": json.loads(r[6]) if r[6] else {},
             }
             for r in self._conn.execute(sql + " ORDER BY transition_id", args)
+        ]
+
+    def notes(self) -> list[dict[str, Any]]:
+        """The audit notes (``audit_notes``), oldest first; none in a version 1
+        store not yet opened by a writer."""
+        try:
+            rows = self._conn.execute(
+                "SELECT note_id, subject, name, state, noted_at, metadata FROM audit_notes "
+                "ORDER BY note_id"
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [
+            {
+                "id": r[0],
+                "subject": r[1],
+                "name": r[2],
+                "state": r[3],
+                "at": r[4],
+                "metadata": json.loads(r[5]) if r[5] else {},
+            }
+            for r in rows
         ]
 
     def breaker_transitions(self) -> list[dict[str, Any]]:
@@ -949,6 +1034,68 @@ def _locked(path: Path) -> bool:
     return False
 
 
+def _upgrade(conn: sqlite3.Connection) -> _Audit:
+    """A version 1 store made version 2 (see :data:`SCHEMA_VERSION`), in one
+    transaction; the audit trail's new running view."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # The one table version 1 lacks (executescript would commit first).
+        conn.execute(
+            _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS audit_notes") :].split(";")[0]
+        )
+        conn.execute(
+            "INSERT INTO audit_notes (note_id, subject, name, state, noted_at, metadata) "
+            "SELECT transition_id, CASE WHEN step_id IS NULL THEN 'workstream' ELSE 'step' END, "
+            "ws_id || COALESCE('/' || step_id, ''), to_state, transitioned_at, metadata "
+            "FROM state_transitions WHERE from_state = to_state"
+        )
+        conn.execute(
+            "INSERT INTO audit_notes (note_id, subject, name, state, noted_at, metadata) "
+            "SELECT transition_id, 'breaker', tool, to_state, transitioned_at, metadata "
+            "FROM breaker_transitions WHERE from_state = to_state"
+        )
+        conn.execute("DELETE FROM state_transitions WHERE from_state = to_state")
+        conn.execute("DELETE FROM breaker_transitions WHERE from_state = to_state")
+        audit = _Audit()
+        rows = [
+            *(
+                ("state_transitions", r)
+                for r in conn.execute(
+                    "SELECT transition_id, ws_id, step_id, from_state, to_state, transitioned_at, "
+                    "metadata FROM state_transitions"
+                )
+            ),
+            *(
+                ("breaker_transitions", r)
+                for r in conn.execute(
+                    "SELECT transition_id, tool, from_state, to_state, transitioned_at, metadata "
+                    "FROM breaker_transitions"
+                )
+            ),
+            *(
+                ("audit_notes", r)
+                for r in conn.execute(
+                    "SELECT note_id, subject, name, state, noted_at, metadata FROM audit_notes"
+                )
+            ),
+        ]
+        rows.sort(key=lambda tr: int(tr[1][0]))
+        for table, row in rows:
+            audit.add(_audit_line(table, row))
+        audit.next_id = (int(rows[-1][1][0]) + 1) if rows else 1
+        conn.executemany(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [("audit_rows", str(audit.rows)), ("audit_sha256", audit.digest.hexdigest())],
+        )
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return audit
+
+
 def _audit_line(table: str, row: Sequence[Any]) -> bytes:
     """One audit row as hashed into ``meta.audit_sha256`` (its values are
     str, int and None, whose ``repr`` is exact and fast)."""
@@ -998,11 +1145,11 @@ def _contents(
             problem = f"{DB_FILE} holds no batch (no tables), but {_evidence(traces)}"
             raise _refuse(folder, [problem], batch_file)
         return None
-    missing = [t for t in TABLES if t not in tables]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    missing = [t for t in TABLES if t not in tables and not (t == "audit_notes" and version == 1)]
     if missing:
         raise _refuse(folder, [f"its tables {', '.join(missing)} are gone"], batch_file)
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION and version not in OLD_SCHEMA_VERSIONS:
         problem = (
             f"its schema version (PRAGMA user_version) is {version}, and this Weft reads "
             f"version {SCHEMA_VERSION} only"
@@ -1028,6 +1175,13 @@ def _contents(
             "FROM breaker_transitions"
         )
     ]
+    if "audit_notes" in tables:
+        rows += [
+            ("audit_notes", r)
+            for r in conn.execute(
+                "SELECT note_id, subject, name, state, noted_at, metadata FROM audit_notes"
+            )
+        ]
     rows.sort(key=lambda tr: int(tr[1][0]))
     for table, row in rows:
         audit.add(_audit_line(table, row))
@@ -1050,6 +1204,15 @@ def _contents(
         latest[f"step {r[0]}/{r[1]}" if r[1] is not None else f"workstream {r[0]}"] = r[2]
     for r in conn.execute("SELECT tool, to_state FROM breaker_transitions ORDER BY transition_id"):
         latest[f"breaker {r[0]}"] = r[1]
+    # A step noted (rebuilt to run again, say) was seen by the store without moving.
+    noted = (
+        {
+            f"step {r[0]}"
+            for r in conn.execute("SELECT name FROM audit_notes WHERE subject = 'step'")
+        }
+        if "audit_notes" in tables
+        else set()
+    )
     stored: dict[str, str] = {}
     exit_codes: dict[str, int | None] = {}
     launches: dict[str, int] = {}
@@ -1100,7 +1263,7 @@ def _contents(
             if who not in planned:
                 problems.append(f"{trace.where} shows a launch of {key}, which has no row")
             continue
-        if who not in latest:
+        if who not in latest and who not in noted:
             problems.append(
                 f"{trace.where} shows a launch, but the store never recorded one "
                 f"(step {key} is {stored[who]})"

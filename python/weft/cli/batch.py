@@ -267,6 +267,17 @@ def _line_printer(mode: str) -> Any:
             return
         who = "/".join(change.key)
         kind = {"workstreams": "workstream", "steps": "step", "breakers": "breaker"}[change.table]
+        note = change.from_state == change.to_state  # written as an audit note, not a move
+        if note and mode == "json":
+            line = {
+                "type": "note",
+                "at": iso_from_ms(now_ms),
+                kind: who,
+                "state": change.to_state,
+                "metadata": change.metadata,
+            }
+            print(json.dumps(line), flush=True)
+            return
         if mode == "json":
             line = {
                 "type": "transition",
@@ -280,6 +291,10 @@ def _line_printer(mode: str) -> Any:
             return
         reason = change.metadata.get("reason")
         extra = f" ({reason})" if reason else ""
+        if note:
+            text = f"{iso_from_ms(now_ms)} {kind} {who}: note, in {change.to_state}: {reason or ''}"
+            print(printable(text), flush=True)
+            return
         print(
             printable(
                 f"{iso_from_ms(now_ms)} {kind} {who}: "
@@ -349,21 +364,27 @@ def status(args: argparse.Namespace) -> int:
         report = summary(store)
         audit = store.transitions()
         breaker_audit = store.breaker_transitions()
+        notes = store.notes()
     if args.json:
-        print(json.dumps({**report, "transitions": audit, "breaker_transitions": breaker_audit}))
+        trails = {"transitions": audit, "breaker_transitions": breaker_audit, "notes": notes}
+        print(json.dumps({**report, **trails}))
         return 0
     print(render_summary(report))
-    print("Audit trail (state_transitions and breaker_transitions, in the order written):")
-    for line in render_trail(audit, breaker_audit):
+    print("Audit trail (state_transitions, breaker_transitions and notes, in the order written):")
+    for line in render_trail(audit, breaker_audit, notes):
         print(line)
     return 0 if not report["problems"] else 1
 
 
-def render_trail(audit: list[dict[str, Any]], breaker_audit: list[dict[str, Any]]) -> list[str]:
-    """Both audit tables as one trail, in the order the rows were written: their
-    ids are one sequence over both tables. Never by time: two rows may share a
-    millisecond, and a step's end is stamped when it ended, which can be before
-    a row written just ahead of it."""
+def render_trail(
+    audit: list[dict[str, Any]],
+    breaker_audit: list[dict[str, Any]],
+    notes: list[dict[str, Any]] | None = None,
+) -> list[str]:
+    """The audit tables as one trail, in the order the rows were written: their
+    ids are one sequence over the tables (a note reads ``note:``, as it moved
+    nothing). Never by time: two rows may share a millisecond, and a step's end
+    is stamped when it ended, which can be before a row written just ahead of it."""
     rows: list[tuple[int, str]] = []
     for t in audit:
         who = t["ws_id"] + (f"/{t['step_id']}" if t["step_id"] else "")
@@ -373,6 +394,11 @@ def render_trail(audit: list[dict[str, Any]], breaker_audit: list[dict[str, Any]
         reason = t["metadata"].get("reason", "")
         line = f"  {t['at']}  breaker {t['tool']:<20} {t['from']} -> {t['to']}  {reason}"
         rows.append((t["id"], line))
+    for n in notes or []:
+        who = {"batch": "batch", "breaker": f"breaker {n['name']}"}.get(n["subject"], n["name"])
+        reason = n["metadata"].get("reason", "")
+        state = f" (in {n['state']})" if n["state"] else ""
+        rows.append((n["id"], f"  {n['at']}  {who:<28} note{state}: {reason}"))
     return [printable(line) for _, line in sorted(rows)]
 
 
