@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -12,11 +13,15 @@ from tests.runtime.hanks import (
     codon_records,
     fake_environment,
     read_state,
+    recorded,
     run_hank,
+    runtime_for,
+    wait_for,
     write_hank,
 )
 
 from weft.runtime.run.runtime import RunOutcome, RuntimeOptions
+from weft.server.protocol import MessageData
 
 
 @pytest.fixture(autouse=True)
@@ -127,3 +132,56 @@ async def test_a_codex_thread_is_extended_until_codex_runs_out_of_room(tmp_path:
     assert [e["extensionNumber"] for e in seen.of("codon.extended")] == [1, 2]
     record = codon_records(read_state(tmp_path / "x"))["grind"]
     assert (record["extensionCount"], record["contextExceeded"]) == (2, True)
+
+
+async def test_a_transient_failure_of_an_extension_session_cools_down_and_resumes_it(
+    tmp_path: Path,
+) -> None:
+    """The extension's 429 (its session's second prompt) is supervised like the
+    first session's: one cool-down, the same session resumed, the codon done."""
+    hank = exhausting(
+        tmp_path, scenario="api_error,status=429,count=0,after=1,fails=1", maxExtensions=1
+    )
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    outcome, seen = await run_hank(
+        hank, tmp_path / "x", RuntimeOptions(serve=False, session_sleep=sleep)
+    )
+    assert outcome.codons == {"grind": "completed", "after": "completed"}, outcome.message
+    assert [e["extensionNumber"] for e in seen.of("codon.extended")] == [1]
+    (cooldown,) = seen.of("session.cooldown")
+    assert cooldown["errorClass"] == "rate_limit"
+    assert sleeps == [2.0]
+    session_id = seen.of("codon.started")[0]["sessionId"]
+    (resumed,) = seen.of("session.resumed")
+    assert (resumed["reason"], resumed["resumeSessionId"]) == ("retry", session_id)
+
+
+async def test_an_urgent_message_reaches_an_extension_session(tmp_path: Path) -> None:
+    long = "@@fake:scenario=sigterm,lines=200,interval_ms=50@@"  # the extension runs long
+    hank = write_hank(
+        tmp_path / "hank",
+        codon(
+            "grind",
+            "Start the work.",
+            record=tmp_path / "argv.json",
+            exhaustWithPrompt=f"{long} Keep going.",
+            maxExtensions=1,
+        ),
+    )
+    runtime, seen = await runtime_for(hank, tmp_path / "x", RuntimeOptions(serve=False))
+    running = asyncio.ensure_future(runtime.run())
+    await asyncio.to_thread(
+        wait_for, lambda: seen.of("codon.extended"), timeout=30, what="the extension"
+    )
+    await runtime.command("codon.message", MessageData(message="Wrap up now.", urgent=True))
+    outcome = await running
+    assert outcome.codons == {"grind": "completed"}, outcome.message
+    session_id = seen.of("codon.started")[0]["sessionId"]
+    assert seen.of("session.resumed") == [
+        {"codonId": "grind", "session": 2, "reason": "urgent", "resumeSessionId": session_id}
+    ]
+    assert recorded(tmp_path / "argv.json")["prompt"] == "Wrap up now."

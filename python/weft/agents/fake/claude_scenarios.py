@@ -197,10 +197,11 @@ def sc_retry_then_ok(run: ClaudeRun) -> Iterator[Step]:
 
 def sc_api_error(run: ClaudeRun) -> Iterator[Step]:
     """Rate-limited (``status``, 429) after ``count`` (2) retries. With
-    ``fails``, only the session's first ``fails`` prompts fail (a transient
-    outage: a later resume of the session runs normally)."""
-    fails = run.param_int("fails", 0)
-    if fails > 0 and run.prior_prompts >= fails:
+    ``fails``, only ``fails`` prompts of the session fail, from its prompt
+    number ``after`` (0, the first) on (a transient outage: the prompts before
+    and after run normally)."""
+    fails, after = run.param_int("fails", 0), run.param_int("after", 0)
+    if fails > 0 and not after <= run.prior_prompts < after + fails:
         yield from run.sc_success()
         return
     yield from run.opening()

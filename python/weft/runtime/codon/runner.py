@@ -17,7 +17,8 @@ Two things happen between ``running`` and the end. An ``exhaustWithPrompt``
 codon whose session succeeded without filling its context is resumed, same
 session, with the exhaust prompt (``codon.extended``, ``ExtensionCountUpdated``)
 up to ``maxExtensions`` times; a full context then completes it (reference
-§6.7). In ``completing-sentinels`` the codon's ``outputFiles`` are copied when
+§6.7). Each extension session is supervised as the first one is (cool-downs,
+usage windows, urgent messages). In ``completing-sentinels`` the codon's ``outputFiles`` are copied when
 the run has an output directory (:mod:`weft.runtime.codon.outputs`), before the
 completion checkpoint so that what ``beforeCopy`` changed is in it. The
 codon's ``env`` reaches its rig and ``beforeCopy`` commands as it reaches the
@@ -98,13 +99,7 @@ class CodonRunner(Preparing, Supervising):
         is then resumed with it. Returns False (nothing done) for an urgent
         message when no agent session is running."""
         a = self._current
-        live = (
-            a is not None
-            and a.session is not None
-            and a.exit is None
-            and a.interrupt is None
-            and a.extensions == 0
-        )
+        live = a is not None and a.session is not None and a.exit is None and a.interrupt is None
         if urgent and not live:
             return False
         self._inbox.append(text)
@@ -171,6 +166,12 @@ class CodonRunner(Preparing, Supervising):
             return ended
         while self._extends(a):
             ended = await self._extend(a)
+            if ended is not None:
+                return ended
+            # An extension session is supervised as the first one was: a
+            # transient failure cools down and resumes it, a closed usage
+            # window parks it, an urgent message interrupts and resumes it.
+            ended = await self._supervise(a)
             if ended is not None:
                 return ended
         return await self._finish(a)
