@@ -33,6 +33,7 @@ from weft.agents.events import (
     SessionExited,
     SessionResult,
     SessionStarted,
+    UsageWindow,
 )
 from weft.agents.harness import AgentStartError, SessionSpec, StopReason, Timeouts, route
 from weft.agents.registry import harness_for
@@ -50,6 +51,8 @@ from weft.agents.supervisor import (
     SupervisorFatal,
     SupervisorResult,
     SupervisorStopped,
+    WindowOpened,
+    WindowParked,
 )
 
 
@@ -370,6 +373,53 @@ async def test_a_retry_after_hint_longer_than_the_backoff_wins(
     assert cooldown.backoff_ms == 2000
     assert cooldown.duration_ms == first_sleep_s * 1000
     assert cooldown.retry_after_ms == (hint_ms if hint_ms <= 3_600_000 else None)
+
+
+# -- usage windows -------------------------------------------------------------------
+
+
+def refused(resets_at_ms: int) -> SessionExited:
+    """A session a closed usage window refused, as the Claude parser reports it."""
+    return SessionExited(
+        ok=False,
+        exit_code=1,
+        error_class=ErrorClass.USAGE_LIMIT,
+        message="You've hit your 5-hour limit",
+        session_id="s1",
+        window=UsageWindow(status="rejected", resets_at_ms=resets_at_ms, window="five_hour"),
+    )
+
+
+async def test_a_closed_usage_window_parks_without_counting_then_resumes() -> None:
+    # Six refusals in a row would pass the consecutive threshold (5) were they errors.
+    now = 1_800_000_000_000
+    scripts = [Script("s1", refused(now + 3_600_000)) for _ in range(6)] + [Script("s1", OK)]
+    run = make(scripts, wall_ms=lambda: now, window_margin_ms=10_000)
+    result = await bounded(run.supervisor.run())
+    assert result.state == "SessionComplete"
+    assert (result.errors, result.sessions) == (0, 7)
+    assert run.clock.sleeps == [3610.0] * 6
+    parked = run.of(WindowParked)
+    assert [(p.session, p.resume_at_ms, p.window) for p in parked] == [
+        (n, now + 3_610_000, "five_hour") for n in range(1, 7)
+    ]
+    assert [o.session for o in run.of(WindowOpened)] == list(range(1, 7))
+    assert run.of(CooldownStarted) == []
+    assert all(r.resume_session_id == "s1" for r in run.requests[1:])
+
+
+async def test_a_usage_window_further_off_than_allowed_is_fatal() -> None:
+    now = 1_800_000_000_000
+    run = make(
+        [Script("s1", refused(now + 9 * 3_600_000))],
+        wall_ms=lambda: now,
+        max_window_wait_ms=3_600_000,
+    )
+    result = await bounded(run.supervisor.run())
+    assert result.state == "Stopped"
+    assert result.fatal is not None
+    assert "max_window_wait_ms" in result.fatal
+    assert run.clock.sleeps == []
 
 
 # -- resume --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ what happened::
       -> SessionExited(Success)            -> SessionComplete: done
       -> SessionExited(Error | Timeout)    -> CoolingDown: sleep, BackoffElapsed,
                                               rebuild, resume the last session
+      -> closed usage window (usage_limit) -> Parked: sleep until the reset,
+                                              WindowOpened, rebuild, resume
       -> non-retriable verdict             -> FatalError: Stopped [LogFatal]
       -> urgent message                    -> UrgentMessage [CancelSession]:
              exit within the grace period  -> rebuild with the message, resume
@@ -36,6 +38,11 @@ Decisions the seed leaves to the supervisor:
   output or idle deadline of the session's :class:`Timeouts`), ``Error``
   (``retriable``), and anything else is a ``FatalError`` at once: waiting
   does not fix a bad key, an exhausted budget or a refused argument.
+* **Usage windows.** A ``usage_limit`` verdict that names its reset parks the
+  machine (``WindowClosed``, Weft's addition: no error counted) until the
+  reset plus ``window_margin_ms``, then resumes; one further off than
+  ``max_window_wait_ms`` is a ``FatalError``. Wall-clock time comes from
+  ``wall_ms`` (injectable, as the :class:`Clock` is).
 * **Retry-After.** A cool-down lasts ``max(backoff, retry_after_ms)``: the
   API's own hint wins when it is longer than the seed's backoff. Hints over
   ``max_retry_after_ms`` (1 h) are ignored as implausible.
@@ -64,7 +71,7 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
@@ -86,7 +93,10 @@ from weft.agents.supervisor_events import (
     SupervisorFatal,
     SupervisorResult,
     SupervisorStopped,
+    WindowOpened,
+    WindowParked,
 )
+from weft.windows.park import DEFAULT_MARGIN_MS, DEFAULT_MAX_WAIT_MS, Park, decide
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +184,7 @@ class _Ended:
 
 @dataclass(frozen=True, slots=True)
 class _Timer:
-    kind: Literal["backoff", "grace"]
+    kind: Literal["backoff", "grace", "window"]
     generation: int
 
 
@@ -218,6 +228,9 @@ class SessionSupervisor:
         max_retry_after_ms: int = DEFAULT_MAX_RETRY_AFTER_MS,
         clock: Clock | None = None,
         on_event: EventSink | None = None,
+        wall_ms: Callable[[], int] | None = None,
+        window_margin_ms: int = DEFAULT_MARGIN_MS,
+        max_window_wait_ms: int = DEFAULT_MAX_WAIT_MS,
     ) -> None:
         if interrupt_grace < 0:
             raise ValueError(f"interrupt_grace must be >= 0 seconds, not {interrupt_grace}")
@@ -260,6 +273,9 @@ class SessionSupervisor:
         self._cooldown: asyncio.Task[None] | None = None
         self._cooldown_generation = 0
         self._cooldown_ms = 0
+        self._wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
+        self._window_margin_ms = window_margin_ms
+        self._max_window_wait_ms = max_window_wait_ms
         self._chores: set[asyncio.Task[None]] = set()
 
     # -- public API ------------------------------------------------------------
@@ -405,6 +421,12 @@ class SessionSupervisor:
                 self._perform(m.backoff_elapsed())
                 self._emit(CooldownEnded(session=self._number, duration_ms=self._cooldown_ms))
             return
+        if item.kind == "window":
+            if item.generation == self._cooldown_generation and m.state == "Parked":
+                self._cooldown = None
+                self._perform(m.window_opened())
+                self._emit(WindowOpened(session=self._number))
+            return
         if live is not None and live.number == item.generation and m.state == "Interrupting":
             self._perform(m.grace_exceeded())
             self._emit(InterruptForced(session=live.number, grace_s=self._grace_s))
@@ -452,6 +474,14 @@ class SessionSupervisor:
             return
         if state not in ("Spawning", "Running"):
             return  # stopped, or killed after its grace: already accounted for
+        window = exited.window
+        if (
+            exited.error_class is ErrorClass.USAGE_LIMIT
+            and window is not None
+            and window.resets_at_ms is not None
+        ):
+            self._park(live.number, exited, window.resets_at_ms, window.window)
+            return
         if exited.ok:
             if state == "Spawning":
                 # It succeeded without reporting a session first: it started.
@@ -583,7 +613,46 @@ class SessionSupervisor:
             self._timer("backoff", self._cooldown_generation, duration / 1000)
         )
 
-    async def _timer(self, kind: Literal["backoff", "grace"], generation: int, s: float) -> None:
+    def _park(
+        self, number: int, exited: SessionExited, resets_at_ms: int, window: str | None
+    ) -> None:
+        """A closed usage window: park until it opens, or stop when that is
+        further off than ``max_window_wait_ms``."""
+        m = self._machine
+        wait = decide(
+            resets_at_ms,
+            self._wall_ms(),
+            margin_ms=self._window_margin_ms,
+            max_wait_ms=self._max_window_wait_ms,
+        )
+        if not isinstance(wait, Park):
+            self._perform(
+                m.fatal_error(
+                    f"session {number} was refused by a usage window that opens in "
+                    f"{wait.wait_ms / 3_600_000:.1f} h, longer than max_window_wait_ms allows: "
+                    f"{describe(exited)}"
+                )
+            )
+            return
+        self._perform(m.window_closed(wait.wait_ms))
+        self._reason = PromptReason.RETRY
+        self._emit(
+            WindowParked(
+                session=number,
+                resets_at_ms=resets_at_ms,
+                resume_at_ms=wait.resume_at_ms,
+                wait_ms=wait.wait_ms,
+                window=window,
+            )
+        )
+        self._cooldown_generation += 1
+        self._cooldown = self._task(
+            self._timer("window", self._cooldown_generation, wait.wait_ms / 1000)
+        )
+
+    async def _timer(
+        self, kind: Literal["backoff", "grace", "window"], generation: int, s: float
+    ) -> None:
         await self._clock.sleep(s)
         self._handle(_Timer(kind, generation))
 
@@ -725,5 +794,7 @@ __all__ = [
     "SupervisorResult",
     "SupervisorStopped",
     "SystemClock",
+    "WindowOpened",
+    "WindowParked",
     "describe",
 ]

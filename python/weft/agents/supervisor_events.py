@@ -94,6 +94,23 @@ class CooldownEnded(_SupervisorEvent, frozen=True, tag="supervisor.cooldown_ende
     duration_ms: int
 
 
+class WindowParked(_SupervisorEvent, frozen=True, tag="supervisor.window_parked"):
+    """Session ``session`` was refused by a closed usage window: the next one
+    waits ``wait_ms``, until ``resume_at_ms`` (epoch ms), counting no error."""
+
+    session: int
+    resets_at_ms: int
+    resume_at_ms: int
+    wait_ms: int
+    window: str | None
+
+
+class WindowOpened(_SupervisorEvent, frozen=True, tag="supervisor.window_opened"):
+    """The usage window the supervisor parked for is open."""
+
+    session: int
+
+
 class InterruptRequested(_SupervisorEvent, frozen=True, tag="supervisor.interrupt"):
     """Urgent messages arrived: session ``session`` is being stopped."""
 
@@ -127,6 +144,8 @@ SupervisorEvent: TypeAlias = (
     | SessionSpawned
     | CooldownStarted
     | CooldownEnded
+    | WindowParked
+    | WindowOpened
     | InterruptRequested
     | InterruptForced
     | SupervisorFatal
