@@ -29,6 +29,8 @@ from tests.runtime.hanks import (
 )
 from tests.telemetry.receiver import Span, closed_port, otlp_receiver
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
 
 @dataclass
 class Traced:
@@ -310,3 +312,34 @@ def test_a_crashed_session_a_failed_tool_and_a_failed_codon_show_in_the_tree(
     assert (c.status, c.attributes["weft.status"]) == (2, "failed")
     (run,) = [s for s in spans if not s.parent_id]
     assert (run.status, run.attributes["weft.status"]) == (2, "failed")
+
+
+def test_sentinel_calls_are_chat_spans_under_their_codon_with_the_journals_costs(
+    tmp_path: Path,
+) -> None:
+    env = subprocess_environment(tmp_path)
+    with otlp_receiver() as receiver:
+        env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        done = weft_cli("run", EXAMPLES / "sentinels", "--headless", env=env)
+        spans = list(receiver.spans)
+    assert done.returncode == 0, done.stdout
+    (execution,) = (tmp_path / "managed").iterdir()
+    status = _status(execution, env)
+    (attempt,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    calls = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert {s.parent_id for s in calls} == {attempt.span_id}
+    assert {s.attributes["weft.sentinel.id"] for s in calls} == {
+        "narrator",
+        "cost-watch",
+        "error-streak",
+        "file-watch",
+    }
+    for call in calls:
+        assert call.attributes["gen_ai.request.model"] == "haiku"
+        assert call.attributes["gen_ai.usage.input_tokens"] > 0
+    spent = sum(s.attributes["weft.cost_usd"] for s in calls)
+    assert spent == pytest.approx(status["sentinelCost"], abs=1e-9)
+    (run,) = [s for s in spans if not s.parent_id]
+    assert run.attributes["weft.sentinel_cost_usd"] == pytest.approx(
+        status["sentinelCost"], abs=1e-9
+    )

@@ -290,6 +290,7 @@ class TraceFold:
                 STATUS: progress.run_status or "unfinished",
                 COST: progress.total_cost_nanos / NANO,
                 "weft.spent_usd": progress.spent_nanos / NANO,
+                "weft.sentinel_cost_usd": progress.sentinel_cost,
                 "weft.tokens": progress.total_tokens,
                 "weft.codons.completed": progress.counts()["completed"],
                 "weft.codons.failed": progress.counts()["failed"],
@@ -561,30 +562,38 @@ class TraceFold:
         )
 
     def _sentinel_triggered(self, event: SentinelTriggered, at: int, _: str | None) -> None:
-        a = self._attempts.get(event.codon_id)
-        key = self._latest.get(event.codon_id)
-        if self._run is None or key is None:
+        span = self._sentinel_span(event.codon_id, event.sentinel_id, event.trigger_number, at)
+        if span is None:
             return
-        span = SpanRecord(
-            name="chat sentinel",
-            trace_id=self._trace,
-            span_id=self._id(f"sentinel\0{key}\0{event.sentinel_id}\0{event.trigger_number}"),
-            parent_id=self._id(key),
-            start_ns=at,
-            attributes={
-                gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.CHAT.value,
-                "weft.sentinel.id": event.sentinel_id,
-                "weft.sentinel.trigger": event.trigger_number,
-                CODON_ID: event.codon_id,
-            },
-        )
+        a = self._attempts.get(event.codon_id)
         if a is not None:
             a.sentinels[(event.sentinel_id, event.trigger_number)] = span
         else:  # triggered after its codon ended (a sealed codon's last batch)
             self._orphans[(event.sentinel_id, event.trigger_number)] = span
 
+    def _sentinel_span(
+        self, codon_id: str, sentinel_id: str, trigger: int, at: int
+    ) -> SpanRecord | None:
+        """A sentinel's model call, under the latest attempt of its codon."""
+        key = self._latest.get(codon_id)
+        if self._run is None or key is None:
+            return None
+        return SpanRecord(
+            name="chat sentinel",
+            trace_id=self._trace,
+            span_id=self._id(f"sentinel\0{key}\0{sentinel_id}\0{trigger}"),
+            parent_id=self._id(key),
+            start_ns=at,
+            attributes={
+                gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.CHAT.value,
+                "weft.sentinel.id": sentinel_id,
+                "weft.sentinel.trigger": trigger,
+                CODON_ID: codon_id,
+            },
+        )
+
     def _sentinel_output(self, event: SentinelOutput, at: int, _: str | None) -> None:
-        span = self._take_sentinel(event.codon_id, event.sentinel_id, event.trigger_number)
+        span = self._take_sentinel(event.codon_id, event.sentinel_id, event.trigger_number, at)
         if span is None:
             return
         model = event.model or ""
@@ -609,7 +618,7 @@ class TraceFold:
         span = (
             None
             if event.trigger_number is None
-            else self._take_sentinel(event.codon_id, event.sentinel_id, event.trigger_number)
+            else self._take_sentinel(event.codon_id, event.sentinel_id, event.trigger_number, at)
         )
         if span is None:
             self._span_event(event, at, codon_id)
@@ -618,10 +627,21 @@ class TraceFold:
         span.end_ns = at
         self._out.append(span)
 
-    def _take_sentinel(self, codon_id: str, sentinel_id: str, trigger: int) -> SpanRecord | None:
+    def _take_sentinel(
+        self, codon_id: str, sentinel_id: str, trigger: int, at: int
+    ) -> SpanRecord | None:
+        """The call's span opened by its ``sentinel.triggered``; a sentinel that does
+        not report triggers (the default) journals only the answer: then the span is
+        the moment the answer came (``weft.sentinel.started`` false)."""
         a = self._attempts.get(codon_id)
         found = None if a is None else a.sentinels.pop((sentinel_id, trigger), None)
-        return found if found is not None else self._orphans.pop((sentinel_id, trigger), None)
+        if found is None:
+            found = self._orphans.pop((sentinel_id, trigger), None)
+        if found is None:
+            found = self._sentinel_span(codon_id, sentinel_id, trigger, at)
+            if found is not None:
+                found.attributes["weft.sentinel.started"] = False
+        return found
 
     # -- span events -----------------------------------------------------------
 
