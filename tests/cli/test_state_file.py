@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.cli.test_run import TIMEOUT, codon_state, start_weft, weft
+from tests.cli.test_run import TIMEOUT, start_weft, weft
+from tests.cli.test_run import codon_state as _codon_state
 from tests.runtime.hanks import (
     codon,
     pid_running,
@@ -29,6 +30,7 @@ from tests.runtime.hanks import (
 )
 
 from weft.cli.resolve import codon_cost
+from weft.errors import StoreError
 from weft.store.writer import SNAPSHOT_EVERY
 
 
@@ -54,6 +56,14 @@ def hank(tmp_path: Path) -> Path:
         codon("a", write_file("a.md", "a")),
         codon("b", write_file("b/partial.md", "half") + scenario("hang_after_init")),
     )
+
+
+def codon_state(execution: Path, codon_id: str) -> dict[str, Any] | None:
+    """The codon's newest record in the journal's fold, once the store has tables."""
+    try:
+        return _codon_state(execution, codon_id)
+    except StoreError:
+        return None  # the run is creating its journal
 
 
 def state_file(execution: Path) -> dict[str, Any]:

@@ -210,3 +210,28 @@ def test_a_full_disk_fails_the_streamed_snapshot_with_enospc(tmp_path: Path) -> 
         with pytest.raises(OSError, match="space") as caught:
             core.write_snapshot_json(tmp_path / "disk" / "state.json.tmp")
         assert caught.value.errno == 28  # ENOSPC
+
+
+async def test_a_timed_snapshot_is_never_ahead_of_the_journal(tmp_path: Path) -> None:
+    """Between two commits the core may hold a batch not yet committed (the
+    StateManager applies, then commits): the timer's snapshot is then not kept,
+    since recovery would take state.json ahead of the journal for lost events."""
+    from weft.core import encode
+
+    store = ExecutionStore.open(tmp_path / "execution")
+    writer = store._writer_for()
+    manager = store.state_manager()
+    await manager.transition_and_wait(run_started("r1"))
+    await manager.flush()
+    state = tmp_path / "execution" / ".weft" / "state.json"
+    committed = json.loads(state.read_text())["journalSeq"]
+    # The next batch, applied by the core and not committed (as the pump leaves
+    # it while the commit waits for the writer thread).
+    store.core.submit(encode(lifecycle("r1", "c0")[0]))
+    assert store.core.drain()
+    writer._tail, writer._last_snapshot = 1, 0.0  # the time bound is due
+    writer._timed()
+    assert json.loads(state.read_text())["journalSeq"] == committed
+    assert not (tmp_path / "execution" / ".weft" / "state.json.tmp").exists()
+    store.journal.close()
+    writer.shutdown()

@@ -57,11 +57,16 @@ def _keep_backup(weft_dir: Path, state: Path) -> None:
     os.replace(link, weft_dir / BACKUP)
 
 
-def write_snapshot(weft_dir: Path, data: bytes | Callable[[Path], int]) -> int:
+def write_snapshot(
+    weft_dir: Path,
+    data: bytes | Callable[[Path], int],
+    keep: Callable[[], bool] | None = None,
+) -> int | None:
     """Replaces ``state.json`` with ``data`` atomically, keeping the previous as
     ``.bak``; returns its size. ``data`` may be a function that writes and
     fsyncs the file at the path it is given and returns its size (the core's
-    ``write_snapshot_json``, which streams a large state)."""
+    ``write_snapshot_json``, which streams a large state). ``keep``, asked once
+    the new file is written, may refuse it (None is returned, state.json stays)."""
     state = weft_dir / STATE
     if state.exists():
         _keep_backup(weft_dir, state)
@@ -73,6 +78,9 @@ def write_snapshot(weft_dir: Path, data: bytes | Callable[[Path], int]) -> int:
     else:
         _write_synced(temp, data)
         size = len(data)
+    if keep is not None and not keep():
+        temp.unlink(missing_ok=True)
+        return None
     os.replace(temp, state)
     _sync_dir(weft_dir)
     return size

@@ -11,7 +11,8 @@ After a commit the writer rewrites state.json when the journal has moved on
 by at least as many payload bytes as the snapshot holds, at a codon's or a
 run's end (anywhere once that is also ``snapshot_bytes``); at every codon
 boundary (a codon's start or end, a run's start or end) whenever the last
-rewrite is older than :data:`SNAPSHOT_DUTY` times its own cost; and when the
+rewrite is older than :data:`SNAPSHOT_DUTY` times its own cost (else as soon as
+it is, on a timer); and when the
 last snapshot is ``snapshot_every`` seconds old, on a timer, so a codon that
 journals nothing for a while still leaves state.json at most that far behind
 (a reader of state.json, such as a seed client after a SIGKILL, sees every
@@ -130,10 +131,17 @@ class StoreWriter:
         """Seconds spent writing state.json (for tests and benchmarks)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-writer")
         self._timer: asyncio.TimerHandle | None = None
-        """The pending time-bound check, while a committed tail is not in state.json."""
+        """The pending check, while a committed tail is not in state.json."""
+        self._timer_at = 0.0
+        """When it fires (the loop's clock)."""
+        self._boundary_waits = False
+        """A boundary was committed but not written (the duty bound): it is
+        written as soon as the bound allows, not at the time bound."""
         self._timed_failure: Exception | None = None
         """A timed snapshot's failure (a full disk), raised by the next commit."""
         self._closed = False
+        self._committed: int | None = core.journal_seq
+        """The newest seq committed by this writer (what the core holds at open)."""
 
     async def commit(self, batch: Sequence[Processed]) -> None:
         """Makes ``batch`` durable (on the writer thread)."""
@@ -142,10 +150,22 @@ class StoreWriter:
         self._arm(loop)
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._tail > 0 and self._timer is None and not self._closed:
-            # Nothing may commit for a while (an agent thinking, a long tool
-            # call): the timer writes the tail then, not the next commit.
-            self._timer = loop.call_later(self._snapshot_every, self._on_timer, loop)
+        if self._tail <= 0 or self._closed:
+            return
+        # Nothing may commit for a while (an agent thinking, a long tool call):
+        # the timer writes the tail then, not the next commit; a boundary the
+        # duty bound held back, as soon as the bound allows.
+        delay = self._snapshot_every
+        if self._boundary_waits:
+            since = time.monotonic() - self._last_snapshot
+            delay = min(delay, max(SNAPSHOT_DUTY * self._last_cost - since, 0.0))
+        at = loop.time() + delay
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = loop.call_at(at, self._on_timer, loop)
 
     def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
@@ -154,10 +174,20 @@ class StoreWriter:
             done.add_done_callback(lambda _: self._arm(loop))
 
     def _timed(self) -> None:
-        """The time bound, on the writer thread (so it never races a commit)."""
+        """The deferred writes, on the writer thread (so they never race a commit).
+
+        Between two commits the core may already hold the next batch (the
+        StateManager applies a batch, then commits it): a snapshot then would
+        be ahead of the journal, which recovery rightly takes for a journal
+        that lost events. So it is kept only if the core was at the last
+        committed event from before it was written until after; otherwise the
+        commit under way comes next, and its own check (and timer) follow."""
         try:
-            if self._snapshot_due(False, False):
-                self.snapshot()
+            committed = self._committed
+            if self._core.journal_seq != committed:
+                return
+            if self._snapshot_due(False, self._boundary_waits):
+                self.snapshot(keep=lambda: self._core.journal_seq == committed)
         except Exception as exc:  # raised by the next commit, which stops the run
             self._timed_failure = exc
 
@@ -183,11 +213,14 @@ class StoreWriter:
             # The lock names the run its holder works on (weft status reads it).
             self._lock.update(run_id=started)
         self._tail += size
+        self._committed = batch[-1].seq if batch else self._committed
         # A codon's start is a boundary too: state.json then names the codon
         # that runs (what a seed reader looks for after a crash).
         boundary = ended or any(p.outcome.kind == "CodonStarted" for p in batch)
         if self._snapshot_due(ended, boundary):
             self.snapshot()
+        elif boundary:
+            self._boundary_waits = True
         elif time.monotonic() - self._given_back >= GIVE_BACK_EVERY:
             self._give_back()
 
@@ -210,11 +243,12 @@ class StoreWriter:
             return True
         return since >= max(self._snapshot_every, duty)
 
-    def snapshot(self) -> None:
-        """Writes state.json now (on the calling thread)."""
+    def snapshot(self, keep: Callable[[], bool] | None = None) -> None:
+        """Writes state.json now (on the calling thread); ``keep`` as
+        :func:`~weft.store.snapshot.write_snapshot` has it."""
         started = time.monotonic()
         try:
-            size = write_snapshot(self._weft_dir, self._core.write_snapshot_json)
+            size = write_snapshot(self._weft_dir, self._core.write_snapshot_json, keep)
         except OSError as exc:
             # The journal holds everything the snapshot would: nothing is lost,
             # but a run that cannot keep its snapshot fresh stops here.
@@ -222,11 +256,14 @@ class StoreWriter:
                 raise storage_error(str(self._weft_dir / STATE), exc) from exc
             raise
         self._give_back()
+        if size is None:
+            return  # refused: the commit under way writes it
         self._last_snapshot = time.monotonic()
         self._last_cost = self._last_snapshot - started
         self.snapshot_seconds += self._last_cost
         self._last_size = size
         self._tail = 0
+        self._boundary_waits = False
         self.snapshots += 1
 
     async def run(self, fn: Callable[[], None]) -> None:
