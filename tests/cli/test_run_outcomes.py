@@ -202,3 +202,29 @@ def test_sigterm_is_a_stop_by_you_on_every_surface(tmp_path: Path, env: dict[str
     assert (run["status"], run["stop"]["by"], run["stop"]["codonId"]) == ("stopped", "user", "a")
     assert run["stop"]["reason"] == "stopped by SIGTERM"
     assert surfaces(execution, env) == ("stopped", "stopped")
+
+
+def test_skip_gets_a_run_past_a_codon_that_failed(tmp_path: Path, env: dict[str, str]) -> None:
+    """The seed's recovery "or skip the step", in ``weft run``: the failed codon
+    is recorded as skipped in the next run, and the codons after it run."""
+    hank = write_hank(
+        tmp_path / "stuck",
+        codon("a"),
+        codon("b", scenario("auth_error")),
+        codon("c"),
+    )
+    execution = tmp_path / "x"
+    first = weft("run", hank, "--execution", execution, "--headless", env=env)
+    assert first.returncode == 1, first.stdout
+    refused = weft("run", hank, "--execution", execution, "--skip", "nosuch", env=env)
+    assert refused.returncode == 2
+    assert "--skip nosuch: the hank has no such codon; its codons are a, b, c" in refused.stderr
+    again = weft("run", hank, "--execution", execution, "--headless", "--skip", "b", env=env)
+    assert again.returncode == 0, again.stdout
+    runs = runs_oldest_first(read_state(execution))
+    assert [(c["codonId"], c["status"]) for c in runs[-1]["codons"]] == [
+        ("b", "skipped"),
+        ("c", "completed"),
+    ]
+    status = json.loads(weft("status", execution, "--json", env=env).stdout)
+    assert max(status["runs"], key=lambda r: str(r["startTime"]))["status"] == "completed"

@@ -224,6 +224,15 @@ def register(commands: Any) -> None:
         "execution like --max-cost)",
     )
     parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="CODON",
+        help="skip this codon in this run (repeatable; every iteration of a loop's codon): "
+        "it is recorded as skipped and the run goes on, e.g. to get past a codon that "
+        "failed (the seed's recovery: skip the step)",
+    )
+    parser.add_argument(
         "--otel",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -280,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         if inside is not None:
             print(f"weft: error: {inside}", file=sys.stderr)
             return 2
-        refused = _sentinel_model_problem(settings)
+        refused = _sentinel_model_problem(settings) or _skip_problem(args.skip, loaded)
         if refused is not None:
             print(f"weft: error: {refused}", file=sys.stderr)
             return 2
@@ -828,6 +837,18 @@ def _opening_notes(
     return notes
 
 
+def _skip_problem(skip: list[str], loaded: LoadedHank) -> str | None:
+    """Why ``--skip`` cannot be honoured: a codon the hank does not have."""
+    known = [codon.id for codon, _ in loaded.codons()]
+    unknown = [c for c in dict.fromkeys(skip) if c not in known]
+    if not unknown:
+        return None
+    return (
+        f"--skip {', '.join(unknown)}: the hank has no such codon; its codons are "
+        f"{', '.join(known)}"
+    )
+
+
 def _options(
     args: argparse.Namespace,
     settings: RuntimeConfig,
@@ -843,6 +864,7 @@ def _options(
             if given is None and value is not None:
                 source = source.replace(flag, f"{flag} kept with the execution")
     return RuntimeOptions(
+        skip=frozenset(args.skip),
         max_dollars=settings.budget.max_dollars,
         max_seconds=settings.budget.max_time_seconds,
         budget_source=source,

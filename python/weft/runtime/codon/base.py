@@ -113,6 +113,7 @@ class RunnerBase:
         budget: Watchdog | None = None,
         sessions: RuntimeSessionSettings | None = None,
         usage_window: RuntimeUsageWindowSettings | None = None,
+        skip: frozenset[str] = frozenset(),
         sleep: Sleep | None = None,
         breakers: ProviderBreakers | None = None,
         agent_env: AgentEnv | None = None,
@@ -151,6 +152,8 @@ class RunnerBase:
         """The session supervisor's thresholds and schedule (``session.*``)."""
         self.usage_window = usage_window or RuntimeUsageWindowSettings()
         """How long a codon may park for a closed usage window (``usageWindow.*``)."""
+        self.skip = skip
+        """Codons skipped without running (``weft run --skip``)."""
         self.windows = WindowRegistry.default()
         """The user's closed usage windows, shared with every Weft process."""
         self._wall_ms: Callable[[], int] = wall_ms

@@ -18,9 +18,10 @@ codon whose session succeeded without filling its context is resumed, same
 session, with the exhaust prompt (``codon.extended``, ``ExtensionCountUpdated``)
 up to ``maxExtensions`` times; a full context then completes it (reference
 §6.7). Each extension session is supervised as the first one is (cool-downs,
-usage windows, urgent messages). In ``completing-sentinels`` the codon's ``outputFiles`` are copied when
-the run has an output directory (:mod:`weft.runtime.codon.outputs`), before the
-completion checkpoint so that what ``beforeCopy`` changed is in it. The
+usage windows, urgent messages). In ``completing-sentinels`` the codon's
+``outputFiles`` are copied when the run has an output directory
+(:mod:`weft.runtime.codon.outputs`), before the completion checkpoint so that
+what ``beforeCopy`` changed is in it. The
 codon's ``env`` reaches its rig and ``beforeCopy`` commands as it reaches the
 agent. Archives (``archiveOnSuccess``) are the run loop's, after the codon ends.
 
@@ -123,9 +124,12 @@ class CodonRunner(Preparing, Supervising):
         """Runs one attempt of ``request`` to a terminal state."""
         a = Attempt(request)
         self._current = a
-        if self.budget is not None and self.budget.begin(
+        out_of_budget = self.budget is not None and self.budget.begin(
             Slot.of(request.planned), request.run_id, self._over_budget
-        ):
+        )
+        if request.planned.codon_id in self.skip:
+            a.interrupt = Interrupt.SKIP  # weft run --skip: recorded as skipped, nothing runs
+        elif out_of_budget:
             a.interrupt = Interrupt.BUDGET  # nothing left: it ends before the agent starts
         try:
             result = await self._run(a)

@@ -351,6 +351,7 @@ class Runtime(RuntimeState):
             budget=budget,
             sessions=self.options.sessions,
             usage_window=self.options.usage_window,
+            skip=self.options.skip,
             sleep=self.options.session_sleep,
             breakers=self.breakers,
             agent_env=self.options.agent_env,

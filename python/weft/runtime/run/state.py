@@ -108,6 +108,8 @@ class RuntimeOptions:
     breakers: RuntimeBreakerSettings = field(default_factory=RuntimeBreakerSettings)
     """The agent providers' circuit breakers (``breaker.*``)."""
     usage_window: RuntimeUsageWindowSettings = field(default_factory=RuntimeUsageWindowSettings)
+    skip: frozenset[str] = frozenset()
+    """Codons this run records as skipped without running them (``--skip``)."""
     """How long a codon may wait for a closed usage window (``usageWindow.*``)."""
     provider_breakers: ProviderBreakers | None = None
     """Breakers to share with other executions (a batch runner's); None: the
