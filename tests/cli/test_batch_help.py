@@ -19,6 +19,7 @@ BATCH_VERBS = [
     "retry",
     "skip",
     "reset-breaker",
+    "drain",
     "rebuild",
     "schema",
 ]

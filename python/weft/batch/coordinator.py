@@ -32,6 +32,14 @@ being checked against the stored digest first), read back at each launch.
 **Rebuild.** :func:`rebuild` makes a new store from the batch file and what
 the step folders prove, for a store refused as damaged (``weft batch rebuild``).
 
+**Drain** (:meth:`Coordinator.request_drain`: the first Ctrl-C of ``weft batch
+run``, or ``weft batch drain FILE`` through the inbox): nothing new starts,
+the running steps finish and their ends are recorded as usual (timeouts still
+apply), then the coordinator returns with :attr:`Coordinator.drained` set
+(``weft batch run`` exits :data:`DRAINED_EXIT`). The request and the end are
+audit notes on the batch; nothing else is kept, so the next ``weft batch run``
+simply goes on (and a coordinator killed mid-drain is resumed as any other).
+
 **Usage windows.** At start the coordinator works out which providers each
 step calls (:func:`weft.batch.windows.steps_providers`, kept in the store's
 ``meta`` for ``weft batch status``); every turn it reads the closed windows
@@ -69,6 +77,7 @@ from weft.batch.store import (
     ENV_FILE,
     BatchStore,
     Change,
+    Note,
     StepRow,
     StepTrace,
     WorkstreamRow,
@@ -77,8 +86,10 @@ from weft.batch.store import (
 from weft.batch.windows import PROVIDERS_META, WindowWatch, steps_providers
 from weft.errors import ConfigError, StoreError
 from weft.plan import REDACTED
+from weft.terminal import plural
 
 __all__ = [
+    "DRAINED_EXIT",
     "REFUSED",
     "Coordinator",
     "Engine",
@@ -91,6 +102,9 @@ __all__ = [
     "wall_clock_ms",
 ]
 
+DRAINED_EXIT = 3
+"""``weft batch run``'s exit code after a drain left steps to run (as ``weft run``
+stopped by its budget: stopped on purpose, the same command goes on)."""
 INBOX_POLL_S = 0.5
 """How often a running coordinator looks for `weft batch abandon|retry|skip|reset-breaker`."""
 REFUSED = "refused: "
@@ -255,6 +269,13 @@ class Coordinator:
     """The closed usage windows, read each turn (see the module doc)."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by :meth:`request_stop`: launch nothing more, leave what runs to resume."""
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by :meth:`request_drain`: launch nothing more, let what runs finish."""
+    drained: bool = False
+    """Whether :meth:`run` returned at the end of a drain, with steps left to run."""
+    _drain_by: str | None = field(default=None, repr=False)
+    _drain_from: list[str] | None = field(default=None, repr=False)
+    """The steps running when the drain's note was written (``None``: not yet)."""
     busy_ns: int = 0
     """Wall time spent in the coordinator's own work (see the module doc)."""
     launched: int = 0
@@ -283,6 +304,45 @@ class Coordinator:
         ``S_RUNNING``, so ``weft batch resume`` takes them over."""
         self.stopping.set()
 
+    def request_drain(self, by: str) -> bool:
+        """Drains (see the module doc) at ``by``'s request; ``False`` if already draining."""
+        if self.draining.is_set():
+            return False
+        self._drain_by = by
+        self.draining.set()
+        return True
+
+    def _note_drain(self) -> None:
+        """Writes the drain's request note, once, from inside the loop (a signal
+        handler only sets the flag)."""
+        if not self.draining.is_set() or self._drain_from is not None:
+            return
+        self._drain_from = self.scheduler.running()
+        reason = (
+            f"drain requested ({self._drain_by}): the {len(self._drain_from)} running step(s) "
+            "finish, nothing new starts"
+        )
+        note = Note("batch", "", {"reason": reason, "running": self._drain_from})
+        with self.busy():
+            self.store.commit([note], self.clock())
+
+    def _end_drain(self) -> None:
+        left = [
+            s.row.key
+            for ws in self.scheduler.workstreams.values()
+            if not ws.machine.is_terminal
+            for s in ws.steps.values()
+            if s.machine.state != "S_SUCCESS"
+        ]
+        reason = (
+            f"drained: the running step(s) finished ({len(self._drain_from or [])}); "
+            f"{len(left)} step(s) left to run; `weft batch run` goes on"
+        )
+        note = Note("batch", "", {"reason": reason, "finished": self._drain_from or []})
+        with self.busy():
+            self.store.commit([note], self.clock())
+        self.drained = True
+
     def __post_init__(self) -> None:
         budget = self.store.get_meta("max_dollars")
         self.scheduler = Scheduler(
@@ -306,6 +366,12 @@ class Coordinator:
         with self.busy():
             pending = self.store.pending_commands()
         for command_id, kind, target in pending:
+            if kind == "drain":
+                applied, result = self._drain_command()
+                stored = result if applied else REFUSED + result
+                self.store.mark_command(command_id, stored, self.clock())
+                results.append(result)
+                continue
             changes, result = apply_command(self.scheduler, kind, target, self.clock())
             self.commit(changes)
             # A command that changes nothing was refused: marked so for its sender.
@@ -313,6 +379,21 @@ class Coordinator:
             self.store.mark_command(command_id, stored, self.clock())
             results.append(result)
         return results
+
+    def _drain_command(self) -> tuple[bool, str]:
+        """``weft batch drain``: whether it was applied, and the answer."""
+        if self.workers == 0:  # applied by a command's process: no coordinator runs
+            return False, "no coordinator is running this batch: nothing to drain"
+        if not self.request_drain("weft batch drain"):
+            return False, "the coordinator is already draining"
+        self._note_drain()
+        running = self._drain_from or []
+        return True, (
+            f"draining: {plural(len(running), 'running step')} finish"
+            f"{'es' if len(running) == 1 else ''}"
+            f"{' (' + ', '.join(running) + ')' if running else ''}, nothing new starts; "
+            f"the coordinator then exits {DRAINED_EXIT}"
+        )
 
     async def run(self) -> None:
         """Resumes what was running, then runs until every workstream is terminal."""
@@ -326,9 +407,16 @@ class Coordinator:
                 await self.engine.detach()
                 return
             self.apply_commands()
+            self._note_drain()
+            draining = self.draining.is_set()
             now = self.clock()
             with self.busy():
-                tick = self.scheduler.tick(now, self.free_slots(), self.windows.closed(now))
+                # Draining: no slot is free, so nothing starts; ends, retries'
+                # bookkeeping and timeouts go on as usual.
+                free = 0 if draining else self.free_slots()
+                tick = self.scheduler.tick(now, free, self.windows.closed(now))
+            if draining:
+                tick.waiting = dict.fromkeys(tick.waiting, "draining: not started")
             self.waiting = tick.waiting
             # Stamped when they were decided: a launch's S_RUNNING then carries the
             # time its row's started_at_ms holds, which the launch's end is kept
@@ -341,6 +429,10 @@ class Coordinator:
                 self.engine.cancel(key)
             if self.scheduler.done and self.engine.active == 0:
                 return
+            if draining and not self.scheduler.running() and self.engine.active == 0:
+                self._end_drain()
+                await self.engine.detach()
+                return
             if tick.launches or tick.changes:
                 continue
             timeout = INBOX_POLL_S
@@ -348,10 +440,15 @@ class Coordinator:
                 timeout = max(0.0, min(timeout, (tick.wake_at_ms - now) / 1000))
             got = asyncio.ensure_future(self.engine.completions.get())
             stop = asyncio.ensure_future(self.stopping.wait())
-            done, _ = await asyncio.wait(
-                {got, stop}, timeout=timeout, return_when="FIRST_COMPLETED"
-            )
+            waits = {got, stop}
+            drain = None
+            if not draining:
+                drain = asyncio.ensure_future(self.draining.wait())
+                waits.add(drain)
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
             stop.cancel()
+            if drain is not None:
+                drain.cancel()
             if got not in done:
                 got.cancel()
                 continue

@@ -2,7 +2,11 @@
 
 * ``weft batch run FILE [--workers N] [--headless | --json] [--junit OUT]``:
   run (or resume) the batch; exit 0 only when every workstream succeeded,
-  1 otherwise, 2 for a bad file;
+  1 otherwise, 2 for a bad file, 3 when drained with steps left (the first
+  Ctrl-C drains: running steps finish, nothing new starts; the second stops
+  at once, leaving them to resume), 128+n when stopped by signal n;
+* ``weft batch drain FILE``: drain the coordinator running the batch (in
+  another terminal); 1 (refused) when none runs;
 * ``weft batch status FILE [--json]``: states, costs, breakers and the audit
   trail (``state_transitions``), plus the consistency check (Recovery 4);
 * ``weft batch resume FILE``: continue a batch whose coordinator died
@@ -122,6 +126,13 @@ def register(commands: Any) -> None:
                 "(audited S_ABANDONED -> S_RUNNING with the attempt number)",
             )
 
+    p = with_file(
+        "drain",
+        "let the running coordinator finish the steps that run and start nothing new "
+        "(it then exits 3; weft batch run goes on)",
+    )
+    p.set_defaults(run=send_command, kind="drain", target="")
+
     p = sub.add_parser("schema", help="print the batch file's JSON Schema")
     p.set_defaults(run=schema)
 
@@ -168,7 +179,13 @@ def validate(args: argparse.Namespace) -> int:
 def run_batch(args: argparse.Namespace) -> int:
     """``weft batch run`` / ``resume``."""
     from weft.batch import load_batch
-    from weft.batch.coordinator import Coordinator, file_sha256, record_plan, wall_clock_ms
+    from weft.batch.coordinator import (
+        DRAINED_EXIT,
+        Coordinator,
+        file_sha256,
+        record_plan,
+        wall_clock_ms,
+    )
     from weft.batch.report import overhead, summary, write_junit
     from weft.batch.store import BatchStore
 
@@ -216,21 +233,40 @@ def run_batch(args: argparse.Namespace) -> int:
         return 128 + stopped[0]
     if args.junit:
         write_junit(report, args.junit)
+    if ran.drained:
+        report["drained"] = True
     if mode == "json":
         print(json.dumps({"type": "summary", **report}))
     else:
         print(render_summary(report))
+    if ran.drained:
+        print(
+            "weft: drained: the running steps finished and were recorded, nothing new started; "
+            f"go on with: weft batch run {printable(str(args.file))}",
+            file=sys.stderr,
+        )
+        return DRAINED_EXIT
     return 0 if report["succeeded"] else 1
 
 
 def _stop_on_signals(coordinator: Any, stopped: list[int]) -> None:
-    """SIGINT / SIGTERM: the first asks the coordinator to stop (running steps
-    stay ``S_RUNNING`` for ``resume``); a second one ends the process at once."""
+    """The first SIGINT (Ctrl-C) drains: the running steps finish, nothing new
+    starts. A SIGTERM, or a SIGINT while draining, asks the coordinator to stop
+    (running steps stay ``S_RUNNING`` for ``resume``); one more ends the process
+    at once."""
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
         if stopped:
             os._exit(128 + signum)  # the store is consistent after every commit
+        if signum == signal.SIGINT and coordinator.request_drain("Ctrl-C (SIGINT)"):
+            print(
+                "weft: draining: the running steps finish, nothing new starts; "
+                "Ctrl-C again stops now (they resume with weft batch run)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         stopped.append(signum)
         coordinator.request_stop()
 
@@ -477,6 +513,8 @@ def send_command(args: argparse.Namespace) -> int:
 
 def _unknown_target(store: Any, kind: str, target: str) -> str | None:
     """Why ``target`` names nothing this batch has (``None``: it names something)."""
+    if kind == "drain":
+        return None  # the batch itself
     stored = store.load()
     if kind == "reset-breaker":
         tools = [b.tool for b in stored.breakers]

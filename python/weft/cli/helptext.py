@@ -142,7 +142,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft batch status sweep.toml --json", "the same as JSON"),
     ),
     "batch abandon": (("weft batch abandon sweep.toml flaky", "stop workstream flaky"),),
-    "batch retry": (("weft batch retry sweep.toml flaky/fetch", "start failed step fetch over"),),
+    "batch retry": (
+        ("weft batch retry sweep.toml flaky/fetch", "start failed step fetch over"),
+        ("weft batch retry sweep.toml flaky/fetch --reopen", "the same in an abandoned workstream"),
+    ),
+    "batch drain": (("weft batch drain sweep.toml", "running steps finish, nothing new starts"),),
     "batch skip": (("weft batch skip sweep.toml flaky/fetch", "let fetch's dependents run"),),
     "batch reset-breaker": (
         ("weft batch reset-breaker sweep.toml upstream", "close tool upstream's breaker"),
@@ -161,7 +165,9 @@ exit codes:
   0    every workstream succeeded
   1    a workstream failed or was abandoned, or another coordinator runs this batch
   2    usage error, a bad batch file or an unusable batch store (nothing was run)
-  130  interrupted by Ctrl-C (SIGINT); running steps stay S_RUNNING: weft batch resume FILE
+  3    drained (the first Ctrl-C, or weft batch drain FILE): the running steps finished,
+       nothing new started; weft batch run FILE goes on
+  130  Ctrl-C again while draining; running steps stay S_RUNNING: weft batch resume FILE
   143  stopped by SIGTERM; likewise"""
 
 _BATCH_COMMAND_EXIT_CODES = """\
@@ -185,6 +191,11 @@ exit codes:
     "batch retry": _BATCH_COMMAND_EXIT_CODES,
     "batch skip": _BATCH_COMMAND_EXIT_CODES,
     "batch reset-breaker": _BATCH_COMMAND_EXIT_CODES,
+    "batch drain": """\
+exit codes:
+  0    the running coordinator drains (its answer is printed); it then exits 3
+  1    refused: no coordinator runs this batch, or it is already draining (on stderr)
+  2    usage error, no batch store there (run the batch first), or a damaged one""",
     "batch rebuild": """\
 exit codes:
   0    rebuilt (what was kept and what runs again is printed), or the store is sound
