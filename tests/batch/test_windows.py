@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.batch.support import Driver, write_batch
 from tests.batch.test_cli import weft
-from tests.runtime.hanks import subprocess_environment
+from tests.runtime.hanks import codon, subprocess_environment, write_hank
 
 from weft.batch.coordinator import wall_clock_ms
 from weft.batch.report import summary
@@ -206,3 +206,100 @@ def _iso(ms: int) -> str:
     from weft.clock import iso_from_ms
 
     return iso_from_ms(ms)
+
+
+def test_the_first_step_discovers_the_window_and_the_rest_are_held_back(tmp_path: Path) -> None:
+    """The codon runner parks a codon refused by a closed window and records the
+    window (the fake claude's ``usage_window`` scenario, refused until ``until``);
+    the batch then holds back the steps that become ready, until it opens."""
+    until = int(time.time()) + 7
+    opens = until * 1000
+    write_hank(
+        tmp_path / "hank",
+        codon("build", "Build it.", env={"FAKE_AGENT_SCENARIO": f"usage_window,until={until}"}),
+    )
+    rest = [{"id": f"r{i}", "hank": "hank", "depends_on": ["gate"]} for i in range(5)]
+    doc = {
+        "workstreams": [
+            {"id": "probe", "steps": [{"id": "a", "hank": "hank"}]},
+            # The gate holds the rest back until the probe has met the window.
+            {"id": "rest", "steps": [{"id": "gate", "command": ["sleep", "2.5"]}, *rest]},
+        ]
+    }
+    path = write_batch(tmp_path, doc)
+    state_dir = tmp_path / ".weft-batch" / "batch"
+    env = {**subprocess_environment(tmp_path), "WEFT_RUNTIME_USAGE_WINDOW_MARGIN_MS": "0"}
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "weft", "batch", "run", str(path), "--workers", "8", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        held: dict[str, Any] | None = None
+        while wall_clock_ms() < opens - 800 and held is None:
+            time.sleep(0.2)
+            if not (state_dir / "batch.db").exists():
+                continue
+            got = weft(env, "status", str(path), "--json")
+            if got.returncode != 0:
+                continue
+            steps = {s["id"]: s for s in json.loads(got.stdout)["workstreams"][1]["steps"]}
+            if all(steps[f"r{i}"].get("waiting_for_window") for i in range(5)):
+                held = steps
+        out, err = coordinator.communicate(timeout=120)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    assert coordinator.returncode == 0, out[-2000:] + err[-2000:]
+    assert held is not None, "the steps behind the gate were never held for the window"
+    assert held["gate"]["state"] == "S_SUCCESS"
+    assert all(held[f"r{i}"]["waiting_for_window"]["opens_at_ms"] == opens for i in range(5))
+    with BatchStore.open(state_dir, writer=False) as store:
+        audit = store.transitions()
+        breakers = store.breaker_transitions()
+        final = summary(store)
+    launched = {
+        f"{t['ws_id']}/{t['step_id']}": t["at"]
+        for t in audit
+        if t["step_id"] and t["to"] == "S_RUNNING"
+    }
+    assert launched["probe/a"] < _iso(opens), "the probe met the window"
+    for i in range(5):
+        assert launched[f"rest/r{i}"] >= _iso(opens), f"rest/r{i} launched before the window opened"
+    for ws in final["workstreams"]:
+        assert ws["state"] == "S_SUCCESS"
+        assert ws["retry_count"] == 0
+        for s in ws["steps"]:
+            assert (s["state"], s["launches"], s["retry_count"]) == ("S_SUCCESS", 1, 0), s
+    assert not [t for t in audit if t["to"] in ("S_FAILED", "S_RETRYING")]
+    assert breakers == [], "no breaker moved"
+
+
+def test_status_names_the_held_steps_and_when_the_window_opens(tmp_path: Path) -> None:
+    from weft.cli.batch import render_summary
+
+    doc = {
+        "workstreams": [
+            {"id": "api", "steps": [_step("a", "claude"), _step("b", "claude", "a")]},
+            {"id": "other", "steps": [_step("x", "curl")]},
+        ]
+    }
+    d = _driver(tmp_path, doc)
+    opens = d.now + 3_600_000
+    report = summary(d.store, d.now, {"anthropic": opens, "google": opens})
+    steps = {s["id"]: s for ws in report["workstreams"] for s in ws["steps"]}
+    assert steps["a"]["waiting_for_window"] == {
+        "provider": "anthropic",
+        "opens_at_ms": opens,
+        "opens_at": _iso(opens),
+    }
+    assert "waiting_for_window" not in steps["b"], "b waits for a, not for the window"
+    assert "waiting_for_window" not in steps["x"]
+    assert [w["provider"] for w in report["usage_windows"]] == ["anthropic"], (
+        "only those waited for"
+    )
+    text = render_summary(report)
+    assert f"waiting: anthropic usage window closed until {_iso(opens)}" in text
+    assert f"usage window anthropic: closed until {_iso(opens)}; 1 step waiting for it" in text

@@ -382,7 +382,7 @@ def render_summary(report: dict[str, Any]) -> str:
         )
         lines.append(
             f"  usage window {w['provider']}: closed until {w['opens_at']}; "
-            f"{plural(waiting, 'step')} wait for it (no error, no retry spent)"
+            f"{plural(waiting, 'step')} waiting for it (no error, no retry spent)"
         )
     for problem in report["problems"]:
         lines.append(f"  inconsistent: {problem}")
