@@ -109,6 +109,8 @@ class Tick:
 class _Step:
     row: StepRow
     machine: Step
+    providers: frozenset[str] = frozenset()
+    """The providers its launch calls (:attr:`Scheduler.providers`)."""
 
     @property
     def deps(self) -> list[str]:
@@ -137,12 +139,8 @@ class Scheduler:
         providers: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self.max_dollars = max_dollars
-        self.providers: dict[str, frozenset[str]] = {
-            key: frozenset(names) for key, names in (providers or {}).items()
-        }
-        """The providers each step's launch calls (``ws/step`` -> names), from
-        :func:`weft.batch.windows.step_providers`; a step not named calls none."""
         self._windows: Mapping[str, int] = {}
+        self._held_words: dict[tuple[str, int], str] = {}
         self.workstreams: dict[str, _Ws] = {}
         for w in stored.workstreams:
             machine = Workstream.restore(
@@ -176,6 +174,24 @@ class Scheduler:
         }
         self._timed_out: set[str] = set()
         """Steps stopped for their timeout whose launch's end is not recorded yet."""
+        self.providers = {key: frozenset(names) for key, names in (providers or {}).items()}
+
+    @property
+    def providers(self) -> dict[str, frozenset[str]]:
+        """The providers each step's launch calls (``ws/step`` -> names), from
+        :func:`weft.batch.windows.step_providers`; a step not named calls none."""
+        return {
+            s.row.key: s.providers
+            for ws in self.workstreams.values()
+            for s in ws.steps.values()
+            if s.providers
+        }
+
+    @providers.setter
+    def providers(self, value: Mapping[str, Iterable[str]]) -> None:
+        for ws in self.workstreams.values():
+            for step in ws.steps.values():
+                step.providers = frozenset(value.get(step.row.key, ()))
 
     # ---- queries ------------------------------------------------------------
 
@@ -543,7 +559,7 @@ class Scheduler:
         if not windows:
             return None
         found: tuple[str, int] | None = None
-        for provider in self.providers.get(step.row.key, ()):
+        for provider in step.providers:
             opens = windows.get(provider)
             if opens is not None and opens > now and (found is None or opens > found[1]):
                 found = (provider, opens)
@@ -558,12 +574,17 @@ class Scheduler:
             if closed is not None and self._ready(ws, step, now, None):
                 self._note_held(step, closed, tick)
 
-    @staticmethod
-    def _note_held(step: _Step, closed: tuple[str, int], tick: Tick) -> None:
-        provider, opens = closed
-        tick.held[step.row.key] = closed
-        tick.waiting[step.row.key] = f"{provider} usage window closed until {iso_from_ms(opens)}"
-        tick.wake(opens)
+    def _note_held(self, step: _Step, closed: tuple[str, int], tick: Tick) -> None:
+        words = self._held_words.get(closed)
+        if words is None:  # the same few windows for every held step: worded once
+            words = f"{closed[0]} usage window closed until {iso_from_ms(closed[1])}"
+            if len(self._held_words) > 16:  # windows past: forget them
+                self._held_words.clear()
+            self._held_words[closed] = words
+        key = step.row.key
+        tick.held[key] = closed
+        tick.waiting[key] = words
+        tick.wake(closed[1])
 
     def _ready(self, ws: _Ws, step: _Step, now: int, tick: Tick | None) -> bool:
         state = step.machine.state
