@@ -175,20 +175,7 @@ def test_export_trace_of_the_finished_execution_sends_the_same_spans(traced: Tra
         assert done.returncode == 0, done.stderr
         again = list(receiver.spans)
     assert f"sent {len(traced.spans)} spans (1 run)" in done.stdout
-
-    def key(s: Span) -> tuple[Any, ...]:
-        return (
-            s.trace_id,
-            s.span_id,
-            s.parent_id,
-            s.name,
-            s.start_ns,
-            s.end_ns,
-            sorted(s.attributes.items()),
-            s.status,
-        )
-
-    assert sorted(map(key, again)) == sorted(map(key, traced.spans))
+    assert sorted(map(_key, again)) == sorted(map(_key, traced.spans))
 
 
 def test_the_callers_traceparent_is_the_runs_parent_and_content_is_opt_in(tmp_path: Path) -> None:
@@ -232,6 +219,51 @@ def test_a_budget_stop_is_a_span_event_and_the_run_says_how_it_ended(tmp_path: P
     ]
     assert crossed
     assert crossed[0][1]["weft.scope"] == "run"
+
+
+def _key(s: Span) -> tuple[Any, ...]:
+    return (
+        s.trace_id,
+        s.span_id,
+        s.parent_id,
+        s.name,
+        s.start_ns,
+        s.end_ns,
+        sorted(s.attributes.items()),
+        s.status,
+    )
+
+
+def test_a_continued_execution_is_one_trace_per_run_and_export_trace_sends_the_same(
+    tmp_path: Path,
+) -> None:
+    """A run stopped by its budget, then continued: two traces, live; exporting the
+    execution afterwards sends exactly those spans (the continuation run's fold is
+    seeded with the plan its RunStarted does not carry)."""
+    step = codon(
+        "step", '@@fake:append path=log.md content="x\\n"@@\n', model="fake/haiku", files=["log.md"]
+    )
+    hank = write_hank(tmp_path / "grind", loop("grind", step, limit=6), codon("last", "Done.\n"))
+    env = subprocess_environment(tmp_path)
+    with otlp_receiver() as receiver:
+        traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        capped = {**traced, "WEFT_RUNTIME_BUDGET_MAX_DOLLARS": "0.002"}
+        assert weft_cli("run", hank, "--headless", env=capped).returncode == 3
+        (execution,) = (tmp_path / "managed").iterdir()
+        again = weft_cli(
+            "run", "--execution", execution, "--headless", "--max-cost", "5", env=traced
+        )
+        assert again.returncode == 0, again.stdout
+        live = list(receiver.spans)
+    runs = [s for s in live if not s.parent_id]
+    assert len(runs) == 2
+    assert len({s.trace_id for s in live}) == 2
+    with otlp_receiver() as receiver:
+        done = weft_cli("export-trace", execution, "--endpoint", receiver.url, env=env)
+        assert done.returncode == 0, done.stderr
+        exported = list(receiver.spans)
+    assert "(2 runs)" in done.stdout
+    assert sorted(map(_key, exported)) == sorted(map(_key, live))
 
 
 @pytest.mark.parametrize("collector", ["down", "refusing"])

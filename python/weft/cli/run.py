@@ -359,7 +359,7 @@ def _run_under_view(
         loaded,
         options,
         listeners=(view.on_event,) if sink is None else (view.on_event, sink),
-        on_state=view.progress.seed,
+        on_state=view.progress.seed if sink is None else sink.seeded(view.progress.seed),
         on_server=on_server,
     )
     manual = not settings.autostart

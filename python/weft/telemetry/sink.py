@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from weft.events.stream import decode_event
 from weft.state import Processed
@@ -47,9 +48,23 @@ class TraceSink:
             settings, warn=warn, env_service=self.env.get("OTEL_SERVICE_NAME")
         )
         self._last_ns = 0
+        self._warn = warn
+        self._broken = False
 
     def __call__(self, item: Processed) -> None:
         """The listener: folds one committed item and queues what it finished."""
+        if self._broken:
+            return
+        try:
+            self._take(item)
+        except Exception as exc:  # a fault here may cost the trace, never the run
+            self._broken = True
+            self._warn(
+                f"traces stopped at event {item.seq} ({type(exc).__name__}: {exc}); the run "
+                "goes on without them (please report this; `weft export-trace` may still work)"
+            )
+
+    def _take(self, item: Processed) -> None:
         event = item.event if item.event is not None else decode_event(item.payload)
         stream = item.stream
         # To the millisecond, as the journal keeps it: export-trace makes the same spans.
@@ -58,6 +73,20 @@ class TraceSink:
         finished = self.fold.feed(event, at, item.seq, None if stream is None else stream.codon_id)
         if finished:
             self.shipper.send(finished)
+
+    def seeded(
+        self, also: Callable[[Mapping[str, Any]], object]
+    ) -> Callable[[Mapping[str, Any]], None]:
+        """The runtime's ``on_state`` hook: seeds the fold with the state the run
+        starts from (the plan, names and models of a continuation run, which its
+        ``RunStarted`` does not carry), as the journal's earlier runs seed
+        ``weft export-trace``'s fold, then calls ``also``."""
+
+        def seed(state: Mapping[str, Any]) -> None:
+            self.fold.progress.seed(state)
+            also(state)
+
+        return seed
 
     def agent_env(self, run_id: str, codon_id: str, start_time: str) -> dict[str, str]:
         """The trace variables of a codon attempt's agent (see the module docstring)."""

@@ -338,8 +338,10 @@ class TraceFold:
                 ATTEMPT: c.attempts if c is not None else 1,
             }
         )
-        if c is not None and c.model:
-            span.attributes[gen_ai.GEN_AI_REQUEST_MODEL] = c.model
+        # The plan's model (the fold's ``model`` becomes what the agent reported).
+        model = None if c is None or c.config is None else c.config.get("model")
+        if isinstance(model, str) and model:
+            span.attributes[gen_ai.GEN_AI_REQUEST_MODEL] = model
         self._attempts[event.codon_id] = _Attempt(key, event.codon_id, span)
         self._latest[event.codon_id] = key
 
