@@ -73,7 +73,16 @@ def test_budget_ceilings_take_the_stricter_of_file_and_hank(tmp_path: Path) -> N
 CEILINGS = [
     ("budget.maxDollars", "WEFT_RUNTIME_BUDGET_MAX_DOLLARS", "max_dollars"),
     ("budget.maxTimeSeconds", "WEFT_RUNTIME_BUDGET_MAX_TIME_SECONDS", "max_time_seconds"),
+    ("budget.maxTokens", "WEFT_RUNTIME_BUDGET_MAX_TOKENS", "max_tokens"),
 ]
+
+TOKEN_SCALE = 1000
+"""Tokens are whole numbers: the tables' amounts (0.25, 0.5...) are thousands of tokens."""
+
+
+def amount(name: str, value: float) -> float | int:
+    """``value`` as ``name`` takes it: a whole number of tokens for ``budget.maxTokens``."""
+    return int(value * TOKEN_SCALE) if name == "budget.maxTokens" else value
 
 
 def test_the_ceiling_table_covers_every_budget_setting() -> None:
@@ -88,12 +97,13 @@ def test_the_environment_cannot_raise_the_hanks_budget_ceiling(
 ) -> None:
     # The environment is runtime config like weft.json: the hank's stricter ceiling wins.
     key = name.removeprefix("budget.")
-    resolved = resolve_runtime_config(env={var: "100"}, hank=a_hank(budget={key: 0.5}))
-    assert getattr(resolved.config.budget, attr) == 0.5
+    hank = a_hank(budget={key: amount(name, 0.5)})
+    resolved = resolve_runtime_config(env={var: str(amount(name, 100))}, hank=hank)
+    assert getattr(resolved.config.budget, attr) == amount(name, 0.5)
     assert resolved.sources[name] == "hank overrides"
     # Below the hank's, the environment's is the ceiling.
-    resolved = resolve_runtime_config(env={var: "0.25"}, hank=a_hank(budget={key: 0.5}))
-    assert getattr(resolved.config.budget, attr) == 0.25
+    resolved = resolve_runtime_config(env={var: str(amount(name, 0.25))}, hank=hank)
+    assert getattr(resolved.config.budget, attr) == amount(name, 0.25)
     assert resolved.sources[name] == "environment"
 
 
@@ -102,18 +112,18 @@ def test_the_environment_replaces_weft_json_then_the_stricter_of_it_and_the_hank
     tmp_path: Path, name: str, var: str, attr: str
 ) -> None:
     key = name.removeprefix("budget.")
-    path = weft_json(tmp_path, {"budget": {key: 1}})
+    path = weft_json(tmp_path, {"budget": {key: amount(name, 1)}})
+    hank = a_hank(budget={key: amount(name, 10)})
     # Above weft.json's and below the hank's: the variable replaces the file's value.
-    resolved = resolve_runtime_config(
-        env={var: "5"}, config_file=path, hank=a_hank(budget={key: 10})
-    )
-    assert (getattr(resolved.config.budget, attr), resolved.sources[name]) == (5, "environment")
-    # Above the hank's: the hank's.
-    resolved = resolve_runtime_config(
-        env={var: "50"}, config_file=path, hank=a_hank(budget={key: 10})
-    )
+    resolved = resolve_runtime_config(env={var: str(amount(name, 5))}, config_file=path, hank=hank)
     assert (getattr(resolved.config.budget, attr), resolved.sources[name]) == (
-        10,
+        amount(name, 5),
+        "environment",
+    )
+    # Above the hank's: the hank's.
+    resolved = resolve_runtime_config(env={var: str(amount(name, 50))}, config_file=path, hank=hank)
+    assert (getattr(resolved.config.budget, attr), resolved.sources[name]) == (
+        amount(name, 10),
         "hank overrides",
     )
 
@@ -122,9 +132,14 @@ def test_the_environment_replaces_weft_json_then_the_stricter_of_it_and_the_hank
 def test_only_the_cli_may_raise_the_hanks_budget_ceiling(name: str, var: str, attr: str) -> None:
     key = name.removeprefix("budget.")
     resolved = resolve_runtime_config(
-        cli={name: 100.0}, env={var: "50"}, hank=a_hank(budget={key: 0.5})
+        cli={name: amount(name, 100.0)},
+        env={var: str(amount(name, 50))},
+        hank=a_hank(budget={key: amount(name, 0.5)}),
     )
-    assert (getattr(resolved.config.budget, attr), resolved.sources[name]) == (100.0, "cli")
+    assert (getattr(resolved.config.budget, attr), resolved.sources[name]) == (
+        amount(name, 100.0),
+        "cli",
+    )
 
 
 def test_the_cli_may_raise_a_budget_ceiling(tmp_path: Path) -> None:

@@ -14,9 +14,16 @@ a rolled-back run and earlier runs of the execution (:meth:`Ledger.restore`)
 all count. A model without pricing reports no dollars: its attempt is counted
 as ``unpriced`` (the totals are then a lower bound) rather than as free.
 
+Tokens (a container's ``maxTokens``) are counted like money: every token of
+every attempt (input, output, cache writes and cache reads, what the progress
+fold calls ``tokens``: :func:`weft.progress.token_total`), never taken back,
+earlier runs included. An agent's per-message figures are summed live, then its
+own total replaces them when it is larger.
+
 Limits and when they are crossed: dollars and tokens when the amount used is
 *more* than the cap (spending exactly the cap is allowed); time when it is
-reached; a container whose dollars are used up lets no further codon start.
+reached; a container whose dollars or tokens are used up lets no further codon
+start.
 """
 
 from __future__ import annotations
@@ -88,8 +95,12 @@ class Verdict:
             "loop": f"loop {self.scope_id}",
             "run": "the run",
         }[self.scope]
-        used, limit = _amount(self.kind, self.used), _amount(self.kind, self.limit)
         source = f" ({self.source})" if self.source else ""
+        if self.kind == "tokens":
+            # "120,000 of 100,000 tokens": the unit once, as a subscriber reads it.
+            amounts = f"{int(self.used):,} of {int(self.limit):,} tokens"
+            return f"Budget exceeded: {what} used {amounts}{source}"
+        used, limit = _amount(self.kind, self.used), _amount(self.kind, self.limit)
         return f"Budget exceeded: {what} used {used} of its {limit} cap{source}"
 
 
@@ -111,6 +122,8 @@ class EarlierSpend:
     """The agent's dollars; None when none of them is known (a model without a price)."""
     seconds: float = 0.0
     output_tokens: int = 0
+    tokens: int = 0
+    """Every token of the attempt (input, output, cache writes and reads)."""
     sentinel_dollars: float = 0.0
     """What the codon's sentinels spent: the run's and the loop's money, never
     the codon's own (as :meth:`Ledger.add_sentinel` counts it)."""
@@ -128,6 +141,7 @@ class Row:
     unpriced: bool = False
     seconds: float = 0.0
     output_tokens: int = 0
+    tokens: int = 0
     exceeded: bool = False
 
 
@@ -140,6 +154,8 @@ class _Live:
     nanos: int = 0
     output_tokens: int = 0
     context_tokens: int = 0
+    tokens: int = 0
+    """Every token of the attempt so far (input, output, cache writes and reads)."""
     unpriced: bool = False
 
 
@@ -149,8 +165,10 @@ class _Totals:
 
     nanos: int = 0
     seconds: float = 0.0
+    tokens: int = 0
     unpriced: int = 0
     by_loop: dict[str, int] = field(default_factory=dict)
+    loop_tokens: dict[str, int] = field(default_factory=dict)
     loop_seconds: dict[str, float] = field(default_factory=dict)
     by_child: dict[tuple[str, str], int] = field(default_factory=dict)
     """(container id, child id) -> nano-dollars."""
@@ -195,7 +213,7 @@ class Ledger:
             # loop and the share, never the codon's own cap (only the live
             # attempt is held to that, and an earlier one is not live).
             amount = nanos(spend.dollars or 0.0) + nanos(spend.sentinel_dollars)
-            self._commit(spend.slot, amount, spend.seconds)
+            self._commit(spend.slot, amount, spend.seconds, spend.tokens)
             self._began(spend.slot)
 
     def begin(self, slot: Slot) -> Verdict | None:
@@ -208,9 +226,16 @@ class Ledger:
         return self._used_up(slot)
 
     def add(
-        self, dollars: float | None, output_tokens: int = 0, context_tokens: int = 0
+        self,
+        dollars: float | None,
+        output_tokens: int = 0,
+        context_tokens: int = 0,
+        tokens: int = 0,
     ) -> Verdict | None:
-        """One message's usage (a live estimate); a verdict when a budget is crossed."""
+        """One message's usage (a live estimate); a verdict when a budget is crossed.
+
+        ``tokens`` is every token of the message (input, output, cache writes
+        and reads); ``context_tokens`` its context (all but the output)."""
         live = self._live
         if live is None:
             return None
@@ -220,9 +245,12 @@ class Ledger:
             live.nanos += nanos(dollars)
         live.output_tokens += output_tokens
         live.context_tokens = max(live.context_tokens, context_tokens)
+        live.tokens += tokens
         return self.check()
 
-    def set_total(self, dollars: float | None, output_tokens: int) -> Verdict | None:
+    def set_total(
+        self, dollars: float | None, output_tokens: int, tokens: int = 0
+    ) -> Verdict | None:
         """The agent's own figures for the attempt so far, replacing the estimates.
 
         ``dollars`` and ``output_tokens`` are the attempt's running totals:
@@ -241,6 +269,7 @@ class Ledger:
             live.nanos = max(live.nanos, nanos(dollars))
             live.unpriced = False
         live.output_tokens = max(live.output_tokens, output_tokens)
+        live.tokens = max(live.tokens, tokens)
         return self.check()
 
     def add_sentinel(self, codon_id: str | None, dollars: float) -> Verdict | None:
@@ -267,7 +296,7 @@ class Ledger:
             return
         self._live = None
         seconds = max(self._clock() - live.started, 0.0)
-        self._commit(live.slot, live.nanos, seconds)
+        self._commit(live.slot, live.nanos, seconds, live.tokens)
         row = self._rows[live.slot.codon_id]
         row.status = status if not row.exceeded else "exceeded"
         row.dollar_nanos += live.nanos
@@ -276,6 +305,7 @@ class Ledger:
             self._totals.unpriced += 1
         row.seconds += seconds
         row.output_tokens += live.output_tokens
+        row.tokens += live.tokens
 
     def note(self, verdict: Verdict) -> None:
         """Records that ``verdict`` was acted on (once per crossing)."""
@@ -295,6 +325,12 @@ class Ledger:
     def spent(self) -> float:
         """:attr:`spent_nanos` in dollars (a lower bound when :attr:`unpriced`)."""
         return self.spent_nanos / NANO
+
+    @property
+    def spent_tokens(self) -> int:
+        """Every token the execution used, the live attempt included."""
+        live = self._live
+        return self._totals.tokens + (live.tokens if live is not None else 0)
 
     @property
     def unpriced(self) -> int:
@@ -330,7 +366,7 @@ class Ledger:
                 return verdict
         for container in self._containers(slot):
             verdict = self._share(container, slot, live.nanos) or self._pool(
-                container, slot, live.nanos, elapsed
+                container, slot, live, elapsed
             )
             if verdict is not None:
                 return verdict
@@ -407,18 +443,25 @@ class Ledger:
         return None
 
     def _pool(
-        self, container: Container, slot: Slot, live_nanos: int, elapsed: float
+        self, container: Container, slot: Slot, live: _Live, elapsed: float
     ) -> Verdict | None:
         caps = container.caps
         if container.scope == "run":
-            dollars, seconds = (self._totals.nanos + live_nanos) / NANO, self.elapsed()
+            dollars, seconds = (self._totals.nanos + live.nanos) / NANO, self.elapsed()
+            tokens = self._totals.tokens + live.tokens
         else:
             loop = container.scope_id
-            dollars = (self._totals.by_loop.get(loop, 0) + live_nanos) / NANO
+            dollars = (self._totals.by_loop.get(loop, 0) + live.nanos) / NANO
             seconds = self._totals.loop_seconds.get(loop, 0.0) + elapsed
+            tokens = self._totals.loop_tokens.get(loop, 0) + live.tokens
         if caps.dollars is not None and dollars > caps.dollars:
             return Verdict(
                 container.scope, container.scope_id, "dollars", caps.dollars, dollars,
+                container.on_exceeded, slot.codon_id, container.source,
+            )  # fmt: skip
+        if caps.tokens is not None and tokens > caps.tokens:
+            return Verdict(
+                container.scope, container.scope_id, "tokens", caps.tokens, tokens,
                 container.on_exceeded, slot.codon_id, container.source,
             )  # fmt: skip
         if caps.seconds is not None and seconds >= caps.seconds:
@@ -440,12 +483,15 @@ class Ledger:
             caps = container.caps
             if container.scope == "run":
                 dollars, seconds = self._totals.nanos / NANO, self.elapsed()
+                tokens = self._totals.tokens
             else:
                 dollars = self._totals.by_loop.get(container.scope_id, 0) / NANO
                 seconds = self._totals.loop_seconds.get(container.scope_id, 0.0)
+                tokens = self._totals.loop_tokens.get(container.scope_id, 0)
             for kind, limit, used in (
                 ("dollars", caps.dollars, dollars),
                 ("timeSeconds", caps.seconds, seconds),
+                ("tokens", caps.tokens, tokens),
             ):
                 if limit is not None and used >= limit:
                     return Verdict(
@@ -454,8 +500,12 @@ class Ledger:
                     )  # fmt: skip
         return None
 
-    def _commit(self, slot: Slot, amount: int, seconds: float) -> None:
+    def _commit(self, slot: Slot, amount: int, seconds: float, tokens: int = 0) -> None:
         self._totals.nanos += amount
+        self._totals.tokens += tokens
+        if slot.loop_id is not None:
+            loops = self._totals.loop_tokens
+            loops[slot.loop_id] = loops.get(slot.loop_id, 0) + tokens
         self._add_containers(slot, amount, seconds)
 
     def _add_containers(self, slot: Slot, amount: int, seconds: float) -> None:

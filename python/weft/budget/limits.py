@@ -2,7 +2,7 @@
 
 A hank has three levels of budget (reference hankweave-runtime §3.9):
 
-* the **run** ceiling: ``--max-cost`` / ``--max-time``, else the stricter of
+* the **run** ceiling: ``--max-cost`` / ``--max-time`` / ``--max-tokens``, else the stricter of
   the runtime config (``weft.json``, ``WEFT_RUNTIME_BUDGET_*``) and the hank's
   ``overrides.budget`` (resolved by :func:`weft.config.runtime.resolve_runtime_config`),
   with the hank's allocation, shares and ``onExceeded``;
@@ -14,6 +14,10 @@ top level, codons inside a loop) draw on its dollars: ``shared`` is first
 come, first served; ``proportional`` gives each child its share (``shares``,
 or an even split of what no share claims) plus what earlier children left of
 theirs; ``proportional-strict`` makes the shares hard caps.
+
+A container's ``maxTokens`` counts every token of every attempt (input,
+output, cache writes and cache reads: :func:`weft.progress.token_total`),
+for subscriptions that are never charged dollars; shares divide dollars only.
 
 Nothing here does I/O or reads a clock: :class:`BudgetBook` is the static
 picture, :mod:`weft.budget.ledger` counts the spending against it.
@@ -39,7 +43,7 @@ __all__ = [
 ]
 
 OnExceeded = Literal["complete", "fail"]
-LimitKind = Literal["dollars", "timeSeconds", "outputTokens", "contextTokens"]
+LimitKind = Literal["dollars", "timeSeconds", "outputTokens", "contextTokens", "tokens"]
 
 DEFAULT_ON_EXCEEDED: OnExceeded = "complete"
 """What a crossed budget does when its ``onExceeded`` is not set: the codon
@@ -55,14 +59,18 @@ class Caps:
     seconds: float | None = None
     output_tokens: int | None = None
     context_tokens: int | None = None
+    tokens: int | None = None
+    """Every token of a run's or a loop's attempts (containers only)."""
 
     @property
     def any(self) -> bool:
         """Whether any limit is set."""
         return any(
             v is not None
-            for v in (self.dollars, self.seconds, self.output_tokens, self.context_tokens)
-        )
+            for v in (
+                self.dollars, self.seconds, self.output_tokens, self.context_tokens, self.tokens,
+            )
+        )  # fmt: skip
 
     def as_dict(self) -> dict[str, float | int]:
         """The limits that are set, by their hank names."""
@@ -72,6 +80,7 @@ class Caps:
             ("maxTimeSeconds", self.seconds),
             ("maxOutputTokens", self.output_tokens),
             ("maxContextTokens", self.context_tokens),
+            ("maxTokens", self.tokens),
         ):
             if value is not None:
                 out[name] = value
@@ -141,6 +150,7 @@ class BudgetBook:
         *,
         max_dollars: float | None = None,
         max_seconds: float | None = None,
+        max_tokens: int | None = None,
         source: str = "hank",
     ) -> BudgetBook:
         """The budgets of ``hank`` under a run ceiling already resolved from
@@ -150,7 +160,7 @@ class BudgetBook:
         # The hank's allocation, shares and onExceeded; the ceiling as resolved.
         run = dataclasses.replace(
             _container("run", "run", overrides, top, source),
-            caps=Caps(dollars=max_dollars, seconds=max_seconds),
+            caps=Caps(dollars=max_dollars, seconds=max_seconds, tokens=max_tokens),
             source=source,
         )
         loops: dict[str, Container] = {}
@@ -180,7 +190,9 @@ def _container(
     return Container(
         scope=scope,
         scope_id=scope_id,
-        caps=Caps(dollars=budget.max_dollars, seconds=budget.max_time_seconds),
+        caps=Caps(
+            dollars=budget.max_dollars, seconds=budget.max_time_seconds, tokens=budget.max_tokens
+        ),
         allocation=budget.allocation,
         shares=dict(budget.shares or {}),
         on_exceeded=budget.on_exceeded or DEFAULT_ON_EXCEEDED,
@@ -201,17 +213,27 @@ def _codon_caps(budget: CodonBudget) -> CodonCaps:
     )
 
 
+_CEILING_SETTINGS = ("budget.maxDollars", "budget.maxTimeSeconds", "budget.maxTokens")
+
 _BUDGET_SOURCES = {
-    "cli": ("--max-cost", "--max-time"),
-    "environment": ("WEFT_RUNTIME_BUDGET_MAX_DOLLARS", "WEFT_RUNTIME_BUDGET_MAX_TIME_SECONDS"),
-    "weft.json": ("weft.json budget.maxDollars", "weft.json budget.maxTimeSeconds"),
+    "cli": ("--max-cost", "--max-time", "--max-tokens"),
+    "environment": (
+        "WEFT_RUNTIME_BUDGET_MAX_DOLLARS",
+        "WEFT_RUNTIME_BUDGET_MAX_TIME_SECONDS",
+        "WEFT_RUNTIME_BUDGET_MAX_TOKENS",
+    ),
+    "weft.json": (
+        "weft.json budget.maxDollars",
+        "weft.json budget.maxTimeSeconds",
+        "weft.json budget.maxTokens",
+    ),
 }
 
 
 def ceiling_source(sources: Mapping[str, str]) -> str:
     """Where the run's ceiling came from, named as the user set it."""
     names = []
-    for i, key in enumerate(("budget.maxDollars", "budget.maxTimeSeconds")):
+    for i, key in enumerate(_CEILING_SETTINGS):
         layer = sources.get(key, "default")
         if layer in _BUDGET_SOURCES:
             names.append(_BUDGET_SOURCES[layer][i])

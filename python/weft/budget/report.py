@@ -72,6 +72,7 @@ def summary_event(ledger: Ledger) -> BudgetSummaryEvent:
                 dollars=None if row.unpriced and not row.dollar_nanos else row.dollar_nanos / NANO,
                 time_seconds=round(row.seconds, 3),
                 output_tokens=row.output_tokens,
+                tokens=row.tokens,
             )
         )
     kept = _bounded(rows)
@@ -82,6 +83,7 @@ def summary_event(ledger: Ledger) -> BudgetSummaryEvent:
         omitted_rows=len(rows) - len(kept),
         actual_dollars=ledger.spent,
         actual_time_seconds=round(ledger.elapsed(), 3),
+        actual_tokens=ledger.spent_tokens,
         unpriced_codons=ledger.unpriced,
         exceeded=[v.message for v in ledger.exceeded],
     )
@@ -138,6 +140,17 @@ def _tokens(record: Mapping[str, Any]) -> Mapping[str, Any]:
     return found if isinstance(found, Mapping) else {}
 
 
+_TOKEN_KEYS: Final = ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens")
+"""The parts of a record's tokens a ``maxTokens`` budget counts (all of them:
+:func:`weft.progress.token_total`)."""
+
+
+def _all_tokens(record: Mapping[str, Any]) -> int:
+    """Every token of a codon record (its final, partial or live figures)."""
+    found = _tokens(record)
+    return sum(int(v) for k in _TOKEN_KEYS if isinstance(v := found.get(k), int | float))
+
+
 def _used_tokens(record: Mapping[str, Any]) -> bool:
     return any(isinstance(v, int) and v > 0 for v in _tokens(record).values())
 
@@ -184,6 +197,7 @@ def earlier_spend(
             dollars=_spent(record) or 0.0,
             seconds=_seconds(record.get("startTime"), record.get("endTime")),
             output_tokens=int(_tokens(record).get("outputTokens", 0) or 0),
+            tokens=_all_tokens(record),
             sentinel_dollars=sentinels,
             # An attempt that used no tokens spent nothing, priced or not.
             unpriced=pair in journal.unpriced and _used_tokens(record),

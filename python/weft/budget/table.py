@@ -141,7 +141,11 @@ def render_table(rows: list[TableRow]) -> str:
             return "-"
         return f"${value:.4f}" if money else f"{value:g}"
 
-    header = ("budget", "dollars", "seconds", "out tokens", "ctx tokens", "allotted", "onExceeded")
+    # "tokens" is every token of every attempt (a run's or a loop's maxTokens).
+    header = (
+        "budget", "dollars", "seconds", "tokens", "out tokens", "ctx tokens", "allotted",
+        "onExceeded",
+    )  # fmt: skip
     lines = [header]
     for r in rows:
         scope = r.scope if r.allocation in (None, "shared") else f"{r.scope} ({r.allocation})"
@@ -152,6 +156,7 @@ def render_table(rows: list[TableRow]) -> str:
                 scope,
                 cell(r.caps.dollars, True),
                 cell(r.caps.seconds),
+                "-" if r.caps.tokens is None else f"{r.caps.tokens:,}",
                 cell(r.caps.output_tokens),
                 cell(r.caps.context_tokens),
                 cell(r.allotted, True),

@@ -4,7 +4,8 @@ budget is crossed.
 It is the only part of the budget package that touches asyncio. The runner
 tells it when an attempt begins and ends and feeds it the agent's usage as
 the events arrive (live estimates, per message, then the agent's own total),
-so a dollar or token cap trips on the message that crosses it, not at the
+so a dollar or token cap (a run's or a loop's ``maxTokens`` counts every
+token, input and cache ones included) trips on the message that crosses it, not at the
 codon's end; a timer ticks once a second for the time limits (the
 reference's period). On a crossing it emits ``budget.exceeded`` once and asks
 the runner to stop the attempt; the runner then ends the codon as the
@@ -86,14 +87,14 @@ class Watchdog:
     def usage(self, cost: float | None, tokens: Tokens) -> None:
         """One message's usage (the live estimate)."""
         context = tokens.input + tokens.cache_creation + tokens.cache_read
-        verdict = self.ledger.add(cost, tokens.output, context)
+        verdict = self.ledger.add(cost, tokens.output, context, tokens.total)
         if verdict is not None:
             self._trip(verdict)
 
     def total(self, cost: float, tokens: Tokens) -> None:
         """The agent's own total for the attempt: every session so far, not
         the last one's (:meth:`Ledger.set_total`)."""
-        verdict = self.ledger.set_total(cost, tokens.output)
+        verdict = self.ledger.set_total(cost, tokens.output, tokens.total)
         if verdict is not None:
             self._trip(verdict)
 

@@ -6,7 +6,7 @@ signal number when it was stopped by SIGINT or SIGTERM (run the same command
 again to continue).
 
 The settings that shape the run (the model, the sentinel model, the ceilings
-given as ``--max-cost``/``--max-time``) are kept with the execution
+given as ``--max-cost``/``--max-time``/``--max-tokens``) are kept with the execution
 (:class:`~weft.runtime.execution.meta.RunSettings`): a later run without the flag goes on
 with them, and a different model is confirmed like a changed hank.
 """
@@ -69,6 +69,18 @@ def _positive(text: str) -> float:
         value = -1.0
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive whole number of tokens (e.g. 2000000)"
+        )
     return value
 
 
@@ -222,6 +234,14 @@ def register(commands: Any) -> None:
         metavar="SECONDS",
         help="stop the run after this much wall time (all its runs together; kept with the "
         "execution like --max-cost)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="stop the run when it has used more than N tokens (input, output, cache writes "
+        "and reads of every attempt; all its runs together): the ceiling for subscriptions "
+        "that are never charged dollars; kept with the execution like --max-cost",
     )
     parser.add_argument(
         "--skip",
@@ -591,13 +611,14 @@ _IN_FORCE = {
 }
 """The flags whose value kept with the execution the continue command gives."""
 
-_CAPS = {"dollars": "max_cost", "timeSeconds": "max_time"}
+_CAPS = {"dollars": "max_cost", "timeSeconds": "max_time", "tokens": "max_tokens"}
 """A run ceiling's kind (``budget.exceeded``'s ``limitKind``) -> its flag's dest."""
 
 
 def continue_command(
     args: argparse.Namespace,
     root: Path,
+    "max_tokens": "max_tokens",
     settings: RunSettings | None = None,
     *,
     reached: Mapping[str, float] | None = None,
@@ -607,7 +628,7 @@ def continue_command(
 
     ``settings`` are the run-shaping settings in force (kept with the execution or
     given now): the command gives those, not the flags as typed. A run ceiling in
-    ``reached`` (its kind, ``dollars`` or ``timeSeconds``, to its limit: the run
+    ``reached`` (its kind, ``dollars``, ``timeSeconds`` or ``tokens``, to its limit: the run
     stopped on it) is never repeated: the command raises it to twice the cap
     (``--max-cost 10`` after a stop at 5), so it runs as printed."""
     parser: argparse.ArgumentParser = args.run_parser
@@ -700,6 +721,7 @@ def _asked_settings(args: argparse.Namespace, resolved: ResolvedRuntimeConfig) -
     """The run-shaping settings this run gives (None: not given, the execution's kept
     ones apply): the model and sentinel model from a flag, weft.json or the
     environment; the ceilings from their flags (a weft.json or environment ceiling is
+            "budget.maxTokens": args.max_tokens if args.max_tokens is not None else kept.max_tokens,
     read from there each time)."""
     config, sources = resolved.config, resolved.sources
     return RunSettings(
@@ -719,6 +741,7 @@ def _setting_names(resolved: ResolvedRuntimeConfig, config: Path | None) -> dict
         ("model", "model", "--model", "WEFT_RUNTIME_MODEL"),
         ("sentinel_model", "sentinel.model", "--sentinel-model", "WEFT_RUNTIME_SENTINEL_MODEL"),
     ):
+        max_tokens=args.max_tokens,
         layer = resolved.sources.get(key)
         if layer == "weft.json":
             names[field] = f"{key} in {config}"
@@ -825,6 +848,7 @@ def _opening_notes(
     if ceiling:
         notes.append(
             f"Budget: the run may use {' and '.join(ceiling)} (all its runs together); "
+        max_tokens=settings.budget.max_tokens,
             "the codon that crosses it is stopped"
         )
     for budget in budget_warnings(book, loaded.hank):
@@ -832,6 +856,8 @@ def _opening_notes(
     if settings.allow_anonymous_read:
         notes.append(
             "warning: anonymous reads are on: anyone on this machine can read this run's "
+    if limits.max_tokens is not None:
+        ceiling.append(f"{limits.max_tokens:,} tokens")
             "journal over the WebSocket server without a token"
         )
     return notes
@@ -907,6 +933,7 @@ def _output_inside_execution(args: argparse.Namespace, settings: RuntimeConfig) 
 
 def output_notes(loaded: LoadedHank, output_directory: str | None) -> list[str]:
     """Warnings about ``outputFiles`` before the run: none would be copied (no
+            ("--max-tokens", args.max_tokens, kept.max_tokens),
     output directory), or the output directory already holds files."""
     owners = [c.id for c, _ in loaded.codons() if c.output_files]
     if not owners:
@@ -914,6 +941,7 @@ def output_notes(loaded: LoadedHank, output_directory: str | None) -> list[str]:
     if output_directory is None:
         return [
             f"warning: {', '.join(owners)} declare outputFiles, but no output directory is set: "
+        max_tokens=settings.budget.max_tokens,
             "nothing will be copied (pass -o DIR or set outputDirectory in weft.json)"
         ]
     folder = Path(os.path.expanduser(output_directory))

@@ -293,6 +293,8 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
         if ceiling:
             caps = ", ".join(f"{k} {v:g}" for k, v in ceiling.items())
             spent = known_cost(summary.get("actualDollars"), summary.get("unpricedCodons", 0))
+            if "maxTokens" in ceiling:
+                spent += f", {summary.get('actualTokens', 0):,} tokens"
             lines.append(f"  budget: {caps} (spent {spent})")
         lines += [f"  run {e['runId']}: {e['message']}" for e in budget["exceeded"]]
     for provider, b in status.get("breakers", {}).items():

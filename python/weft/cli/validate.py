@@ -213,12 +213,14 @@ def book_of(loaded: LoadedHank) -> BudgetBook:
             loaded.hank,
             max_dollars=budget.max_dollars if budget else None,
             max_seconds=budget.max_time_seconds if budget else None,
+            max_tokens=budget.max_tokens if budget else None,
         )
     settings = resolved.config.budget
     return BudgetBook.from_hank(
         loaded.hank,
         max_dollars=settings.max_dollars,
         max_seconds=settings.max_time_seconds,
+        max_tokens=settings.max_tokens,
         source=ceiling_source(resolved.sources),
     )
 

@@ -6,9 +6,9 @@ A setting's value comes from the highest layer that sets it::
 
 (the reference runtime's order, with Weft's names for the file and the
 variables). One exception, also the reference's: the run's budget ceilings
-(``budget.maxDollars``, ``budget.maxTimeSeconds``) take the *smaller* of the
-runtime config (``WEFT_RUNTIME_BUDGET_*``, else weft.json) and the hank's
-``overrides.budget`` unless a CLI flag sets them.
+(``budget.maxDollars``, ``budget.maxTimeSeconds``, ``budget.maxTokens``) take the
+*smaller* of the runtime config (``WEFT_RUNTIME_BUDGET_*``, else weft.json) and
+the hank's ``overrides.budget`` unless a CLI flag sets them.
 
 :func:`resolve_runtime_config` returns the settings and, for each, the layer
 it came from, so ``weft validate`` and the logs can say why a value is what
@@ -89,6 +89,8 @@ class RuntimeBudget(_Settings, frozen=True, kw_only=True):
 
     max_dollars: Annotated[float, Meta(gt=0)] | None = None
     max_time_seconds: Annotated[float, Meta(gt=0)] | None = None
+    max_tokens: Annotated[int, Meta(gt=0)] | None = None
+    """Every token of every attempt (input, output, cache writes and reads)."""
 
 
 class RuntimeSessionSettings(_Settings, frozen=True, kw_only=True):

@@ -239,6 +239,18 @@ class ContainerBudget(_Camel, frozen=True, kw_only=True):
     max_time_seconds: (
         Annotated[PositiveNumber, Meta(description="Wall-clock budget in seconds.")] | None
     ) = None
+    max_tokens: (
+        Annotated[
+            PositiveInt,
+            Meta(
+                description=(
+                    "Token budget: every token of every attempt (input, output, cache writes "
+                    "and reads), for subscriptions that are never charged dollars."
+                )
+            ),
+        ]
+        | None
+    ) = None
     allocation: Annotated[
         Literal["shared", "proportional", "proportional-strict"],
         Meta(

@@ -208,7 +208,8 @@ class BudgetExceededEvent(StreamData):
     scope: Literal["codon", "share", "loop", "run"]
     scope_id: str
     """The codon's, the child's (``share``), the loop's id, or ``run``."""
-    limit_kind: Literal["dollars", "timeSeconds", "outputTokens", "contextTokens"]
+    limit_kind: Literal["dollars", "timeSeconds", "outputTokens", "contextTokens", "tokens"]
+    """``tokens``: a run's or a loop's ``maxTokens`` (every token, input and cache ones too)."""
     limit: float
     used: float
     on_exceeded: Literal["complete", "fail"]
@@ -227,6 +228,8 @@ class BudgetRow(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True
     """None when its model has no price (unknown, not zero)."""
     time_seconds: float
     output_tokens: int
+    tokens: int = 0
+    """Every token of its attempts (input, output, cache writes and reads)."""
     loop_id: str | None = None
 
 
@@ -235,7 +238,7 @@ class BudgetSummaryEvent(StreamData, kw_only=True):
 
     TYPE: ClassVar[str] = "budget.summary"
     ceiling: dict[str, float] = msgspec.field(default_factory=dict)
-    """The run ceiling that was in force (``maxDollars``, ``maxTimeSeconds``)."""
+    """The run ceiling that was in force (``maxDollars``, ``maxTimeSeconds``, ``maxTokens``)."""
     allocation: str = "shared"
     rows: list[BudgetRow] = msgspec.field(default_factory=list)
     omitted_rows: int = 0
@@ -244,6 +247,9 @@ class BudgetSummaryEvent(StreamData, kw_only=True):
     actual_dollars: float
     """Every dollar the execution spent, earlier runs, failed and skipped attempts included."""
     actual_time_seconds: float
+    actual_tokens: int = 0
+    """Every token the execution used (what ``maxTokens`` counts); 0 in journals
+    written before token budgets."""
     unpriced_codons: int = 0
     """Attempts whose model has no price: ``actualDollars`` is then a lower bound."""
     exceeded: list[str] = msgspec.field(default_factory=list)

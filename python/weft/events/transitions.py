@@ -176,8 +176,10 @@ class BudgetStop(_Data):
     """The budget ceiling that stopped a run."""
 
     scope: str
-    """``run`` (the ceiling of ``--max-cost``, ``--max-time``, the runtime config)."""
-    kind: Literal["dollars", "timeSeconds", "outputTokens", "contextTokens"]
+    """``run`` (the ceiling of ``--max-cost``, ``--max-time``, ``--max-tokens``, the
+    runtime config)."""
+    kind: Literal["dollars", "timeSeconds", "outputTokens", "contextTokens", "tokens"]
+    """``tokens``: every token of the run's attempts (``--max-tokens``, ``maxTokens``)."""
     limit: float
     used: float
     source: str = ""

@@ -492,6 +492,10 @@ def _budget_summary(p: RunProgress, event: BudgetSummaryEvent, at: int, _: str |
     if spent.startswith("≥"):
         n = event.unpriced_codons
         spent += f" ({n} attempt{'s' * (n > 1)} unpriced)"
+    if "maxTokens" in event.ceiling:
+        # A token ceiling is read in tokens (a subscriber is charged no dollars).
+        spent += f" and {event.actual_tokens:,} tokens"
+        limits.append(f"of {int(event.ceiling['maxTokens']):,} tokens")
     cap = f" {', '.join(limits)}" if limits else ""
     took = format_duration(event.actual_time_seconds)
     return Note("budget", f"budget: spent {spent}{cap} in {took} (all runs of the execution)")

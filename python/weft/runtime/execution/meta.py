@@ -60,9 +60,10 @@ class RunSettings(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
 
     ``model`` replaces every codon's model (``--model``, or ``model`` in weft.json
     or ``WEFT_RUNTIME_MODEL``); ``sentinel_model`` is every sentinel's model
-    (``--sentinel-model``, ``sentinel.model``); ``max_dollars`` and
-    ``max_seconds`` are the run ceilings given as ``--max-cost`` and ``--max-time``
-    (a ceiling from weft.json or the environment is read from there each time).
+    (``--sentinel-model``, ``sentinel.model``); ``max_dollars``, ``max_seconds``
+    and ``max_tokens`` are the run ceilings given as ``--max-cost``, ``--max-time``
+    and ``--max-tokens`` (a ceiling from weft.json or the environment is read from
+    there each time).
     ``None``: not set, the hank's own (or the runtime configuration's) applies.
     """
 
@@ -70,6 +71,7 @@ class RunSettings(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
     sentinel_model: Model | None = None
     max_dollars: Ceiling | None = None
     max_seconds: Ceiling | None = None
+    max_tokens: Annotated[int, msgspec.Meta(gt=0)] | None = None
 
 
 class ExecutionMeta(msgspec.Struct, rename="camel", kw_only=True):

@@ -148,6 +148,7 @@ SETTING_NAMES = {
     "sentinel_model": "--sentinel-model",
     "max_dollars": "--max-cost",
     "max_seconds": "--max-time",
+    "max_tokens": "--max-tokens",
 }
 """How each :class:`RunSettings` field is given on the command line (the default
 names in messages; a caller names another source with ``setting_names``)."""
@@ -715,6 +716,7 @@ def _check_settings(
         sentinel_model=asked.sentinel_model or kept.sentinel_model,
         max_dollars=asked.max_dollars if asked.max_dollars is not None else kept.max_dollars,
         max_seconds=asked.max_seconds if asked.max_seconds is not None else kept.max_seconds,
+        max_tokens=asked.max_tokens if asked.max_tokens is not None else kept.max_tokens,
     )
     ran = _what_ran(layout)
     if asked.model is not None and ran is not None:
@@ -761,7 +763,7 @@ def _check_settings(
             f"sentinels run on {kept.sentinel_model}, kept with execution {execution} "
             f"(--sentinel-model changes it)"
         )
-    for field_name, unit in (("max_dollars", "$"), ("max_seconds", "s")):
+    for field_name, unit in (("max_dollars", "$"), ("max_seconds", "s"), ("max_tokens", "tokens")):
         now, before = getattr(asked, field_name), getattr(kept, field_name)
         flag = names[field_name]
         if now is not None and before is not None and now != before:
@@ -796,6 +798,8 @@ def _check_settings(
 
 
 def _amount(value: float, unit: str) -> str:
+    if unit == "tokens":
+        return f"{int(value):,} tokens"
     return f"${value:g}" if unit == "$" else f"{value:g}s"
 
 

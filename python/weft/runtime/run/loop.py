@@ -62,7 +62,9 @@ from weft.runtime.run.state import (
 )
 from weft.state import StateManager
 
-_RAISE_HINT = "raise the budget (--max-cost, --max-time) and run the same command to continue"
+_RAISE_HINT = (
+    "raise the budget (--max-cost, --max-time, --max-tokens) and run the same command to continue"
+)
 
 
 def _codon_id(planned: PlannedCodon | None) -> str | None:

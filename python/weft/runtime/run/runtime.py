@@ -374,6 +374,7 @@ class Runtime(RuntimeState):
             self.hank.hank,
             max_dollars=options.max_dollars,
             max_seconds=options.max_seconds,
+            max_tokens=options.max_tokens,
             source=options.budget_source,
         )
         ledger = Ledger(book)

@@ -99,6 +99,8 @@ class RuntimeOptions:
     max_seconds: float | None = None
     """The run's budget ceiling (``--max-cost``/``--max-time``, else the stricter
     of the runtime config and ``overrides.budget``)."""
+    max_tokens: int | None = None
+    """The run's token ceiling (``--max-tokens``, ``budget.maxTokens``): every token."""
     budget_source: str = "overrides.budget"
     """Where the ceiling came from, for the messages (``--max-cost``...)."""
     sessions: RuntimeSessionSettings = field(default_factory=RuntimeSessionSettings)
