@@ -229,19 +229,19 @@ def register(commands: Any) -> None:
         "execution until another --max-cost replaces it)",
     )
     parser.add_argument(
-        "--max-time",
-        type=_positive,
-        metavar="SECONDS",
-        help="stop the run after this much wall time (all its runs together; kept with the "
-        "execution like --max-cost)",
-    )
-    parser.add_argument(
         "--max-tokens",
         type=_positive_int,
         metavar="N",
         help="stop the run when it has used more than N tokens (input, output, cache writes "
         "and reads of every attempt; all its runs together): the ceiling for subscriptions "
         "that are never charged dollars; kept with the execution like --max-cost",
+    )
+    parser.add_argument(
+        "--max-time",
+        type=_positive,
+        metavar="SECONDS",
+        help="stop the run after this much wall time (all its runs together; kept with the "
+        "execution like --max-cost)",
     )
     parser.add_argument(
         "--skip",
@@ -608,6 +608,7 @@ _IN_FORCE = {
     "sentinel_model": "sentinel_model",
     "max_cost": "max_dollars",
     "max_time": "max_seconds",
+    "max_tokens": "max_tokens",
 }
 """The flags whose value kept with the execution the continue command gives."""
 
@@ -618,7 +619,6 @@ _CAPS = {"dollars": "max_cost", "timeSeconds": "max_time", "tokens": "max_tokens
 def continue_command(
     args: argparse.Namespace,
     root: Path,
-    "max_tokens": "max_tokens",
     settings: RunSettings | None = None,
     *,
     reached: Mapping[str, float] | None = None,
@@ -711,6 +711,7 @@ def _settings(
             "budget.maxTimeSeconds": args.max_time
             if args.max_time is not None
             else kept.max_seconds,
+            "budget.maxTokens": args.max_tokens if args.max_tokens is not None else kept.max_tokens,
         },
         config_file=config,
         hank=loaded.hank,
@@ -721,7 +722,6 @@ def _asked_settings(args: argparse.Namespace, resolved: ResolvedRuntimeConfig) -
     """The run-shaping settings this run gives (None: not given, the execution's kept
     ones apply): the model and sentinel model from a flag, weft.json or the
     environment; the ceilings from their flags (a weft.json or environment ceiling is
-            "budget.maxTokens": args.max_tokens if args.max_tokens is not None else kept.max_tokens,
     read from there each time)."""
     config, sources = resolved.config, resolved.sources
     return RunSettings(
@@ -731,6 +731,7 @@ def _asked_settings(args: argparse.Namespace, resolved: ResolvedRuntimeConfig) -
         else None,
         max_dollars=args.max_cost,
         max_seconds=args.max_time,
+        max_tokens=args.max_tokens,
     )
 
 
@@ -741,7 +742,6 @@ def _setting_names(resolved: ResolvedRuntimeConfig, config: Path | None) -> dict
         ("model", "model", "--model", "WEFT_RUNTIME_MODEL"),
         ("sentinel_model", "sentinel.model", "--sentinel-model", "WEFT_RUNTIME_SENTINEL_MODEL"),
     ):
-        max_tokens=args.max_tokens,
         layer = resolved.sources.get(key)
         if layer == "weft.json":
             names[field] = f"{key} in {config}"
@@ -838,6 +838,7 @@ def _opening_notes(
         loaded.hank,
         max_dollars=settings.budget.max_dollars,
         max_seconds=settings.budget.max_time_seconds,
+        max_tokens=settings.budget.max_tokens,
     )
     limits = settings.budget
     ceiling = []
@@ -845,10 +846,11 @@ def _opening_notes(
         ceiling.append(f"${limits.max_dollars:g}")
     if limits.max_time_seconds is not None:
         ceiling.append(f"{limits.max_time_seconds:g}s of wall time")
+    if limits.max_tokens is not None:
+        ceiling.append(f"{limits.max_tokens:,} tokens")
     if ceiling:
         notes.append(
             f"Budget: the run may use {' and '.join(ceiling)} (all its runs together); "
-        max_tokens=settings.budget.max_tokens,
             "the codon that crosses it is stopped"
         )
     for budget in budget_warnings(book, loaded.hank):
@@ -856,8 +858,6 @@ def _opening_notes(
     if settings.allow_anonymous_read:
         notes.append(
             "warning: anonymous reads are on: anyone on this machine can read this run's "
-    if limits.max_tokens is not None:
-        ceiling.append(f"{limits.max_tokens:,} tokens")
             "journal over the WebSocket server without a token"
         )
     return notes
@@ -886,6 +886,7 @@ def _options(
         for flag, given, value in (
             ("--max-cost", args.max_cost, kept.max_dollars),
             ("--max-time", args.max_time, kept.max_seconds),
+            ("--max-tokens", args.max_tokens, kept.max_tokens),
         ):
             if given is None and value is not None:
                 source = source.replace(flag, f"{flag} kept with the execution")
@@ -893,6 +894,7 @@ def _options(
         skip=frozenset(args.skip),
         max_dollars=settings.budget.max_dollars,
         max_seconds=settings.budget.max_time_seconds,
+        max_tokens=settings.budget.max_tokens,
         budget_source=source,
         autostart=settings.autostart,
         ignore_rig_failures=args.ignore_rig_failures or settings.ignore_rig_failures,
@@ -933,7 +935,6 @@ def _output_inside_execution(args: argparse.Namespace, settings: RuntimeConfig) 
 
 def output_notes(loaded: LoadedHank, output_directory: str | None) -> list[str]:
     """Warnings about ``outputFiles`` before the run: none would be copied (no
-            ("--max-tokens", args.max_tokens, kept.max_tokens),
     output directory), or the output directory already holds files."""
     owners = [c.id for c, _ in loaded.codons() if c.output_files]
     if not owners:
@@ -941,7 +942,6 @@ def output_notes(loaded: LoadedHank, output_directory: str | None) -> list[str]:
     if output_directory is None:
         return [
             f"warning: {', '.join(owners)} declare outputFiles, but no output directory is set: "
-        max_tokens=settings.budget.max_tokens,
             "nothing will be copied (pass -o DIR or set outputDirectory in weft.json)"
         ]
     folder = Path(os.path.expanduser(output_directory))
