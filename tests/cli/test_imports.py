@@ -32,6 +32,7 @@ DEFERRED_BY_RUN = (
     "weft.telemetry.spans",
     "weft.telemetry.export",
     "weft.telemetry.sink",
+    "weft.telemetry.metrics",
 )
 """Loaded only by a hank that needs them (sentinels, front-matter), a live
 table on a terminal, ``weft attach``, or trace export (issue 38: with it off,

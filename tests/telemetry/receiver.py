@@ -1,11 +1,12 @@
-"""A real OTLP/HTTP trace receiver for the tests, on loopback.
+"""A real OTLP/HTTP receiver of traces and metrics for the tests, on loopback.
 
 It decodes each request with the official ``opentelemetry-proto`` messages
-(``ExportTraceServiceRequest``), as a collector does, so a test passes only on
-what the SDK really put on the wire; ``refuse`` answers 403 instead (a collector
-that rejects us), and :func:`closed_port` gives a port nobody listens on (a
-collector that is down). Arize Phoenix would do the same job but takes minutes
-to install (see docs/telemetry.md).
+(``ExportTraceServiceRequest``, ``ExportMetricsServiceRequest``), as a
+collector does, so a test passes only on what the SDK really put on the wire;
+``refuse`` answers 403 instead (a collector that rejects us), and
+:func:`closed_port` gives a port nobody listens on (a collector that is down).
+Arize Phoenix would do the same job but takes minutes to install (see
+docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -51,6 +56,17 @@ def _attrs(pairs: Any) -> dict[str, Any]:
     return {kv.key: _value(kv.value) for kv in pairs}
 
 
+@dataclass(frozen=True)
+class Point:
+    """One received metric data point: a sum's or gauge's value, or a histogram's
+    sum and count."""
+
+    metric: str
+    attributes: dict[str, Any]
+    value: float
+    count: int = 0
+
+
 @dataclass
 class Receiver:
     """What a running receiver got."""
@@ -58,6 +74,8 @@ class Receiver:
     url: str
     refuse: bool = False
     spans: list[Span] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    """Every metric point of every request (cumulative points repeat: use the last)."""
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,6 +101,30 @@ class Receiver:
                             )
                         )
 
+    def take_metrics(self, request: ExportMetricsServiceRequest) -> None:
+        with self.lock:
+            self.requests += 1
+            for rm in request.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        kind = m.WhichOneof("data")
+                        for p in getattr(m, kind).data_points:
+                            if kind == "histogram":
+                                point = Point(m.name, _attrs(p.attributes), p.sum, p.count)
+                            else:
+                                value = p.as_double if p.HasField("as_double") else p.as_int
+                                point = Point(m.name, _attrs(p.attributes), value)
+                            self.points.append(point)
+
+    def last(self, metric: str) -> list[Point]:
+        """The newest point of each attribute set of ``metric`` (cumulative figures)."""
+        with self.lock:
+            newest: dict[str, Point] = {}
+            for p in self.points:
+                if p.metric == metric:
+                    newest[repr(sorted(p.attributes.items()))] = p
+        return list(newest.values())
+
 
 @contextmanager
 def otlp_receiver(*, refuse: bool = False) -> Iterator[Receiver]:
@@ -93,14 +135,20 @@ def otlp_receiver(*, refuse: bool = False) -> Iterator[Receiver]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             receiver = holder[0]
-            if receiver.refuse or self.path != "/v1/traces":
+            if receiver.refuse or self.path not in ("/v1/traces", "/v1/metrics"):
                 self.send_response(403 if receiver.refuse else 404)
                 self.end_headers()
                 return
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            receiver.take(request)
-            reply = ExportTraceServiceResponse().SerializeToString()
+            if self.path == "/v1/metrics":
+                metrics = ExportMetricsServiceRequest()
+                metrics.ParseFromString(body)
+                receiver.take_metrics(metrics)
+                reply = ExportMetricsServiceResponse().SerializeToString()
+            else:
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                receiver.take(request)
+                reply = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(reply)))

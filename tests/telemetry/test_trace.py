@@ -27,7 +27,7 @@ from tests.runtime.hanks import (
     write_file,
     write_hank,
 )
-from tests.telemetry.receiver import Span, closed_port, otlp_receiver
+from tests.telemetry.receiver import Receiver, Span, closed_port, otlp_receiver
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -44,6 +44,7 @@ class Traced:
     stdout: str
     stderr: str
     url: str
+    receiver: Receiver
 
     def named(self, prefix: str) -> list[Span]:
         return [s for s in self.spans if s.name.startswith(prefix)]
@@ -87,6 +88,7 @@ def _run(tmp: Path, extra_env: dict[str, str], *argv: str) -> Traced:
         done.stdout,
         done.stderr,
         receiver.url,
+        receiver,
     )
 
 
@@ -155,6 +157,24 @@ def test_costs_are_the_journals(traced: Traced) -> None:
         assert span.attributes["weft.cost_usd"] == pytest.approx(record["cost"], abs=1e-9)
         (attempt,) = traced.children(span)
         assert attempt.attributes["weft.cost_usd"] == pytest.approx(record["cost"], abs=1e-9)
+
+
+def test_metrics_carry_the_spans_figures(traced: Traced) -> None:
+    """Cost, tokens, durations and outcomes as OTel metrics, from the same spans."""
+    attempts = traced.named("invoke_agent")
+    cost = sum(p.value for p in traced.receiver.last("weft.cost"))
+    assert cost == pytest.approx(traced.status["totalCost"], abs=1e-9)
+    (outcomes,) = traced.receiver.last("weft.codon.attempts")
+    assert (outcomes.attributes, outcomes.value) == ({"weft.status": "completed"}, len(attempts))
+    tokens = {
+        p.attributes["gen_ai.token.type"]: p
+        for p in traced.receiver.last("gen_ai.client.token.usage")
+    }
+    assert tokens["input"].value == sum(a.attributes["gen_ai.usage.input_tokens"] for a in attempts)
+    assert tokens["output"].count == len(attempts)
+    (durations,) = traced.receiver.last("gen_ai.client.operation.duration")
+    assert durations.count == len(attempts)
+    assert durations.attributes["gen_ai.request.model"] == "fake/sonnet"
 
 
 def test_the_agent_gets_its_attempts_trace_context_and_the_exporter(traced: Traced) -> None:

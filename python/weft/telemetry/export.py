@@ -166,7 +166,7 @@ class Shipper:
         self._processor = BatchSpanProcessor(
             self.exporter, max_queue_size=MAX_QUEUE, schedule_delay_millis=SCHEDULE_DELAY_MS
         )
-        self._resource = _resource(env_service)
+        self.resource = _resource(env_service)
         self._scope = InstrumentationScope("weft", __version__)
         self._closed = False
         self._warn = warn
@@ -177,7 +177,7 @@ class Shipper:
         if self._closed:
             return
         for record in records:
-            self._processor.on_end(readable(record, self._resource, self._scope))
+            self._processor.on_end(readable(record, self.resource, self._scope))
 
     def close(self, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Sends what is queued, waiting at most ``timeout`` seconds (none once the

@@ -16,14 +16,28 @@ variables point the agent's own exporter at the same collector.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weft.events.stream import decode_event
 from weft.state import Processed
 from weft.telemetry.export import FLUSH_TIMEOUT, Shipper
 from weft.telemetry.settings import TelemetrySettings, agent_env, run_scope
 from weft.telemetry.spans import TraceFold, capture_content
+
+if TYPE_CHECKING:
+    from weft.telemetry.metrics import Meters
+
+
+def metrics_wanted(env: Mapping[str, str]) -> bool:
+    """``OTEL_METRICS_EXPORTER=none`` keeps metrics off (traces stay on)."""
+    return env.get("OTEL_METRICS_EXPORTER", "").strip().lower() != "none"
+
+
+def metrics_url(env: Mapping[str, str], endpoint: str) -> str:
+    """``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, else the base endpoint's ``/v1/metrics``."""
+    return env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip() or f"{endpoint}/v1/metrics"
 
 
 class TraceSink:
@@ -47,6 +61,12 @@ class TraceSink:
         self.shipper = shipper or Shipper(
             settings, warn=warn, env_service=self.env.get("OTEL_SERVICE_NAME")
         )
+        self.meters: Meters | None = None
+        if metrics_wanted(self.env):
+            from weft.telemetry.metrics import Meters
+
+            url = metrics_url(self.env, settings.endpoint)
+            self.meters = Meters(url, self.shipper.resource)
         self._last_ns = 0
         self._warn = warn
         self._broken = False
@@ -73,6 +93,8 @@ class TraceSink:
         finished = self.fold.feed(event, at, item.seq, None if stream is None else stream.codon_id)
         if finished:
             self.shipper.send(finished)
+            if self.meters is not None:
+                self.meters.record(finished)
 
     def seeded(
         self, also: Callable[[Mapping[str, Any]], object]
@@ -95,10 +117,17 @@ class TraceSink:
 
     def close(self, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Ends what the journal left open (a run cut short) and sends the rest,
-        waiting at most ``timeout`` seconds; True when everything left."""
+        spans then metrics, waiting at most ``timeout`` seconds in all (none once
+        the collector failed); True when every span left."""
         rest = self.fold.finish(self._last_ns) if self.fold.run_id is not None else []
         self.shipper.send(rest)
-        return self.shipper.close(timeout)
+        started = time.monotonic()
+        sent = self.shipper.close(timeout)
+        if self.meters is not None:
+            self.meters.record(rest)
+            left = 0.0 if self.shipper.exporter.failed else timeout - (time.monotonic() - started)
+            self.meters.close(max(left, 0.0))
+        return sent
 
 
 __all__ = ["TraceSink"]
