@@ -15,6 +15,8 @@ Pieces, one job each:
   ``BatchSpanProcessor`` (its own thread, bounded queue), one warning when the
   collector cannot be reached, a bounded wait at the end; and the export of a
   finished execution's journal (``weft export-trace``).
+- :mod:`weft.telemetry.metrics`: a live run's metrics (tokens, durations, cost,
+  outcomes, retries, breaker states), recorded from the finished spans.
 - :mod:`weft.telemetry.sink`: the live road: a StateManager listener that feeds
   every committed event to the fold and hands finished spans to the exporter, and
   gives each codon's agent its trace context.

@@ -3,8 +3,10 @@
 A :class:`TraceSink` is one more StateManager listener (as the progress view
 and the WebSocket server are): it hears every event after its batch is
 committed, in journal order, feeds it to the :class:`~weft.telemetry.spans.TraceFold`
-and queues the spans that ended. All it does on the event loop is that fold and
-an append to a bounded queue; encoding and sending happen on the SDK
+and queues the spans that ended (and records their figures as metrics,
+:mod:`weft.telemetry.metrics`, unless ``OTEL_METRICS_EXPORTER=none``). All it does
+on the event loop is that fold, an append to a bounded queue and in-memory
+metric aggregation; encoding and sending happen on the SDK
 processor's thread, and any failure there stays there (one warning).
 
 It also answers :meth:`TraceSink.agent_env`, which the codon runner calls when
