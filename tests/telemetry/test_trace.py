@@ -395,3 +395,23 @@ def test_sentinel_calls_are_chat_spans_under_their_codon_with_the_journals_costs
     assert run.attributes["weft.sentinel_cost_usd"] == pytest.approx(
         status["sentinelCost"], abs=1e-9
     )
+
+
+def test_no_otel_beats_the_variable_and_the_continue_command_keeps_the_flag(
+    tmp_path: Path,
+) -> None:
+    hank = write_hank(tmp_path / "flags", codon("a"))
+    env = subprocess_environment(tmp_path)
+    with otlp_receiver() as receiver:
+        env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+        off = weft_cli("run", hank, "--headless", "--new", "--no-otel", env=env)
+        assert receiver.spans == []
+        on = weft_cli("run", hank, "--headless", "--new", "--otel", env=env)
+        assert receiver.spans
+    (resume_off,) = [
+        line for line in off.stdout.splitlines() if line.strip().startswith("continue")
+    ]
+    (resume_on,) = [line for line in on.stdout.splitlines() if line.strip().startswith("continue")]
+    assert resume_off.endswith("--no-otel")
+    assert resume_on.endswith("--otel")
+    assert f"Traces go to {receiver.url}/v1/traces (--otel)" in on.stdout
