@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "thread": "thread",
     "checkpoints": "thread",
     "rollback": "thread",
+    "fork": "fork",
     "store": "store",
     "validate": "validate",
     "schema": "schema",

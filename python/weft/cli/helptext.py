@@ -76,6 +76,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft rollback --codon plan", "back to the end of codon plan"),
         ("weft rollback DIR --checkpoint 1a2b3c", "back to a checkpoint of DIR"),
     ),
+    "fork": (
+        ("weft fork --from build", "run build and what follows again in a copy of the latest"),
+        ("weft fork DIR --from review -m fake/opus", "the same from review, on another model"),
+        ("weft fork DIR --from plan --hank edited.json --no-run", "an edited hank, run later"),
+    ),
     "store": (("weft store rebuild", "rebuild state.json from the journal"),),
     "validate": (
         ("weft validate", "check ./hank.json"),

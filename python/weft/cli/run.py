@@ -126,6 +126,13 @@ def register(commands: Any) -> None:
         "yet run follow it)",
     )
     parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="when the hank changed codons the execution already ran: fork the execution at "
+        "the first codon that differs and run the fork (the codons before it are reused, "
+        "not run or paid for again; the execution itself is not changed)",
+    )
+    parser.add_argument(
         "--rebind",
         action="store_true",
         help="with --execution: run a different hank file than the one the execution was "
@@ -335,6 +342,8 @@ def run(args: argparse.Namespace) -> int:
                 return 2
             _refuse_before_spending(loaded, hank_path, settings.sentinel.model)
     except (ExecutionSetupError, ConfigError) as exc:
+        if args.reuse and isinstance(exc, HankChangedError) and exc.execution is not None:
+            return _reuse(args, exc.execution, loaded)
         if args.json:
             _refused_json(exc)
         print(f"weft: error: {printable_lines(str(exc))}", file=sys.stderr)
@@ -426,6 +435,7 @@ def _run_under_view(
             resume_command=resume,
             message=outcome.message,
             duration_ms=outcome.duration_ms,
+            forked_from=_forked_from(prepared.layout),
         )
     )
     return outcome.exit_code
@@ -861,6 +871,43 @@ def _opening_notes(
             "journal over the WebSocket server without a token"
         )
     return notes
+
+
+def _forked_from(layout: ExecutionLayout) -> tuple[str, str] | None:
+    """The source and codon of a forked execution, for the summary."""
+    from weft.runtime.execution.meta import read_meta
+
+    try:
+        forked = read_meta(layout.meta_path).forked_from
+    except ExecutionSetupError:
+        return None
+    return None if forked is None else (forked.execution, forked.codon_id)
+
+
+def _reuse(args: argparse.Namespace, execution: Path, loaded: LoadedHank) -> int:
+    """``--reuse``: fork ``execution`` where the hank first differs, then run the fork."""
+    from weft.fork.clone import ForkError, make_fork
+    from weft.fork.reuse import fork_point
+
+    try:
+        state = json.loads((ExecutionLayout(execution).weft_dir / "state.json").read_bytes())
+        point = fork_point(state, loaded.hank)
+        if point is None:
+            raise ForkError(f"nothing in {execution} can be reused by this hank")
+        fork = asyncio.run(make_fork(execution, point.codon_id))
+    except (ForkError, OSError, ValueError) as exc:
+        print(f"weft: error: --reuse: {printable_lines(str(exc))}", file=sys.stderr)
+        return 2
+    kept = point.reused
+    reused = f"{len(kept)} codon(s) ({', '.join(kept)})" if kept else "nothing"
+    print(
+        printable_lines(
+            f"Reusing {reused} of {execution}: {point.codon_id} differs ({point.why}); "
+            f"forked into {fork.path}"
+        )
+    )
+    args.execution, args.yes, args.reuse, args.new = fork.path, True, False, False
+    return run(args)
 
 
 def _skip_problem(skip: list[str], loaded: LoadedHank) -> str | None:

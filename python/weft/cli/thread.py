@@ -278,6 +278,17 @@ def run_rollback(args: argparse.Namespace) -> int:
         return 1
 
 
+async def rollback_offline(
+    execution: Path, codon: str, *, end: str = "end", discard: bool = False
+) -> int:
+    """``weft rollback EXECUTION --codon CODON --type END``, for an execution
+    no run holds (``weft fork`` rolls its fresh copy back this way)."""
+    args = argparse.Namespace(
+        execution=str(execution), checkpoint=None, codon=codon, type=end, discard=discard
+    )
+    return await _rollback(args)
+
+
 async def _rollback(args: argparse.Namespace) -> int:
     store = await asyncio.to_thread(ExecutionStore.open, resolve_execution(args.execution))
     layout = ExecutionLayout(store.weft_dir.parent)

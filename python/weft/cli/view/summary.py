@@ -31,6 +31,8 @@ class RunSummary:
     """Why the run ended that way, when there is more to say."""
     duration_ms: int | None = None
     """Wall time of the whole command; by default, from the run's start to its end."""
+    forked_from: tuple[str, str] | None = None
+    """``(source execution, codon)`` when the execution is a fork (``weft fork``, ``--reuse``)."""
 
     @property
     def journal(self) -> Path | None:
@@ -86,6 +88,13 @@ def summary_data(progress: RunProgress, result: RunSummary, now_ns: int) -> dict
             None if result.checkpoint_repository is None else str(result.checkpoint_repository)
         ),
         "resumeCommand": result.resume_command,
+        "reusedFrom": None
+        if result.forked_from is None
+        else {
+            "execution": result.forked_from[0],
+            "codonId": result.forked_from[1],
+            "codons": earlier,
+        },
     }
 
 
@@ -167,6 +176,16 @@ def _figures(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     if codons["doneEarlier"]:
         counted += f"; {codons['doneEarlier']} done in earlier runs"
     rows = [("codons", counted)]
+    reused = data.get("reusedFrom")
+    if reused:
+        n = reused["codons"]
+        rows.append(
+            (
+                "reused",
+                f"{n} codon{'s' * (n != 1)} reused from {reused['execution']} "
+                f"(forked at {reused['codonId']}: not run or paid for again)",
+            )
+        )
     cost = total_cost(data["totalCost"], data["unpricedCodons"], data["spent"])
     all_runs = _all_runs_text(data)
     this_run = " in this run" if all_runs else ""

@@ -9,6 +9,8 @@ message and exits 2.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from weft.errors import WeftError
 
 __all__ = [
@@ -38,6 +40,11 @@ class ExecutionMetaError(ExecutionSetupError):
 
 class HankChangedError(ExecutionSetupError):
     """The hank changed since the execution last used it, and resuming was not confirmed."""
+
+    def __init__(self, message: str, execution: Path | None = None) -> None:
+        super().__init__(message)
+        self.execution = execution
+        """The execution whose run history the hank no longer matches, when one did."""
 
 
 class DataMismatchError(ExecutionSetupError):

@@ -28,6 +28,7 @@ __all__ = [
     "TEMP_SUFFIX",
     "ExecutionEnvironment",
     "ExecutionMeta",
+    "ForkedFrom",
     "RunSettings",
     "current_environment",
     "read_meta",
@@ -74,6 +75,17 @@ class RunSettings(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
     max_tokens: Annotated[int, msgspec.Meta(gt=0)] | None = None
 
 
+class ForkedFrom(msgspec.Struct, rename="camel", kw_only=True):
+    """Where a forked execution's history came from (``weft fork``)."""
+
+    execution: str
+    """The source execution's folder."""
+    codon_id: str
+    """The codon the fork runs again (its history is the source's up to it)."""
+    at: str
+    """When the fork was made (ISO-8601 UTC)."""
+
+
 class ExecutionMeta(msgspec.Struct, rename="camel", kw_only=True):
     """``.weft/execution-meta.json``: the hank and data an execution belongs to.
 
@@ -98,6 +110,8 @@ class ExecutionMeta(msgspec.Struct, rename="camel", kw_only=True):
     environment: ExecutionEnvironment
     run_settings: RunSettings = msgspec.field(default_factory=RunSettings)
     """Absent in files written before it existed: nothing kept."""
+    forked_from: ForkedFrom | None = None
+    """Set in an execution ``weft fork`` made."""
 
 
 _meta_encoder = msgspec.json.Encoder()

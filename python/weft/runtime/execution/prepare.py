@@ -902,8 +902,10 @@ def _check_structure(layout: ExecutionLayout, ctx: _Context) -> None:
                 f"{ctx.hank_path} changed what execution {layout.execution_id} already ran: "
                 f"{exc}. An execution resumes with a changed hank only when the codons that "
                 "ran are unchanged (codons after them may be added, removed or edited). "
-                "Choose: run the changed hank in a new execution (--new), or restore the "
-                "codons that ran to resume this one"
+                "Choose: --reuse to fork it at the first codon that changed (the codons "
+                "before it are reused, not run again), run the changed hank in a new "
+                "execution (--new), or restore the codons that ran to resume this one",
+                execution=layout.root,
             ) from None
         return
     was, now = _structure_of_plan(layout), _structure_of_hank(ctx.hank_path)

@@ -27,10 +27,12 @@ written, and :mod:`weft.runtime.run.recovery` to journal the change
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from weft._core import analyze_execution_thread
 from weft.config.schema import Hank, Loop
 from weft.errors import WeftError
 from weft.events.transitions import PlanExtended, PlanTrimmed
@@ -93,13 +95,22 @@ def _item_of_planned(entry: PlannedCodon) -> str:
 
 
 def finished_ids(state: Mapping[str, Any]) -> set[str]:
-    """The runtime ids of every codon that finished in any run of ``state``."""
-    return {
+    """The runtime ids of every codon that finished on the execution thread of
+    ``state``: in any run, but not one a rollback superseded (it runs again, so
+    it may change like a codon that never ran; a fork's rolled-back tail too)."""
+    finished = {
         str(record.get("codonId"))
         for run in state.get("runs") or ()
         for record in run.get("codons") or ()
         if record.get("status") in FINISHED
     }
+    if not finished:
+        return finished
+    try:
+        thread = analyze_execution_thread(json.dumps(state), validate_checkpoints=False)
+    except WeftError:
+        return finished  # a document the core cannot read: every finished record counts
+    return {c.codon_id for c in thread.codons if c.status in FINISHED and c.codon_id in finished}
 
 
 def replan(state: Mapping[str, Any], hank: Hank) -> Replan:
