@@ -24,7 +24,6 @@ DEFAULT_ENDPOINT = "http://localhost:4318"
 """Where ``--otel`` or the setting alone sends traces: an OTLP/HTTP receiver on
 this machine (the OpenTelemetry default for http/protobuf)."""
 
-ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 CAPTURE_VAR = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The GenAI conventions' opt-in for prompt and output content (read through
 ``opentelemetry-util-genai``); unset, none is sent."""
@@ -180,7 +179,6 @@ __all__ = [
     "AGENT_DEFAULTS",
     "CAPTURE_VAR",
     "DEFAULT_ENDPOINT",
-    "ENDPOINT_VARS",
     "TelemetrySettings",
     "TraceParent",
     "agent_env",
