@@ -263,9 +263,10 @@ class TraceFold:
                 gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.INVOKE_WORKFLOW.value,
                 gen_ai.GEN_AI_WORKFLOW_NAME: self.workflow,
                 RUN_ID: event.run_id,
-                "weft.run.continuation": self.progress.continuation or "",
             }
         )
+        if self.progress.continuation:
+            run.attributes["weft.run.continuation"] = self.progress.continuation
         self._run = run
 
     def _run_ended(self, event: Any, at: int, _: str | None) -> None:
@@ -314,8 +315,13 @@ class TraceFold:
         codon = self._codons.get(event.codon_id)
         c = self.progress.codon(event.codon_id)
         if codon is None:
+            # Keyed by its first attempt's start too: a codon run again later in the
+            # same run (after its span closed) is another span, never the same id twice.
             codon = self._span(
-                f"codon\0{event.codon_id}", f"weft codon {event.codon_id}", self._run, at
+                f"codon\0{event.codon_id}\0{event.start_time}",
+                f"weft codon {event.codon_id}",
+                self._run,
+                at,
             )
             codon.attributes.update(
                 {
