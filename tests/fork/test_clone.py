@@ -133,3 +133,18 @@ def test_fork_of_a_codon_not_on_the_thread_is_refused(tmp_path: Path, env: dict[
     assert refused.returncode == 2
     assert "codon 'nosuch' is not on the execution thread" in refused.stderr
     assert not list(tmp_path.glob("x-fork-*"))
+
+
+def test_status_and_ls_name_a_fork_s_source(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = seven(tmp_path)
+    assert weft("run", hank, "--headless", env=env).returncode == 0
+    (source,) = (tmp_path / "managed").iterdir()
+    assert weft("fork", source, "--from", "c2", "--no-run", env=env).returncode == 0
+    fork = source.with_name(f"{source.name}-fork-c2")
+    listed = {e["id"]: e for e in json.loads(weft("ls", "--json", env=env).stdout)}
+    assert listed[fork.name]["forkedFrom"] == {"execution": str(source), "codonId": "c2"}
+    assert listed[source.name]["forkedFrom"] is None
+    assert f"{fork.name} (fork of {source.name})" in weft("ls", env=env).stdout
+    status = json.loads(weft("status", fork, "--json", env=env).stdout)
+    assert status["forkedFrom"]["codonId"] == "c2"
+    assert f"forked from {source} at c2" in weft("status", fork, env=env).stdout

@@ -109,9 +109,10 @@ def render(found: list[ExecutionInfo]) -> str:
     for e in found:
         hank = Path(e.hank)
         hank_text = str(hank.parent.name + "/" + hank.name) if hank.parent.name else hank.name
+        fork = "" if e.forked_from is None else f" (fork of {Path(e.forked_from[0]).name})"
         rows.append(
             (
-                e.execution_id,
+                e.execution_id + fork,
                 _short(hank_text, 28),
                 _short(Path(e.data).name, 20) if e.data else "-",
                 e.state,

@@ -101,6 +101,8 @@ class ExecutionInfo:
     size: int
     live_pid: int | None
     unpriced: int = 0
+    forked_from: tuple[str, str] | None = None
+    """``(source execution, codon)`` of a fork (``weft fork``)."""
 
     @property
     def execution_id(self) -> str:
@@ -123,6 +125,9 @@ class ExecutionInfo:
             "unpricedCodons": self.unpriced,
             "sizeBytes": self.size,
             "livePid": self.live_pid,
+            "forkedFrom": None
+            if self.forked_from is None
+            else {"execution": self.forked_from[0], "codonId": self.forked_from[1]},
         }
 
 
@@ -143,6 +148,13 @@ def _read_meta(root: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
+
+
+def _forked(meta: dict[str, Any]) -> tuple[str, str] | None:
+    forked = meta.get("forkedFrom")
+    if not isinstance(forked, dict):
+        return None
+    return (str(forked.get("execution", "?")), str(forked.get("codonId", "?")))
 
 
 def _hank_of_arg(path: Path) -> Path | None:
@@ -451,6 +463,7 @@ def scan(base: Path | None = None, *, sizes: bool = True) -> list[ExecutionInfo]
                 size=_size(child) if sizes else 0,
                 live_pid=live,
                 unpriced=unpriced,
+                forked_from=_forked(meta),
             )
         )
     found.sort(key=lambda e: (e.last_used, e.created, e.execution_id), reverse=True)

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from weft.cli.colour import STATUS_STYLES, paint, wants_colour
@@ -238,8 +239,20 @@ def report(store: ExecutionStore) -> dict[str, Any]:
         "unpricedCodons": len(unpriced),
         "budget": budget_report(store),
         "breakers": breakers_of(store),
+        "forkedFrom": forked_from(store.weft_dir),
         "runs": runs,
     }
+
+
+def forked_from(weft_dir: Path) -> dict[str, str] | None:
+    """``{execution, codonId, at}`` of a fork (``weft fork``), from its
+    ``execution-meta.json``; None for any other execution."""
+    try:
+        meta = json.loads((weft_dir / "execution-meta.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    forked = meta.get("forkedFrom") if isinstance(meta, dict) else None
+    return forked if isinstance(forked, dict) else None
 
 
 def stopped_record(record: dict[str, Any]) -> bool:
@@ -284,6 +297,15 @@ def render(status: dict[str, Any], *, colour: bool = False) -> str:
         f"  journal: {status['journal']['events']} events, state from {status['stateSource']}",
         f"  total cost: {_total(status)}",
     ]
+    forked = status.get("forkedFrom")
+    if forked:
+        lines.insert(
+            1,
+            printable(
+                f"  forked from {forked.get('execution')} at {forked.get('codonId')} "
+                f"({forked.get('at')})"
+            ),
+        )
     if status.get("sentinelCost"):
         lines.append(f"  sentinel cost: ${status['sentinelCost']:.4f} (apart from the total)")
     budget = status.get("budget")
