@@ -29,6 +29,7 @@ import uvloop
 
 from weft.budget.limits import BudgetBook, ceiling_source
 from weft.budget.table import budget_warnings
+from weft.cli.forecast import before_prepare
 from weft.cli.prompts import ask_yes_no, is_interactive
 from weft.cli.run_args import resolve_inputs
 from weft.config import load_hank
@@ -251,6 +252,20 @@ def register(commands: Any) -> None:
         "execution like --max-cost)",
     )
     parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan with each codon's expected cost and time (median and 90th "
+        "percentile of the earlier executions of this hank on this machine; priced from their "
+        "tokens for a new model; unknown without history) and the total, then exit: nothing "
+        "is created, run or spent (--json prints it as one JSON document)",
+    )
+    parser.add_argument(
+        "--force-budget",
+        action="store_true",
+        help="run even when the forecast's median already exceeds the dollar ceiling "
+        "(--max-cost, budget.maxDollars); without it such a run is refused before it starts",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -305,6 +320,10 @@ def run(args: argparse.Namespace) -> int:
             # A model from weft.json or WEFT_RUNTIME_MODEL applies like --model (the
             # hank's own overrides.model is a default, which load_hank applied).
             loaded = load_hank(hank_path, model=asked.model)
+        # --dry-run, or a ceiling the forecast already exceeds: before anything exists.
+        forecast_exit = before_prepare(args, loaded, hank_path, resolved)
+        if forecast_exit is not None:
+            return forecast_exit
         if args.overwrite_output and settings.output_directory is None:
             print(
                 "weft: error: --overwrite-output needs an output directory: pass -o DIR "
