@@ -214,9 +214,15 @@ def _claude_configs(src: ExecutionLayout, dst: ExecutionLayout) -> list[Path]:
     """Where Claude Code transcripts of ``src`` may be: the fake agents' folder
     in the fork, and the user's Claude config folder."""
     found = [dst.weft_dir / "fake-agents" / "claude"]
-    user = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join("~", ".claude")
-    found.append(Path(user).expanduser())
-    return [c for c in found if (c / "projects").is_dir()]
+    env = os.environ
+    # As the agent's environment has them: WEFT_<X> reaches the agent as X.
+    for name in ("WEFT_CLAUDE_CONFIG_DIR", "CLAUDE_CONFIG_DIR"):
+        if env.get(name):
+            found.append(Path(env[name]).expanduser())
+    for home in (env.get("WEFT_HOME"), env.get("HOME")):
+        if home:
+            found.append(Path(home) / ".claude")
+    return list({c: None for c in found if (c / "projects").is_dir()})
 
 
 def _copy_project(config: Path, old_cwd: Path, new_cwd: Path) -> None:

@@ -350,3 +350,36 @@ def test_claude_parks_on_a_closed_usage_window_and_finishes_in_the_same_session(
     assert state["finalCost"] == pytest.approx(
         billed_usd("claude-sonnet-5-5", [r.billed for r in answered])
     )
+
+
+def test_a_fork_of_a_claude_chain_resumes_the_source_s_session_in_its_own_work_tree(
+    claude_bin: Path, anthropic: AnthropicMock, homes: Homes
+) -> None:
+    """``weft fork --from two``: the real Claude Code resumes codon one's session
+    from the transcript the fork filed under its own work tree, and the model sees
+    the source's history; the source is not run again."""
+    marker = os.urandom(6).hex()
+    codons = [
+        _codon("one", f"Remember PAPAYA {marker} MOCK[]"),
+        _codon("two", f"What was the word? {marker} MOCK[]", mode="continue-previous"),
+    ]
+    env = _weft_env(homes, claude_env(anthropic, homes), claude=claude_bin)
+    assert _run(homes, codons, env).returncode == 0
+    sid = _codons(homes)["one"]["claudeSessionId"]
+    before = len(anthropic.posts(marker))
+    fork = homes.root / "fork"
+    made = subprocess.run(
+        [sys.executable, "-m", "weft", "fork", str(homes.root / "exec"), "--from", "two",
+         "--to", str(fork), "--headless"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    state = json.loads((fork / ".weft" / "state.json").read_text())
+    latest = max(state["runs"], key=lambda r: str(r["startTime"]))
+    (two,) = [c for c in latest["codons"] if c["codonId"] == "two"]
+    assert two["status"] == "completed"
+    assert two["claudeSessionId"] == sid
+    fork_calls = anthropic.posts(marker)[before:]
+    assert fork_calls  # only the fork's codon two called the model again
+    assert all("What was the word?" in r.prompt for r in fork_calls)
+    assert any("Remember PAPAYA" in json.dumps(r.body) for r in fork_calls)
