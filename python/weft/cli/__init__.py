@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "checkpoints": "thread",
     "rollback": "thread",
     "fork": "fork",
+    "diff": "diff",
     "store": "store",
     "validate": "validate",
     "schema": "schema",

@@ -81,6 +81,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft fork DIR --from review -m fake/opus", "the same from review, on another model"),
         ("weft fork DIR --from plan --hank edited.json --no-run", "an edited hank, run later"),
     ),
+    "diff": (
+        ("weft diff A B", "two executions (two forks of one) codon by codon"),
+        ("weft diff A B --files", "with the patch of the files their codons left differently"),
+        ("weft diff A B --json", "the same facts as one JSON document"),
+    ),
     "store": (("weft store rebuild", "rebuild state.json from the journal"),),
     "validate": (
         ("weft validate", "check ./hank.json"),
