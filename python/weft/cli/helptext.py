@@ -36,9 +36,9 @@ exit codes:
   1    failed: a codon failed for good (the summary says which and why), or the run could
        not go on (the store cannot be used, the disk is full)
   2    usage or configuration error (nothing was run)
-  3    stopped by the budget ceiling (--max-cost, --max-time, runtime settings,
-       overrides.budget) with work left: the cut codon stays to do; raise the ceiling and
-       run the same command to continue exactly there
+  3    stopped by the budget ceiling (--max-cost, --max-tokens, --max-time, runtime
+       settings, overrides.budget) with work left: the cut codon stays to do; raise the
+       ceiling and run the same command to continue exactly there
   130  stopped by you (Ctrl-C, q, server.shutdown); what was saved stays saved: run the same
        command to continue
 {_PIPE_CLOSED}
