@@ -278,17 +278,18 @@ def side(
 
 
 def _aligned(a: Side, b: Side) -> list[str]:
-    """Codon ids in thread order: A's, with B's own inserted after the codon
-    that precedes them on B's thread."""
+    """Codon ids in thread order: A's, with those only B has placed just before
+    the next codon both have (after A's own codons there), or at the end."""
     order = list(a.codons)
-    at = -1
+    pending: list[str] = []
     for codon_id in b.codons:
-        if codon_id in order:
+        if codon_id not in a.codons:
+            pending.append(codon_id)
+        elif pending:
             at = order.index(codon_id)
-        else:
-            at += 1
-            order.insert(at, codon_id)
-    return order
+            order[at:at] = pending
+            pending = []
+    return order + pending
 
 
 def checkpoints_to_read(a: Side, b: Side) -> tuple[set[str], set[str]]:
