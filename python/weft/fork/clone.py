@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from weft._core import analyze_execution_thread
 from weft.agents.claude_transcripts import sanitize_project_dir
 from weft.clock import utc_now_iso
 from weft.errors import WeftError
@@ -38,12 +39,13 @@ _NOT_COPIED = frozenset(
         "runtime.lock.guard",
         "server.token",
         "server-read.token",
-        "state.json",
     }
 )
 """What of ``.weft/`` a fork does not copy: the journal (backed up instead),
-the lock, the server's tokens (a fork gets its own) and the state document
-(rebuilt from the copied journal when the fork is opened)."""
+the lock and the server's tokens (a fork gets its own). The state document is
+copied: opening the fork checks it against the copied journal (and rebuilds
+it when they differ, as for a source that was running), which costs less than
+a rebuild every time."""
 
 
 class ForkError(WeftError):
@@ -110,27 +112,16 @@ async def make_fork(source: Path, codon_id: str, dest: Path | None = None) -> Fo
 
 async def _codon_before(source: Path, codon_id: str) -> str | None:
     """The codon the thread ran just before ``codon_id`` (None: it is the
-    thread's first); :class:`ForkError` when ``codon_id`` is not on the thread."""
-    import json
-
-    from weft.checkpoints.aio import AsyncCheckpointRepo
-    from weft.runtime.run import rollback
-    from weft.store import ExecutionStore
-
-    layout = ExecutionLayout(source)
-    store = ExecutionStore.open(source, readonly=True)
+    thread's first); :class:`ForkError` when ``codon_id`` is not on the thread.
+    Read from the state document (current at every codon boundary), without
+    opening the journal: which codon came before does not need it."""
     try:
-        repo = await AsyncCheckpointRepo.open(
-            layout.checkpoints, layout.workspace, watch=False, writer=False
-        )
-        try:
-            state = json.loads(store.core.state_json())
-            confirmed = await repo.verify(rollback.recorded_shas(state))
-        finally:
-            await repo.close()
-        codons = store.core.execution_thread(checkpoints=confirmed).codons  # newest first
-    finally:
-        await store.close()
+        state = (source / ".weft" / "state.json").read_bytes()
+        codons = analyze_execution_thread(state, validate_checkpoints=False).codons
+    except (OSError, WeftError) as e:
+        raise ForkError(
+            f"the state of {source} cannot be read ({e}): run `weft status` on it"
+        ) from e
     for i, record in enumerate(codons):
         if record.codon_id == codon_id:
             return codons[i + 1].codon_id if i + 1 < len(codons) else None
