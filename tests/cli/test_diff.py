@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runtime.hanks import codon, subprocess_environment, weft_cli, write_file, write_hank
+from tests.runtime.hanks import (
+    codon,
+    scenario,
+    subprocess_environment,
+    weft_cli,
+    write_file,
+    write_hank,
+)
 
 CODONS = ["c1", "c2", "c3"]
 
@@ -223,3 +230,32 @@ def test_diff_refuses_an_execution_whose_meta_is_unreadable(forks: Forks, tmp_pa
     assert done.returncode == 2
     assert "execution-meta.json" in done.stderr
     assert done.stdout == ""
+
+
+def test_a_retried_codon_counts_every_attempt_and_a_codon_never_run_has_one_side(
+    forks: Forks, tmp_path: Path
+) -> None:
+    env = {**forks.env, "WEFT_RUNTIME_SESSION_MAX_TOTAL_ERRORS": "1"}  # the hank's retry acts
+    failing = codon(
+        "c2", scenario("crash_mid_run"), mode="continue-previous", onFailure="retry",
+        retryConfig={"maxAttempts": 2, "delayMs": 10},
+    )  # fmt: skip
+    first = codon("c1", write_file("c1.md", "c1 was here\n") + "Do c1.")
+    hank = write_hank(tmp_path / "hank", first, failing, codon("c3", mode="continue-previous"))
+    other = tmp_path / "y"
+    assert weft(env, "run", hank, "--execution", other, "--headless").returncode != 0
+    d = diff_json(forks, forks.source, other)
+    assert d["divergedAt"] == "c1"  # unrelated executions: no record is shared
+    rows = {c["codonId"]: c for c in d["codons"]}
+    assert list(rows) == CODONS
+    assert (rows["c2"]["a"]["status"], rows["c2"]["b"]["status"]) == ("completed", "failed")
+    assert (rows["c2"]["a"]["attempts"], rows["c2"]["b"]["attempts"]) == (1, 2)
+    said = [
+        c for run in status(forks, other)["runs"] for c in run["codons"] if c["codonId"] == "c2"
+    ]
+    assert len(said) == 2
+    assert rows["c2"]["b"]["cost"] == pytest.approx(sum(c["cost"] for c in said), abs=1e-9)
+    assert rows["c2"]["files"] is None  # a failed codon has no completion checkpoint
+    assert rows["c3"]["b"] is None  # y never ran c3
+    assert rows["c3"]["a"]["status"] == "completed"
+    assert d["b"]["totals"]["attempts"] == 3
