@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +152,37 @@ def test_status_and_ls_name_a_fork_s_source(tmp_path: Path, env: dict[str, str])
     status = json.loads(weft("status", fork, "--json", env=env).stdout)
     assert status["forkedFrom"]["codonId"] == "c2"
     assert f"forked from {source} at c2" in weft("status", fork, env=env).stdout
+
+
+def test_a_fork_killed_at_any_moment_leaves_no_fork_or_a_usable_one(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = seven(tmp_path)
+    source = tmp_path / "x"
+    assert weft("run", hank, "--execution", source, "--headless", env=env).returncode == 0
+    before = fingerprint(source)
+    rng = random.Random(20261128)
+    outcomes = set()
+    for trial in range(6):
+        dest = tmp_path / f"f{trial}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "weft", "fork", str(source), "--from", "c4",
+             "--to", str(dest), "--no-run"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(rng.uniform(0.2, 1.6))
+        proc.kill()
+        proc.wait()
+        if dest.exists():
+            outcomes.add("made")
+            ran = weft("run", "--execution", dest, "--headless", env=env)
+            assert ran.returncode == 0, ran.stdout
+            assert completed(dest) == SEVEN[3:]
+        else:
+            outcomes.add("none")
+    assert fingerprint(source) == before
+    # The next fork beside them sweeps what the killed ones left half made.
+    assert weft("fork", source, "--from", "c4", "--to", tmp_path / "last", "--no-run",
+                env=env).returncode == 0  # fmt: skip
+    assert not list(tmp_path.glob(".f*.forking-*"))
+    assert outcomes  # at least one trial ran

@@ -27,6 +27,7 @@ from weft.filemodes import private_folder, tighten
 from weft.runtime.execution.layout import WORKSPACE, ExecutionLayout
 from weft.runtime.execution.meta import ForkedFrom, read_meta, write_meta
 from weft.store.execution import DATABASE
+from weft.store.lock import pid_alive
 
 __all__ = ["Fork", "ForkError", "fork_name", "make_fork"]
 
@@ -87,6 +88,7 @@ async def make_fork(source: Path, codon_id: str, dest: Path | None = None) -> Fo
         raise ForkError(f"{dest} is inside the execution it forks: name a folder outside it")
     before = await _codon_before(source, codon_id)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_staging(dest)
     staging = dest.with_name(f".{dest.name}.forking-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -108,6 +110,15 @@ async def make_fork(source: Path, codon_id: str, dest: Path | None = None) -> Fo
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Fork(path=dest, source=source, codon_id=codon_id)
+
+
+def _sweep_staging(dest: Path) -> None:
+    """Removes what forks killed while they were being made left beside
+    ``dest`` (hidden ``.<name>.forking-<pid>`` folders whose process is gone)."""
+    for left in dest.parent.glob(".*.forking-*"):
+        pid = left.name.rsplit("-", 1)[-1]
+        if left.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(left, ignore_errors=True)
 
 
 async def _codon_before(source: Path, codon_id: str) -> str | None:
