@@ -19,4 +19,8 @@ pieces:
 * :mod:`weft.fork.reuse`: which codon of an execution a changed hank is the
   first to differ at (its inputs: the resolved codon, prompt file included,
   and its model), the fork point of ``weft run --reuse``.
+* :mod:`weft.fork.diff`: two executions (forks of one, or any two) compared
+  codon by codon along their threads, their completion checkpoints' files,
+  the totals and where they diverge: ``weft diff A B`` (pure; the command in
+  :mod:`weft.cli.diff` reads and prints).
 """
