@@ -23,4 +23,8 @@ pieces:
   codon by codon along their threads, their completion checkpoints' files,
   the totals and where they diverge: ``weft diff A B`` (pure; the command in
   :mod:`weft.cli.diff` reads and prints).
+* :mod:`weft.fork.forecast`: what a run of a hank will cost and take (each
+  codon's median and 90th percentile from the earlier executions of the hank,
+  priced from their tokens for a new model), for ``weft run --dry-run`` and the
+  ceiling check of :mod:`weft.cli.forecast`.
 """
