@@ -186,3 +186,23 @@ def test_a_fork_killed_at_any_moment_leaves_no_fork_or_a_usable_one(
                 env=env).returncode == 0  # fmt: skip
     assert not list(tmp_path.glob(".f*.forking-*"))
     assert outcomes  # at least one trial ran
+
+
+def test_clean_keeps_a_source_whose_forks_remain(tmp_path: Path, env: dict[str, str]) -> None:
+    hank = seven(tmp_path)
+    assert weft("run", hank, "--headless", env=env).returncode == 0
+    (source,) = (tmp_path / "managed").iterdir()
+    assert weft("fork", source, "--from", "c6", "--headless", env=env).returncode == 0
+    fork = source.with_name(f"{source.name}-fork-c6")
+    cleaned = weft("clean", "--hank", hank, "--state", "completed", env=env)
+    # The fork is completed too, so both go, the fork first or together: nothing is kept.
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not source.exists()
+    assert not fork.exists()
+    assert weft("run", hank, "--headless", env=env).returncode == 0
+    (source,) = (tmp_path / "managed").iterdir()
+    assert weft("fork", source, "--from", "c6", "--no-run", env=env).returncode == 0
+    cleaned = weft("clean", "--state", "completed", env=env)  # the fork is rolled-back: it stays
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert source.exists()
+    assert "its forks read its checkpoints" in cleaned.stderr

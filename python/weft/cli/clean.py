@@ -135,11 +135,25 @@ def remove(info: ExecutionInfo) -> str | None:
         os.close(fd)
 
 
+def _forks_kept(
+    found: list[ExecutionInfo], chosen: list[ExecutionInfo]
+) -> dict[Path, list[ExecutionInfo]]:
+    """Source -> its forks that stay: a fork reads its source's checkpoint
+    objects (git alternates), so a source goes only with every fork of it."""
+    going = {c.root.resolve() for c in chosen}
+    out: dict[Path, list[ExecutionInfo]] = {}
+    for e in found:
+        if e.forked_from is not None and e.root.resolve() not in going:
+            out.setdefault(Path(e.forked_from[0]).resolve(), []).append(e)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Removes (or, with ``--dry-run``, lists) the matching executions."""
     base = managed_root()
+    found = scan(base)
     chosen = candidates(
-        scan(base),
+        found,
         states=args.state,
         older_than=args.older_than,
         hank=hank_filter(args.hank),
@@ -149,8 +163,22 @@ def run(args: argparse.Namespace) -> int:
         return 0
     verb = "would remove" if args.dry_run else "removed"
     freed = 0
-    failed = 0
+    failed = held_back = 0
+    forks = _forks_kept(found, chosen)
     for info in chosen:
+        held = forks.get(info.root.resolve())
+        if held:
+            # Not a failure: the source is kept on purpose while forks need it.
+            names = ", ".join(f.execution_id for f in held)
+            print(
+                printable(
+                    f"kept {info.root}: its forks read its checkpoints ({names}); remove "
+                    "them first (or clean them in the same command)"
+                ),
+                file=sys.stderr,
+            )
+            held_back += 1
+            continue
         kept = None if args.dry_run else remove(info)
         if kept is not None:
             failed += 1
@@ -158,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         freed += info.size
         print(printable(f"{verb} {info.root}  ({info.state}, {human_size(info.size)})"))
-    done = len(chosen) - failed
+    done = len(chosen) - failed - held_back
     noun = "execution" if done == 1 else "executions"
     print(f"{verb} {done} {noun}, {human_size(freed)}")
     return 1 if failed else 0
