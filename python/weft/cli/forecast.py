@@ -101,12 +101,13 @@ def render(found: Forecast, hank_path: Path) -> str:
     """The forecast as a table: one line per codon, then the total."""
     rows = [("CODON", "MODEL", "COST (MEDIAN / P90)", "TIME (MEDIAN / P90)", "BASIS")]
     for codon in found.codons:
+        skipped = codon.basis == "skipped"
         rows.append(
             (
                 codon.codon_id + (" (every iteration)" if codon.loop else ""),
                 codon.model,
-                _money(codon.cost),
-                _time(codon.seconds),
+                "-" if skipped else _money(codon.cost),
+                "-" if skipped else _time(codon.seconds),
                 _basis(codon),
             )
         )
