@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "checkpoints": "thread",
     "rollback": "thread",
     "fork": "fork",
+    "export": "portable",
+    "import": "portable",
     "diff": "diff",
     "store": "store",
     "validate": "validate",

@@ -86,6 +86,14 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft diff A B --files", "with the patch of the files their codons left differently"),
         ("weft diff A B --json", "the same facts as one JSON document"),
     ),
+    "export": (
+        ("weft export", "the latest execution of ./hank.json as ./<id>.weftx"),
+        ("weft export DIR -o run.weftx", "an execution into run.weftx"),
+    ),
+    "import": (
+        ("weft import run.weftx", "restore it under the managed root"),
+        ("weft import run.weftx --to DIR", "restore it in DIR"),
+    ),
     "store": (("weft store rebuild", "rebuild state.json from the journal"),),
     "validate": (
         ("weft validate", "check ./hank.json"),
