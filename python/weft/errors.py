@@ -61,6 +61,7 @@ their package::
     │   ├── CommandError              the server refused or failed a command
     │   ├── ConnectionLostError       the server could not be reached again
     │   └── ProtocolViolationError    the server broke the protocol's guarantees
+    ├── BundleError                   weft.bundle: a .hank bundle is malformed, changed, too big
     ├── AttachError                   weft.cli: nothing to attach to
     └── ResolveError                  weft.cli: an argument names no execution
 

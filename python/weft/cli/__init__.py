@@ -18,6 +18,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 
+from weft.bundle.errors import BundleError
 from weft.cli.helptext import add_epilogs, epilog
 from weft.cli.resolve import ResolveError
 from weft.errors import ConfigError, LockHeldError, StoreCorruptError, StoreError, WeftError
@@ -35,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "diff": "diff",
     "store": "store",
     "validate": "validate",
+    "pack": "pack",
     "schema": "schema",
     "init": "init",
     "agents": "agents",
@@ -151,7 +153,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except (StoreCorruptError, LockHeldError) as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 1
-    except (StoreError, ConfigError, ResolveError) as e:
+    except (StoreError, ConfigError, ResolveError, BundleError) as e:
         print(f"weft: error: {printable_lines(str(e))}", file=sys.stderr)
         return 2
     except WeftError as e:

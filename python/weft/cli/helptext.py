@@ -100,6 +100,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft validate path/to/hank.json --json", "the structure or the problems as JSON"),
         ("weft validate -m fake/sonnet", "check as if every codon ran on the fake agent"),
     ),
+    "pack": (
+        ("weft pack -o demo.hank", "./hank.json and every file it references, in demo.hank"),
+        ("weft run demo.hank data/", "run the bundle elsewhere, checked against its lock"),
+        ("weft validate demo.hank", "check it without running"),
+    ),
     "schema": (("weft schema -o hank.schema.json", "the JSON Schema for editors"),),
     "init": (("weft init my-hank", "a starter hank in my-hank/"),),
     "agents": (

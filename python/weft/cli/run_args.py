@@ -25,10 +25,13 @@ def resolve_inputs(args: list[str], *, cwd: Path | None = None) -> tuple[Path, P
     * two arguments: the hank (a ``.json`` file or a directory holding a
       ``hank.json``), then the data (a file or a directory).
 
+    A ``.hank`` bundle in the hank's place stands for its extracted hank file.
+
     Both paths must exist; they are returned absolute with symlinks resolved.
     Raises :class:`InputPathError` with what was expected otherwise.
     """
     base = (cwd or Path.cwd()).absolute()
+    args = _unbundled(args, base)
     if len(args) > 2:
         raise InputPathError(
             f"too many positional arguments: expected at most 2 (hank, data), got {len(args)}"
@@ -51,6 +54,19 @@ def resolve_inputs(args: list[str], *, cwd: Path | None = None) -> tuple[Path, P
             f"containing {HANK_FILE}, or the data to run ./{HANK_FILE} on)"
         )
     return _default_hank(base, args[0]), _data_path(only, args[0])
+
+
+def _unbundled(args: list[str], base: Path) -> list[str]:
+    """A ``.hank`` bundle named as the hank (``weft pack``) runs from its verified,
+    extracted copy (:func:`weft.bundle.hank_argument`); a bundle that does not match
+    its lock is a usage error (exit 2)."""
+    from weft.bundle import BundleError, hank_argument
+
+    try:
+        hank = hank_argument(args[0], base) if args else None
+    except BundleError as e:
+        raise InputPathError(str(e)) from None
+    return args if hank is None else [str(hank), *args[1:]]
 
 
 def _default_hank(base: Path, data_arg: str | None) -> Path:

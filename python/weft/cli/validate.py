@@ -18,6 +18,7 @@ from typing import Any
 from weft.agents.harness import route
 from weft.budget.limits import BudgetBook, ceiling_source
 from weft.budget.table import budget_table, budget_warnings, render_table
+from weft.bundle import hank_argument
 from weft.cli.colour import paint, wants_colour
 from weft.config import HankReport, LoadedHank, validate_hank
 from weft.config.preflight import agent_cli_problems, document_cli_problems
@@ -47,7 +48,7 @@ def register(commands: Any) -> None:
         nargs="?",
         default=".",
         type=Path,
-        help="a hank.json file, or a directory holding one (default: .)",
+        help="a hank.json file, a directory holding one, or a .hank bundle (default: .)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(
@@ -314,7 +315,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"weft: error: --sentinel-model: {exc}", file=sys.stderr)
             return 2
     environment = not args.no_environment
-    report = validate_hank(args.hank, model=args.model, check_environment=environment)
+    hank = hank_argument(args.hank) or args.hank  # a .hank bundle: its verified, extracted hank
+    report = validate_hank(hank, model=args.model, check_environment=environment)
     # Every problem in one pass: the checks below do not depend on the prompt
     # checks (preflight), so they run on the built hank whatever those found; a
     # structure error leaves no hank, but the agent CLIs are still checked.

@@ -61,6 +61,10 @@ class LoadedHank:
     sentinel_configs: dict[Path, SentinelConfig] = field(default_factory=dict)
     """Sentinel config files referenced by codons, loaded and checked, by absolute
     path (a broken one whose codon does not require it is absent, with a warning)."""
+    references: tuple[Path, ...] = ()
+    """Every file and folder the hank and its sentinel configs reference (prompt files,
+    sentinel configs and their prompts and schemas, rig copy sources), absolute, each
+    checked safe by :class:`weft.config.refs.RefChecker`, sorted: what ``weft pack`` bundles."""
 
     def resolve(self, ref: str) -> Path:
         """The absolute path of a reference from the hank file (already checked safe)."""
@@ -243,6 +247,7 @@ def _validate_bytes(
         warnings=[p for p in report.problems if not p.is_error],
         sha256=sha256,
         sentinel_configs=ctx.sentinel_configs,
+        references=tuple(t.path for t in ctx.refs.targets()),
     )
     # What the run would otherwise find only when a codon starts (weft.config.preflight).
     late = preflight(loaded, file=display)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["RefChecker", "RefKind", "RefProblem", "check_ref"]
+__all__ = ["RefChecker", "RefKind", "RefProblem", "RefTarget", "check_ref"]
 
 RefKind = Literal["file", "dir", "file-or-dir"]
 
@@ -64,6 +64,11 @@ class RefChecker:
             found = self._check(ref, base_str, kind)
             self._results[key] = found
         return found
+
+    def targets(self) -> list[RefTarget]:
+        """Every safe target checked so far, each once, by path (what ``weft pack`` bundles)."""
+        found = {r.path: r for r in self._results.values() if isinstance(r, RefTarget)}
+        return [found[p] for p in sorted(found)]
 
     def _parts_of(self, base: str) -> list[str]:
         parts = self._base_parts.get(base)
