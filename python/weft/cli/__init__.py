@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "fork": "fork",
     "export": "portable",
     "import": "portable",
+    "replay": "replay",
     "diff": "diff",
     "store": "store",
     "validate": "validate",

@@ -94,6 +94,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("weft import run.weftx", "restore it under the managed root"),
         ("weft import run.weftx --to DIR", "restore it in DIR"),
     ),
+    "replay": (
+        ("weft replay", "the latest execution of ./hank.json, at its recorded pace"),
+        ("weft replay DIR --speed 10 --headless", "ten times faster, as plain lines"),
+        ("weft replay DIR --speed 0 --json", "every event at once, as JSON lines"),
+    ),
     "store": (("weft store rebuild", "rebuild state.json from the journal"),),
     "validate": (
         ("weft validate", "check ./hank.json"),
