@@ -206,3 +206,25 @@ def test_clean_keeps_a_source_whose_forks_remain(tmp_path: Path, env: dict[str, 
     assert cleaned.returncode == 0, cleaned.stderr
     assert source.exists()
     assert "its forks read its checkpoints" in cleaned.stderr
+
+
+def test_n_forks_run_side_by_side_and_weft_diff_compares_them(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = seven(tmp_path)
+    source = tmp_path / "x"
+    assert weft("run", hank, "--execution", source, "--headless", env=env).returncode == 0
+    done = weft("fork", source, "--from", "c5", "-m", "fake/opus", "-n", "2", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    forks = [tmp_path / "x-fork-c5", tmp_path / "x-fork-c5-2"]
+    for fork in forks:
+        assert completed(fork) == SEVEN[4:]
+        meta = read_meta(fork / ".weft" / "execution-meta.json")
+        assert meta.forked_from is not None
+        assert meta.forked_from.codon_id == "c5"
+    assert f"Compare them: weft diff {forks[0]} {forks[1]}" in done.stdout
+    diff = json.loads(weft("diff", *forks, "--json", env=env).stdout)
+    assert diff["divergedAt"] == "c5"
+    bad = weft("fork", source, "--from", "c5", "-n", "0", env=env)
+    assert bad.returncode == 2
+    assert "is not a number of forks from 1 to 64" in bad.stderr
