@@ -14,5 +14,6 @@ class BundleError(WeftError):
     prints it with the hint and exits 2."""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
         self.hint = hint
         super().__init__(message if hint is None else f"{message}\n  hint: {hint}")

@@ -215,8 +215,13 @@ def write_bundle(collected: Collected, out: io.RawIOBase | io.BufferedIOBase, ve
                 continue
             with collected.sources[name].open("rb") as f:
                 reader = _HashingReader(f)
-                tar.addfile(info, reader)
-                if reader.read(1) or reader.digest.hexdigest() != member.sha256:
+                try:
+                    tar.addfile(info, reader)
+                except OSError as e:
+                    if e.errno is not None:  # the disk, not the file: said as such
+                        raise
+                    reader.short = True  # tarfile: "unexpected end of data"
+                if reader.short or reader.read(1) or reader.digest.hexdigest() != member.sha256:
                     raise BundleError(f"{collected.sources[name]} changed while it was packed")
     return bundle_hash(collected.hank, collected.members)
 
@@ -227,6 +232,7 @@ class _HashingReader:
     def __init__(self, f: io.BufferedReader) -> None:
         self.f = f
         self.digest = hashlib.sha256()
+        self.short = False
 
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(n)

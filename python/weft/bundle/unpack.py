@@ -348,7 +348,13 @@ def open_bundle(
     incoming = root / f".incoming-{os.getpid()}-{secrets.token_hex(4)}"
     private_folder(incoming)
     try:
-        lock = _read_into(path, shown, incoming, quotas or Quotas())
+        try:
+            lock = _read_into(path, shown, incoming, quotas or Quotas())
+        except BundleError as e:
+            if e.message.startswith(shown):
+                raise
+            # The lock's and the quotas' rules do not know the file: say it first.
+            raise BundleError(f"{shown}: {e.message}", hint=e.hint) from None
         final = root / lock.bundle_hash
         if final.exists() and not _matches(final, lock):
             stale = root / f".stale-{os.getpid()}-{secrets.token_hex(4)}"
