@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from tests.runtime.hanks import codon, subprocess_environment, weft_cli, write_hank
 
+from weft.cli.replay import wait_s
+
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
@@ -41,19 +43,36 @@ def test_a_replay_is_the_live_event_stream(tmp_path: Path, env: dict[str, str]) 
     assert "All codons completed" in headless.stdout
 
 
+@pytest.mark.parametrize(
+    ("before", "at", "speed", "max_gap", "wait"),
+    [
+        (1000, 3000, 1.0, 5.0, 2.0),
+        (1000, 3000, 4.0, 5.0, 0.5),
+        (1000, 3000, 0.0, 5.0, 0.0),
+        (1000, 30000, 1.0, 5.0, 5.0),
+        (3000, 1000, 1.0, 5.0, 0.0),
+        (None, 1000, 1.0, 5.0, 0.0),
+    ],
+)
+def test_the_wait_is_the_recorded_gap_over_the_speed(
+    before: int | None, at: int, speed: float, max_gap: float, wait: float
+) -> None:
+    assert wait_s(before, at, speed, max_gap) == pytest.approx(wait)
+
+
 def test_the_recorded_pace_is_kept_at_the_chosen_speed(tmp_path: Path, env: dict[str, str]) -> None:
     slow = "@@fake:sleep ms=1500@@ Work slowly."
     hank = write_hank(tmp_path / "hank", codon("a", slow))
-    assert (
-        weft_cli("run", hank, "--execution", tmp_path / "x", "--headless", env=env).returncode == 0
-    )
+    ran = weft_cli("run", hank, "--execution", tmp_path / "x", "--headless", env=env)
+    assert ran.returncode == 0
     started = time.monotonic()
-    weft_cli("replay", tmp_path / "x", "--speed", "1", "--headless", env=env)
+    weft_cli("replay", tmp_path / "x", "--speed", "0.5", "--headless", env=env)
     at_pace = time.monotonic() - started
     started = time.monotonic()
     weft_cli("replay", tmp_path / "x", "--speed", "0", "--headless", env=env)
     at_once = time.monotonic() - started
-    assert at_pace - at_once > 1.0  # the agent's 1.5 s of silence, replayed
+    # The agent's 1.5 s of silence, replayed at half speed: 3 s (start-up varies by less).
+    assert at_pace - at_once > 1.5
 
 
 @pytest.mark.parametrize("speed", ["-1", "fast", "inf", "nan"])

@@ -44,3 +44,17 @@ def claude_config_dir(env: Mapping[str, str]) -> Path:
     if configured:
         return Path(configured)
     return Path(env.get("HOME") or Path.home()) / ".claude"
+
+
+def agent_config_dirs(env: Mapping[str, str]) -> list[Path]:
+    """Every folder where an agent Weft starts in ``env`` may keep Claude Code
+    transcripts (``WEFT_<X>`` reaches the agent as ``X``), the ones that hold
+    a ``projects/`` folder, without duplicates."""
+    found: list[Path] = []
+    for name in ("WEFT_CLAUDE_CONFIG_DIR", "CLAUDE_CONFIG_DIR"):
+        if env.get(name):
+            found.append(Path(env[name]).expanduser())
+    for home in (env.get("WEFT_HOME"), env.get("HOME")):
+        if home:
+            found.append(Path(home) / ".claude")
+    return list({c: None for c in found if (c / "projects").is_dir()})

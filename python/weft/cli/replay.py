@@ -63,11 +63,19 @@ def _speed(text: str) -> float:
     return value
 
 
+def wait_s(before_ms: int | None, at_ms: int | None, speed: float, max_gap: float) -> float:
+    """Seconds to wait before an event recorded at ``at_ms`` when the one before
+    was at ``before_ms``: the gap divided by ``speed`` (0: none), at most ``max_gap``."""
+    if speed <= 0 or before_ms is None or at_ms is None:
+        return 0.0
+    return max(0.0, min((at_ms - before_ms) / 1000 / speed, max_gap))
+
+
 def run(args: argparse.Namespace) -> int:
     """Plays the journal back; the exit code is the recorded run's."""
     from weft.cli.view import RunSummary, make_view
-    from weft.outcome import exit_code
     from weft.client import Event as WireEvent
+    from weft.outcome import exit_code
     from weft.store import ExecutionStore
 
     execution = resolve_execution(args.execution)
@@ -80,10 +88,9 @@ def run(args: argparse.Namespace) -> int:
         for page in store.journal.pages():
             for row in page:
                 at = ms_from_iso(row.timestamp)
-                if args.speed > 0 and last_ms is not None and at is not None:
-                    gap = min((at - last_ms) / 1000 / args.speed, args.max_gap)
-                    if gap > 0:
-                        time.sleep(gap)
+                gap = wait_s(last_ms, at, args.speed, args.max_gap)
+                if gap > 0:
+                    time.sleep(gap)
                 last_ms = at if at is not None else last_ms
                 data = json.loads(row.payload).get("data")
                 view.on_wire(

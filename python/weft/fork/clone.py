@@ -13,20 +13,20 @@ import contextlib
 import io
 import os
 import shutil
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from weft._core import analyze_execution_thread
-from weft.agents.claude_transcripts import sanitize_project_dir
+from weft.agents.claude_transcripts import agent_config_dirs, sanitize_project_dir
 from weft.clock import utc_now_iso
 from weft.errors import WeftError
-from weft.filemodes import private_folder, tighten
+from weft.filemodes import private_folder
 from weft.runtime.execution.layout import WORKSPACE, ExecutionLayout
 from weft.runtime.execution.meta import ForkedFrom, read_meta, write_meta
 from weft.store.execution import DATABASE
+from weft.store.journal import backup_journal
 from weft.store.lock import pid_alive
 
 __all__ = ["Fork", "ForkError", "fork_name", "make_fork"]
@@ -159,7 +159,7 @@ def _fresh_copy(src: ExecutionLayout, dst: ExecutionLayout) -> None:
 def _copy_execution(src: ExecutionLayout, dst: ExecutionLayout, *, final: ExecutionLayout) -> None:
     """Everything the fork needs of ``src`` into ``dst`` (``final``: where it will live)."""
     private_folder(dst.weft_dir)
-    _backup_journal(src.weft_dir / DATABASE, dst.weft_dir / DATABASE)
+    backup_journal(src.weft_dir / DATABASE, dst.weft_dir / DATABASE)
     for entry in src.weft_dir.iterdir():
         if entry.name in _NOT_COPIED or entry.name.startswith("."):
             continue
@@ -178,20 +178,6 @@ def _copy_execution(src: ExecutionLayout, dst: ExecutionLayout, *, final: Execut
     # fork's sessions resume from a folder named after the fork's work tree.
     for config in _claude_configs(src, dst):
         _copy_project(config, src.workspace, final.workspace)
-
-
-def _backup_journal(source: Path, target: Path) -> None:
-    """A consistent copy of the journal, live writers or not (SQLite's backup)."""
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    try:
-        dst = sqlite3.connect(target)
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
-    finally:
-        src.close()
-    tighten(target)
 
 
 def _share_checkpoints(source: Path, target: Path) -> None:
@@ -214,17 +200,9 @@ def _share_checkpoints(source: Path, target: Path) -> None:
 
 def _claude_configs(src: ExecutionLayout, dst: ExecutionLayout) -> list[Path]:
     """Where Claude Code transcripts of ``src`` may be: the fake agents' folder
-    in the fork, and the user's Claude config folder."""
-    found = [dst.weft_dir / "fake-agents" / "claude"]
-    env = os.environ
-    # As the agent's environment has them: WEFT_<X> reaches the agent as X.
-    for name in ("WEFT_CLAUDE_CONFIG_DIR", "CLAUDE_CONFIG_DIR"):
-        if env.get(name):
-            found.append(Path(env[name]).expanduser())
-    for home in (env.get("WEFT_HOME"), env.get("HOME")):
-        if home:
-            found.append(Path(home) / ".claude")
-    return list({c: None for c in found if (c / "projects").is_dir()})
+    in the fork, and the user's Claude config folders."""
+    fake = dst.weft_dir / "fake-agents" / "claude"
+    return [*([fake] if (fake / "projects").is_dir() else []), *agent_config_dirs(os.environ)]
 
 
 def _copy_project(config: Path, old_cwd: Path, new_cwd: Path) -> None:

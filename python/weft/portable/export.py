@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import sqlite3
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -20,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from weft import __version__
-from weft.agents.claude_transcripts import sanitize_project_dir
+from weft.agents.claude_transcripts import agent_config_dirs, sanitize_project_dir
 from weft.errors import WeftError
 from weft.portable.members import MANIFEST
 from weft.runtime.execution.layout import ExecutionLayout
 from weft.runtime.execution.meta import read_meta
 from weft.store.execution import DATABASE
+from weft.store.journal import backup_journal
 
 __all__ = ["FORMAT", "ArchiveError", "Exported", "export_execution"]
 
@@ -69,7 +69,7 @@ def export_execution(execution: Path, out: Path) -> Exported:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".weft-export-", dir=out.parent) as tmp:
         journal = Path(tmp) / DATABASE
-        _backup(layout.weft_dir / DATABASE, journal)
+        backup_journal(layout.weft_dir / DATABASE, journal)
         members = list(_members(layout, journal, Path(meta.hank_path)))
         manifest: dict[str, Any] = {
             "format": FORMAT,
@@ -105,18 +105,6 @@ def export_execution(execution: Path, out: Path) -> Exported:
     return Exported(path=out, members=len(members), bytes=out.stat().st_size)
 
 
-def _backup(source: Path, target: Path) -> None:
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    try:
-        dst = sqlite3.connect(target)
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
-    finally:
-        src.close()
-
-
 def _walk(root: Path, top: str) -> Iterator[tuple[str, Path]]:
     """``(archive name, path)`` of ``root`` and everything under it (links not followed)."""
     yield top, root
@@ -146,7 +134,7 @@ def _members(layout: ExecutionLayout, journal: Path, hank: Path) -> Iterator[tup
         if folder.is_dir():
             yield from _walk(folder, top)
     yield from _hank_files(hank)
-    for config in _claude_configs():
+    for config in agent_config_dirs(os.environ):
         project = config / "projects" / sanitize_project_dir(layout.workspace)
         if project.is_dir():
             yield "claude-projects", project.parent
@@ -223,11 +211,3 @@ def _strings(data: Any) -> Iterator[str]:
     elif isinstance(data, dict):
         for value in data.values():
             yield from _strings(value)
-
-
-def _claude_configs() -> list[Path]:
-    env = os.environ
-    found = [Path(env[n]).expanduser() for n in ("WEFT_CLAUDE_CONFIG_DIR", "CLAUDE_CONFIG_DIR")
-             if env.get(n)]  # fmt: skip
-    found += [Path(h) / ".claude" for h in (env.get("WEFT_HOME"), env.get("HOME")) if h]
-    return [c for c in found if (c / "projects").is_dir()]

@@ -433,3 +433,21 @@ def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:
             f"{path}: the journal failed its integrity check: {'; '.join(problems[:5])}. "
             "The run will not continue; keep a copy of .weft/ for inspection"
         )
+
+
+def backup_journal(source: Path, target: Path) -> None:
+    """A consistent copy of the journal at ``source`` into ``target`` (SQLite's
+    backup API: whole even while a run appends), private to the user; the
+    source is only read."""
+    from weft.filemodes import tighten
+
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    tighten(target)
