@@ -28,12 +28,20 @@ from tests.runtime.hanks import (
     write_hank,
 )
 
-from weft.agents.events import ErrorClass, SessionExited
+from weft.agents.events import ErrorClass, SessionExited, UsageWindow
 from weft.cli.status import render, report
 from weft.config import load_hank
 from weft.config.runtime import RuntimeSessionSettings
 from weft.errors import CommandRejectedError
-from weft.runtime.codon.sessions import RETRY_PROMPT, Cooldown, GaveUp, SessionRetries
+from weft.runtime.codon.sessions import (
+    MAX_PARKS_IN_A_ROW,
+    RETRY_PROMPT,
+    Cooldown,
+    GaveUp,
+    Parking,
+    SessionRetries,
+    WindowTooFar,
+)
 from weft.runtime.execution.prepare import prepare_execution
 from weft.runtime.run.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.server.protocol import MessageData
@@ -430,3 +438,27 @@ def test_sessions_that_start_then_fail_still_back_off_longer_each_time() -> None
     )
     assert ok is None
     assert retries.failed_in_a_row == 0
+
+
+def test_a_window_that_keeps_refusing_after_its_reset_fails_the_codon() -> None:
+    retries = SessionRetries(RuntimeSessionSettings())
+    now = 1_800_000_000_000
+    refused = SessionExited(
+        ok=False,
+        exit_code=1,
+        error_class=ErrorClass.USAGE_LIMIT,
+        message="You've hit your 5-hour limit",
+        window=UsageWindow(status="rejected", resets_at_ms=now - 1000, window="five_hour"),
+    )
+    for _ in range(MAX_PARKS_IN_A_ROW):
+        retries.spawning("p")
+        decision = retries.exited(refused, started=True, now_ms=now)
+        assert isinstance(decision, Parking)
+        assert decision.wait.wait_ms == 10_000  # a reset already past: the margin only
+        retries.window_opened()
+    retries.spawning("p")
+    decision = retries.exited(refused, started=True, now_ms=now)
+    assert isinstance(decision, WindowTooFar)
+    assert f"refused {MAX_PARKS_IN_A_ROW} sessions in a row" in decision.message
+    assert retries.machine.is_stopped
+    assert retries.machine.total_errors == 0

@@ -69,6 +69,9 @@ RETRY_PROMPT = (
 )
 """The prompt of a session resumed after a transient failure."""
 
+MAX_PARKS_IN_A_ROW = 20
+"""Refusals by a closed usage window, one after another, that fail the codon."""
+
 WINDOW_PROMPT = (
     "Your previous session was refused because the usage window was closed; it is open "
     "again. Carry on with the task."
@@ -139,6 +142,8 @@ class SessionRetries:
         self.sessions = 0
         self.failed_in_a_row = 0
         """Transient failures since a session last ended well: the backoff's ``n``."""
+        self.parked_in_a_row = 0
+        """Refusals by a closed usage window since a session last ran to its end."""
         self.machine.worktree_ready()
 
     def spawning(self, prompt: str) -> int:
@@ -169,7 +174,7 @@ class SessionRetries:
         if not is_transient(exit):
             if exit.ok and m.state == "Running":
                 m.session_exited("Success")
-                self.failed_in_a_row = 0
+                self.failed_in_a_row = self.parked_in_a_row = 0
             else:
                 m.fatal_error(exit.message or "not retriable")
             return None
@@ -210,6 +215,16 @@ class SessionRetries:
         wait = decide(
             resets_at_ms, now_ms, margin_ms=settings.margin_ms, max_wait_ms=settings.max_wait_ms
         )
+        self.parked_in_a_row += 1
+        if self.parked_in_a_row > MAX_PARKS_IN_A_ROW:
+            # A provider that names a reset and refuses again after it (a clock
+            # far off, a window that never opens) would be waited on forever.
+            message = (
+                f"the usage window refused {MAX_PARKS_IN_A_ROW} sessions in a row, each "
+                f"after the time it said it opens: {exit.message or 'usage limit'}"
+            )
+            self.machine.fatal_error(message)
+            return WindowTooFar(message)
         if isinstance(wait, Park):
             self.machine.window_closed(wait.wait_ms)
             return Parking(resets_at_ms, wait, window, exit.message)
@@ -268,6 +283,7 @@ async def cool_down(seconds: float, sleep: Sleep, woken: asyncio.Event) -> bool:
 
 
 __all__ = [
+    "MAX_PARKS_IN_A_ROW",
     "RETRY_PROMPT",
     "WINDOW_PROMPT",
     "Cooldown",
