@@ -150,6 +150,7 @@ class _Extractor:
         self.total = 0
         self.count = 0
         self.implied: set[str] = set()
+        self.lock: Lock | None = None
         """Folders made for a member inside them that had no entry of their own."""
 
     def refuse(self, what: str) -> BundleError:
@@ -180,7 +181,16 @@ class _Extractor:
             f = tar.extractfile(info)
             assert f is not None  # a regular member always has a file
             self.lock_bytes = f.read()
+            # Read first (as weft pack writes it), the lock refuses early: a member it
+            # does not list is never written, nor a lock listing more than the quota.
+            self.lock = decode_lock(self.lock_bytes)
+            self.quotas.check_count(len(self.lock.members))
+            unlisted = sorted(set(self.found) - set(self.lock.members) - self.implied)
+            if unlisted:
+                raise self._unlisted(unlisted[0])
             return
+        if self.lock is not None and name not in self.lock.members:
+            raise self._unlisted(name)
         self.count += 1
         self.quotas.check_count(self.count)
         if name in self.implied and kind == "dir":
@@ -207,6 +217,13 @@ class _Extractor:
         self.total += info.size
         self.quotas.check_total(self.total)
         self.found[name] = self._write(tar, info, target, name)
+
+    def _unlisted(self, name: str) -> BundleError:
+        return BundleError(
+            f"{self.shown} does not match its hank.lock:\n  {name}: in the archive but not "
+            "listed in hank.lock",
+            hint="the bundle was changed after weft pack made it: pack the hank again",
+        )
 
     def _make_parents(self, parts: list[str]) -> None:
         for i in range(1, len(parts) + 1):
@@ -244,7 +261,7 @@ class _Extractor:
         """Checks the whole against the lock; then makes the links and sets the modes."""
         if self.lock_bytes is None:
             raise self.refuse(f"no {LOCK_NAME}: not a bundle made by weft pack")
-        lock = decode_lock(self.lock_bytes)
+        lock = self.lock or decode_lock(self.lock_bytes)
         # A folder only implied by its members (no entry of its own, as some tar
         # writers do) is no extra member; listed in the lock, it takes the lock's mode.
         found: dict[str, Member] = {}
