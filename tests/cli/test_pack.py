@@ -198,3 +198,17 @@ def test_an_output_that_cannot_be_written_is_a_clean_error(
     done = weft("pack", hank, "-o", tmp_path / "no" / "such" / "x.hank", env=env)
     assert done.returncode == 2
     assert "cannot write the bundle" in done.stderr
+
+
+def test_a_bundle_with_execution_is_the_hank_not_the_data(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    hank = project(tmp_path)
+    assert weft("pack", hank, "-o", tmp_path / "x.hank", env=env).returncode == 0
+    first = weft("run", tmp_path / "x.hank", "--execution", tmp_path / "e", "--headless", env=env)
+    assert first.returncode == 0, first.stderr
+    # Again on the same execution: the bundle names the same extracted hank, so the
+    # execution is complete (taken as data, it would be refused as other data).
+    again = weft("run", tmp_path / "x.hank", "--execution", tmp_path / "e", "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert summary(again.stdout)["status"] == "nothing_to_do"

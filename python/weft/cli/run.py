@@ -609,8 +609,14 @@ def _with_inline_input(paths: list[str], text: str) -> list[str]:
 
 
 def _names_hank(arg: str) -> bool:
+    from weft.bundle.unpack import is_bundle_name  # x.hank is a hank, not data (weft pack)
+
     path = Path(arg)
-    return arg.endswith(".json") or (path.is_dir() and (path / HANK_FILE).is_file())
+    return (
+        arg.endswith(".json")
+        or is_bundle_name(arg)
+        or (path.is_dir() and (path / HANK_FILE).is_file())
+    )
 
 
 CONTINUE_SKIPS = frozenset(
