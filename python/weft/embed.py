@@ -25,6 +25,12 @@ run`` makes, so ``weft status``, ``weft attach`` and a later ``weft run
 service pays only for the run itself. This module builds on
 :class:`weft.runtime.run.runtime.Runtime` without changing it.
 
+Traces are exported as ``weft run`` exports them (``docs/telemetry.md``): when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the runtime setting ``telemetry``) asks, in
+``env`` or else this process's environment, or ``otel=True``; the run joins the
+trace ``TRACEPARENT`` names (a batch step's run nests under its step's span).
+Off, nothing of OpenTelemetry is imported.
+
 While running, the run handles SIGINT and SIGTERM like ``weft run`` (the first
 stops it gracefully) unless ``handle_signals=False``; ``serve=False`` (the
 default here) starts no WebSocket server.
@@ -33,11 +39,14 @@ default here) starts no WebSocket server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from weft.config import load_hank
 from weft.config.copies import check_copy_bounds
@@ -49,6 +58,10 @@ from weft.runtime.execution.layout import ExecutionLayout
 from weft.runtime.execution.prepare import PreparedExecution, prepare_execution
 from weft.runtime.run.runtime import RunOutcome, Runtime, RuntimeOptions
 from weft.state import Processed
+
+if TYPE_CHECKING:
+    from weft.telemetry.settings import TelemetrySettings
+    from weft.telemetry.sink import TraceSink
 
 __all__ = ["Execution", "RunOutcome", "open_execution", "run"]
 
@@ -69,6 +82,7 @@ def open_execution(
     port: int = 0,
     env: dict[str, str] | None = None,
     handle_signals: bool = True,
+    otel: bool | None = None,
 ) -> Execution:
     """Loads ``hank`` (a file or a folder holding ``hank.json``) and creates or
     resumes its execution on ``data``, as ``weft run`` does; nothing runs yet.
@@ -80,9 +94,9 @@ def open_execution(
     waits for :meth:`Execution.next` before each codon; ``serve`` starts the
     WebSocket server on ``port``; ``handle_signals=False`` leaves SIGINT and
     SIGTERM to the host program (several runs in one process, a service with
-    its own shutdown). Raises :class:`~weft.errors.ConfigError` for
-    a bad hank and :class:`~weft.runtime.execution.errors.ExecutionSetupError` for
-    unusable paths.
+    its own shutdown); ``otel`` is ``--otel`` (True) or ``--no-otel`` (False).
+    Raises :class:`~weft.errors.ConfigError` for a bad hank and
+    :class:`~weft.runtime.execution.errors.ExecutionSetupError` for unusable paths.
     """
     hank_path = Path(hank).absolute()
     if hank_path.is_dir():
@@ -121,8 +135,38 @@ def open_execution(
         allow_anonymous_read=settings.allow_anonymous_read,
     )
     return Execution(
-        prepared=prepared, hank=loaded, options=options, env=env, handle_signals=handle_signals
+        prepared=prepared,
+        hank=loaded,
+        options=options,
+        env=env,
+        handle_signals=handle_signals,
+        trace=_trace_settings(os.environ if env is None else env, otel, settings.telemetry),
     )
+
+
+def _trace_settings(
+    env: dict[str, str] | os._Environ[str], otel: bool | None, setting: bool
+) -> TelemetrySettings | None:
+    """The trace export of an embedded run (``weft run``'s rule): None when off,
+    or when only a variable asked and the SDK (``weft[otel]``) is not installed."""
+    from weft.telemetry.settings import resolve
+
+    found = resolve(env, flag=otel, setting=setting)
+    if found is None:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        if otel:
+            raise ConfigError(
+                [], summary="otel=True needs the OpenTelemetry SDK: pip install 'weft[otel]'"
+            )
+        return None
+    return found
+
+
+def _warn(text: str) -> None:
+    print(f"weft: warning: {text}", file=sys.stderr, flush=True)
 
 
 class _HostSignalsRuntime(Runtime):
@@ -142,6 +186,8 @@ class Execution:
     env: dict[str, str] | None = None
     handle_signals: bool = True
     """Whether the run takes SIGINT and SIGTERM as ``weft run`` does."""
+    trace: TelemetrySettings | None = None
+    """Where the run's trace goes (None: not exported)."""
     _queue: asyncio.Queue[object] = field(default_factory=asyncio.Queue, init=False)
     _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _task: asyncio.Task[RunOutcome] | None = field(default=None, init=False)
@@ -162,14 +208,24 @@ class Execution:
         if self._task is not None:
             return
         runtime_class = Runtime if self.handle_signals else _HostSignalsRuntime
+        options, listeners, on_state, sink = self.options, [self._on_event], None, None
+        if self.trace is not None:
+            from weft.telemetry.sink import TraceSink
+
+            env = os.environ if self.env is None else self.env
+            sink = TraceSink(self.trace, execution_id=self.root.name, warn=_warn, env=env)
+            options = dataclasses.replace(options, agent_env=sink.agent_env)
+            listeners.append(sink)
+            on_state = sink.seeded(lambda _: None)
         self._runtime = runtime_class(
             self.prepared,
             self.hank,
-            self.options,
-            listeners=(self._on_event,),
+            options,
+            listeners=tuple(listeners),
             env=self.env,
+            on_state=on_state,
         )
-        self._task = asyncio.ensure_future(self._run(self._runtime))
+        self._task = asyncio.ensure_future(self._run(self._runtime, sink))
 
     def _on_event(self, item: Processed) -> None:
         if isinstance(item.event, ServerIdleEvent):
@@ -183,10 +239,14 @@ class Execution:
         await self._idle.wait()
         self._idle.clear()
 
-    async def _run(self, runtime: Runtime) -> RunOutcome:
+    async def _run(self, runtime: Runtime, sink: TraceSink | None) -> RunOutcome:
         try:
             return await runtime.run()
         finally:
+            if sink is not None:
+                # Waits a few seconds at most for the last spans: off the loop,
+                # which other runs (a batch's) share.
+                await asyncio.to_thread(sink.close)
             self._queue.put_nowait(_END)
 
     async def events(self) -> AsyncIterator[Processed]:

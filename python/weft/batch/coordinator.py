@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -283,6 +284,11 @@ class Coordinator:
     _timing: bool = field(default=False, repr=False)
     _env: dict[str, dict[str, str]] | None = field(default=None, repr=False)
     """The steps' env values (:data:`ENV_FILE`), read at the first launch needing them."""
+    step_env: Callable[[str, int], dict[str, str]] | None = None
+    """Variables added to a launch's env (step key, launch number): the trace
+    context of its span when traces are exported (:mod:`weft.telemetry.batch`)."""
+    on_tick: Callable[[dict[str, tuple[str, int]], int], None] | None = None
+    """Told each turn which steps a closed usage window holds (for the trace)."""
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -418,6 +424,8 @@ class Coordinator:
             if draining:
                 tick.waiting = dict.fromkeys(tick.waiting, "draining: not started")
             self.waiting = tick.waiting
+            if self.on_tick is not None:
+                self.on_tick(tick.held, now)
             # Stamped when they were decided: a launch's S_RUNNING then carries the
             # time its row's started_at_ms holds, which the launch's end is kept
             # after (committing stamped a later clock reading, and a step that
@@ -506,6 +514,9 @@ class Coordinator:
 
     async def _launch(self, key: str) -> None:
         spec = self.spec(key)
+        if self.step_env is not None:
+            extra = self.step_env(key, self.scheduler.step(key).row.launches)
+            spec = dataclasses.replace(spec, env={**spec.env, **extra})
         self.launched += 1
         pid, pid_start = await self.engine.start(spec)
         step = self.scheduler.step(key)

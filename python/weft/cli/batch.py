@@ -97,6 +97,15 @@ def register(commands: Any) -> None:
             "--json", action="store_true", help="one JSON line per transition, then the summary"
         )
         p.add_argument("--junit", type=Path, metavar="OUT", help="write a JUnit XML report")
+        p.add_argument(
+            "--otel",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="export the batch's trace (a span per workstream and step, each hank step's "
+            "run under its step's) over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (default "
+            "http://localhost:4318); on without the flag when that variable is set; "
+            "needs weft[otel] (docs/telemetry.md)",
+        )
         p.set_defaults(run=run_batch)
 
     p = with_file(
@@ -197,6 +206,7 @@ def run_batch(args: argparse.Namespace) -> int:
     with BatchStore.open(state_dir, writer=True, batch_file=args.file) as store:
         record_plan(store, plan, file_sha256(args.file), wall_clock_ms())
         try:
+            trace = _batch_trace(args, plan, state_dir)
             engine = _engine(args)
         except _UsageError as e:
             print(f"weft: error: {e}", file=sys.stderr)
@@ -205,6 +215,12 @@ def run_batch(args: argparse.Namespace) -> int:
         async def main() -> None:
             coordinator = Coordinator(store, engine, workers=args.workers)
             coordinators.append(coordinator)
+            if trace is not None:
+                coordinator.listeners.append(trace)
+                coordinator.step_env, coordinator.on_tick = trace.step_env, trace.on_tick
+            elif args.otel is False:
+                # --no-otel: the steps' runs (and their agents) export nothing either.
+                coordinator.step_env = lambda key, launch: {"OTEL_SDK_DISABLED": "true"}
             _stop_on_signals(coordinator, stopped)
             if mode == "live":
                 from weft.cli.batch_view import LiveBatchView
@@ -219,8 +235,12 @@ def run_batch(args: argparse.Namespace) -> int:
 
         stopped: list[int] = []
         coordinators: list[Any] = []
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(main())
+        try:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(main())
+        finally:
+            if trace is not None:
+                trace.close()  # waits a few seconds at most, none when the collector is down
         report = summary(store)
         ran = coordinators[0]
         report["coordinator"] = overhead(store, ran.busy_ns, ran.launched, args.workers)
@@ -272,6 +292,42 @@ def _stop_on_signals(coordinator: Any, stopped: list[int]) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, int(signum))
+
+
+def _batch_trace(args: argparse.Namespace, plan: Any, state_dir: Path) -> Any:
+    """The batch's live trace export (:class:`weft.telemetry.batch.BatchTrace`),
+    None when off (then nothing of OpenTelemetry is loaded); ``weft run``'s rules."""
+    from weft.telemetry.settings import resolve
+
+    settings = resolve(os.environ, flag=args.otel)
+    if settings is None:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        fix = "install it with `pip install 'weft[otel]'`"
+        if args.otel:
+            raise _UsageError(f"--otel needs the OpenTelemetry SDK: {fix}")
+        print(
+            f"weft: warning: {settings.asked_by} asks for traces, but the OpenTelemetry SDK "
+            f"is not installed ({fix}); the batch goes on without them",
+            file=sys.stderr,
+        )
+        return None
+    from weft.batch.coordinator import wall_clock_ms
+    from weft.telemetry.batch import BatchTrace
+
+    def warn(text: str) -> None:
+        print(f"weft: warning: {text}", file=sys.stderr, flush=True)
+
+    return BatchTrace(
+        settings,
+        state_dir=state_dir,
+        name=plan.name,
+        started_ms=wall_clock_ms(),
+        warn=warn,
+        tools={step.key: step.tool for step in plan.steps()},
+    )
 
 
 def _engine(args: argparse.Namespace) -> Any:
