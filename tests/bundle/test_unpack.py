@@ -196,6 +196,21 @@ def test_two_links_that_escape_together_are_refused(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "cache") == []
 
 
+def test_a_link_in_a_folder_without_its_own_entry_opens(tmp_path: Path) -> None:
+    entries = [*tiny(), Entry("a/b/l", kind="symlink", target="../../prompt.md")]
+    path = write(tmp_path, tar_bytes(locked(entries)))
+    opened = open_bundle(path, cache=tmp_path / "cache")
+    assert (opened.folder / "a" / "b" / "l").read_text() == "Say hello.\n"
+
+
+def test_a_name_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
+    entries = [*tiny(), Entry("n" * 300, b"long")]
+    path = write(tmp_path, tar_bytes(locked(entries)))
+    with pytest.raises(BundleError, match=r"x.hank: File name too long"):
+        open_bundle(path, cache=tmp_path / "cache")
+    assert os.listdir(tmp_path / "cache") == []
+
+
 def test_a_duplicate_member_is_refused(tmp_path: Path) -> None:
     entries = locked(tiny())
     path = write(tmp_path, tar_bytes([*entries, Entry("prompt.md", b"Say hello.\n")]))

@@ -51,6 +51,7 @@ from weft.bundle.lock import (
     symlink_problem,
 )
 from weft.filemodes import private_folder
+from weft.store.diskspace import STORAGE_ERRNOS
 
 __all__ = ["BUNDLE_SUFFIXES", "OpenedBundle", "bundle_cache", "is_bundle_name", "open_bundle"]
 
@@ -64,6 +65,7 @@ _HEADER_ALLOWANCE = 8192
 """Bytes of tar headers (PAX records included) allowed per member in the
 decompressed stream, on top of the members' contents."""
 _CHUNK = 1 << 20
+_UNREADABLE = "not a readable bundle (truncated, or not a tar archive)"
 
 
 def is_bundle_name(arg: str) -> bool:
@@ -204,10 +206,10 @@ class _Extractor:
             above = self.found.get("/".join(parts[:i]))
             if above is not None and above.kind != "dir":
                 raise self.refuse(f"member {name} is inside {above.kind} {'/'.join(parts[:i])}")
+        self._make_parents(parts[:-1])
         if kind == "symlink":
             self.found[name] = Member("symlink", 0o777, target=info.linkname)
             return
-        self._make_parents(parts[:-1])
         target = self.into.joinpath(*parts)
         if kind == "dir":
             self._mkdir(target, name)
@@ -302,14 +304,22 @@ def _read_into(path: Path, shown: str, into: Path, quotas: Quotas) -> Lock:
         ):
             for info in tar:
                 ex.member(tar, info)
+        return ex.finish()
     except BundleError:
         raise
-    except (tarfile.TarError, EOFError, zlib.error, OSError, UnicodeError, ValueError) as e:
-        if isinstance(e, OSError) and e.errno is not None:
-            raise
+    except OSError as e:
+        if e.errno in STORAGE_ERRNOS:
+            raise  # the disk, not the bundle: the CLI says so (exit 1)
+        if e.errno is None:  # gzip's and tarfile's own refusals
+            raise ex.refuse(
+                f"not a readable bundle (truncated, or not a tar archive): {e}"
+            ) from None
+        # A name too long for this file system, a bundle this user may not read, ...
+        where = e.filename if e.filename else path
+        raise BundleError(f"{shown}: {e.strerror}: {where}") from None
+    except (tarfile.TarError, EOFError, zlib.error, UnicodeError, ValueError) as e:
         why = str(e) or type(e).__name__
-        raise ex.refuse(f"not a readable bundle (truncated, or not a tar archive): {why}") from None
-    return ex.finish()
+        raise ex.refuse(f"{_UNREADABLE}: {why}") from None
 
 
 def _matches(folder: Path, lock: Lock) -> bool:
