@@ -10,8 +10,10 @@ off nothing is sent and nothing of OpenTelemetry is imported.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import pytest
 from tests.batch.support import write_batch
 from tests.cli.test_imports import DEFERRED_BY_RUN, _loaded
 from tests.runtime.hanks import subprocess_environment
-from tests.telemetry.receiver import Receiver, Span, otlp_receiver
+from tests.telemetry.receiver import Receiver, Span, closed_port, otlp_receiver
 
 from weft.batch.engine import execution_cost
 from weft.telemetry.batch import batch_scope, step_key
@@ -79,12 +81,23 @@ def _children(spans: list[Span], parent: Span) -> list[Span]:
     return [s for s in spans if s.parent_id == parent.span_id]
 
 
-@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolate"])
-def test_a_batch_run_is_one_trace_with_its_steps_runs_nested(tmp_path: Path, isolate: bool) -> None:
+ENGINES = {
+    "in-process": (),
+    "isolate": ("--isolate",),
+    "ray": ("--engine", "ray", "--workers", "2"),
+}
+"""Where the hank step runs: in the coordinator's process (``weft.embed``), as its
+own ``weft run``, in a Ray worker (``weft.embed`` there)."""
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_a_batch_run_is_one_trace_with_its_steps_runs_nested(tmp_path: Path, engine: str) -> None:
+    if engine == "ray" and os.environ.get("WEFT_REQUIRE_RAY") != "1":
+        pytest.importorskip("ray")
     path = _batch(tmp_path)
     with otlp_receiver() as receiver:
         env = {**subprocess_environment(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
-        done = _batch_run(path, env, *(["--isolate"] if isolate else []))
+        done = _batch_run(path, env, *ENGINES[engine])
         assert done.returncode == 0, done.stdout + done.stderr
         spans = list(receiver.spans)
 
@@ -207,3 +220,24 @@ def test_without_configuration_batch_run_imports_no_opentelemetry(tmp_path: Path
     loaded, done = _loaded(watched, "batch", "run", path, "--headless", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert loaded == [], f"weft batch run loaded {loaded}"
+
+
+def test_a_collector_that_is_down_does_not_change_the_batch(tmp_path: Path) -> None:
+    """Nothing listens at the endpoint: the batch ends as it does without export,
+    each exporter (the batch's, the in-process step run's) says so once, and the
+    end waits for no export (a bounded wait, generous on a shared machine)."""
+    env = subprocess_environment(tmp_path / "off")
+    started = time.monotonic()
+    off = _batch_run(_batch(tmp_path / "off"), env)
+    off_seconds = time.monotonic() - started
+    assert off.returncode == 0, off.stdout + off.stderr
+    url = f"http://127.0.0.1:{closed_port()}"
+    env = {**subprocess_environment(tmp_path / "on"), "OTEL_EXPORTER_OTLP_ENDPOINT": url}
+    started = time.monotonic()
+    done = _batch_run(_batch(tmp_path / "on"), env)
+    on_seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "could not be sent" in line]
+    assert 1 <= len(warnings) <= 2, done.stderr
+    assert all(url in w for w in warnings)
+    assert on_seconds < off_seconds + 8, (on_seconds, off_seconds)
