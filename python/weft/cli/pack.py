@@ -63,8 +63,13 @@ def run(args: argparse.Namespace) -> int:
         digest, collected = pack_hank(loaded, output, __version__)
         size = output.stat().st_size
     except OSError as e:
+        # A referenced file that cannot be read, or an output that cannot be written.
         where = printable(str(e.filename or output))
-        print(f"weft: error: cannot write the bundle {where}: {e.strerror}", file=sys.stderr)
+        print(
+            f"weft: error: cannot write the bundle {printable(str(output))}: {e.strerror} "
+            f"({where})",
+            file=sys.stderr,
+        )
         return 2
     files = sum(1 for m in collected.members.values() if m.kind == "file")
     if args.json:
