@@ -63,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
         digest, collected = pack_hank(loaded, output, __version__)
         size = output.stat().st_size
     except OSError as e:
+        from weft.store.diskspace import STORAGE_ERRNOS
+
+        if e.errno in STORAGE_ERRNOS:
+            raise  # a full or failing disk: said as such by the CLI (exit 1)
         # A referenced file that cannot be read, or an output that cannot be written.
         where = printable(str(e.filename or output))
         print(
