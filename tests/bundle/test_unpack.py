@@ -211,6 +211,13 @@ def test_a_name_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "cache") == []
 
 
+def test_a_cache_that_cannot_be_made_is_a_clean_error(tmp_path: Path) -> None:
+    path = write(tmp_path, tar_bytes(locked(tiny())))
+    (tmp_path / "file").write_text("a file where the cache's folder would be")
+    with pytest.raises(BundleError, match=r"cannot make the bundle cache"):
+        open_bundle(path, cache=tmp_path / "file" / "cache")
+
+
 def test_a_duplicate_member_is_refused(tmp_path: Path) -> None:
     entries = locked(tiny())
     path = write(tmp_path, tar_bytes([*entries, Entry("prompt.md", b"Say hello.\n")]))

@@ -371,9 +371,18 @@ def open_bundle(
         raise BundleError(
             f"{shown}: no such bundle" if not path.exists() else f"{shown}: not a file"
         )
-    root = private_folder(cache or bundle_cache())
-    incoming = root / f".incoming-{os.getpid()}-{secrets.token_hex(4)}"
-    private_folder(incoming)
+    where = cache or bundle_cache()
+    incoming = where / f".incoming-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        root = private_folder(where)
+        private_folder(incoming)
+    except OSError as e:
+        if e.errno in STORAGE_ERRNOS:
+            raise
+        raise BundleError(
+            f"{shown}: cannot make the bundle cache {where}: {e.strerror}",
+            hint="set XDG_CACHE_HOME to a folder you can write",
+        ) from None
     try:
         try:
             lock = _read_into(path, shown, incoming, quotas or Quotas())
