@@ -49,7 +49,10 @@ launched and the loop sleeps until its window opens (or the next poll, which
 also notices a window closed by a running step).
 
 Listeners see every committed change, after its commit (the live view,
-``--headless`` lines, ``--json`` lines).
+``--headless`` lines, ``--json`` lines, the trace of :mod:`weft.telemetry.batch`);
+with traces on, :attr:`Coordinator.step_env` adds each launch's trace context to
+its env and :attr:`Coordinator.on_tick` hears the steps a window holds (both
+``None`` otherwise: the loop is unchanged).
 
 The coordinator times its own work (:attr:`Coordinator.busy_ns`: store
 commits with their audit rows and listeners, scheduling, the inbox), not the

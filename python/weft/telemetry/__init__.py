@@ -20,7 +20,12 @@ Pieces, one job each:
 - :mod:`weft.telemetry.sink`: the live road: a StateManager listener that feeds
   every committed event to the fold and hands finished spans to the exporter, and
   gives each codon's agent its trace context.
+- :mod:`weft.telemetry.batch`: a ``weft batch run``'s trace: a coordinator
+  listener folding committed batch changes into batch -> workstream -> step
+  spans, and each step launch's ``TRACEPARENT`` (its step span), under which the
+  hank step's run nests.
 
-The package itself imports nothing: ``weft run`` without telemetry never loads
-OpenTelemetry (``tests/cli/test_imports.py``).
+The package itself imports nothing: ``weft run`` and ``weft batch run`` without
+telemetry never load OpenTelemetry (``tests/cli/test_imports.py``,
+``tests/telemetry/test_batch_trace.py``).
 """
