@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from weft.cli.resolve import EXECUTION_HELP, resolve_execution
+from weft.errors import WeftError
 from weft.money import known_cost, total_cost
 from weft.terminal import printable
 
@@ -48,7 +49,7 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-class DiffInputError(Exception):
+class DiffInputError(WeftError):
     """An execution that cannot be compared; the message says which and why."""
 
 
