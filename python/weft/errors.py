@@ -63,7 +63,7 @@ their package::
     │   └── ProtocolViolationError    the server broke the protocol's guarantees
     ├── BundleError                   weft.bundle: a .hank bundle is malformed, changed, too big
     ├── ForkError                     weft.fork: a fork that cannot be made
-    ├── ArchiveError                  weft.portable: an execution archive that cannot be made or read
+    ├── ArchiveError                  weft.portable: an execution archive cannot be made or read
     ├── DiffInputError                weft.cli: an execution weft diff cannot compare
     ├── AttachError                   weft.cli: nothing to attach to
     └── ResolveError                  weft.cli: an argument names no execution
