@@ -107,8 +107,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "pack": (
         ("weft pack -o demo.hank", "./hank.json and every file it references, in demo.hank"),
-        ("weft run demo.hank data/", "run the bundle elsewhere, checked against its lock"),
-        ("weft validate demo.hank", "check it without running"),
+        ("weft pack path/to/hank.json -o x.hank", "another hank (then: weft run x.hank data/)"),
     ),
     "schema": (("weft schema -o hank.schema.json", "the JSON Schema for editors"),),
     "init": (("weft init my-hank", "a starter hank in my-hank/"),),
