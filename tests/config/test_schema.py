@@ -129,6 +129,7 @@ def test_the_schema_is_valid_json_with_descriptions() -> None:
             {
                 "maxDollars": None,
                 "maxTimeSeconds": None,
+                "maxTokens": None,  # Weft's: a ceiling in tokens (subscriptions pay no dollars)
                 "allocation": "shared",
                 "shares": None,
                 "onExceeded": None,

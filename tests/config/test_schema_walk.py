@@ -163,6 +163,8 @@ BUDGET_FIELDS: dict[str, Entry] = {
     "ContainerBudget.maxDollars": LEDGER
     + "test_the_run_ceiling_counts_every_codon_and_stops_the_run",
     "ContainerBudget.maxTimeSeconds": LEDGER + "test_the_run_time_ceiling_counts_earlier_runs",
+    "ContainerBudget.maxTokens": "tests/budget/test_tokens.py::"
+    + "test_a_hank_token_ceiling_is_enforced",
     "ContainerBudget.allocation": LEDGER + "test_shared_is_first_come_first_served",
     "ContainerBudget.shares": LEDGER + "test_proportional_shares_cap_each_child",
     "ContainerBudget.onExceeded": LEDGER

@@ -55,7 +55,7 @@ def before_prepare(
             print(printable_lines(render(found, hank_path)))
         return 0
     ceiling = resolved.config.budget.max_dollars
-    if ceiling is None or args.force_budget:
+    if ceiling is None or args.force_budget or _resumes(args, hank_path):
         return None
     found = _forecast(args, loaded, hank_path, resolved)
     total = found.cost
@@ -69,6 +69,19 @@ def before_prepare(
         f"{hank_path} --dry-run, raise the ceiling, or pass {FORCE_FLAG} to run anyway (the "
         "ceiling still stops the run when it is reached)"
     )
+
+
+def _resumes(args: argparse.Namespace, hank_path: Path) -> bool:
+    """Whether this ``weft run`` would resume an execution rather than start one:
+    the forecast is of a whole hank, while a resumed execution has already spent
+    part of its ceiling and runs only what is left (its budget says so itself)."""
+    if args.new:
+        return False
+    if args.execution is not None:
+        return (Path(args.execution) / ".weft").is_dir()
+    from weft.cli.resolve import latest_for_hank
+
+    return latest_for_hank(hank_path) is not None
 
 
 def _flag_problem(args: argparse.Namespace) -> str | None:
