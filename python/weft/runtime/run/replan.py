@@ -27,12 +27,10 @@ written, and :mod:`weft.runtime.run.recovery` to journal the change
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from weft._core import analyze_execution_thread
 from weft.config.schema import Hank, Loop
 from weft.errors import WeftError
 from weft.events.transitions import PlanExtended, PlanTrimmed
@@ -95,22 +93,34 @@ def _item_of_planned(entry: PlannedCodon) -> str:
 
 
 def finished_ids(state: Mapping[str, Any]) -> set[str]:
-    """The runtime ids of every codon that finished on the execution thread of
-    ``state``: in any run, but not one a rollback superseded (it runs again, so
-    it may change like a codon that never ran; a fork's rolled-back tail too)."""
-    finished = {
+    """The runtime ids of every codon that finished in a run of ``state``, but
+    not one a rollback superseded: it runs again, so it may change like a codon
+    that never ran (a fork's rolled-back tail too). Without a rollback, every
+    finished record counts, whatever happened to the runs (crashes included)."""
+    runs = sorted(state.get("runs") or (), key=lambda r: str(r.get("startTime", "")))
+    superseded: set[tuple[int, int]] = set()
+    for i, run in enumerate(runs):
+        conditions = run.get("startingConditions") or {}
+        if conditions.get("reason") != "rollback":
+            continue
+        source = conditions.get("source") or {}
+        target = next(
+            (k for k, r in enumerate(runs[:i]) if r.get("runId") == source.get("runId")), None
+        )
+        if target is None:
+            continue
+        records = runs[target].get("codons") or ()
+        after = source.get("afterCodon")
+        kept = max((n for n, r in enumerate(records) if r.get("codonId") == after), default=-1)
+        superseded |= {(target, n) for n in range(kept + 1, len(records))}
+        for k in range(target + 1, i):
+            superseded |= {(k, n) for n in range(len(runs[k].get("codons") or ()))}
+    return {
         str(record.get("codonId"))
-        for run in state.get("runs") or ()
-        for record in run.get("codons") or ()
-        if record.get("status") in FINISHED
+        for k, run in enumerate(runs)
+        for n, record in enumerate(run.get("codons") or ())
+        if record.get("status") in FINISHED and (k, n) not in superseded
     }
-    if not finished:
-        return finished
-    try:
-        thread = analyze_execution_thread(json.dumps(state), validate_checkpoints=False)
-    except WeftError:
-        return finished  # a document the core cannot read: every finished record counts
-    return {c.codon_id for c in thread.codons if c.status in FINISHED and c.codon_id in finished}
 
 
 def replan(state: Mapping[str, Any], hank: Hank) -> Replan:
