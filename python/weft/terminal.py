@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["plural", "printable", "printable_lines"]
+__all__ = ["format_duration", "format_wait", "plural", "printable", "printable_lines"]
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -64,3 +64,27 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
     """``1 problem``, ``2 problems``: ``count`` and ``noun`` in the right number
     (``many`` for irregular plurals; default ``noun + "s"``)."""
     return f"{count} {noun if count == 1 else (many or noun + 's')}"
+
+
+def format_duration(seconds: float) -> str:
+    """A human duration: ``<1s``, ``42s``, ``1m 05s``, ``2h 03m``."""
+    whole = max(int(seconds), 0)
+    if whole == 0:
+        return "<1s"
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def format_wait(seconds: float) -> str:
+    """A wait the run announces: like :func:`format_duration`, but under 10 s to
+    the tenth (``1.5s``, ``0.3s``, ``2s``), so a Retry-After of 1.5 s or a 300 ms
+    backoff is not shown as ``1s`` or ``<1s``."""
+    if seconds >= 10:
+        return format_duration(seconds)
+    tenths = f"{max(seconds, 0.0):.1f}".removesuffix(".0")
+    return f"{tenths}s"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from weft.cli.resolve import EXECUTION_HELP, resolve_execution
 from weft.errors import WeftError
 from weft.money import known_cost, total_cost
-from weft.terminal import printable
+from weft.terminal import format_wait, printable
 
 if TYPE_CHECKING:
     from weft.fork.diff import CodonDiff, CodonFigures, ExecutionDiff, Files, Side
@@ -135,25 +135,12 @@ def compare_executions(a: Path, b: Path, *, patches: bool = False) -> ExecutionD
 
 # --------------------------------------------------------------------------- text
 
-_TENTHS_BELOW = 10.0
-"""Seconds under which a time is shown to the tenth: fake and fast codons take
-fractions of a second, and ``<1s`` on both sides would hide the difference."""
-
 
 def duration(seconds: float | None) -> str:
-    """``0.3s``, ``42s``, ``1m 05s``, ``2h 03m``; ``-`` when unknown (a codon still running)."""
-    if seconds is None:
-        return "-"
-    if seconds < _TENTHS_BELOW:
-        return f"{max(seconds, 0.0):.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
+    """``0.3s``, ``42s``, ``1m 05s``, ``2h 03m`` (:func:`weft.terminal.format_wait`:
+    fake and fast codons take fractions of a second, and ``<1s`` on both sides would
+    hide the difference); ``-`` when unknown (a codon still running)."""
+    return "-" if seconds is None else format_wait(seconds)
 
 
 def _signed_dollars(delta: float) -> str:

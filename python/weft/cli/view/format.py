@@ -23,6 +23,10 @@ from weft.events.stream import (
 )
 from weft.money import format_cost, known, known_cost, total_cost
 from weft.progress import CodonProgress, RunProgress
+# Re-exported: they live in weft.terminal so that light commands (weft diff) can word
+# times without importing the views and the fold.
+from weft.terminal import format_duration as format_duration
+from weft.terminal import format_wait as format_wait
 from weft.windows.park import until_words
 
 
@@ -73,30 +77,6 @@ def format_tokens(count: int) -> str:
         if value < 999.5:
             return f"{value:.0f}{unit}"
     return f"{value:.0f}T"
-
-
-def format_duration(seconds: float) -> str:
-    """A human duration: ``<1s``, ``42s``, ``1m 05s``, ``2h 03m``."""
-    whole = max(int(seconds), 0)
-    if whole == 0:
-        return "<1s"
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
-
-
-def format_wait(seconds: float) -> str:
-    """A wait the run announces: like :func:`format_duration`, but under 10 s to
-    the tenth (``1.5s``, ``0.3s``, ``2s``), so a Retry-After of 1.5 s or a 300 ms
-    backoff is not shown as ``1s`` or ``<1s``."""
-    if seconds >= 10:
-        return format_duration(seconds)
-    tenths = f"{max(seconds, 0.0):.1f}".removesuffix(".0")
-    return f"{tenths}s"
 
 
 def clip(text: str, limit: int) -> str:
