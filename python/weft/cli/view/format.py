@@ -23,6 +23,7 @@ from weft.events.stream import (
 )
 from weft.money import format_cost, known, known_cost, total_cost
 from weft.progress import CodonProgress, RunProgress
+
 # Re-exported: they live in weft.terminal so that light commands (weft diff) can word
 # times without importing the views and the fold.
 from weft.terminal import format_duration as format_duration
