@@ -23,6 +23,7 @@ from weft.agents.claude_transcripts import agent_config_dirs, sanitize_project_d
 from weft.clock import utc_now_iso
 from weft.errors import WeftError
 from weft.filemodes import private_folder
+from weft.portable.export import NOT_CARRIED
 from weft.runtime.execution.layout import WORKSPACE, ExecutionLayout
 from weft.runtime.execution.meta import ForkedFrom, read_meta, write_meta
 from weft.store.execution import DATABASE
@@ -31,17 +32,7 @@ from weft.store.lock import pid_alive
 
 __all__ = ["Fork", "ForkError", "fork_name", "make_fork"]
 
-_NOT_COPIED = frozenset(
-    {
-        DATABASE,
-        f"{DATABASE}-wal",
-        f"{DATABASE}-shm",
-        "runtime.lock",
-        "runtime.lock.guard",
-        "server.token",
-        "server-read.token",
-    }
-)
+_NOT_COPIED = NOT_CARRIED | {DATABASE}
 """What of ``.weft/`` a fork does not copy: the journal (backed up instead),
 the lock and the server's tokens (a fork gets its own). The state document is
 copied: opening the fork checks it against the copied journal (and rebuilds

@@ -27,12 +27,12 @@ from weft.runtime.execution.meta import read_meta
 from weft.store.execution import DATABASE
 from weft.store.journal import backup_journal
 
-__all__ = ["FORMAT", "ArchiveError", "Exported", "export_execution"]
+__all__ = ["FORMAT", "NOT_CARRIED", "ArchiveError", "Exported", "export_execution"]
 
 FORMAT = 1
 """The archive format this Weft writes and reads."""
 
-_SKIPPED = frozenset(
+NOT_CARRIED = frozenset(
     {
         f"{DATABASE}-wal",
         f"{DATABASE}-shm",
@@ -122,7 +122,7 @@ def _members(layout: ExecutionLayout, journal: Path, hank: Path) -> Iterator[tup
     yield f"weft/{DATABASE}", journal
     git_dir = layout.checkpoints
     for entry in sorted(layout.weft_dir.iterdir()):
-        if entry.name in _SKIPPED or entry.name == DATABASE:
+        if entry.name in NOT_CARRIED or entry.name == DATABASE:
             continue
         if entry.name == "checkpoints":
             yield from _checkpoints(entry, git_dir)
