@@ -162,7 +162,6 @@ def test_a_fork_killed_at_any_moment_leaves_no_fork_or_a_usable_one(
     assert weft("run", hank, "--execution", source, "--headless", env=env).returncode == 0
     before = fingerprint(source)
     rng = random.Random(20261128)
-    outcomes = set()
     for trial in range(6):
         dest = tmp_path / f"f{trial}"
         proc = subprocess.Popen(
@@ -174,18 +173,14 @@ def test_a_fork_killed_at_any_moment_leaves_no_fork_or_a_usable_one(
         proc.kill()
         proc.wait()
         if dest.exists():
-            outcomes.add("made")
             ran = weft("run", "--execution", dest, "--headless", env=env)
             assert ran.returncode == 0, ran.stdout
             assert completed(dest) == SEVEN[3:]
-        else:
-            outcomes.add("none")
     assert fingerprint(source) == before
     # The next fork beside them sweeps what the killed ones left half made.
     assert weft("fork", source, "--from", "c4", "--to", tmp_path / "last", "--no-run",
                 env=env).returncode == 0  # fmt: skip
     assert not list(tmp_path.glob(".f*.forking-*"))
-    assert outcomes  # at least one trial ran
 
 
 def test_clean_keeps_a_source_whose_forks_remain(tmp_path: Path, env: dict[str, str]) -> None:
